@@ -1,0 +1,413 @@
+//! The embedded forge: issues as JSON files under `<root>/.ward/forge/`,
+//! charts as `<root>/charts/<n>.md`. Every write is a write to a temporary
+//! file and a rename, under an exclusive file lock, so two `ward` processes
+//! working on one issue cannot corrupt it.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{
+    Comment, Forge, ForgeError, ForgeResult, Issue, IssueNumber, IssueState, LabelAction, LabelEvent, LabelSpec,
+    NewIssue, Permission, StoredChart,
+};
+
+/// Where "now" comes from; tests and `--now` move it.
+pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+
+pub fn system_clock() -> Clock {
+    Arc::new(Utc::now)
+}
+
+/// An issue as stored on disk, with its history.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IssueRecord {
+    #[serde(flatten)]
+    pub issue: Issue,
+    pub created_at: DateTime<Utc>,
+    #[serde(default)]
+    pub label_events: Vec<LabelEvent>,
+    #[serde(default)]
+    pub comments: Vec<Comment>,
+}
+
+/// One `repository_dispatch` the local forge received.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dispatch {
+    pub issue: IssueNumber,
+    pub at: DateTime<Utc>,
+}
+
+pub struct LocalForge {
+    root: PathBuf,
+    engine_account: String,
+    /// Who acts when the engine is not acting: the person at the keyboard.
+    actor: String,
+    clock: Clock,
+}
+
+impl LocalForge {
+    pub fn new(root: &Path, engine_account: &str) -> Self {
+        let actor = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "local-user".into());
+        Self { root: root.to_path_buf(), engine_account: engine_account.into(), actor, clock: system_clock() }
+    }
+
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The login recorded for writes made outside the engine (`ward admit`).
+    pub fn with_actor(mut self, actor: &str) -> Self {
+        self.actor = actor.into();
+        self
+    }
+
+    pub fn forge_dir(&self) -> PathBuf {
+        self.root.join(".ward").join("forge")
+    }
+
+    fn issue_path(&self, n: IssueNumber) -> PathBuf {
+        self.forge_dir().join("issues").join(format!("{}.json", n.0))
+    }
+
+    pub fn chart_path(&self, n: IssueNumber) -> PathBuf {
+        self.root.join("charts").join(format!("{}.md", n.0))
+    }
+
+    fn lock(&self, name: &str) -> ForgeResult<File> {
+        let dir = self.forge_dir().join("locks");
+        fs::create_dir_all(&dir).map_err(|e| ForgeError::io(format!("create {}", dir.display()), e))?;
+        let path = dir.join(format!("{name}.lock"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| ForgeError::io(format!("open lock {}", path.display()), e))?;
+        file.lock().map_err(|e| ForgeError::io(format!("lock {}", path.display()), e))?;
+        Ok(file)
+    }
+
+    /// Records the login as acting `as_engine` or as the local person.
+    fn actor(&self, as_engine: bool) -> String {
+        if as_engine { self.engine_account.clone() } else { self.actor.clone() }
+    }
+
+    pub fn read_record(&self, n: IssueNumber) -> ForgeResult<IssueRecord> {
+        let path = self.issue_path(n);
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ForgeError::IssueNotFound(n, self.describe()));
+            }
+            Err(e) => return Err(ForgeError::io(format!("read {}", path.display()), e)),
+        };
+        serde_json::from_str(&text).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e))
+    }
+
+    fn write_record(&self, rec: &IssueRecord) -> ForgeResult<()> {
+        let text = serde_json::to_string_pretty(rec).expect("issue records serialise");
+        write_atomic(&self.issue_path(rec.issue.number), text.as_bytes())
+    }
+
+    /// Read-modify-write of one issue under its lock.
+    fn update<T>(&self, n: IssueNumber, f: impl FnOnce(&mut IssueRecord) -> T) -> ForgeResult<T> {
+        let _guard = self.lock(&format!("issue-{}", n.0))?;
+        let mut rec = self.read_record(n)?;
+        let out = f(&mut rec);
+        self.write_record(&rec)?;
+        Ok(out)
+    }
+
+    fn all_records(&self) -> ForgeResult<Vec<IssueRecord>> {
+        let dir = self.forge_dir().join("issues");
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(ForgeError::io(format!("list {}", dir.display()), e)),
+        };
+        let mut numbers: Vec<u64> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json")?.parse().ok())
+            .collect();
+        numbers.sort_unstable();
+        numbers.into_iter().map(|n| self.read_record(IssueNumber(n))).collect()
+    }
+
+    /// Creates an issue as the local person (`ward admit`), with the labels
+    /// applied by that person.
+    pub fn admit(&self, new: NewIssue) -> ForgeResult<Issue> {
+        self.create(new, false)
+    }
+
+    fn create(&self, new: NewIssue, as_engine: bool) -> ForgeResult<Issue> {
+        let _guard = self.lock("numbers")?;
+        let next = self.all_records()?.iter().map(|r| r.issue.number.0).max().unwrap_or(0) + 1;
+        let now = (self.clock)();
+        let author = self.actor(as_engine);
+        let issue = Issue {
+            number: IssueNumber(next),
+            title: new.title,
+            body: new.body,
+            author: author.clone(),
+            state: IssueState::Open,
+            labels: new.labels.clone(),
+        };
+        let rec = IssueRecord {
+            issue: issue.clone(),
+            created_at: now,
+            label_events: new
+                .labels
+                .iter()
+                .map(|l| LabelEvent { label: l.clone(), action: LabelAction::Added, actor: author.clone(), at: now })
+                .collect(),
+            comments: Vec::new(),
+        };
+        self.write_record(&rec)?;
+        Ok(issue)
+    }
+
+    /// Labels set by a person rather than the engine (tests, `ward lockdown off`).
+    pub fn set_labels_as_person(&self, n: IssueNumber, labels: &[String]) -> ForgeResult<()> {
+        self.replace_labels(n, labels, false)
+    }
+
+    fn replace_labels(&self, n: IssueNumber, labels: &[String], as_engine: bool) -> ForgeResult<()> {
+        let now = (self.clock)();
+        let actor = self.actor(as_engine);
+        self.update(n, |rec| {
+            let before = rec.issue.labels.clone();
+            for l in before.iter().filter(|l| !labels.contains(l)) {
+                rec.label_events.push(LabelEvent {
+                    label: l.clone(),
+                    action: LabelAction::Removed,
+                    actor: actor.clone(),
+                    at: now,
+                });
+            }
+            for l in labels.iter().filter(|l| !before.contains(l)) {
+                rec.label_events.push(LabelEvent {
+                    label: l.clone(),
+                    action: LabelAction::Added,
+                    actor: actor.clone(),
+                    at: now,
+                });
+            }
+            let mut unique: Vec<String> = Vec::new();
+            for l in labels {
+                if !unique.contains(l) {
+                    unique.push(l.clone());
+                }
+            }
+            rec.issue.labels = unique;
+        })
+    }
+
+    /// Every dispatch received so far, oldest first.
+    pub fn dispatches(&self) -> ForgeResult<Vec<Dispatch>> {
+        let path = self.forge_dir().join("dispatches.jsonl");
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(ForgeError::io(format!("read {}", path.display()), e)),
+        };
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e)))
+            .collect()
+    }
+
+    /// Sets who holds which permission; without this file, the local person
+    /// and the engine are admins and nobody else has access.
+    pub fn set_collaborators(&self, perms: &BTreeMap<String, Permission>) -> ForgeResult<()> {
+        let text = serde_json::to_string_pretty(perms).expect("permissions serialise");
+        write_atomic(&self.forge_dir().join("collaborators.json"), text.as_bytes())
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder and
+/// a rename, so readers see the old file or the new one, never half of one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> ForgeResult<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).map_err(|e| ForgeError::io(format!("create {}", dir.display()), e))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id()
+    ));
+    let mut file = File::create(&tmp).map_err(|e| ForgeError::io(format!("create {}", tmp.display()), e))?;
+    file.write_all(bytes)
+        .and_then(|_| file.sync_all())
+        .map_err(|e| ForgeError::io(format!("write {}", tmp.display()), e))?;
+    fs::rename(&tmp, path).map_err(|e| ForgeError::io(format!("rename {} to {}", tmp.display(), path.display()), e))
+}
+
+fn content_version(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    digest.iter().take(10).map(|b| format!("{b:02x}")).collect()
+}
+
+#[async_trait]
+impl Forge for LocalForge {
+    fn describe(&self) -> String {
+        format!("the local forge at {}", self.forge_dir().display())
+    }
+
+    fn engine_account(&self) -> &str {
+        &self.engine_account
+    }
+
+    async fn issue(&self, number: IssueNumber) -> ForgeResult<Issue> {
+        Ok(self.read_record(number)?.issue)
+    }
+
+    async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue> {
+        self.create(new, true)
+    }
+
+    async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>> {
+        Ok(self
+            .all_records()?
+            .into_iter()
+            .map(|r| r.issue)
+            .filter(|i| i.state == IssueState::Open && i.labels.iter().any(|l| l == label))
+            .collect())
+    }
+
+    async fn all_issues(&self) -> ForgeResult<Vec<Issue>> {
+        Ok(self.all_records()?.into_iter().map(|r| r.issue).collect())
+    }
+
+    async fn close_issue(&self, number: IssueNumber) -> ForgeResult<()> {
+        self.update(number, |rec| rec.issue.state = IssueState::Closed)
+    }
+
+    async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()> {
+        self.replace_labels(number, labels, true)
+    }
+
+    async fn ensure_labels(&self, specs: &[LabelSpec]) -> ForgeResult<()> {
+        let _guard = self.lock("labels")?;
+        let path = self.forge_dir().join("labels.json");
+        let mut known: BTreeMap<String, (String, String)> = match fs::read_to_string(&path) {
+            Ok(t) => serde_json::from_str(&t).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e))?,
+            Err(_) => BTreeMap::new(),
+        };
+        let before = known.len();
+        for s in specs {
+            known.entry(s.name.clone()).or_insert_with(|| (s.color.clone(), s.description.clone()));
+        }
+        if known.len() != before {
+            let text = serde_json::to_string_pretty(&known).expect("labels serialise");
+            write_atomic(&path, text.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    async fn label_events(&self, number: IssueNumber) -> ForgeResult<Vec<LabelEvent>> {
+        Ok(self.read_record(number)?.label_events)
+    }
+
+    async fn comments(&self, number: IssueNumber) -> ForgeResult<Vec<Comment>> {
+        Ok(self.read_record(number)?.comments)
+    }
+
+    async fn add_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<()> {
+        let now = (self.clock)();
+        let author = self.engine_account.clone();
+        self.update(number, |rec| {
+            let id = rec.comments.iter().map(|c| c.id).max().unwrap_or(0) + 1;
+            rec.comments.push(Comment { id, author, body: body.to_string(), at: now });
+        })
+    }
+
+    async fn permission(&self, login: &str) -> ForgeResult<Permission> {
+        let path = self.forge_dir().join("collaborators.json");
+        match fs::read_to_string(&path) {
+            Ok(t) => {
+                let perms: BTreeMap<String, Permission> =
+                    serde_json::from_str(&t).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e))?;
+                Ok(perms.get(login).copied().unwrap_or(Permission::None))
+            }
+            Err(_) if login == self.actor || login == self.engine_account => Ok(Permission::Admin),
+            Err(_) => Ok(Permission::None),
+        }
+    }
+
+    async fn read_chart(&self, number: IssueNumber) -> ForgeResult<Option<StoredChart>> {
+        let path = self.chart_path(number);
+        match fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(StoredChart { version: content_version(&text), text })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(ForgeError::io(format!("read {}", path.display()), e)),
+        }
+    }
+
+    async fn write_chart(&self, number: IssueNumber, text: &str, expected: Option<&str>) -> ForgeResult<StoredChart> {
+        let _guard = self.lock(&format!("chart-{}", number.0))?;
+        let current = self.read_chart(number).await?;
+        if current.as_ref().map(|c| c.version.as_str()) != expected {
+            return Err(ForgeError::ChartConflict(number));
+        }
+        write_atomic(&self.chart_path(number), text.as_bytes())?;
+        Ok(StoredChart { text: text.to_string(), version: content_version(text) })
+    }
+
+    async fn dispatch_stage(&self, number: IssueNumber) -> ForgeResult<()> {
+        let _guard = self.lock("dispatches")?;
+        let path = self.forge_dir().join("dispatches.jsonl");
+        let line = serde_json::to_string(&Dispatch { issue: number, at: (self.clock)() }).expect("dispatch serialises");
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| ForgeError::io(format!("open {}", path.display()), e))?;
+        writeln!(file, "{line}").map_err(|e| ForgeError::io(format!("append to {}", path.display()), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn concurrent_label_writes_keep_the_file_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let forge = Arc::new(LocalForge::new(dir.path(), "ward-bot"));
+        let issue =
+            forge.admit(NewIssue { title: "t".into(), body: "b".into(), labels: vec!["ward:admit".into()] }).unwrap();
+        let mut handles = Vec::new();
+        for i in 0..8 {
+            let forge = forge.clone();
+            handles.push(std::thread::spawn(move || {
+                for j in 0..10 {
+                    forge.update(issue.number, |r| r.issue.labels.push(format!("x{i}-{j}"))).unwrap();
+                }
+            }));
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        let rec = forge.read_record(issue.number).unwrap();
+        assert_eq!(rec.issue.labels.len(), 81, "no write was lost");
+    }
+
+    #[tokio::test]
+    async fn chart_writes_are_compare_and_swap() {
+        let dir = tempfile::tempdir().unwrap();
+        let forge = LocalForge::new(dir.path(), "ward-bot");
+        let n = IssueNumber(1);
+        let first = forge.write_chart(n, "one", None).await.unwrap();
+        assert!(matches!(forge.write_chart(n, "two", None).await, Err(ForgeError::ChartConflict(_))));
+        forge.write_chart(n, "two", Some(&first.version)).await.unwrap();
+        assert!(matches!(forge.write_chart(n, "three", Some(&first.version)).await, Err(ForgeError::ChartConflict(_))));
+    }
+}

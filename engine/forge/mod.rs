@@ -1,0 +1,179 @@
+//! Where issues live, behind one trait. `local` keeps them in JSON files (the
+//! embedded default); `github` talks to the REST API. The engine above this
+//! line never knows which one it has.
+
+pub mod local;
+
+use std::fmt;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// An issue number, printed the way people write it: `#42`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct IssueNumber(pub u64);
+
+impl fmt::Display for IssueNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IssueState {
+    Open,
+    Closed,
+}
+
+/// The part of an issue the engine reads. Title, body and comments are
+/// untrusted text written by anyone who can open an issue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Issue {
+    pub number: IssueNumber,
+    pub title: String,
+    pub body: String,
+    pub author: String,
+    pub state: IssueState,
+    pub labels: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewIssue {
+    pub title: String,
+    pub body: String,
+    pub labels: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LabelAction {
+    Added,
+    Removed,
+}
+
+/// One entry of an issue's label history: who put which label on when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LabelEvent {
+    pub label: String,
+    pub action: LabelAction,
+    pub actor: String,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comment {
+    pub id: u64,
+    pub author: String,
+    pub body: String,
+    pub at: DateTime<Utc>,
+}
+
+/// A repository permission, ordered from least to most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Permission {
+    None,
+    Read,
+    Triage,
+    Write,
+    Maintain,
+    Admin,
+}
+
+impl std::str::FromStr for Permission {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "none" => Self::None,
+            "read" | "pull" => Self::Read,
+            "triage" => Self::Triage,
+            "write" | "push" => Self::Write,
+            "maintain" => Self::Maintain,
+            "admin" => Self::Admin,
+            other => {
+                return Err(format!("`{other}` is not a repository permission (read, triage, write, maintain, admin)"));
+            }
+        })
+    }
+}
+
+/// A label the engine may need to create, with how people see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelSpec {
+    pub name: String,
+    pub color: String,
+    pub description: String,
+}
+
+/// A chart file as stored, with the version needed to replace it
+/// (the blob sha on GitHub, a content hash locally).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredChart {
+    pub text: String,
+    pub version: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeError {
+    #[error("issue {0} does not exist in {1}")]
+    IssueNotFound(IssueNumber, String),
+    #[error("the chart of {0} changed while it was being written (someone else wrote it first)")]
+    ChartConflict(IssueNumber),
+    #[error("could not {action}: {message}")]
+    Io { action: String, message: String },
+    #[error("could not {action}: access denied ({message}); {help}")]
+    Forbidden { action: String, message: String, help: String },
+    #[error("could not {action}: GitHub answered {status}: {message}")]
+    Api { action: String, status: u16, message: String },
+}
+
+impl ForgeError {
+    pub fn io(action: impl Into<String>, err: impl fmt::Display) -> Self {
+        Self::Io { action: action.into(), message: err.to_string() }
+    }
+}
+
+pub type ForgeResult<T> = Result<T, ForgeError>;
+
+/// Everything the engine asks of the place issues live. Implementations turn
+/// their own models into these small types at the boundary.
+#[async_trait]
+pub trait Forge: Send + Sync {
+    /// `owner/name` on GitHub, the folder locally; used in messages.
+    fn describe(&self) -> String;
+
+    /// The login the engine acts as (labels it applies are trusted).
+    fn engine_account(&self) -> &str;
+
+    async fn issue(&self, number: IssueNumber) -> ForgeResult<Issue>;
+    async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue>;
+    /// Open issues carrying `label`, every page.
+    async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>>;
+    /// Every issue, open or closed, for reports.
+    async fn all_issues(&self) -> ForgeResult<Vec<Issue>>;
+    async fn close_issue(&self, number: IssueNumber) -> ForgeResult<()>;
+
+    /// Replace the issue's labels with `labels` in one write.
+    async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()>;
+    /// Create the labels of `specs` that the repository does not have yet.
+    async fn ensure_labels(&self, specs: &[LabelSpec]) -> ForgeResult<()>;
+    async fn label_events(&self, number: IssueNumber) -> ForgeResult<Vec<LabelEvent>>;
+
+    async fn comments(&self, number: IssueNumber) -> ForgeResult<Vec<Comment>>;
+    async fn add_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<()>;
+
+    async fn permission(&self, login: &str) -> ForgeResult<Permission>;
+
+    async fn read_chart(&self, number: IssueNumber) -> ForgeResult<Option<StoredChart>>;
+    /// Compare-and-swap: writes only when the stored version is still
+    /// `expected` (`None` = the chart must not exist yet); otherwise
+    /// [`ForgeError::ChartConflict`].
+    async fn write_chart(&self, number: IssueNumber, text: &str, expected: Option<&str>) -> ForgeResult<StoredChart>;
+
+    /// Start the next stage for `number` (repository_dispatch on GitHub, a
+    /// queue entry locally).
+    async fn dispatch_stage(&self, number: IssueNumber) -> ForgeResult<()>;
+}

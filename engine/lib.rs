@@ -1,0 +1,6 @@
+//! ward: a teaching-hospital pipeline for coding agents on GitHub issues.
+//! See `ARCHITECTURE.md` for the picture; `stage` is where one run is sequenced.
+
+pub mod chart;
+pub mod config;
+pub mod forge;
