@@ -15,8 +15,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{
-    Comment, Forge, ForgeError, ForgeResult, Issue, IssueNumber, IssueState, LabelAction, LabelEvent, LabelSpec,
-    NewIssue, Permission, StoredChart,
+    CiState, CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, IssueState,
+    LabelAction, LabelEvent, LabelSpec, NewIssue, NewPullRequest, Permission, PullRequest, PullState, Review,
+    StoredChart,
 };
 
 /// Where "now" comes from; tests and `--now` move it.
@@ -36,6 +37,20 @@ pub struct IssueRecord {
     pub label_events: Vec<LabelEvent>,
     #[serde(default)]
     pub comments: Vec<Comment>,
+}
+
+/// A pull request as stored locally, with what reviewers and CI said. The
+/// local forge has no reviewers or CI of its own: people (or `ward demo`
+/// playing them) record reviews, threads, commits and CI results here.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PullRecord {
+    pub pull: Option<PullRequest>,
+    #[serde(default)]
+    pub reviews: Vec<Review>,
+    #[serde(default)]
+    pub unresolved_threads: usize,
+    #[serde(default)]
+    pub commits: Vec<CommitInfo>,
 }
 
 /// One `repository_dispatch` the local forge received.
@@ -233,6 +248,46 @@ impl LocalForge {
     }
 }
 
+impl LocalForge {
+    fn pull_path(&self, number: u64) -> PathBuf {
+        self.forge_dir().join("pulls").join(format!("{number}.json"))
+    }
+
+    pub fn read_pull(&self, number: u64) -> ForgeResult<PullRecord> {
+        let path = self.pull_path(number);
+        let text = fs::read_to_string(&path)
+            .map_err(|e| ForgeError::io(format!("read pull request {number} at {}", path.display()), e))?;
+        serde_json::from_str(&text).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e))
+    }
+
+    /// Read-modify-write of one pull request record under its lock.
+    pub fn update_pull<T>(&self, number: u64, f: impl FnOnce(&mut PullRecord) -> T) -> ForgeResult<T> {
+        let _guard = self.lock(&format!("pull-{number}"))?;
+        let mut rec = self.read_pull(number)?;
+        let out = f(&mut rec);
+        let text = serde_json::to_string_pretty(&rec).expect("pull records serialise");
+        write_atomic(&self.pull_path(number), text.as_bytes())?;
+        Ok(out)
+    }
+
+    fn all_pulls(&self) -> ForgeResult<Vec<PullRecord>> {
+        let dir = self.forge_dir().join("pulls");
+        let Ok(entries) = fs::read_dir(&dir) else { return Ok(Vec::new()) };
+        let mut numbers: Vec<u64> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json")?.parse().ok())
+            .collect();
+        numbers.sort_unstable();
+        numbers.into_iter().map(|n| self.read_pull(n)).collect()
+    }
+
+    /// Records the CI result for a commit (what a CI system would report).
+    pub fn set_ci_status(&self, sha: &str, status: &CiStatus) -> ForgeResult<()> {
+        let text = serde_json::to_string_pretty(status).expect("ci status serialises");
+        write_atomic(&self.forge_dir().join("ci").join(format!("{sha}.json")), text.as_bytes())
+    }
+}
+
 /// Writes `bytes` to `path` through a temporary file in the same folder and
 /// a rename, so readers see the old file or the new one, never half of one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> ForgeResult<()> {
@@ -371,6 +426,66 @@ impl Forge for LocalForge {
             .open(&path)
             .map_err(|e| ForgeError::io(format!("open {}", path.display()), e))?;
         writeln!(file, "{line}").map_err(|e| ForgeError::io(format!("append to {}", path.display()), e))
+    }
+
+    async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>> {
+        Ok(self
+            .all_pulls()?
+            .into_iter()
+            .filter_map(|r| r.pull)
+            .filter(|p| p.head_branch == branch && p.state != PullState::Closed)
+            .last())
+    }
+
+    async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest> {
+        let _guard = self.lock("pull-numbers")?;
+        if let Some(existing) = self.pull_request_for_branch(&new.head_branch).await? {
+            return Ok(existing);
+        }
+        let number = self.all_pulls()?.len() as u64 + 1;
+        let pull = PullRequest {
+            number,
+            title: new.title,
+            body: new.body,
+            author: self.engine_account.clone(),
+            head_branch: new.head_branch,
+            head_sha: String::new(),
+            base_branch: new.base_branch,
+            state: PullState::Open,
+            url: format!("{}#pull-{number}", self.forge_dir().join("pulls").display()),
+        };
+        let rec = PullRecord { pull: Some(pull.clone()), ..PullRecord::default() };
+        let text = serde_json::to_string_pretty(&rec).expect("pull records serialise");
+        write_atomic(&self.pull_path(number), text.as_bytes())?;
+        Ok(pull)
+    }
+
+    async fn reviews(&self, pull: u64) -> ForgeResult<Vec<Review>> {
+        Ok(self.read_pull(pull)?.reviews)
+    }
+
+    async fn unresolved_review_threads(&self, pull: u64) -> ForgeResult<usize> {
+        Ok(self.read_pull(pull)?.unresolved_threads)
+    }
+
+    async fn pull_request_commits(&self, pull: u64) -> ForgeResult<Vec<CommitInfo>> {
+        Ok(self.read_pull(pull)?.commits)
+    }
+
+    async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus> {
+        let path = self.forge_dir().join("ci").join(format!("{sha}.json"));
+        match fs::read_to_string(&path) {
+            Ok(t) => serde_json::from_str(&t).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e)),
+            Err(_) => Ok(CiStatus { state: CiState::Missing, checks: Vec::new() }),
+        }
+    }
+
+    async fn merge_pull_request(&self, pull: u64) -> ForgeResult<()> {
+        self.update_pull(pull, |rec| {
+            if let Some(p) = rec.pull.as_mut() {
+                p.state = PullState::Merged;
+            }
+        })
     }
 }
 

@@ -116,6 +116,82 @@ pub struct StoredChart {
     pub version: String,
 }
 
+/// A pull request, as the discharge audit and the treat stage see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PullRequest {
+    pub number: u64,
+    pub title: String,
+    pub body: String,
+    pub author: String,
+    pub head_branch: String,
+    pub head_sha: String,
+    pub base_branch: String,
+    pub state: PullState,
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PullState {
+    Open,
+    Closed,
+    Merged,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewPullRequest {
+    pub head_branch: String,
+    pub base_branch: String,
+    pub title: String,
+    pub body: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ReviewState {
+    Approved,
+    ChangesRequested,
+    Commented,
+    Dismissed,
+    Pending,
+}
+
+/// A pull request review by a person (or an app).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Review {
+    pub author: String,
+    pub state: ReviewState,
+    /// The commit the review was made on.
+    pub commit_sha: String,
+    pub body: String,
+}
+
+/// One commit of a pull request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommitInfo {
+    pub sha: String,
+    pub message: String,
+    pub parent_count: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CiState {
+    Success,
+    Failure,
+    Pending,
+    /// No check run and no status was reported for the commit.
+    Missing,
+}
+
+/// CI for one commit: check runs and commit statuses folded together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CiStatus {
+    pub state: CiState,
+    /// `name: conclusion` per check, for the checklist's note.
+    pub checks: Vec<String>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ForgeError {
     #[error("issue {0} does not exist in {1}")]
@@ -176,4 +252,16 @@ pub trait Forge: Send + Sync {
     /// Start the next stage for `number` (repository_dispatch on GitHub, a
     /// queue entry locally).
     async fn dispatch_stage(&self, number: IssueNumber) -> ForgeResult<()>;
+
+    /// The open (or merged) pull request whose head is `branch`, if any.
+    async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>>;
+    /// Opens a pull request, or returns the one already open for the head.
+    async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest>;
+    async fn reviews(&self, pull: u64) -> ForgeResult<Vec<Review>>;
+    /// How many review threads are unresolved (GraphQL `reviewThreads` on GitHub).
+    async fn unresolved_review_threads(&self, pull: u64) -> ForgeResult<usize>;
+    async fn pull_request_commits(&self, pull: u64) -> ForgeResult<Vec<CommitInfo>>;
+    async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus>;
+    /// Squash-merges the pull request.
+    async fn merge_pull_request(&self, pull: u64) -> ForgeResult<()>;
 }
