@@ -59,6 +59,73 @@ pub struct Config {
     /// Precedent lookup. Default: top 3 from `precedents/log.yaml`.
     #[serde(default)]
     pub precedents: PrecedentConfig,
+    /// Bounds and labels of the planner's decompositions. Default:
+    /// depth 2, 12 children, `ward:waiting` / `ward:blocked`.
+    #[serde(default)]
+    pub decomposition: DecompositionConfig,
+    /// Labels and permissions of discharge (merge) and human approval.
+    #[serde(default)]
+    pub discharge: DischargeConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecompositionConfig {
+    /// How deep a tree of child issues may grow: 1 lets a patient have
+    /// children, 2 grandchildren. Between 1 and 5; default 2.
+    #[serde(default = "default_max_depth")]
+    pub max_depth: usize,
+    /// How many children one DECOMPOSITION may create. Between 1 and 50;
+    /// default 12.
+    #[serde(default = "default_max_children")]
+    pub max_children: usize,
+    /// Where a parent waits for its children. Default `ward:waiting`.
+    #[serde(default = "default_waiting_label")]
+    pub waiting_label: String,
+    /// Where a child waits for the siblings it depends on. Default `ward:blocked`.
+    #[serde(default = "default_blocked_label")]
+    pub blocked_label: String,
+}
+
+impl Default for DecompositionConfig {
+    fn default() -> Self {
+        Self {
+            max_depth: default_max_depth(),
+            max_children: default_max_children(),
+            waiting_label: default_waiting_label(),
+            blocked_label: default_blocked_label(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DischargeConfig {
+    /// A merged and closed patient. Default `ward:discharged`.
+    #[serde(default = "default_discharged_label")]
+    pub discharged_label: String,
+    /// Human approval mode: where a passed audit waits. Default `ward:awaiting-chief`.
+    #[serde(default = "default_awaiting_label")]
+    pub awaiting_label: String,
+    /// Human approval mode: the label a chief applies to let the engine
+    /// merge. Default `ward:approved`.
+    #[serde(default = "default_approved_label")]
+    pub approved_label: String,
+    /// Least permission of the person who applies `approved_label`: `maintain`
+    /// (default) or `admin`.
+    #[serde(default = "default_approver_permission", deserialize_with = "de_permission")]
+    pub approver_permission: Permission,
+}
+
+impl Default for DischargeConfig {
+    fn default() -> Self {
+        Self {
+            discharged_label: default_discharged_label(),
+            awaiting_label: default_awaiting_label(),
+            approved_label: default_approved_label(),
+            approver_permission: default_approver_permission(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -200,6 +267,30 @@ fn default_precedent_log() -> PathBuf {
 }
 fn default_top() -> usize {
     3
+}
+fn default_max_depth() -> usize {
+    2
+}
+fn default_max_children() -> usize {
+    12
+}
+fn default_waiting_label() -> String {
+    "ward:waiting".into()
+}
+fn default_blocked_label() -> String {
+    "ward:blocked".into()
+}
+fn default_discharged_label() -> String {
+    "ward:discharged".into()
+}
+fn default_awaiting_label() -> String {
+    "ward:awaiting-chief".into()
+}
+fn default_approved_label() -> String {
+    "ward:approved".into()
+}
+fn default_approver_permission() -> Permission {
+    Permission::Maintain
 }
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -381,7 +472,7 @@ impl Config {
             let per_outcome = stage.requires_for.iter().flat_map(|(outcome, kinds)| {
                 kinds.iter().enumerate().map(move |(i, k)| (format!("requires_for.{outcome}.{i}"), k))
             });
-            for (outcome, _) in &stage.requires_for {
+            for outcome in stage.requires_for.keys() {
                 if !stage.outcomes.contains_key(outcome) {
                     p.push((
                         format!("{path}.requires_for.{outcome}"),
@@ -424,6 +515,33 @@ impl Config {
                     p.push((format!("{path}.prompt"), format!("template `{}` does not exist", role.prompt.display())));
                 }
             }
+        }
+        let d = &self.decomposition;
+        if !(1..=5).contains(&d.max_depth) {
+            p.push(("decomposition.max_depth".into(), format!("{} is out of range; use 1 to 5", d.max_depth)));
+        }
+        if !(1..=50).contains(&d.max_children) {
+            p.push(("decomposition.max_children".into(), format!("{} is out of range; use 1 to 50", d.max_children)));
+        }
+        let c = &self.discharge;
+        for (path, label) in [
+            ("decomposition.waiting_label", &d.waiting_label),
+            ("decomposition.blocked_label", &d.blocked_label),
+            ("discharge.discharged_label", &c.discharged_label),
+            ("discharge.awaiting_label", &c.awaiting_label),
+            ("discharge.approved_label", &c.approved_label),
+        ] {
+            if !self.labels.contains_key(label) {
+                p.push((path.into(), format!("label `{label}` is not declared under `labels`")));
+            } else if self.stage_by_label(label).is_some() {
+                p.push((path.into(), format!("label `{label}` starts a stage; use a label where patients rest")));
+            }
+        }
+        if c.approver_permission < Permission::Maintain {
+            p.push((
+                "discharge.approver_permission".into(),
+                "must be `maintain` or `admin`: approving a merge is a chief's decision".into(),
+            ));
         }
         // Reachability: every stage must be reachable from admission.
         let reached = self.reachable_labels();
@@ -523,7 +641,8 @@ pub fn locate(text: &str, path: &str) -> (usize, usize) {
                 .is_some_and(|rest| rest.trim_start().starts_with(':'));
             // A list index: the n-th `- ` item under the parent.
             let is_index = segment.parse::<usize>().ok();
-            if matches_key {
+            // A path starts at the top level: `discharge.x` is not `stages.discharge.x`.
+            if matches_key && (parent_indent.is_some() || indent == 0) {
                 best = (i + 1, indent + 1);
                 parent_indent = Some(indent);
                 start = i + 1;
@@ -591,6 +710,27 @@ mod tests {
         let err = Config::parse(&text, Path::new(CONFIG_PATH), None).unwrap_err();
         assert!(err.0[0].line > 0, "{err}");
         assert!(err.to_string().contains("unknown field `lable`"), "{err}");
+    }
+
+    #[test]
+    fn decomposition_and_discharge_settings_are_validated() {
+        let config = Config::parse(SHIPPED, Path::new(CONFIG_PATH), None).unwrap();
+        assert_eq!(config.decomposition, DecompositionConfig::default());
+        assert_eq!(config.discharge, DischargeConfig::default());
+        let text = SHIPPED
+            .replace("max_depth: 2 ", "max_depth: 0 ")
+            .replace("blocked_label: ward:blocked", "blocked_label: ward:treat")
+            .replace("approver_permission: maintain", "approver_permission: write");
+        let err = Config::parse(&text, Path::new(CONFIG_PATH), None).unwrap_err();
+        let paths: Vec<&str> = err.0.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec!["decomposition.max_depth", "decomposition.blocked_label", "discharge.approver_permission"],
+            "{err}"
+        );
+        assert!(err.to_string().contains("label `ward:treat` starts a stage"), "{err}");
+        let line = text.lines().nth(err.0[0].line - 1).unwrap();
+        assert!(line.contains("max_depth: 0"), "{line}");
     }
 
     #[test]

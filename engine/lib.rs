@@ -5,3 +5,4 @@ pub mod chart;
 pub mod config;
 pub mod forge;
 pub mod precedent;
+pub mod rules;

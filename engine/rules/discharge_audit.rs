@@ -1,0 +1,544 @@
+//! The discharge nurse audits the reviewers, not the code. Facts in (the
+//! chart, the pull request, its reviews, threads, commits and CI, each
+//! possibly unknown), checklist out: one line per item, ✅ verified, ❌
+//! failed, ⬜ could not be verified (with why). Anything but ✅ everywhere
+//! is `audit-failed`, and the nurse agent's own judgment can fail a passing
+//! audit but never pass a failing one.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::{list, missing_sections, outcome_of_run, run_was_refused};
+use crate::chart::Note;
+use crate::config::Config;
+use crate::forge::{CiState, CiStatus, CommitInfo, PullRequest, Review, ReviewState};
+
+/// Sections of a CODE_REVIEW (the review template), plus a `Commit: <sha>` line.
+pub const CODE_REVIEW_SECTIONS: &[&str] = &["Scope against the plan", "Correctness", "Tests", "Security", "Verdict"];
+
+pub const PASSED: &str = "discharged";
+pub const FAILED: &str = "audit-failed";
+
+/// A fact the stage gathered, or why it could not.
+pub type Fact<T> = Result<T, String>;
+
+/// What the audit looks at; gathered by `crate::audit` (the I/O half).
+#[derive(Debug, Clone)]
+pub struct AuditFacts {
+    pub engine_account: String,
+    /// The patient's pull request.
+    pub pull: Fact<PullRequest>,
+    pub reviews: Fact<Vec<Review>>,
+    pub unresolved_threads: Fact<usize>,
+    /// Commits of the pull request, oldest first.
+    pub commits: Fact<Vec<CommitInfo>>,
+    /// CI of the head commit.
+    pub ci: Fact<CiStatus>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    Pass,
+    Fail,
+    Unknown,
+}
+
+impl fmt::Display for Mark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mark::Pass => "✅",
+            Mark::Fail => "❌",
+            Mark::Unknown => "⬜",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub id: &'static str,
+    pub title: &'static str,
+    pub mark: Mark,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checklist {
+    /// The head commit audited, when known.
+    pub head: Option<String>,
+    pub pull: Option<u64>,
+    pub items: Vec<Item>,
+}
+
+impl Checklist {
+    pub fn passed(&self) -> bool {
+        self.items.iter().all(|i| i.mark == Mark::Pass)
+    }
+
+    /// `discharged` or `audit-failed`.
+    pub fn outcome(&self) -> &'static str {
+        if self.passed() { PASSED } else { FAILED }
+    }
+
+    pub fn item(&self, id: &str) -> Option<&Item> {
+        self.items.iter().find(|i| i.id == id)
+    }
+
+    /// The DISCHARGE_CHECKLIST note body (and `ward audit` output).
+    pub fn render(&self) -> String {
+        let mut out = match (&self.pull, &self.head) {
+            (Some(p), Some(h)) => format!("Discharge audit of pull request #{p} at head `{}`.\n\n", short(h)),
+            (Some(p), None) => format!("Discharge audit of pull request #{p} (head commit unknown).\n\n"),
+            _ => "Discharge audit (no pull request found).\n\n".to_string(),
+        };
+        for i in &self.items {
+            out.push_str(&format!("- {} {}: {}\n", i.mark, i.title, i.note));
+        }
+        let count = |m: Mark| self.items.iter().filter(|i| i.mark == m).count();
+        if self.passed() {
+            out.push_str(&format!("\nResult: passed ({} of {} verified).\n", count(Mark::Pass), self.items.len()));
+        } else {
+            out.push_str(&format!(
+                "\nResult: audit failed ({} ❌ failed, {} ⬜ not verified); outcome `{FAILED}`.\n",
+                count(Mark::Fail),
+                count(Mark::Unknown)
+            ));
+        }
+        out
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
+/// The latest CODE_REVIEW that counts: its run was not refused and its role
+/// may write CODE_REVIEW.
+pub fn latest_code_review<'a>(config: &Config, chart: &'a [Note]) -> Option<&'a Note> {
+    chart.iter().rev().find(|n| {
+        n.kind == "CODE_REVIEW"
+            && !run_was_refused(chart, &n.meta.run)
+            && config.role(&n.meta.role).is_some_and(|r| r.writes.iter().any(|w| w == "CODE_REVIEW"))
+    })
+}
+
+/// The sha on the review's `Commit: <sha>` line (7 to 40 hex digits).
+pub fn reviewed_commit(body: &str) -> Option<&str> {
+    body.lines().rev().find_map(|l| {
+        let rest = l.trim().trim_start_matches(['*', '_', '-', ' ']).strip_prefix("Commit:")?;
+        let sha = rest.trim().trim_matches(['`', '*', '_']);
+        (sha.len() >= 7 && sha.len() <= 40 && sha.chars().all(|c| c.is_ascii_hexdigit())).then_some(sha)
+    })
+}
+
+fn same_commit(reviewed: &str, head: &str) -> bool {
+    head.to_ascii_lowercase().starts_with(&reviewed.to_ascii_lowercase())
+}
+
+/// A commit subject that should have been squashed away, with why.
+pub fn unclean_subject(message: &str) -> Option<&'static str> {
+    let subject = message.lines().next().unwrap_or("").trim().to_lowercase();
+    for (prefix, why) in
+        [("fixup!", "a fixup! commit"), ("squash!", "a squash! commit"), ("amend!", "an amend! commit")]
+    {
+        if subject.starts_with(prefix) {
+            return Some(why);
+        }
+    }
+    let wip = subject.strip_prefix("[wip]").or_else(|| subject.strip_prefix("(wip)")).is_some()
+        || subject.strip_prefix("wip").is_some_and(|rest| !rest.starts_with(|c: char| c.is_alphanumeric()));
+    wip.then_some("a work-in-progress commit")
+}
+
+/// Runs the audit.
+pub fn audit(config: &Config, chart: &[Note], facts: &AuditFacts) -> Checklist {
+    let head: Fact<&str> = match &facts.pull {
+        Ok(p) if p.head_sha.trim().is_empty() => Err(format!("pull request #{} reports no head commit", p.number)),
+        Ok(p) => Ok(p.head_sha.trim()),
+        Err(e) => Err(e.clone()),
+    };
+    let review = latest_code_review(config, chart);
+    let items = vec![
+        code_review_item(chart, review, &head),
+        pr_approval_item(facts, &head),
+        template_item(review),
+        threads_item(facts),
+        ci_item(facts, &head),
+        history_item(facts, &head),
+    ];
+    Checklist { head: head.ok().map(str::to_string), pull: facts.pull.as_ref().ok().map(|p| p.number), items }
+}
+
+fn item(id: &'static str, title: &'static str, mark: Mark, note: impl Into<String>) -> Item {
+    Item { id, title, mark, note: note.into() }
+}
+
+fn code_review_item(chart: &[Note], review: Option<&Note>, head: &Fact<&str>) -> Item {
+    let it = |mark, note: String| item("code-review", "Approving CODE_REVIEW for the head commit", mark, note);
+    let Some(review) = review else {
+        return it(Mark::Fail, "the chart holds no CODE_REVIEW".into());
+    };
+    let run = &review.meta.run;
+    let outcome = outcome_of_run(chart, run);
+    if outcome != Some("approve") {
+        return it(
+            Mark::Fail,
+            format!(
+                "the latest CODE_REVIEW (run `{run}`) ended `{}`, not `approve`",
+                outcome.unwrap_or("without an outcome")
+            ),
+        );
+    }
+    let Some(sha) = reviewed_commit(&review.body) else {
+        return it(Mark::Fail, format!("the latest CODE_REVIEW (run `{run}`) names no `Commit: <sha>` line"));
+    };
+    match head {
+        Err(why) => it(Mark::Unknown, format!("run `{run}` approved `{sha}`, but the head commit is unknown: {why}")),
+        Ok(h) if same_commit(sha, h) => it(Mark::Pass, format!("run `{run}` approved `{}`", short(h))),
+        Ok(h) => it(
+            Mark::Fail,
+            format!("run `{run}` approved `{sha}`, but the head is now `{}`; review the new commits", short(h)),
+        ),
+    }
+}
+
+fn pr_approval_item(facts: &AuditFacts, head: &Fact<&str>) -> Item {
+    let title = "Approving pull request review by someone other than the author and the engine";
+    let it = |mark, note: String| item("pr-approval", title, mark, note);
+    let (pull, reviews) = match (&facts.pull, &facts.reviews) {
+        (Err(e), _) | (_, Err(e)) => return it(Mark::Unknown, format!("reviews could not be read: {e}")),
+        (Ok(p), Ok(r)) => (p, r),
+    };
+    let excluded =
+        |login: &str| login.eq_ignore_ascii_case(&pull.author) || login.eq_ignore_ascii_case(&facts.engine_account);
+    // Each reviewer's standing is their latest approving, rejecting or
+    // dismissed review (comments do not change it), as on GitHub.
+    let mut standing: BTreeMap<String, &Review> = BTreeMap::new();
+    for r in reviews {
+        if matches!(r.state, ReviewState::Approved | ReviewState::ChangesRequested | ReviewState::Dismissed) {
+            standing.insert(r.author.to_lowercase(), r);
+        }
+    }
+    let blocking: Vec<String> = standing
+        .values()
+        .filter(|r| r.state == ReviewState::ChangesRequested)
+        .map(|r| format!("`{}`", r.author))
+        .collect();
+    if !blocking.is_empty() {
+        return it(Mark::Fail, format!("{} requested changes", list(&blocking)));
+    }
+    let approvals: Vec<&&Review> =
+        standing.values().filter(|r| r.state == ReviewState::Approved && !excluded(&r.author)).collect();
+    let head = match head {
+        Ok(h) => *h,
+        Err(why) => return it(Mark::Unknown, format!("the head commit is unknown: {why}")),
+    };
+    let current: Vec<String> =
+        approvals.iter().filter(|r| same_commit(&r.commit_sha, head)).map(|r| format!("`{}`", r.author)).collect();
+    if !current.is_empty() {
+        return it(Mark::Pass, format!("approved by {} at `{}`", list(&current), short(head)));
+    }
+    if !approvals.is_empty() {
+        let stale: Vec<String> =
+            approvals.iter().map(|r| format!("`{}` at `{}`", r.author, short(&r.commit_sha))).collect();
+        return it(
+            Mark::Fail,
+            format!("approvals are for older commits ({}); the head needs a fresh one", list(&stale)),
+        );
+    }
+    let self_approved = standing.values().any(|r| r.state == ReviewState::Approved && excluded(&r.author));
+    it(
+        Mark::Fail,
+        format!(
+            "no approving review by anyone but the author `{}` and the engine `{}`{}",
+            pull.author,
+            facts.engine_account,
+            if self_approved { " (their own approvals do not count)" } else { "" }
+        ),
+    )
+}
+
+fn template_item(review: Option<&Note>) -> Item {
+    let it = |mark, note: String| item("review-template", "Review template filled", mark, note);
+    let Some(review) = review else {
+        return it(Mark::Fail, "the chart holds no CODE_REVIEW".into());
+    };
+    let mut missing = missing_sections(&review.body, CODE_REVIEW_SECTIONS);
+    if reviewed_commit(&review.body).is_none() {
+        missing.push("the `Commit: <sha>` line is missing".into());
+    }
+    if missing.is_empty() {
+        it(Mark::Pass, format!("every section of the CODE_REVIEW of run `{}` is filled", review.meta.run))
+    } else {
+        it(Mark::Fail, format!("the CODE_REVIEW of run `{}`: {}", review.meta.run, list(&missing)))
+    }
+}
+
+fn threads_item(facts: &AuditFacts) -> Item {
+    let it = |mark, note: String| item("threads", "No unresolved review threads", mark, note);
+    match (&facts.pull, &facts.unresolved_threads) {
+        (Err(e), _) | (_, Err(e)) => it(Mark::Unknown, format!("review threads could not be read: {e}")),
+        (Ok(_), Ok(0)) => it(Mark::Pass, "every review thread is resolved".into()),
+        (Ok(_), Ok(n)) => it(Mark::Fail, format!("{n} review thread(s) are unresolved")),
+    }
+}
+
+fn ci_item(facts: &AuditFacts, head: &Fact<&str>) -> Item {
+    let it = |mark, note: String| item("ci", "CI green for the head commit", mark, note);
+    let h = match head {
+        Ok(h) => *h,
+        Err(why) => return it(Mark::Unknown, format!("the head commit is unknown: {why}")),
+    };
+    let ci = match &facts.ci {
+        Ok(ci) => ci,
+        Err(e) => return it(Mark::Unknown, format!("CI for `{}` could not be read: {e}", short(h))),
+    };
+    let checks = if ci.checks.is_empty() { String::new() } else { format!(" ({})", ci.checks.join(", ")) };
+    match ci.state {
+        CiState::Success => it(Mark::Pass, format!("CI passed for `{}`{checks}", short(h))),
+        CiState::Failure => it(Mark::Fail, format!("CI failed for `{}`{checks}", short(h))),
+        CiState::Pending => it(Mark::Unknown, format!("CI is still running for `{}`{checks}", short(h))),
+        CiState::Missing => it(Mark::Unknown, format!("no check run or status was reported for `{}`", short(h))),
+    }
+}
+
+fn history_item(facts: &AuditFacts, head: &Fact<&str>) -> Item {
+    let it = |mark, note: String| item("history", "Clean history", mark, note);
+    let commits = match (&facts.pull, &facts.commits) {
+        (Err(e), _) | (_, Err(e)) => return it(Mark::Unknown, format!("commits could not be read: {e}")),
+        (Ok(_), Ok(c)) => c,
+    };
+    let Some(last) = commits.last() else {
+        return it(Mark::Unknown, "the pull request lists no commits".into());
+    };
+    let mut problems = Vec::new();
+    for c in commits {
+        let subject = c.message.lines().next().unwrap_or("").trim();
+        if let Some(why) = unclean_subject(&c.message) {
+            problems.push(format!("`{}` is {why} (\"{subject}\")", short(&c.sha)));
+        }
+        if c.parent_count > 1 {
+            problems
+                .push(format!("`{}` is a merge commit (\"{subject}\"); rebase onto the base instead", short(&c.sha)));
+        }
+    }
+    if !problems.is_empty() {
+        return it(Mark::Fail, format!("{}; squash or rebase them away", problems.join(", ")));
+    }
+    if let Ok(h) = head
+        && !same_commit(&last.sha, h)
+    {
+        return it(
+            Mark::Unknown,
+            format!("the commit list ends at `{}`, not at the head `{}`", short(&last.sha), short(h)),
+        );
+    }
+    it(Mark::Pass, format!("{} commit(s), no fixup!, squash!, WIP or merge commits", commits.len()))
+}
+
+/// The stage's outcome: the nurse may fail a passing audit with her own
+/// judgment, never pass a failing one. Returns the outcome and, when the
+/// agent's declaration was overruled, why.
+pub fn final_outcome<'a>(checklist: &Checklist, agent_outcome: &'a str) -> (&'a str, Option<String>) {
+    if agent_outcome == PASSED && !checklist.passed() {
+        let failing: Vec<String> = checklist
+            .items
+            .iter()
+            .filter(|i| i.mark != Mark::Pass)
+            .map(|i| format!("{} {}", i.mark, i.title))
+            .collect();
+        return (
+            FAILED,
+            Some(format!(
+                "The discharge nurse declared `{PASSED}`, but the engine's audit did not pass ({}); the outcome is \
+                 `{FAILED}`.",
+                list(&failing)
+            )),
+        );
+    }
+    (agent_outcome, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::forge::PullState;
+
+    const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    fn chart() -> Vec<Note> {
+        vec![
+            note("CODE_REVIEW", "r7", "code-review", "review-attending", CODE_REVIEW),
+            outcome("r7", "code-review", "approve"),
+        ]
+    }
+
+    fn facts() -> AuditFacts {
+        AuditFacts {
+            engine_account: "ward-bot".into(),
+            pull: Ok(PullRequest {
+                number: 3,
+                title: "Fix cache".into(),
+                body: String::new(),
+                author: "ward-bot".into(),
+                head_branch: "ward/issue-1".into(),
+                head_sha: HEAD.into(),
+                base_branch: "main".into(),
+                state: PullState::Open,
+                url: String::new(),
+            }),
+            reviews: Ok(vec![Review {
+                author: "maria".into(),
+                state: ReviewState::Approved,
+                commit_sha: HEAD.into(),
+                body: String::new(),
+            }]),
+            unresolved_threads: Ok(0),
+            commits: Ok(vec![
+                CommitInfo { sha: "aaaaaaa1".into(), message: "Key the cache by tenant".into(), parent_count: 1 },
+                CommitInfo {
+                    sha: HEAD.into(),
+                    message: "Test two tenants\n\nwip notes in body are fine".into(),
+                    parent_count: 1,
+                },
+            ]),
+            ci: Ok(CiStatus { state: CiState::Success, checks: vec!["test: success".into()] }),
+        }
+    }
+
+    fn run(chart: &[Note], facts: &AuditFacts) -> Checklist {
+        audit(&config(), chart, facts)
+    }
+
+    fn mark(list: &Checklist, id: &str) -> Mark {
+        list.item(id).unwrap().mark
+    }
+
+    #[test]
+    fn everything_verified_passes() {
+        let list = run(&chart(), &facts());
+        assert!(list.passed(), "{}", list.render());
+        assert_eq!(list.outcome(), "discharged");
+        assert_eq!(list.render().lines().filter(|l| l.starts_with("- ✅")).count(), 6);
+    }
+
+    #[test]
+    fn code_review_for_another_commit_or_not_approving_fails() {
+        let mut f = facts();
+        if let Ok(p) = f.pull.as_mut() {
+            p.head_sha = "fedcba9876543210fedcba9876543210fedcba98".into();
+        }
+        let list = run(&chart(), &f);
+        assert_eq!(mark(&list, "code-review"), Mark::Fail);
+        assert!(list.item("code-review").unwrap().note.contains("the head is now `fedcba987654`"));
+        let mut c = chart();
+        c[1] = outcome("r7", "code-review", "changes-requested");
+        assert_eq!(mark(&run(&c, &facts()), "code-review"), Mark::Fail);
+        // A fellow's CODE_REVIEW does not count.
+        let forged = vec![note("CODE_REVIEW", "r8", "treat", "fellow", CODE_REVIEW), outcome("r8", "treat", "approve")];
+        assert_eq!(mark(&run(&forged, &facts()), "code-review"), Mark::Fail);
+    }
+
+    #[test]
+    fn approvals_by_the_author_the_engine_or_on_old_commits_do_not_count() {
+        let review = |author: &str, state, sha: &str| Review {
+            author: author.into(),
+            state,
+            commit_sha: sha.into(),
+            body: String::new(),
+        };
+        let mut f = facts();
+        f.reviews = Ok(vec![review("WARD-BOT", ReviewState::Approved, HEAD)]);
+        let list = run(&chart(), &f);
+        assert_eq!(mark(&list, "pr-approval"), Mark::Fail);
+        assert!(list.item("pr-approval").unwrap().note.contains("their own approvals do not count"));
+        f.reviews = Ok(vec![review("maria", ReviewState::Approved, "1111111")]);
+        assert!(run(&chart(), &f).item("pr-approval").unwrap().note.contains("older commits"));
+        f.reviews = Ok(vec![
+            review("maria", ReviewState::Approved, HEAD),
+            review("tom", ReviewState::ChangesRequested, HEAD),
+            review("tom", ReviewState::Commented, HEAD),
+        ]);
+        assert!(run(&chart(), &f).item("pr-approval").unwrap().note.contains("`tom` requested changes"));
+        f.reviews = Err("GitHub answered 502".into());
+        assert_eq!(mark(&run(&chart(), &f), "pr-approval"), Mark::Unknown);
+    }
+
+    #[test]
+    fn an_unfilled_template_fails() {
+        let mut c = chart();
+        c[0].body = CODE_REVIEW.replace("## Security\nNo new input.\n", "## Security\n<!-- fill -->\n");
+        let list = run(&c, &facts());
+        assert_eq!(mark(&list, "review-template"), Mark::Fail);
+        assert!(list.item("review-template").unwrap().note.contains("`## Security` is empty"));
+    }
+
+    #[test]
+    fn unresolved_threads_fail() {
+        let mut f = facts();
+        f.unresolved_threads = Ok(2);
+        assert_eq!(mark(&run(&chart(), &f), "threads"), Mark::Fail);
+        f.unresolved_threads = Err("GraphQL error".into());
+        assert_eq!(mark(&run(&chart(), &f), "threads"), Mark::Unknown);
+    }
+
+    #[test]
+    fn ci_must_be_green_for_the_head() {
+        let mut f = facts();
+        for (state, want) in
+            [(CiState::Failure, Mark::Fail), (CiState::Pending, Mark::Unknown), (CiState::Missing, Mark::Unknown)]
+        {
+            f.ci = Ok(CiStatus { state, checks: vec![] });
+            let list = run(&chart(), &f);
+            assert_eq!(mark(&list, "ci"), want);
+            assert_eq!(list.outcome(), "audit-failed");
+        }
+    }
+
+    #[test]
+    fn history_must_be_clean() {
+        for (message, parents) in [
+            ("fixup! Key the cache", 1),
+            ("squash! Key the cache", 1),
+            ("WIP", 1),
+            ("wip: half done", 1),
+            ("[WIP] cache", 1),
+            ("Merge branch 'main' into ward/issue-1", 2),
+        ] {
+            let mut f = facts();
+            if let Ok(c) = f.commits.as_mut() {
+                c.insert(0, CommitInfo { sha: "bbbbbbb2".into(), message: message.into(), parent_count: parents });
+            }
+            let list = run(&chart(), &f);
+            assert_eq!(mark(&list, "history"), Mark::Fail, "{message}");
+        }
+        assert_eq!(unclean_subject("Wipe the cache on deploy"), None);
+        let mut f = facts();
+        f.commits = Ok(vec![]);
+        assert_eq!(mark(&run(&chart(), &f), "history"), Mark::Unknown);
+    }
+
+    #[test]
+    fn no_pull_request_leaves_items_blank_not_green() {
+        let mut f = facts();
+        f.pull = Err("no pull request has head `ward/issue-1`".into());
+        let list = run(&chart(), &f);
+        for id in ["code-review", "pr-approval", "threads", "ci", "history"] {
+            assert_eq!(mark(&list, id), Mark::Unknown, "{id}");
+        }
+        assert!(list.render().contains("no pull request found"));
+    }
+
+    #[test]
+    fn the_nurse_cannot_pass_a_failing_audit() {
+        let mut f = facts();
+        f.unresolved_threads = Ok(1);
+        let list = run(&chart(), &f);
+        let (outcome, why) = final_outcome(&list, "discharged");
+        assert_eq!(outcome, "audit-failed");
+        assert!(why.unwrap().contains("❌ No unresolved review threads"));
+        let ok = run(&chart(), &facts());
+        assert_eq!(final_outcome(&ok, "audit-failed"), ("audit-failed", None), "she may fail a passing audit");
+        assert_eq!(final_outcome(&ok, "discharged"), ("discharged", None));
+    }
+}
