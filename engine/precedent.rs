@@ -28,6 +28,8 @@ pub struct Precedent {
 pub enum PrecedentError {
     #[error("cannot read the precedent log {file}: {message}")]
     Read { file: PathBuf, message: String },
+    #[error("cannot read the precedent log {file} at revision `{rev}`: {message}")]
+    Revision { file: PathBuf, rev: String, message: String },
     #[error("{file}:{line}:{column}: {message}")]
     Syntax { file: PathBuf, line: usize, column: usize, message: String },
     #[error("{file}: entry {index} ({id}): {message}")]
@@ -199,6 +201,249 @@ impl Bm25 {
     }
 }
 
+/// One problem `ward precedents check` found, naming the entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogProblem {
+    /// 1-based line in the current log (of the entry, or where it was).
+    pub line: usize,
+    /// `entry 3 (P-0003)`, or empty for the whole file.
+    pub entry: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for LogProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.entry.is_empty() {
+            write!(f, "line {}: {}", self.line, self.message)
+        } else {
+            write!(f, "line {}: {}: {}", self.line, self.entry, self.message)
+        }
+    }
+}
+
+/// One entry as it stands in the file: its lines from the `- ` that opens
+/// it through its last line that is neither blank nor a comment at column
+/// 0 (those sit between entries and belong to none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawEntry<'a> {
+    pub text: &'a str,
+    /// 1-based line of the opening `- `.
+    pub line: usize,
+}
+
+/// Splits a block-style YAML list into its entries' raw text.
+pub fn raw_entries(text: &str) -> Vec<RawEntry<'_>> {
+    let mut starts: Vec<(usize, usize)> = Vec::new(); // (byte offset, line)
+    let mut offset = 0;
+    let mut line_ends: Vec<(usize, usize, bool)> = Vec::new(); // (start, end without newline, blank-or-col0-comment)
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        let content = line.trim_end_matches(['\n', '\r']);
+        if (content == "-" || content.starts_with("- ")) && !content.starts_with("---") {
+            starts.push((offset, i + 1));
+        }
+        let filler = content.trim().is_empty() || content.starts_with('#');
+        line_ends.push((offset, offset + content.len(), filler));
+        offset += line.len();
+    }
+    let mut out = Vec::with_capacity(starts.len());
+    for (k, &(start, line)) in starts.iter().enumerate() {
+        let limit = starts.get(k + 1).map_or(text.len(), |s| s.0);
+        let end = line_ends
+            .iter()
+            .filter(|(s, _, filler)| *s >= start && *s < limit && !*filler)
+            .map(|(_, e, _)| *e)
+            .next_back()
+            .unwrap_or(start);
+        out.push(RawEntry { text: &text[start..end], line });
+    }
+    out
+}
+
+fn id_of(raw: &str) -> Option<String> {
+    raw.lines().find_map(|l| {
+        let rest = l.trim_start_matches(['-', ' ']).strip_prefix("id:")?;
+        Some(rest.trim().trim_matches(['"', '\'']).to_string()).filter(|id| !id.is_empty())
+    })
+}
+
+fn describe(index: usize, raw: &str) -> String {
+    match id_of(raw) {
+        Some(id) => format!("entry {index} ({id})"),
+        None => format!("entry {index}"),
+    }
+}
+
+/// The first line where two entries differ, for the message.
+fn first_difference(old: &str, new: &str) -> String {
+    let (mut a, mut b) = (old.lines(), new.lines());
+    for n in 1.. {
+        match (a.next(), b.next()) {
+            (Some(x), Some(y)) if x == y => continue,
+            (Some(x), Some(y)) => return format!("its line {n} was `{x}` and is now `{y}`"),
+            (Some(x), None) => return format!("its line {n} `{x}` was removed"),
+            (None, Some(y)) => return format!("its line {n} `{y}` was added"),
+            (None, None) => break,
+        }
+    }
+    "its line endings or trailing spaces changed".to_string()
+}
+
+/// Checks the log `current` (the text of `file` now) on its own and, given
+/// the text at a base revision, as an append-only log: every earlier entry
+/// must be byte for byte where it was. Returns every problem, each naming
+/// its entry; empty means the log passes.
+pub fn check_log(current: &str, base: Option<&str>, today: chrono::NaiveDate, engine_account: &str) -> Vec<LogProblem> {
+    let mut problems = Vec::new();
+    let entries = raw_entries(current);
+    match serde_yaml::from_str::<Option<Vec<serde_yaml::Value>>>(current) {
+        Err(e) => {
+            let line = e.location().map_or(0, |l| l.line());
+            let message = e.to_string().split(" at line ").next().unwrap_or_default().to_string();
+            problems.push(LogProblem { line, entry: String::new(), message: format!("not valid YAML: {message}") });
+            return problems;
+        }
+        Ok(values) => {
+            let n = values.map_or(0, |v| v.len());
+            if n != entries.len() {
+                problems.push(LogProblem {
+                    line: 1,
+                    entry: String::new(),
+                    message: format!(
+                        "the log holds {n} entries but {} start with `- ` at column 0; write it as a block list, \
+                         one `- id: P-0001` per entry",
+                        entries.len()
+                    ),
+                });
+                return problems;
+            }
+        }
+    }
+
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (i, raw) in entries.iter().enumerate() {
+        let index = i + 1;
+        let mut push = |message: String| {
+            problems.push(LogProblem { line: raw.line, entry: describe(index, raw.text), message });
+        };
+        let entry = match serde_yaml::from_str::<Vec<Precedent>>(raw.text) {
+            Ok(mut one) if one.len() == 1 => one.remove(0),
+            Ok(_) => {
+                push("is not a single entry".into());
+                continue;
+            }
+            Err(e) => {
+                push(format!(
+                    "is malformed: {}",
+                    e.to_string()
+                        .split(" at line ")
+                        .next()
+                        .unwrap_or_default()
+                        .trim_start_matches(".[0]: ")
+                        .trim_start_matches("[0]: ")
+                ));
+                continue;
+            }
+        };
+        if let Some(&earlier) = seen.get(&entry.id) {
+            push(format!("id `{}` is duplicated (entry {earlier} has it too)", entry.id));
+        } else if let Some(message) = entry_problem(&entry, i) {
+            push(message);
+        }
+        seen.entry(entry.id.clone()).or_insert(index);
+        if let Ok(date) = chrono::NaiveDate::parse_from_str(&entry.date, "%Y-%m-%d")
+            && date > today
+        {
+            push(format!("date {} is in the future (today is {today})", entry.date));
+        }
+        if entry.chief.trim().eq_ignore_ascii_case(engine_account) || entry.chief.trim().ends_with("[bot]") {
+            push(format!(
+                "chief `{}` is the engine's own account or a bot; only humans decide precedents",
+                entry.chief.trim()
+            ));
+        }
+        if entry.tags.is_empty() || entry.tags.iter().any(|t| t.trim().is_empty()) {
+            push("`tags` must list at least one non-empty tag".into());
+        }
+    }
+
+    let Some(base) = base else { return problems };
+    let before = raw_entries(base);
+    for (i, old) in before.iter().enumerate() {
+        let index = i + 1;
+        let name = describe(index, old.text);
+        if entries.get(i).is_some_and(|now| now.text == old.text) {
+            continue;
+        }
+        let (line, message) = match entries.iter().position(|now| now.text == old.text) {
+            Some(j) => {
+                (entries[j].line, format!("moved from position {index} to {}; entries are never reordered", j + 1))
+            }
+            None => match entries.get(i) {
+                Some(now) if before.iter().any(|b| b.text == now.text) => {
+                    (now.line, "vanished; earlier entries are never removed".to_string())
+                }
+                Some(now) => (
+                    now.line,
+                    format!(
+                        "changed since the base revision ({}); earlier entries are never edited, add a new one",
+                        first_difference(old.text, now.text)
+                    ),
+                ),
+                None => (current.lines().count().max(1), "vanished; earlier entries are never removed".to_string()),
+            },
+        };
+        problems.push(LogProblem { line, entry: name, message });
+    }
+    problems
+}
+
+/// The text of `log` (relative to the repository root) at revision `rev`
+/// of the repository that holds `root`; `None` when the file did not exist
+/// there.
+pub fn read_at_revision(root: &Path, rev: &str, log: &Path) -> Result<Option<String>, PrecedentError> {
+    let fail = |message: String| PrecedentError::Revision { file: log.into(), rev: rev.into(), message };
+    let repo = git2::Repository::discover(root)
+        .map_err(|e| fail(format!("no git repository at {}: {}", root.display(), e.message())))?;
+    let object = repo.revparse_single(rev).map_err(|e| {
+        fail(format!("the revision does not exist ({}); fetch it first, e.g. `git fetch origin main`", e.message()))
+    })?;
+    let tree =
+        object.peel_to_tree().map_err(|e| fail(format!("it does not name a commit or tree ({})", e.message())))?;
+    let entry = match tree.get_path(log) {
+        Ok(entry) => entry,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+        Err(e) => return Err(fail(e.message().to_string())),
+    };
+    let blob = entry
+        .to_object(&repo)
+        .and_then(|o| o.peel_to_blob())
+        .map_err(|e| fail(format!("it is not a file ({})", e.message())))?;
+    let text = std::str::from_utf8(blob.content()).map_err(|e| fail(format!("it is not UTF-8 ({e})")))?;
+    Ok(Some(text.to_string()))
+}
+
+/// `ward precedents check [--base REV]`: the log file under `root` checked
+/// on its own and, with `base`, against the log at that revision.
+pub fn check_against(
+    root: &Path,
+    log: &Path,
+    base: Option<&str>,
+    today: chrono::NaiveDate,
+    engine_account: &str,
+) -> Result<Vec<LogProblem>, PrecedentError> {
+    let file = root.join(log);
+    let current = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(PrecedentError::Read { file, message: e.to_string() }),
+    };
+    let before = match base {
+        Some(rev) => read_at_revision(root, rev, log)?,
+        None => None,
+    };
+    Ok(check_log(&current, before.as_deref(), today, engine_account))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +480,203 @@ mod tests {
             err.to_string(),
             "log.yaml: entry 2 (P-0003): id `P-0003` is out of sequence; entry 2 must be `P-0002`"
         );
+    }
+
+    mod history {
+        //! `ward precedents check` against real repositories built with git2:
+        //! fixed author and dates, no user or system git configuration.
+        use super::super::*;
+        use chrono::NaiveDate;
+        use git2::{Repository, Signature, Time};
+
+        const V1: &str = "# Decisions of the chiefs. Append only.
+- id: P-0001
+  date: 2026-01-10
+  chief: maria
+  tags: [tests, flaky]
+  question: A test fails one run in twenty. May the fellow delete it?
+  decision: Never delete a flaky test. Quarantine it with an issue that names the owner.
+
+- id: P-0002
+  date: 2026-02-03
+  chief: tom
+  tags: [api, compatibility]
+  question: Can a public function be renamed in a patch release?
+  decision: Public API renames keep the old name deprecated for one minor release.
+";
+
+        const P3: &str = "
+- id: P-0003
+  date: 2026-03-01
+  chief: maria
+  tags: [deps]
+  question: May a fellow add a dependency?
+  decision: Only with a plan that names why the standard library will not do.
+";
+
+        fn today() -> NaiveDate {
+            NaiveDate::from_ymd_opt(2026, 11, 29).unwrap()
+        }
+
+        /// A repository whose `main` holds `V1` in one commit at a fixed time.
+        fn repo_with(text: &str) -> (tempfile::TempDir, Repository) {
+            let dir = tempfile::tempdir().unwrap();
+            let repo = Repository::init(dir.path()).unwrap();
+            commit(&repo, text, "Add the first precedents", 1_767_225_600);
+            (dir, repo)
+        }
+
+        fn commit(repo: &Repository, text: &str, message: &str, when: i64) -> git2::Oid {
+            let root = repo.workdir().unwrap();
+            std::fs::create_dir_all(root.join("precedents")).unwrap();
+            std::fs::write(root.join("precedents/log.yaml"), text).unwrap();
+            let mut index = repo.index().unwrap();
+            index.add_path(Path::new("precedents/log.yaml")).unwrap();
+            index.write().unwrap();
+            let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+            let sig = Signature::new("Maria Chief", "maria@example.com", &Time::new(when, 0)).unwrap();
+            let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+            let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+            repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents).unwrap()
+        }
+
+        fn check_now(dir: &Path, now: &str, base: &str) -> Vec<String> {
+            std::fs::write(dir.join("precedents/log.yaml"), now).unwrap();
+            check_against(dir, Path::new("precedents/log.yaml"), Some(base), today(), "github-actions[bot]")
+                .unwrap()
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        }
+
+        #[test]
+        fn appending_an_entry_passes() {
+            let (dir, _repo) = repo_with(V1);
+            assert_eq!(check_now(dir.path(), &format!("{V1}{P3}"), "HEAD"), Vec::<String>::new());
+        }
+
+        #[test]
+        fn a_one_character_change_to_an_old_entry_is_named() {
+            let (dir, _repo) = repo_with(V1);
+            let edited = format!("{}{P3}", V1.replace("chief: tom", "chief: tim"));
+            assert_eq!(
+                check_now(dir.path(), &edited, "HEAD"),
+                vec![
+                    "line 9: entry 2 (P-0002): changed since the base revision (its line 3 was `  chief: tom` and is \
+                     now `  chief: tim`); earlier entries are never edited, add a new one"
+                ]
+            );
+            // Even a trailing space counts.
+            let spaced = V1.replace("release.\n", "release. \n");
+            let problems = check_now(dir.path(), &spaced, "HEAD");
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(problems[0].contains("entry 2 (P-0002): changed"), "{problems:?}");
+        }
+
+        #[test]
+        fn a_reordering_is_named() {
+            let (dir, _repo) = repo_with(V1);
+            let entries = raw_entries(V1);
+            let swapped = format!("{}\n\n{}\n", entries[1].text, entries[0].text);
+            let problems = check_now(dir.path(), &swapped, "HEAD");
+            assert!(
+                problems.contains(
+                    &"line 1: entry 1 (P-0002): id `P-0002` is out of sequence; entry 1 must be `P-0001`".to_string()
+                ),
+                "{problems:?}"
+            );
+            assert!(
+                problems.contains(
+                    &"line 8: entry 1 (P-0001): moved from position 1 to 2; entries are never reordered".to_string()
+                ),
+                "{problems:?}"
+            );
+            assert!(
+                problems.contains(
+                    &"line 1: entry 2 (P-0002): moved from position 2 to 1; entries are never reordered".to_string()
+                ),
+                "{problems:?}"
+            );
+        }
+
+        #[test]
+        fn a_vanished_entry_is_named() {
+            let (dir, repo) = repo_with(V1);
+            commit(&repo, &format!("{V1}{P3}"), "Add P-0003", 1_767_312_000);
+            let all = format!("{V1}{P3}");
+            let entries = raw_entries(&all);
+            let without_second = format!("{}\n\n{}\n", entries[0].text, entries[2].text);
+            let problems = check_now(dir.path(), &without_second, "HEAD");
+            assert!(problems.iter().any(|p| p.contains("entry 2 (P-0002): vanished")), "{problems:?}");
+            let truncated = format!("{}\n", entries[0].text);
+            let problems = check_now(dir.path(), &truncated, "HEAD~0");
+            assert!(problems.iter().any(|p| p.contains("entry 3 (P-0003): vanished")), "{problems:?}");
+        }
+
+        #[test]
+        fn new_entries_are_checked_one_by_one() {
+            let (dir, _repo) = repo_with(V1);
+            let cases = [
+                (P3.replace("P-0003", "P-0002"), "id `P-0002` is duplicated (entry 2 has it too)"),
+                (P3.replace("P-0003", "P-0004"), "id `P-0004` is out of sequence; entry 3 must be `P-0003`"),
+                (P3.replace("  tags: [deps]\n", ""), "is malformed: missing field `tags`"),
+                (P3.replace("2026-03-01", "2026-13-01"), "date `2026-13-01` is not a date like 2026-03-01"),
+                (P3.replace("2026-03-01", "2026-11-30"), "date 2026-11-30 is in the future (today is 2026-11-29)"),
+                (
+                    P3.replace("chief: maria", "chief: github-actions[bot]"),
+                    "chief `github-actions[bot]` is the engine's own account",
+                ),
+                (P3.replace("tags: [deps]", "tags: []"), "`tags` must list at least one non-empty tag"),
+                (P3.replace("  decision: Only", "  colour: red\n  decision: Only"), "unknown field `colour`"),
+            ];
+            for (entry, want) in cases {
+                let problems = check_now(dir.path(), &format!("{V1}{entry}"), "HEAD");
+                assert_eq!(problems.len(), 1, "{want}: {problems:?}");
+                assert!(problems[0].starts_with("line 16: entry 3"), "{want}: {problems:?}");
+                assert!(problems[0].contains(want), "{want}: {problems:?}");
+            }
+        }
+
+        #[test]
+        fn revisions_resolve_by_branch_sha_and_ancestry() {
+            let (dir, repo) = repo_with(V1);
+            let first = repo.head().unwrap().target().unwrap();
+            commit(&repo, &format!("{V1}{P3}"), "Add P-0003", 1_767_312_000);
+            let edited = format!("{}{P3}", V1.replace("maria", "mario"));
+            for rev in ["HEAD~1", first.to_string().as_str(), "HEAD"] {
+                let problems = check_now(dir.path(), &edited, rev);
+                assert!(problems.iter().any(|p| p.contains("entry 1 (P-0001): changed")), "{rev}: {problems:?}");
+            }
+            let err =
+                check_against(dir.path(), Path::new("precedents/log.yaml"), Some("nope"), today(), "x").unwrap_err();
+            assert!(err.to_string().contains("at revision `nope`: the revision does not exist"), "{err}");
+        }
+
+        #[test]
+        fn a_log_absent_at_the_base_is_all_new() {
+            let (dir, _repo) = repo_with(V1);
+            let problems =
+                check_against(dir.path(), Path::new("precedents/other.yaml"), Some("HEAD"), today(), "x").unwrap();
+            assert!(problems.is_empty());
+            assert_eq!(read_at_revision(dir.path(), "HEAD", Path::new("precedents/other.yaml")).unwrap(), None);
+        }
+
+        #[test]
+        fn a_flow_style_log_is_refused_rather_than_misread() {
+            let problems = check_log("[{id: P-0001}]", None, today(), "x");
+            assert!(problems[0].message.contains("write it as a block list"), "{problems:?}");
+            let problems = check_log("- id: [\n", None, today(), "x");
+            assert!(problems[0].message.starts_with("not valid YAML"), "{problems:?}");
+        }
+
+        #[test]
+        fn comments_and_blank_lines_between_entries_belong_to_no_entry() {
+            let with_comment = V1.replace("\n- id: P-0002", "\n# Second quarter\n\n- id: P-0002");
+            let entries = raw_entries(&with_comment);
+            assert_eq!(entries.len(), 2);
+            assert!(entries[0].text.ends_with("names the owner."));
+            assert!(check_log(&with_comment, Some(V1), today(), "x").is_empty());
+        }
     }
 
     #[test]
