@@ -1,6 +1,7 @@
 //! ward: a teaching-hospital pipeline for coding agents on GitHub issues.
 //! See `ARCHITECTURE.md` for the picture; `stage` is where one run is sequenced.
 
+pub mod audit;
 pub mod chart;
 pub mod config;
 pub mod forge;

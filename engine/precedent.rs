@@ -128,8 +128,13 @@ pub fn entry_problem(p: &Precedent, i: usize) -> Option<String> {
     None
 }
 
+/// `P-` and a number of at least four digits, zero-padded to four and no
+/// further (`P-0001`, `P-9999`, `P-10000`), so the log can outgrow 9,999.
 pub fn is_precedent_id(id: &str) -> bool {
-    id.len() == 6 && id.starts_with("P-") && id[2..].chars().all(|c| c.is_ascii_digit())
+    let Some(digits) = id.strip_prefix("P-") else { return false };
+    digits.len() >= 4
+        && digits.chars().all(|c| c.is_ascii_digit())
+        && digits.parse::<u64>().is_ok_and(|n| n >= 1 && format!("{n:04}") == digits)
 }
 
 fn document_text(p: &Precedent) -> String {
@@ -676,6 +681,16 @@ mod tests {
             assert_eq!(entries.len(), 2);
             assert!(entries[0].text.ends_with("names the owner."));
             assert!(check_log(&with_comment, Some(V1), today(), "x").is_empty());
+        }
+    }
+
+    #[test]
+    fn ids_are_four_digits_or_more_and_canonical() {
+        for ok in ["P-0001", "P-9999", "P-10000"] {
+            assert!(is_precedent_id(ok), "{ok}");
+        }
+        for bad in ["P-001", "P-0000", "P-01000", "P-00001", "p-0001", "P-12a4", "P-"] {
+            assert!(!is_precedent_id(bad), "{bad}");
         }
     }
 

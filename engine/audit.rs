@@ -1,0 +1,162 @@
+//! The I/O half of the discharge audit: gathers the facts from the forge
+//! (the pull request of the patient's branch, its reviews, unresolved
+//! threads, commits and the CI of its head commit) and hands them to the
+//! pure [`crate::rules::discharge_audit::audit`]. A fact the forge cannot
+//! give becomes a ⬜ with the reason, never a pass. Used by `ward audit N`
+//! (dry run) and the discharge stage.
+
+use crate::chart::{Note, Sentinels};
+use crate::config::Config;
+use crate::forge::{Forge, ForgeError, IssueNumber};
+use crate::rules::discharge_audit::{self, AuditFacts, Checklist, Fact};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("could not audit {issue}: {source}")]
+    Forge {
+        issue: IssueNumber,
+        #[source]
+        source: ForgeError,
+    },
+    #[error("could not audit {issue}: its chart is not readable: {message}")]
+    Chart { issue: IssueNumber, message: String },
+}
+
+/// The branch a patient is treated on.
+pub fn patient_branch(issue: IssueNumber) -> String {
+    format!("ward/issue-{}", issue.0)
+}
+
+fn fact<T>(r: Result<T, ForgeError>) -> Fact<T> {
+    r.map_err(|e| e.to_string())
+}
+
+/// Asks the forge for every fact of the audit of `branch`'s pull request.
+pub async fn gather(forge: &dyn Forge, branch: &str) -> AuditFacts {
+    let engine_account = forge.engine_account().to_string();
+    let pull = match forge.pull_request_for_branch(branch).await {
+        Ok(Some(p)) => Ok(p),
+        Ok(None) => Err(format!("no open pull request has head branch `{branch}`")),
+        Err(e) => Err(e.to_string()),
+    };
+    let Ok(p) = &pull else {
+        let why = pull.as_ref().err().cloned().unwrap_or_default();
+        return AuditFacts {
+            engine_account,
+            reviews: Err(why.clone()),
+            unresolved_threads: Err(why.clone()),
+            commits: Err(why.clone()),
+            ci: Err(why),
+            pull,
+        };
+    };
+    let number = p.number;
+    let head = p.head_sha.trim().to_string();
+    let reviews = fact(forge.reviews(number).await);
+    let unresolved_threads = fact(forge.unresolved_review_threads(number).await);
+    let commits = fact(forge.pull_request_commits(number).await);
+    let ci = if head.is_empty() {
+        Err(format!("pull request #{number} reports no head commit"))
+    } else {
+        fact(forge.ci_status(&head).await)
+    };
+    AuditFacts { engine_account, pull, reviews, unresolved_threads, commits, ci }
+}
+
+/// Reads and parses the chart of `issue` (an absent chart is empty).
+pub async fn read_chart(forge: &dyn Forge, config: &Config, issue: IssueNumber) -> Result<Vec<Note>, AuditError> {
+    let stored = forge.read_chart(issue).await.map_err(|source| AuditError::Forge { issue, source })?;
+    match stored {
+        None => Ok(Vec::new()),
+        Some(chart) => Sentinels::new(&config.sentinel_prefix)
+            .parse_chart(&chart.text)
+            .map_err(|e| AuditError::Chart { issue, message: e.to_string() }),
+    }
+}
+
+/// The whole audit of one patient, changing nothing: `ward audit N`.
+pub async fn audit_issue(forge: &dyn Forge, config: &Config, issue: IssueNumber) -> Result<Checklist, AuditError> {
+    let chart = read_chart(forge, config, issue).await?;
+    let facts = gather(forge, &patient_branch(issue)).await;
+    Ok(discharge_audit::audit(config, &chart, &facts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chart::NoteMeta;
+    use crate::forge::local::LocalForge;
+    use crate::forge::{CiState, CiStatus, CommitInfo, NewPullRequest, Review, ReviewState};
+    use crate::rules::discharge_audit::Mark;
+
+    const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    fn config() -> Config {
+        Config::parse(include_str!("../.github/ward.yml"), std::path::Path::new(crate::config::CONFIG_PATH), None)
+            .unwrap()
+    }
+
+    fn note(kind: &str, run: &str, role: &str, body: &str) -> Note {
+        Note {
+            kind: kind.into(),
+            meta: NoteMeta {
+                run: run.into(),
+                stage: "code-review".into(),
+                role: role.into(),
+                at: chrono::DateTime::parse_from_rfc3339("2026-11-29T10:00:00Z").unwrap().into(),
+            },
+            body: body.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_local_forge_answers_every_fact() {
+        let dir = tempfile::tempdir().unwrap();
+        let forge = LocalForge::new(dir.path(), "ward-bot");
+        let config = config();
+        let issue = IssueNumber(1);
+
+        // No pull request yet: everything but the chart items is blank.
+        let list = audit_issue(&forge, &config, issue).await.unwrap();
+        assert_eq!(list.item("ci").unwrap().mark, Mark::Unknown);
+        assert!(list.item("threads").unwrap().note.contains("no open pull request has head branch `ward/issue-1`"));
+
+        let review = format!(
+            "## Scope against the plan\nok\n## Correctness\nok\n## Tests\nok\n## Security\nok\n## Verdict\nok\n\nCommit: {HEAD}"
+        );
+        let notes =
+            vec![note("CODE_REVIEW", "r7", "review-attending", &review), note("OUTCOME", "r7", "engine", "approve")];
+        let text = Sentinels::default().append(issue, None, &notes).unwrap().unwrap();
+        forge.write_chart(issue, &text, None).await.unwrap();
+        let pull = forge
+            .open_pull_request(NewPullRequest {
+                head_branch: "ward/issue-1".into(),
+                base_branch: "main".into(),
+                title: "Fix".into(),
+                body: String::new(),
+            })
+            .await
+            .unwrap();
+        forge
+            .update_pull(pull.number, |rec| {
+                if let Some(p) = rec.pull.as_mut() {
+                    p.head_sha = HEAD.into();
+                }
+                rec.reviews.push(Review {
+                    author: "maria".into(),
+                    state: ReviewState::Approved,
+                    commit_sha: HEAD.into(),
+                    body: "LGTM".into(),
+                });
+                rec.commits.push(CommitInfo { sha: HEAD.into(), message: "Fix the cache key".into(), parent_count: 1 });
+            })
+            .unwrap();
+        let list = audit_issue(&forge, &config, issue).await.unwrap();
+        assert_eq!(list.item("ci").unwrap().mark, Mark::Unknown, "{}", list.render());
+        assert_eq!(list.outcome(), "audit-failed");
+
+        forge.set_ci_status(HEAD, &CiStatus { state: CiState::Success, checks: vec!["test: success".into()] }).unwrap();
+        let list = audit_issue(&forge, &config, issue).await.unwrap();
+        assert!(list.passed(), "{}", list.render());
+    }
+}
