@@ -8,6 +8,8 @@ pub mod cli;
 pub mod config;
 pub mod defaults;
 pub mod demo;
+pub mod discharge;
+pub mod family;
 pub mod forge;
 pub mod precedent;
 pub mod prompt;

@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::ScriptedVisit;
 use crate::chart::Sentinels;
+use crate::discharge::AUDIT_MODE;
 use crate::forge::local::LocalForge;
-use crate::forge::{Forge, IssueNumber, NewIssue};
+use crate::forge::{CiState, CiStatus, CommitInfo, Forge, IssueNumber, NewIssue, NewPullRequest, Review, ReviewState};
 use crate::stage::{self, Hospital, StageRequest, StageResult};
 
 /// A scenario file.
@@ -29,6 +30,11 @@ pub struct Scenario {
     #[serde(default)]
     pub script: BTreeMap<String, Vec<ScriptedVisit>>,
     pub expect: Expectations,
+    /// What people and CI did on the patient's pull request; the simulation
+    /// records it on the local forge before each discharge audit. Default:
+    /// an approving review by `chief`, CI green, the worktree's head commit.
+    #[serde(default)]
+    pub pull_request: PullRequestScript,
     /// Stage runs before the scenario counts as not settling. Default 40.
     #[serde(default = "default_max_runs")]
     pub max_runs: usize,
@@ -55,6 +61,149 @@ fn default_author() -> String {
     "reporter".into()
 }
 
+/// The people and CI around a patient's pull request, played by the
+/// simulation (the local forge has neither).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullRequestScript {
+    /// `false`: no pull request is ever opened. Default `true`.
+    #[serde(default = "default_true")]
+    pub exists: bool,
+    /// Pull request reviews. Default: `chief` approves the head.
+    #[serde(default = "default_reviews")]
+    pub reviews: Vec<ScriptedReview>,
+    #[serde(default)]
+    pub unresolved_threads: usize,
+    /// The pull request's commits, oldest first; the last one is the head.
+    /// Default: the worktree's head commit.
+    #[serde(default)]
+    pub commits: Option<Vec<ScriptedCommit>>,
+    /// CI of the head commit. Default `success`.
+    #[serde(default = "default_ci")]
+    pub ci: CiState,
+    /// The head commit. Default: the worktree's HEAD.
+    #[serde(default)]
+    pub head: Option<String>,
+}
+
+impl Default for PullRequestScript {
+    fn default() -> Self {
+        Self {
+            exists: true,
+            reviews: default_reviews(),
+            unresolved_threads: 0,
+            commits: None,
+            ci: default_ci(),
+            head: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedReview {
+    pub author: String,
+    pub state: ReviewState,
+    /// The commit reviewed. Default: the head.
+    #[serde(default)]
+    pub commit: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedCommit {
+    pub message: String,
+    /// A merge commit (two parents). Default `false`.
+    #[serde(default)]
+    pub merge: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_reviews() -> Vec<ScriptedReview> {
+    vec![ScriptedReview { author: "chief".into(), state: ReviewState::Approved, commit: None }]
+}
+
+fn default_ci() -> CiState {
+    CiState::Success
+}
+
+/// Records `people` on the local forge for `issue`'s branch: opens the pull
+/// request if needed and sets its head, reviews, threads, commits and CI.
+pub async fn play_people(
+    forge: &LocalForge,
+    issue: IssueNumber,
+    workdir: &Path,
+    people: &PullRequestScript,
+) -> anyhow::Result<()> {
+    if !people.exists {
+        return Ok(());
+    }
+    let repo = git2::Repository::discover(workdir).ok();
+    let head_commit = repo.as_ref().and_then(|r| r.head().ok()?.peel_to_commit().ok());
+    let head = match (&people.head, &head_commit) {
+        (Some(h), _) => h.clone(),
+        (None, Some(c)) => c.id().to_string(),
+        (None, None) => String::new(),
+    };
+    let branch = crate::audit::patient_branch(issue);
+    let pull = forge
+        .open_pull_request(NewPullRequest {
+            head_branch: branch.clone(),
+            base_branch: "main".into(),
+            title: format!("Treat {issue}"),
+            body: format!("Closes {issue}."),
+        })
+        .await?;
+    let commits: Vec<CommitInfo> = match &people.commits {
+        Some(list) => list
+            .iter()
+            .enumerate()
+            .map(|(i, c)| CommitInfo {
+                sha: if i + 1 == list.len() { head.clone() } else { format!("{:040x}", 0xc0ffee_u64 + i as u64) },
+                message: c.message.clone(),
+                parent_count: if c.merge { 2 } else { 1 },
+            })
+            .collect(),
+        None => head_commit
+            .iter()
+            .map(|c| CommitInfo {
+                sha: head.clone(),
+                message: c.message().unwrap_or_default().to_string(),
+                parent_count: c.parent_count().min(1),
+            })
+            .collect(),
+    };
+    let reviews: Vec<Review> = people
+        .reviews
+        .iter()
+        .map(|r| Review {
+            author: r.author.clone(),
+            state: r.state,
+            commit_sha: r.commit.clone().unwrap_or_else(|| head.clone()),
+            body: String::new(),
+        })
+        .collect();
+    let threads = people.unresolved_threads;
+    forge.update_pull(pull.number, |rec| {
+        if let Some(p) = rec.pull.as_mut() {
+            p.head_sha = head.clone();
+        }
+        rec.reviews = reviews;
+        rec.unresolved_threads = threads;
+        rec.commits = commits;
+    })?;
+    if !head.is_empty() && people.ci != CiState::Missing {
+        forge.set_ci_status(
+            &head,
+            &CiStatus { state: people.ci, checks: vec![format!("test: {:?}", people.ci).to_lowercase()] },
+        )?;
+    }
+    Ok(())
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Expectations {
@@ -69,6 +218,12 @@ pub struct Expectations {
     /// Note kinds that must not be in the chart.
     #[serde(default)]
     pub chart_lacks: Vec<String>,
+    /// Text that must appear in the chart (e.g. a rule's name in a REFUSAL).
+    #[serde(default)]
+    pub chart_mentions: Vec<String>,
+    /// Children of a decomposition, by key, with the ward label each must carry.
+    #[serde(default)]
+    pub children: BTreeMap<String, String>,
 }
 
 /// One stage run of a trace.
@@ -111,6 +266,7 @@ pub async fn drive(
     mut script: BTreeMap<String, VecDeque<ScriptedVisit>>,
     scratch: &Path,
     max_runs: usize,
+    people: &PullRequestScript,
 ) -> anyhow::Result<Trace> {
     let mut steps = Vec::new();
     let mut seen_dispatches = forge.dispatches()?.len();
@@ -126,6 +282,10 @@ pub async fn drive(
             .first()
             .and_then(|l| h.config.stage_by_label(l))
             .map(|s| s.name.to_string());
+        let audits = stage_name.as_deref().and_then(|s| h.config.stage(s)).is_some_and(|s| s.mode() == AUDIT_MODE);
+        if audits {
+            play_people(forge, issue, &h.workdir, people).await?;
+        }
         let visit = stage_name.as_ref().and_then(|s| script.get_mut(s)).and_then(VecDeque::pop_front);
         let agent_command = match &visit {
             Some(v) => {
@@ -231,6 +391,7 @@ pub async fn run_scenario(root: &Path, file: &Path, scratch: &Path, ward_exe: &P
     h.workdir = scratch.join("work");
     h.ward_exe = ward_exe.to_path_buf();
     std::fs::create_dir_all(&h.workdir)?;
+    init_workdir(&h.workdir)?;
     for stage in scenario.script.keys() {
         if h.config.stage(stage).is_none() {
             return Err(ScenarioError {
@@ -244,9 +405,50 @@ pub async fn run_scenario(root: &Path, file: &Path, scratch: &Path, ward_exe: &P
     let issue =
         forge.admit(NewIssue { title: scenario.issue.title.clone(), body: scenario.issue.body.clone(), labels })?;
     let script = scenario.script.iter().map(|(k, v)| (k.clone(), v.iter().cloned().collect())).collect();
-    let trace = drive(&h, &forge, issue.number, script, scratch, scenario.max_runs).await?;
-    let failures = check_expectations(&scenario.expect, &trace, &h.sentinels)?;
+    let trace = drive(&h, &forge, issue.number, script, scratch, scenario.max_runs, &scenario.pull_request).await?;
+    let mut failures = check_expectations(&scenario.expect, &trace, &h.sentinels)?;
+    failures.extend(check_children(&scenario.expect, &*forge, issue.number).await?);
     Ok(ScenarioReport { scenario: scenario.name, file: file.to_path_buf(), trace, failures })
+}
+
+/// A git repository for the scripted agent to work in, with one commit at a
+/// fixed time by a fixed author (no user or system git configuration).
+fn init_workdir(dir: &Path) -> anyhow::Result<()> {
+    let repo = git2::Repository::init(dir).context("could not create the scenario's git repository")?;
+    std::fs::write(dir.join("CHANGELOG.md"), "# Changelog\n\n")?;
+    let mut index = repo.index()?;
+    index.add_path(Path::new("CHANGELOG.md"))?;
+    index.write()?;
+    let tree = repo.find_tree(index.write_tree()?)?;
+    let who = git2::Signature::new("ward simulate", "simulate@ward.invalid", &git2::Time::new(1_767_225_600, 0))?;
+    repo.commit(Some("HEAD"), &who, &who, "Scenario start", &tree, &[])?;
+    Ok(())
+}
+
+async fn check_children(expect: &Expectations, forge: &dyn Forge, parent: IssueNumber) -> anyhow::Result<Vec<String>> {
+    if expect.children.is_empty() {
+        return Ok(Vec::new());
+    }
+    let issues = forge.all_issues().await?;
+    let found = crate::rules::decomposition::existing_children(parent, &issues, forge.engine_account());
+    let mut failures = Vec::new();
+    let created = issues.iter().filter(|i| i.author == forge.engine_account()).count();
+    if created != expect.children.len() {
+        failures
+            .push(format!("children: expected {} issues created by the engine, got {created}", expect.children.len()));
+    }
+    for (key, label) in &expect.children {
+        match found.get(key) {
+            None => failures.push(format!("children: no child `{key}` of {parent}")),
+            Some(c) if !c.labels.contains(label) => failures.push(format!(
+                "children: `{key}` ({}) carries [{}], not `{label}`",
+                c.number,
+                c.labels.join(", ")
+            )),
+            Some(_) => {}
+        }
+    }
+    Ok(failures)
 }
 
 fn check_expectations(expect: &Expectations, trace: &Trace, sentinels: &Sentinels) -> anyhow::Result<Vec<String>> {
@@ -272,6 +474,12 @@ fn check_expectations(expect: &Expectations, trace: &Trace, sentinels: &Sentinel
     for kind in &expect.chart_contains {
         if !kinds.contains(kind) {
             failures.push(format!("chart_contains: no `{kind}` note in the chart"));
+        }
+    }
+    let text = std::fs::read_to_string(&trace.chart).unwrap_or_default();
+    for needle in &expect.chart_mentions {
+        if !text.contains(needle.as_str()) {
+            failures.push(format!("chart_mentions: the chart never says `{needle}`"));
         }
     }
     for kind in &expect.chart_lacks {

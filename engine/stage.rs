@@ -26,6 +26,7 @@ use crate::prompt::{
     IssueContext, PrecedentContext, PromptContext, Prompts, RoleContext, StageContext, WorkspaceContext,
     fence_untrusted, pending_handoff, select_notes,
 };
+use crate::rules::{self, GuardInput, Refusal, Route, RunInput, discharge_audit};
 
 /// What every stage run of one repository shares: loaded once per command.
 pub struct Hospital {
@@ -160,6 +161,12 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     if issue.state == IssueState::Closed {
         return no_op(format!("issue {number} is closed"));
     }
+    // Human approval mode: a chief's approval label is its own path.
+    if issue.labels.contains(&h.config.discharge.approved_label)
+        && req.label.as_ref().is_none_or(|l| *l == h.config.discharge.approved_label)
+    {
+        return crate::discharge::approve(h, &issue, req.run_id.clone()).await;
+    }
     let ward = ward_labels(&h.config, &issue);
     if let Some(label) = &req.label
         && !issue.labels.contains(label)
@@ -210,6 +217,15 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let meta = |role: &str| NoteMeta { run: run.clone(), stage: stage.name.into(), role: role.into(), at: (h.clock)() };
     let engine_note = |kind: &str, body: String| Note { kind: kind.into(), meta: meta(ENGINE_ROLE), body };
 
+    // The hospital's rules that must hold before the agent (plan gate,
+    // open dependencies of a decomposition child).
+    let dependencies = crate::family::dependencies(&*h.forge, &h.config, &h.sentinels, &issue).await?;
+    let guard = GuardInput { config: &h.config, stage, chart: &chart_notes, dependencies: &dependencies };
+    if let Err(refusal) = rules::guard(&guard) {
+        return refuse(h, &issue, &label_in, stage, stored, engine_note("REFUSAL", refusal.note_body()), &refusal)
+            .await;
+    }
+
     // Admission to the stage: durable before the agent starts, so a crash
     // is visible to the charge nurse.
     let admission = engine_note(
@@ -222,11 +238,27 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
             humantime::format_duration(stage.config.time_limit)
         ),
     );
-    let stored = chart::store_notes(&*h.forge, &h.sentinels, number, stored, &[admission]).await?;
-
-    // Prompt.
+    // The precedent lookup is recorded before the agent runs (precedent
+    // first), and so is the engine's discharge audit: the nurse reads it.
     let found = h.precedents.search(&format!("{} {}", issue.title, issue.body), h.config.precedents.top);
     let lookup = engine_note("PRECEDENT_LOOKUP", precedent_lookup_body(&found));
+    let audit = match stage.mode() == crate::discharge::AUDIT_MODE {
+        true => {
+            let facts = crate::audit::gather(&*h.forge, &crate::audit::patient_branch(number)).await;
+            let checklist = discharge_audit::audit(&h.config, &chart_notes, &facts);
+            Some((facts, checklist))
+        }
+        false => None,
+    };
+    let mut before_agent = vec![admission, lookup];
+    if let Some((_, checklist)) = &audit {
+        before_agent.push(engine_note("DISCHARGE_CHECKLIST", checklist.render()));
+    }
+    let stored = chart::store_notes(&*h.forge, &h.sentinels, number, stored, &before_agent).await?;
+    let mut chart_notes = chart_notes;
+    chart_notes.extend(before_agent);
+
+    // Prompt.
     let ctx = PromptContext {
         issue: IssueContext {
             number: req.issue,
@@ -268,8 +300,28 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let exit = agent::run(&spec).await?;
     info!(elapsed_ms = exit.elapsed.as_millis(), end = ?exit.end, "agent ended");
 
-    // Validate.
-    let checked = check_agent_run(h, stage, &exit, &notes_file);
+    // Validate: the notes contract, then the hospital's rules.
+    let mut turned_back = None;
+    let depth = crate::family::depth(&*h.forge, &issue).await?;
+    let checked = check_agent_run(h, stage, &exit, &notes_file).and_then(|(notes, outcome)| {
+        let input = RunInput {
+            config: &h.config,
+            stage,
+            run: &run,
+            chart: &chart_notes,
+            notes: &notes,
+            precedents: &h.precedents,
+            depth,
+        };
+        match rules::validate(&input) {
+            Ok(()) => Ok((notes, outcome)),
+            Err(refusal) if refusal.route == Route::Stay => Err(refusal.to_string()),
+            Err(refusal) => {
+                turned_back = Some(refusal);
+                Ok((notes, outcome))
+            }
+        }
+    });
     let (notes, outcome) = match checked {
         Ok(ok) => ok,
         Err(reason) => {
@@ -282,7 +334,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
                     stage.name
                 ),
             );
-            chart::store_notes(&*h.forge, &h.sentinels, number, stored, &[lookup, refusal]).await?;
+            chart::store_notes(&*h.forge, &h.sentinels, number, stored, &[refusal]).await?;
             write_run_json(
                 &artifacts,
                 &serde_json::json!({"issue": req.issue, "stage": stage.name, "run": run, "result": "invalid", "reason": reason}),
@@ -291,24 +343,63 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         }
     };
 
+    if let Some(refusal) = turned_back {
+        warn!(%refusal, "run turned back");
+        return refuse(h, &issue, &label_in, stage, stored, engine_note("REFUSAL", refusal.note_body()), &refusal)
+            .await;
+    }
+    // The nurse adds judgment but cannot pass a failing audit.
+    let (outcome, overruled) = match &audit {
+        Some((_, checklist)) => {
+            let (o, why) = discharge_audit::final_outcome(checklist, &outcome);
+            (o.to_string(), why)
+        }
+        None => (outcome, None),
+    };
+
     // Chart: the agent's notes, stamped, then the outcome. Durable before labels move.
-    let mut batch = vec![lookup];
+    let mut batch = Vec::new();
     batch.extend(notes.notes.iter().map(|d| Note {
         kind: d.kind.clone(),
         meta: meta(role_name),
         body: d.body.clone(),
     }));
+    if let Some(why) = overruled {
+        batch.push(engine_note("DISCHARGE_CHECKLIST", why));
+    }
     batch.push(Note { kind: "OUTCOME".into(), meta: meta(role_name), body: outcome.clone() });
     chart::store_notes(&*h.forge, &h.sentinels, number, stored, &batch).await?;
 
-    // Labels, in one write; then the next stage.
-    let mut label_out = stage.config.outcomes[&outcome].clone();
-    if label_out == DISCHARGED_LABEL && h.config.human_approval {
-        label_out = AWAITING_CHIEF_LABEL.into();
+    // A decomposition: its children exist before the parent starts waiting.
+    if let Some(note) = notes.notes.iter().rfind(|n| n.kind == "DECOMPOSITION") {
+        let children = rules::decomposition::parse_children(&note.body)
+            .map_err(|p| anyhow::anyhow!("validated decomposition became unreadable: {}", p.join("; ")))?;
+        let dispatch = h.config.dispatch == DispatchMode::RepositoryDispatch;
+        let created = crate::family::create_children(&*h.forge, &h.config, number, &children, dispatch).await?;
+        info!(children = created.len(), "decomposition");
     }
-    h.forge.set_labels(number, &next_labels(&issue, &label_in, &label_out)).await?;
-    if label_out == DISCHARGED_LABEL {
-        h.forge.close_issue(number).await?;
+
+    // Labels, in one write; then the next stage. A passed audit merges, or
+    // waits for a chief in human approval mode.
+    let mut label_out = stage.config.outcomes[&outcome].clone();
+    let discharged = &h.config.discharge.discharged_label;
+    if let Some((facts, checklist)) = &audit
+        && label_out == *discharged
+    {
+        match rules::approval::after_audit(&h.config, checklist.passed()) {
+            rules::approval::AfterAudit::Merge => {
+                let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+                crate::discharge::merge(&*h.forge, pull).await?;
+            }
+            rules::approval::AfterAudit::AwaitChief(label) => label_out = label,
+            rules::approval::AfterAudit::SendBack => bail!("the audit failed but the outcome is `{outcome}`"),
+        }
+    }
+    if label_out == *discharged {
+        let moved = crate::discharge::discharge(h, &issue, &run).await?;
+        info!(?moved, "discharged");
+    } else {
+        h.forge.set_labels(number, &next_labels(&issue, &label_in, &label_out)).await?;
     }
     let dispatched =
         h.config.stage_by_label(&label_out).is_some() && h.config.dispatch == DispatchMode::RepositoryDispatch;
@@ -332,6 +423,40 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     info!(outcome = %t.outcome, to = %t.to, total_ms = t.total_ms, "label moved");
     write_run_json(&artifacts, &serde_json::to_value(&t).unwrap_or_default());
     Ok(StageResult::Moved(t))
+}
+
+/// Writes a rule's REFUSAL note and sends the patient where the rule says:
+/// another label (dispatched when it starts a stage), the same stage again
+/// (dispatched), or nowhere.
+async fn refuse(
+    h: &Hospital,
+    issue: &Issue,
+    label_in: &str,
+    stage: Stage<'_>,
+    stored: Option<crate::forge::StoredChart>,
+    note: Note,
+    refusal: &Refusal,
+) -> anyhow::Result<StageResult> {
+    warn!(rule = refusal.rule, reason = %refusal.reason, "refused");
+    chart::store_notes(&*h.forge, &h.sentinels, issue.number, stored, &[note]).await?;
+    let dispatch_mode = h.config.dispatch == DispatchMode::RepositoryDispatch;
+    let to = match &refusal.route {
+        Route::To(label) => {
+            h.forge.set_labels(issue.number, &next_labels(issue, label_in, label)).await?;
+            if dispatch_mode && h.config.stage_by_label(label).is_some() {
+                h.forge.dispatch_stage(issue.number).await?;
+            }
+            Some(label.clone())
+        }
+        Route::Rerun => {
+            if dispatch_mode {
+                h.forge.dispatch_stage(issue.number).await?;
+            }
+            Some(label_in.to_string())
+        }
+        Route::Stay => None,
+    };
+    Ok(StageResult::Refused { issue: issue.number.0, stage: stage.name.into(), reason: refusal.to_string(), to })
 }
 
 pub const DISCHARGED_LABEL: &str = "ward:discharged";
@@ -470,7 +595,7 @@ fn precedent_lookup_body(found: &[crate::precedent::Match<'_>]) -> String {
     body
 }
 
-fn try_lock_issue(root: &Path, number: IssueNumber) -> anyhow::Result<Option<File>> {
+pub(crate) fn try_lock_issue(root: &Path, number: IssueNumber) -> anyhow::Result<Option<File>> {
     let dir = root.join(".ward").join("locks");
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     let path = dir.join(format!("stage-{}.lock", number.0));

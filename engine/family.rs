@@ -1,0 +1,158 @@
+//! Decomposed patients: the I/O half of [`crate::rules::decomposition`].
+//! Creates a parent's children (idempotently, by the marker in each child's
+//! body), tells a child which of its dependencies are still open, and moves
+//! labels when a child is discharged: dependents whose dependencies are all
+//! discharged go to admission, and a parent whose children are all
+//! discharged is discharged itself (and so on up the tree).
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use tracing::info;
+
+use crate::chart::{ENGINE_ROLE, Note, NoteMeta, Sentinels};
+use crate::config::Config;
+use crate::forge::{Forge, Issue, IssueNumber};
+use crate::rules::DependencyFact;
+use crate::rules::decomposition::{self, Child, Sibling};
+
+/// How deep the engine follows parent links (a bound against loops in
+/// hand-edited data; config allows at most 5).
+const MAX_ANCESTRY: usize = 16;
+
+/// The children a parent's chart declares: its latest accepted
+/// DECOMPOSITION, parsed. `None` when it has none.
+pub fn declared_children(sentinels: &Sentinels, chart: Option<&str>) -> anyhow::Result<Option<Vec<Child>>> {
+    let Some(text) = chart else { return Ok(None) };
+    let notes = sentinels.parse_chart(text)?;
+    let Some(note) = decomposition::latest_decomposition(&notes) else { return Ok(None) };
+    decomposition::parse_children(&note.body)
+        .map(Some)
+        .map_err(|p| anyhow::anyhow!("the DECOMPOSITION in the chart cannot be read: {}", p.join("; ")))
+}
+
+async fn chart_text(forge: &dyn Forge, n: IssueNumber) -> anyhow::Result<Option<String>> {
+    Ok(forge.read_chart(n).await.with_context(|| format!("could not read the chart of {n}"))?.map(|c| c.text))
+}
+
+async fn siblings(forge: &dyn Forge, parent: IssueNumber) -> anyhow::Result<BTreeMap<String, Sibling>> {
+    let issues = forge.all_issues().await.context("could not list issues to find a parent's children")?;
+    Ok(decomposition::existing_children(parent, &issues, forge.engine_account()))
+}
+
+/// How many trusted parent links lead up from `issue` (0: admitted by a person).
+pub async fn depth(forge: &dyn Forge, issue: &Issue) -> anyhow::Result<usize> {
+    let mut depth = 0;
+    let mut current = issue.clone();
+    while let Some(marker) = decomposition::trusted_marker(&current, forge.engine_account()) {
+        depth += 1;
+        if depth >= MAX_ANCESTRY {
+            break;
+        }
+        current =
+            forge.issue(marker.parent).await.with_context(|| format!("could not read parent {}", marker.parent))?;
+    }
+    Ok(depth)
+}
+
+/// The dependencies of `issue` when it is a child (empty otherwise).
+pub async fn dependencies(
+    forge: &dyn Forge,
+    config: &Config,
+    sentinels: &Sentinels,
+    issue: &Issue,
+) -> anyhow::Result<Vec<DependencyFact>> {
+    let Some(marker) = decomposition::trusted_marker(issue, forge.engine_account()) else { return Ok(Vec::new()) };
+    let Some(children) = declared_children(sentinels, chart_text(forge, marker.parent).await?.as_deref())? else {
+        return Ok(Vec::new());
+    };
+    let existing = siblings(forge, marker.parent).await?;
+    Ok(decomposition::dependency_facts(config, &children, &marker.key, &existing))
+}
+
+/// Creates every child of `parent` that does not exist yet, in dependency
+/// order; returns the numbers of the children created now (a rerun
+/// returns none). Children that start at admission are dispatched.
+pub async fn create_children(
+    forge: &dyn Forge,
+    config: &Config,
+    parent: IssueNumber,
+    children: &[Child],
+    dispatch: bool,
+) -> anyhow::Result<Vec<IssueNumber>> {
+    let mut existing = siblings(forge, parent).await?;
+    let mut created = Vec::new();
+    while let Some((key, new)) = decomposition::next_to_create(config, parent, children, &existing) {
+        let starts = new.labels.contains(&config.admission);
+        let issue =
+            forge.create_issue(new).await.with_context(|| format!("could not create child `{key}` of {parent}"))?;
+        info!(parent = parent.0, child = issue.number.0, key, "child created");
+        if starts && dispatch {
+            forge.dispatch_stage(issue.number).await?;
+        }
+        created.push(issue.number);
+        existing.insert(key, Sibling { number: issue.number, labels: issue.labels });
+    }
+    Ok(created)
+}
+
+/// After `child` was labelled discharged: unblock the siblings that were
+/// waiting for it, and discharge the parent (and its parent ...) when every
+/// child is. Returns what moved, for the log and the report.
+pub async fn release(
+    forge: &dyn Forge,
+    config: &Config,
+    sentinels: &Sentinels,
+    child: &Issue,
+    run: &str,
+    now: chrono::DateTime<chrono::Utc>,
+    dispatch: bool,
+) -> anyhow::Result<Vec<String>> {
+    let mut moved = Vec::new();
+    let mut current = child.clone();
+    for _ in 0..MAX_ANCESTRY {
+        let Some(marker) = decomposition::trusted_marker(&current, forge.engine_account()) else { break };
+        let parent = marker.parent;
+        let chart = chart_text(forge, parent).await?;
+        let Some(children) = declared_children(sentinels, chart.as_deref())? else { break };
+        let existing = siblings(forge, parent).await?;
+        let plan = decomposition::after_discharge(config, &children, &existing);
+        for n in &plan.unblock {
+            let issue = forge.issue(*n).await?;
+            let mut labels: Vec<String> =
+                issue.labels.iter().filter(|l| **l != config.decomposition.blocked_label).cloned().collect();
+            labels.push(config.admission.clone());
+            forge.set_labels(*n, &labels).await?;
+            if dispatch {
+                forge.dispatch_stage(*n).await?;
+            }
+            moved.push(format!("{n}: `{}` -> `{}`", config.decomposition.blocked_label, config.admission));
+        }
+        if !plan.parent_done {
+            break;
+        }
+        let parent_issue = forge.issue(parent).await?;
+        if parent_issue.labels.contains(&config.discharge.discharged_label) {
+            break;
+        }
+        let note = Note {
+            kind: "OUTCOME".into(),
+            meta: NoteMeta { run: run.into(), stage: "discharge".into(), role: ENGINE_ROLE.into(), at: now },
+            body: "discharged".into(),
+        };
+        let stored = forge.read_chart(parent).await?;
+        crate::chart::store_notes(forge, sentinels, parent, stored, &[note]).await?;
+        let mut labels: Vec<String> = parent_issue
+            .labels
+            .iter()
+            .filter(|l| **l != config.decomposition.waiting_label && !config.is_ward_label(l))
+            .cloned()
+            .collect();
+        labels.push(config.discharge.discharged_label.clone());
+        forge.set_labels(parent, &labels).await?;
+        forge.close_issue(parent).await?;
+        moved.push(format!("{parent}: every child discharged -> `{}`", config.discharge.discharged_label));
+        current = parent_issue;
+    }
+    Ok(moved)
+}
