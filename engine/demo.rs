@@ -52,7 +52,7 @@ pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<DemoRun> {
         body: SAMPLE_BODY.into(),
         labels: vec![h.config.admission.clone()],
     })?;
-    let trace = simulate::drive(&h, &forge, issue.number, BTreeMap::new(), dir, 40, &Default::default()).await?;
+    let trace = simulate::drive(&h, &forge, issue.number, BTreeMap::new(), dir, 40).await?;
     let discharged = trace.final_label.as_deref() == Some(DISCHARGED_LABEL);
     Ok(DemoRun { dir: dir.to_path_buf(), trace, discharged })
 }

@@ -263,6 +263,18 @@ pub async fn drive(
     h: &Hospital,
     forge: &LocalForge,
     issue: IssueNumber,
+    script: BTreeMap<String, VecDeque<ScriptedVisit>>,
+    scratch: &Path,
+    max_runs: usize,
+) -> anyhow::Result<Trace> {
+    drive_with(h, forge, issue, script, scratch, max_runs, &PullRequestScript::default()).await
+}
+
+/// [`drive`], with what people and CI do on the pull request.
+pub async fn drive_with(
+    h: &Hospital,
+    forge: &LocalForge,
+    issue: IssueNumber,
     mut script: BTreeMap<String, VecDeque<ScriptedVisit>>,
     scratch: &Path,
     max_runs: usize,
@@ -405,7 +417,8 @@ pub async fn run_scenario(root: &Path, file: &Path, scratch: &Path, ward_exe: &P
     let issue =
         forge.admit(NewIssue { title: scenario.issue.title.clone(), body: scenario.issue.body.clone(), labels })?;
     let script = scenario.script.iter().map(|(k, v)| (k.clone(), v.iter().cloned().collect())).collect();
-    let trace = drive(&h, &forge, issue.number, script, scratch, scenario.max_runs, &scenario.pull_request).await?;
+    let trace =
+        drive_with(&h, &forge, issue.number, script, scratch, scenario.max_runs, &scenario.pull_request).await?;
     let mut failures = check_expectations(&scenario.expect, &trace, &h.sentinels)?;
     failures.extend(check_children(&scenario.expect, &*forge, issue.number).await?);
     Ok(ScenarioReport { scenario: scenario.name, file: file.to_path_buf(), trace, failures })
