@@ -85,6 +85,13 @@ pub enum Command {
         #[command(subcommand)]
         command: PrecedentCommand,
     },
+    /// The discharge checklist of a patient, as the discharge stage would
+    /// see it now. Changes nothing; exit 1 when the audit fails.
+    Audit {
+        issue: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Write the default pipeline, roles, skills and precedent log into --root.
     Init,
     /// The built-in deterministic agent (run by the engine, not by people).
@@ -123,8 +130,17 @@ pub enum PrecedentCommand {
         #[arg(long, default_value_t = 5)]
         top: usize,
     },
-    /// Check the log parses and its ids are in sequence.
-    Check,
+    /// Check the log: every entry well-formed and in sequence, no date in
+    /// the future, no engine-written entry; with --base, also that every
+    /// entry at REV is still there byte for byte (append-only).
+    Check {
+        /// A git revision (branch, tag, sha) to compare against, e.g. `origin/main`.
+        #[arg(long, env = "WARD_PRECEDENTS_BASE")]
+        base: Option<String>,
+        /// Today's date for the future-date check (default: today, UTC).
+        #[arg(long)]
+        today: Option<chrono::NaiveDate>,
+    },
 }
 
 /// Errors that mean "your input is wrong" (exit 2) rather than "the run failed" (exit 1).
@@ -234,27 +250,62 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Precedents { command } => {
+        Command::Precedents { command: PrecedentCommand::Check { base, today } } => {
             let config = load_config(&cli.root)?;
-            let file = cli.root.join(&config.precedents.log);
-            let log = PrecedentLog::load(&file)?;
-            match command {
-                PrecedentCommand::Search { text, top } => {
-                    let found = log.search(text, *top);
-                    if found.is_empty() {
-                        println!("no precedent matches");
-                    }
-                    for m in found {
-                        println!(
-                            "{}  {:>5.2}  {}\n          -> {}",
-                            m.entry.id,
-                            m.score,
-                            m.entry.question.trim(),
-                            m.entry.decision.trim()
-                        );
-                    }
-                }
-                PrecedentCommand::Check => println!("{}: {} entries, in sequence", file.display(), log.entries.len()),
+            let today = today.unwrap_or_else(|| chrono::Utc::now().date_naive());
+            let log = &config.precedents.log;
+            let problems =
+                crate::precedent::check_against(&cli.root, log, base.as_deref(), today, &config.engine_account)?;
+            let against = base.as_ref().map(|b| format!(", append-only against `{b}`")).unwrap_or_default();
+            if problems.is_empty() {
+                let n = crate::precedent::raw_entries(&std::fs::read_to_string(cli.root.join(log)).unwrap_or_default())
+                    .len();
+                println!("{}: ok ({n} entries{against})", log.display());
+                return Ok(ExitCode::SUCCESS);
+            }
+            for p in &problems {
+                eprintln!("error: {}", p.in_file(log));
+            }
+            eprintln!(
+                "{}: {} problem(s){against}; the log is append-only and written by chiefs: add new entries at the end",
+                log.display(),
+                problems.len()
+            );
+            Ok(ExitCode::from(1))
+        }
+        Command::Audit { issue, json } => {
+            let config = load_config(&cli.root)?;
+            let forge = open_forge(&cli, &config).await?;
+            let checklist = crate::audit::audit_issue(&*forge, &config, IssueNumber(*issue)).await?;
+            if *json {
+                let items: Vec<serde_json::Value> = checklist
+                    .items
+                    .iter()
+                    .map(|i| serde_json::json!({"id": i.id, "title": i.title, "mark": i.mark.to_string(), "note": i.note}))
+                    .collect();
+                let out = serde_json::json!({"issue": issue, "pull": checklist.pull, "head": checklist.head,
+                    "passed": checklist.passed(), "outcome": checklist.outcome(), "items": items});
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                print!("{}", checklist.render());
+            }
+            Ok(if checklist.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Precedents { command: PrecedentCommand::Search { text, top } } => {
+            let config = load_config(&cli.root)?;
+            let log = PrecedentLog::load(&cli.root.join(&config.precedents.log))?;
+            let found = log.search(text, *top);
+            if found.is_empty() {
+                println!("no precedent matches");
+            }
+            for m in found {
+                println!(
+                    "{}  {:>5.2}  {}\n          -> {}",
+                    m.entry.id,
+                    m.score,
+                    m.entry.question.trim(),
+                    m.entry.decision.trim()
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -216,6 +216,16 @@ pub struct LogProblem {
     pub message: String,
 }
 
+impl LogProblem {
+    /// `file:line: entry 3 (P-0003): message`, the way compilers point.
+    pub fn in_file(&self, file: &Path) -> String {
+        match self.entry.as_str() {
+            "" => format!("{}:{}: {}", file.display(), self.line, self.message),
+            entry => format!("{}:{}: {entry}: {}", file.display(), self.line, self.message),
+        }
+    }
+}
+
 impl std::fmt::Display for LogProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.entry.is_empty() {
