@@ -6,11 +6,13 @@
 //!   only when the engine recorded a PRECEDENT_LOOKUP for this run and the
 //!   note has its three sections: `## Question for the chiefs`,
 //!   `## Precedents considered`, `## What was tried`.
-//! - A precedent cited in the ESCALATION note applies unless the line that
-//!   cites it says it does not (`does not apply`, `doesn't apply`, `not
-//!   applicable`). A cited precedent that applies turns the escalation back:
-//!   the stage runs again and follows it. With no precedent cited,
-//!   `## Precedents considered` says why none applies.
+//! - A precedent cited in the ESCALATION note applies unless it is set
+//!   aside: under `## Precedents considered` as `P-####: why it does not
+//!   apply` (the form `skills/precedent-first.md` teaches), or on any line
+//!   that says `does not apply` / `not applicable`. A reason that says the
+//!   precedent applies does not set it aside. A cited precedent that applies
+//!   turns the escalation back: the stage runs again and follows it. With no
+//!   precedent cited, `## Precedents considered` says why none applies.
 
 use std::sync::LazyLock;
 
@@ -42,15 +44,45 @@ pub fn citations(text: &str) -> Vec<&str> {
     out
 }
 
-/// The ids cited in `text` whose citing lines never set them aside.
+/// True when `line` sets precedent `id` aside: it says so (`does not
+/// apply`, ...), or, under `## Precedents considered`, it is the skill's
+/// form `P-####: why it does not apply` with a reason that does not say
+/// the precedent applies.
+fn sets_aside(line: &str, id: &str, considered: bool) -> bool {
+    let lower = line.to_lowercase();
+    if NOT_APPLYING.iter().any(|p| lower.contains(p)) {
+        return true;
+    }
+    if !considered {
+        return false;
+    }
+    let Some(at) = line.find(id) else { return false };
+    let rest = line[at + id.len()..].trim_start_matches(['`', '*', '_', ' ']);
+    let Some(reason) = rest.strip_prefix(':').or_else(|| rest.strip_prefix(" -")).or_else(|| rest.strip_prefix('—'))
+    else {
+        return false;
+    };
+    let reason = reason.to_lowercase();
+    let says_applies = reason.contains("applies") && !reason.contains("not apply") && !reason.contains("n't apply");
+    super::has_substance(&reason) && !says_applies
+}
+
+/// The ids cited in an ESCALATION body that it never sets aside: each
+/// cited precedent must be set aside on a line of `## Precedents
+/// considered` (or with an explicit `does not apply` anywhere).
 pub fn applying_citations(text: &str) -> Vec<&str> {
+    let considered: Vec<String> = super::sections(text)
+        .into_iter()
+        .filter(|s| s.heading.eq_ignore_ascii_case("Precedents considered"))
+        .map(|s| s.content)
+        .collect();
     citations(text)
         .into_iter()
         .filter(|id| {
-            !text.lines().filter(|l| l.contains(id)).any(|l| {
-                let l = l.to_lowercase();
-                NOT_APPLYING.iter().any(|p| l.contains(p))
-            })
+            let in_considered =
+                considered.iter().flat_map(|c| c.lines()).filter(|l| l.contains(id)).any(|l| sets_aside(l, id, true));
+            let elsewhere = text.lines().filter(|l| l.contains(id)).any(|l| sets_aside(l, id, false));
+            !(in_considered || elsewhere)
         })
         .collect()
 }
@@ -232,6 +264,21 @@ mod tests {
     #[test]
     fn runs_that_do_not_escalate_pass_untouched() {
         check(&[], &agent(&[("TREATMENT_PLAN", "per P-0001, quarantine")], &["plan-posted"])).unwrap();
+    }
+
+    #[test]
+    fn the_skill_form_sets_a_precedent_aside_but_a_bare_or_approving_citation_does_not() {
+        let skill = escalation("- `P-0001`: it is about flaky tests; ours is about supported versions.");
+        check(&lookup(), &agent(&[("ESCALATION", &skill)], &["escalate"])).unwrap();
+        for applies in ["- P-0001", "- P-0001: this applies, but the chiefs may want to revisit it", "- P-0001:   "] {
+            let body = escalation(applies);
+            let err = check(&lookup(), &agent(&[("ESCALATION", &body)], &["escalate"])).unwrap_err();
+            assert_eq!(err.route, Route::Rerun, "{applies}");
+        }
+        // Cited under another heading and never set aside: it applies.
+        let body = escalation("None applies: nothing about versions.")
+            .replace("Read the support policy.", "Tried what P-0001 says.");
+        assert_eq!(check(&lookup(), &agent(&[("ESCALATION", &body)], &["escalate"])).unwrap_err().route, Route::Rerun);
     }
 
     #[test]

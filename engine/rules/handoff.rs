@@ -5,10 +5,12 @@
 //! - The receiving run is the next run of any stage after a run whose
 //!   accepted outcome was a handoff (it declared `stuck`, or wrote an
 //!   IPASS_HANDOFF). Its FIRST note must be an IPASS_READBACK that restates
-//!   the handoff: non-empty and not a verbatim copy of it.
+//!   the handoff under the same five headings, each non-empty, and is not
+//!   a copy (the whole handoff, or more than two of its sections word for
+//!   word).
 
 use super::{Refusal, Route, RunInput, Verdict, has_substance, last_accepted_outcome, list, missing_sections};
-use crate::chart::Note;
+use crate::chart::{DraftNote, Note};
 
 pub const NAME: &str = "handoff";
 
@@ -45,6 +47,47 @@ fn normalise(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
 }
 
+/// The I-PASS sections a read-back copies word for word from the handoff.
+fn copied_sections(readback: &str, handoff: &str) -> Vec<&'static str> {
+    let given = super::sections(handoff);
+    let back = super::sections(readback);
+    let find = |all: &[super::Section<'_>], want: &str| {
+        all.iter().find(|s| s.heading.eq_ignore_ascii_case(want)).map(|s| normalise(&s.content))
+    };
+    IPASS_SECTIONS
+        .iter()
+        .copied()
+        .filter(|want| matches!((find(&back, want), find(&given, want)), (Some(a), Some(b)) if !b.is_empty() && a == b))
+        .collect()
+}
+
+/// A read-back that copies more than this many sections is a copy.
+const MAX_COPIED_SECTIONS: usize = 2;
+
+/// What is wrong with a read-back of `handoff`, if anything.
+fn readback_problem(readback: &DraftNote, handoff: &Note) -> Option<String> {
+    let line = readback.line;
+    if !has_substance(&readback.body) {
+        return Some(format!("the IPASS_READBACK on line {line} is empty"));
+    }
+    if handoff.kind == "IPASS_HANDOFF" {
+        let (copy, original) = (normalise(&readback.body), normalise(&handoff.body));
+        let copied = copied_sections(&readback.body, &handoff.body);
+        if copy == original || copy.contains(&original) || copied.len() > MAX_COPIED_SECTIONS {
+            return Some(format!(
+                "the IPASS_READBACK on line {line} copies the handoff of run `{}` instead of restating it \
+                 (sections copied word for word: {})",
+                handoff.meta.run,
+                if copied.is_empty() { "all of it".to_string() } else { copied.join(", ") }
+            ));
+        }
+    }
+    let missing = missing_sections(&readback.body, IPASS_SECTIONS);
+    (!missing.is_empty()).then(|| {
+        format!("the IPASS_READBACK on line {line} does not restate every part of the handoff: {}", list(&missing))
+    })
+}
+
 pub fn after(input: &RunInput<'_>) -> Verdict {
     let mut problems = Vec::new();
     let mut help = Vec::new();
@@ -69,26 +112,13 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
                 "this run receives the handoff of run `{from}`, but its first note is {} (line {}), not IPASS_READBACK",
                 first.kind, first.line
             )),
-            Some(first) if !has_substance(&first.body) => {
-                problems.push(format!("the IPASS_READBACK on line {} is empty", first.line));
-            }
-            Some(first)
-                if handoff.kind == "IPASS_HANDOFF" && {
-                    let (copy, original) = (normalise(&first.body), normalise(&handoff.body));
-                    copy == original || copy.contains(&original)
-                } =>
-            {
-                problems.push(format!(
-                    "the IPASS_READBACK on line {} copies the handoff of run `{from}` instead of restating it",
-                    first.line
-                ));
-            }
-            Some(_) => {}
+            Some(first) => problems.extend(readback_problem(first, handoff)),
         }
         if problems.iter().any(|p| p.contains("IPASS_READBACK") || p.contains("receives the handoff")) {
             help.push(
-                "Begin with an IPASS_READBACK that restates, in your own words, the severity, the summary and \
-                 the actions you take over, then act."
+                "Begin with an IPASS_READBACK that restates the handoff in your own words under the same five \
+                 headings (Illness severity, Patient summary, Action list, Situation awareness and contingency, \
+                 Synthesis by receiver), then act."
                     .to_string(),
             );
         }
@@ -121,6 +151,10 @@ mod tests {
         })
     }
 
+    const READBACK: &str = "## Illness severity\nWatcher, stable.\n## Patient summary\nOnly CI fails the cache test.\n\
+        ## Action list\nI rerun it with debug logs.\n## Situation awareness and contingency\nEmulator may be down.\n\
+        ## Synthesis by receiver\nConfirmed: CI only.\n## What I will do\nResume.";
+
     fn stuck_chart() -> Vec<Note> {
         vec![note("IPASS_HANDOFF", "r1", "treat", "fellow", HANDOFF), outcome("r1", "treat", "stuck")]
     }
@@ -138,16 +172,10 @@ mod tests {
     #[test]
     fn the_receiver_reads_back_first() {
         let chart = stuck_chart();
-        let good = agent(
-            &[
-                ("IPASS_READBACK", "Stable; the cache test fails on CI only; I take over the debug run."),
-                ("ESCALATION", "x"),
-            ],
-            &["resume"],
-        );
+        let good = agent(&[("IPASS_READBACK", READBACK), ("ESCALATION", "x")], &["resume"]);
         check("consult", &chart, &good).unwrap();
 
-        let late = agent(&[("ESCALATION", "x"), ("IPASS_READBACK", "restated")], &["escalate"]);
+        let late = agent(&[("ESCALATION", "x"), ("IPASS_READBACK", READBACK)], &["escalate"]);
         let err = check("consult", &chart, &late).unwrap_err();
         assert!(err.reason.contains("its first note is ESCALATION (line 1), not IPASS_READBACK"), "{err}");
 
@@ -162,6 +190,18 @@ mod tests {
         assert!(check("consult", &chart, &copy).unwrap_err().reason.contains("copies the handoff of run `r1`"));
         let empty = agent(&[("IPASS_READBACK", "<!-- todo -->")], &["resume"]);
         assert!(check("consult", &chart, &empty).unwrap_err().reason.contains("is empty"));
+        // Three sections pasted under the right headings, two restated: still a copy.
+        let pasted = HANDOFF
+            .replace("Cache test fails on CI only.", "Only CI fails it.")
+            .replace("Receiver restates before acting.", "I confirm: CI only.");
+        let err = check("consult", &chart, &agent(&[("IPASS_READBACK", &pasted)], &["resume"])).unwrap_err();
+        assert!(err.reason.contains("Illness severity, Action list, Situation awareness and contingency"), "{err}");
+        let partial = agent(&[("IPASS_READBACK", "Stable; I take over.")], &["resume"]);
+        let err = check("consult", &chart, &partial).unwrap_err();
+        assert!(
+            err.reason.contains("does not restate every part of the handoff: `## Illness severity` is missing"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -171,12 +211,12 @@ mod tests {
         let notes = agent(&[("TREATMENT_NOTE", "done")], &["treated"]);
         assert!(check("treat", &chart, &notes).is_err());
         // A refused receiving run does not settle it.
-        chart.push(note("IPASS_READBACK", "r2", "consult", "review-attending", "restated"));
+        chart.push(note("IPASS_READBACK", "r2", "consult", "review-attending", READBACK));
         chart.push(outcome("r2", "consult", "resume"));
         chart.push(note("REFUSAL", "r2", "consult", "engine", "Rule: x"));
         assert!(check("treat", &chart, &notes).is_err());
         // An accepted one does.
-        chart.push(note("IPASS_READBACK", "r3", "consult", "review-attending", "restated"));
+        chart.push(note("IPASS_READBACK", "r3", "consult", "review-attending", READBACK));
         chart.push(outcome("r3", "consult", "resume"));
         check("treat", &chart, &notes).unwrap();
     }
