@@ -30,11 +30,12 @@ pub struct Scenario {
     #[serde(default)]
     pub script: BTreeMap<String, Vec<ScriptedVisit>>,
     pub expect: Expectations,
-    /// What people and CI did on the patient's pull request; the simulation
-    /// records it on the local forge before each discharge audit. Default:
-    /// an approving review by `chief`, CI green, the worktree's head commit.
-    #[serde(default)]
-    pub pull_request: PullRequestScript,
+    /// What people and CI did on the patient's pull request, one entry per
+    /// discharge audit in order (the last one repeats): the simulation
+    /// records it on the local forge before the audit. Default: an approving
+    /// review by `chief`, CI green, the worktree's head commit.
+    #[serde(default = "default_people")]
+    pub pull_request: Vec<PullRequestScript>,
     /// Stage runs before the scenario counts as not settling. Default 40.
     #[serde(default = "default_max_runs")]
     pub max_runs: usize,
@@ -116,6 +117,10 @@ pub struct ScriptedCommit {
     /// A merge commit (two parents). Default `false`.
     #[serde(default)]
     pub merge: bool,
+}
+
+fn default_people() -> Vec<PullRequestScript> {
+    vec![PullRequestScript::default()]
 }
 
 fn default_true() -> bool {
@@ -267,7 +272,7 @@ pub async fn drive(
     scratch: &Path,
     max_runs: usize,
 ) -> anyhow::Result<Trace> {
-    drive_with(h, forge, issue, script, scratch, max_runs, &PullRequestScript::default()).await
+    drive_with(h, forge, issue, script, scratch, max_runs, &default_people()).await
 }
 
 /// [`drive`], with what people and CI do on the pull request.
@@ -278,10 +283,11 @@ pub async fn drive_with(
     mut script: BTreeMap<String, VecDeque<ScriptedVisit>>,
     scratch: &Path,
     max_runs: usize,
-    people: &PullRequestScript,
+    people: &[PullRequestScript],
 ) -> anyhow::Result<Trace> {
     let mut steps = Vec::new();
     let mut seen_dispatches = forge.dispatches()?.len();
+    let mut audits_done = 0;
     // The first run is what the admission label's event would start.
     let mut pending = 1usize;
     while pending > 0 {
@@ -295,8 +301,9 @@ pub async fn drive_with(
             .and_then(|l| h.config.stage_by_label(l))
             .map(|s| s.name.to_string());
         let audits = stage_name.as_deref().and_then(|s| h.config.stage(s)).is_some_and(|s| s.mode() == AUDIT_MODE);
-        if audits {
-            play_people(forge, issue, &h.workdir, people).await?;
+        if audits && let Some(now) = people.get(audits_done).or(people.last()) {
+            play_people(forge, issue, &h.workdir, now).await?;
+            audits_done += 1;
         }
         let visit = stage_name.as_ref().and_then(|s| script.get_mut(s)).and_then(VecDeque::pop_front);
         let agent_command = match &visit {
