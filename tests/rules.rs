@@ -1,0 +1,339 @@
+//! The hospital's rules end to end: every scenario under
+//! `tests/scenarios/rules/` through `ward simulate`, decompositions carried
+//! to discharge and rerun, human approval mode, `ward audit` and
+//! `ward precedents check` against real git histories.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use support::rules::{ENGINE, git_init, hospital, label_of, run, settle};
+use support::{Sandbox, stderr, stdout};
+use ward::forge::local::LocalForge;
+use ward::forge::{Forge, IssueNumber, IssueState, NewIssue, Permission};
+use ward::rules::decomposition;
+use ward::stage::{StageRequest, StageResult};
+
+fn scenarios() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/rules");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| p.display().to_string())
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_rule_scenario_passes_in_simulation() {
+    let files = scenarios();
+    assert!(files.len() >= 20, "expected a scenario per rule, found {}", files.len());
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut args = vec!["--root", root, "simulate"];
+    args.extend(files.iter().map(String::as_str));
+    let sandbox = Sandbox::new();
+    let out = sandbox.ward(&args);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(text.contains(&format!("{} passed, 0 failed", files.len())), "{text}");
+}
+
+#[test]
+fn a_wrong_expectation_fails_the_simulation() {
+    // The scenarios above could pass vacuously if expectations were not checked.
+    let sandbox = Sandbox::new();
+    let original = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/rules/treat-without-plan.yaml"),
+    )
+    .unwrap();
+    sandbox.write("wrong.yaml", &original.replace("Rule: plan-gate", "Rule: no-such-rule"));
+    let root = env!("CARGO_MANIFEST_DIR");
+    let file = sandbox.root().join("wrong.yaml");
+    let out = sandbox.ward(&["--root", root, "simulate", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("chart_mentions: the chart never says `Rule: no-such-rule`"), "{}", stdout(&out));
+}
+
+const DIAMOND: &str = "<!-- WARD:TRIAGE -->
+## Assessment
+Too big for one plan.
+<!-- /WARD:TRIAGE -->
+<!-- WARD:DECOMPOSITION -->
+```yaml
+- {key: schema, title: Tenant column, body: Migration.}
+- {key: api, title: Tenant API, body: Filter by tenant., depends_on: [schema]}
+- {key: cli, title: Tenant flag, body: Add --tenant., depends_on: [schema]}
+- {key: docs, title: Tenant docs, body: Guide., depends_on: [api, cli]}
+```
+<!-- /WARD:DECOMPOSITION -->
+<!-- WARD:OUTCOME decomposed -->
+";
+
+/// The parent's admission is scripted (the stand-in never decomposes);
+/// everything after it is the default stand-in.
+fn script_admission(sandbox: &Sandbox) -> Vec<String> {
+    sandbox.write("decompose.sh", &format!("cat > \"$WARD_NOTES\" <<'NOTES'\n{DIAMOND}NOTES\n"));
+    vec!["sh".into(), sandbox.root().join("decompose.sh").display().to_string()]
+}
+
+#[tokio::test]
+async fn a_diamond_is_treated_child_by_child_and_discharges_its_parent() {
+    let sandbox = Sandbox::new();
+    git_init(sandbox.root());
+    let (h, forge) = hospital(&sandbox, "reporter");
+    let parent = forge
+        .admit(NewIssue {
+            title: "Multi-tenant".into(),
+            body: "Everything tenant aware.".into(),
+            labels: vec!["ward:admit".into()],
+        })
+        .unwrap();
+    let first =
+        run(&h, &StageRequest { issue: 1, agent_command: Some(script_admission(&sandbox)), ..Default::default() })
+            .await;
+    assert!(matches!(first, StageResult::Moved(ref t) if t.to == "ward:waiting"), "{first:?}");
+    let issues = forge.all_issues().await.unwrap();
+    let children = decomposition::existing_children(parent.number, &issues, ENGINE);
+    let labels: BTreeMap<&str, String> =
+        children.iter().map(|(k, c)| (k.as_str(), label_of(&forge, c.number.0))).collect();
+    assert_eq!(
+        labels,
+        BTreeMap::from([
+            ("api", "ward:blocked".into()),
+            ("cli", "ward:blocked".into()),
+            ("docs", "ward:blocked".into()),
+            ("schema", "ward:admit".into())
+        ])
+    );
+
+    // Only `schema` was dispatched; follow every dispatch until all is quiet.
+    let schema = children["schema"].number;
+    let results = settle(&h, &forge, schema, 60).await;
+    let order: Vec<u64> = results
+        .iter()
+        .filter(|(_, r)| matches!(r, StageResult::Moved(t) if t.to == "ward:discharged"))
+        .map(|(n, _)| *n)
+        .collect();
+    let n = |k: &str| children[k].number.0;
+    assert_eq!(order.first(), Some(&n("schema")), "the foundation is discharged first: {order:?}");
+    assert_eq!(order.last(), Some(&n("docs")), "docs waits for api and cli: {order:?}");
+    for key in ["schema", "api", "cli", "docs"] {
+        assert_eq!(label_of(&forge, n(key)), "ward:discharged", "{key}");
+    }
+    let parent_now = forge.read_record(parent.number).unwrap().issue;
+    assert_eq!(label_of(&forge, 1), "ward:discharged");
+    assert_eq!(parent_now.state, IssueState::Closed);
+    let chart = std::fs::read_to_string(forge.chart_path(parent.number)).unwrap();
+    assert!(chart.contains("role=engine") && chart.trim_end().ends_with("<!-- /WARD:OUTCOME -->"), "{chart}");
+}
+
+#[tokio::test]
+async fn rerunning_a_decomposition_twice_creates_nothing_new() {
+    let sandbox = Sandbox::new();
+    let (h, forge) = hospital(&sandbox, "reporter");
+    forge
+        .admit(NewIssue { title: "Multi-tenant".into(), body: "x".into(), labels: vec!["ward:admit".into()] })
+        .unwrap();
+    let script = script_admission(&sandbox);
+    for round in 0..3 {
+        if round > 0 {
+            // A person (or the charge nurse) puts the parent back into admission.
+            forge.set_labels_as_person(IssueNumber(1), &["ward:admit".into()]).unwrap();
+        }
+        let r = run(&h, &StageRequest { issue: 1, agent_command: Some(script.clone()), ..Default::default() }).await;
+        assert!(matches!(r, StageResult::Moved(_)), "round {round}: {r:?}");
+        assert_eq!(forge.all_issues().await.unwrap().len(), 5, "round {round}: one parent and four children");
+    }
+    assert_eq!(label_of(&forge, 1), "ward:waiting");
+}
+
+#[tokio::test]
+async fn a_marker_in_a_persons_issue_is_not_a_parent_link() {
+    let sandbox = Sandbox::new();
+    let (h, forge) = hospital(&sandbox, "mallory");
+    forge.admit(NewIssue { title: "Parent".into(), body: "x".into(), labels: vec!["ward:admit".into()] }).unwrap();
+    run(&h, &StageRequest { issue: 1, agent_command: Some(script_admission(&sandbox)), ..Default::default() }).await;
+    // mallory files an issue that claims to be child `docs` of #1.
+    let forged = forge
+        .admit(NewIssue {
+            title: "docs".into(),
+            body: "<!-- ward-child parent=1 key=docs -->\nme".into(),
+            labels: vec!["ward:admit".into()],
+        })
+        .unwrap();
+    let issues = forge.all_issues().await.unwrap();
+    let children = decomposition::existing_children(IssueNumber(1), &issues, ENGINE);
+    assert_ne!(children["docs"].number, forged.number);
+    // And its admission is not held back by `docs`'s dependencies.
+    let deps = ward::family::dependencies(&*forge, &h.config, &h.sentinels, &forged).await.unwrap();
+    assert!(deps.is_empty());
+}
+
+async fn to_awaiting_chief(sandbox: &Sandbox) -> (ward::stage::Hospital, std::sync::Arc<LocalForge>) {
+    sandbox.edit_config("human_approval: false", "human_approval: true");
+    git_init(sandbox.root());
+    let (h, forge) = hospital(sandbox, "reporter");
+    forge.admit(NewIssue { title: "Typo".into(), body: "Welcom".into(), labels: vec!["ward:admit".into()] }).unwrap();
+    let results = settle(&h, &forge, IssueNumber(1), 20).await;
+    let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(1))).unwrap_or_default();
+    assert_eq!(label_of(&forge, 1), "ward:awaiting-chief", "{results:#?}\n{chart}");
+    let pull = forge.read_pull(1).unwrap().pull.unwrap();
+    assert_eq!(pull.state, ward::forge::PullState::Open, "nothing is merged before a chief approves");
+    forge
+        .set_collaborators(&BTreeMap::from([
+            ("maria".to_string(), Permission::Maintain),
+            ("tom".to_string(), Permission::Write),
+            (ENGINE.to_string(), Permission::Admin),
+        ]))
+        .unwrap();
+    (h, forge)
+}
+
+fn approve_as(sandbox: &Sandbox, who: &str) -> LocalForge {
+    let person = LocalForge::new(sandbox.root(), ENGINE).with_actor(who);
+    person.set_labels_as_person(IssueNumber(1), &["ward:awaiting-chief".into(), "ward:approved".into()]).unwrap();
+    person
+}
+
+#[tokio::test]
+async fn human_approval_mode_waits_for_a_maintainer() {
+    let sandbox = Sandbox::new();
+    let (h, forge) = to_awaiting_chief(&sandbox).await;
+
+    approve_as(&sandbox, "tom");
+    let r = run(&h, &StageRequest { issue: 1, ..Default::default() }).await;
+    let StageResult::Refused { reason, to, .. } = r else { panic!("{r:?}") };
+    assert!(reason.contains("`tom` applied `ward:approved` with write permission"), "{reason}");
+    assert_eq!(to.as_deref(), Some("ward:awaiting-chief"));
+    assert_eq!(forge.read_record(IssueNumber(1)).unwrap().issue.labels, vec!["ward:awaiting-chief".to_string()]);
+
+    approve_as(&sandbox, "maria");
+    let r = run(&h, &StageRequest { issue: 1, ..Default::default() }).await;
+    assert!(matches!(r, StageResult::Moved(ref t) if t.to == "ward:discharged"), "{r:?}");
+    let issue = forge.read_record(IssueNumber(1)).unwrap().issue;
+    assert_eq!(issue.labels, vec!["ward:discharged".to_string()]);
+    assert_eq!(issue.state, IssueState::Closed);
+    assert_eq!(forge.read_pull(1).unwrap().pull.unwrap().state, ward::forge::PullState::Merged);
+    let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(1))).unwrap();
+    assert!(chart.contains("`maria` (maintain permission) applied `ward:approved`."), "{chart}");
+}
+
+#[tokio::test]
+async fn an_approval_after_new_commits_is_audited_again() {
+    let sandbox = Sandbox::new();
+    let (h, forge) = to_awaiting_chief(&sandbox).await;
+    // A commit lands after the audit passed: the approval must not merge it unreviewed.
+    forge
+        .update_pull(1, |rec| {
+            if let Some(p) = rec.pull.as_mut() {
+                p.head_sha = "9999999999999999999999999999999999999999".into();
+            }
+        })
+        .unwrap();
+    approve_as(&sandbox, "maria");
+    let r = run(&h, &StageRequest { issue: 1, ..Default::default() }).await;
+    assert!(
+        matches!(r, StageResult::Moved(ref t) if t.to == "ward:code-review" && t.outcome == "audit-failed"),
+        "{r:?}"
+    );
+    assert_eq!(forge.read_pull(1).unwrap().pull.unwrap().state, ward::forge::PullState::Open);
+}
+
+#[tokio::test]
+async fn ward_audit_is_a_dry_run() {
+    let sandbox = Sandbox::new();
+    sandbox.edit_config("human_approval: false", "human_approval: true");
+    git_init(sandbox.root());
+    let (h, forge) = hospital(&sandbox, "reporter");
+    forge.admit(NewIssue { title: "Typo".into(), body: "Welcom".into(), labels: vec!["ward:admit".into()] }).unwrap();
+    settle(&h, &forge, IssueNumber(1), 20).await;
+    forge.update_pull(1, |rec| rec.unresolved_threads = 1).unwrap();
+    let chart_before = std::fs::read_to_string(forge.chart_path(IssueNumber(1))).unwrap();
+    let issue_before = sandbox.read(".ward/forge/issues/1.json");
+
+    let out = sandbox.ward(&["audit", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("- ❌ No unresolved review threads: 1 review thread(s) are unresolved"), "{text}");
+    assert!(text.contains("- ✅ CI green for the head commit"), "{text}");
+    assert!(text.contains("Result: audit failed (1 ❌ failed, 0 ⬜ not verified)"), "{text}");
+    assert_eq!(std::fs::read_to_string(forge.chart_path(IssueNumber(1))).unwrap(), chart_before);
+    assert_eq!(sandbox.read(".ward/forge/issues/1.json"), issue_before);
+
+    let out = sandbox.ward(&["audit", "1", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["outcome"], "audit-failed");
+    assert_eq!(json["items"].as_array().unwrap().len(), 6);
+}
+
+/// Commits the sandbox's precedent log as it is now, at a fixed time.
+fn commit_log(dir: &Path, message: &str) {
+    let repo = git2::Repository::open(dir).unwrap();
+    let mut index = repo.index().unwrap();
+    index.add_path(Path::new("precedents/log.yaml")).unwrap();
+    index.write().unwrap();
+    let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+    let who = git2::Signature::new("Chief", "chief@example.com", &git2::Time::new(1_767_312_000, 0)).unwrap();
+    let parent = repo.head().unwrap().peel_to_commit().unwrap();
+    repo.commit(Some("HEAD"), &who, &who, message, &tree, &[&parent]).unwrap();
+}
+
+#[test]
+fn precedents_check_names_an_edited_or_reordered_entry() {
+    let sandbox = Sandbox::new();
+    git_init(sandbox.root());
+    let log = sandbox.read("precedents/log.yaml");
+    let ok = sandbox.ward(&["precedents", "check", "--base", "HEAD"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(stdout(&ok).contains("ok (9 entries, append-only against `HEAD`)"), "{}", stdout(&ok));
+
+    // One character of an old entry.
+    sandbox.write("precedents/log.yaml", &log.replacen("chief: mara-okafor", "chief: mara-okafer", 1));
+    let out = sandbox.ward(&["precedents", "check", "--base", "HEAD"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("precedents/log.yaml:15: entry 1 (P-0001): changed since the base revision (its line 3 was `  chief: mara-okafor` and is now `  chief: mara-okafer`)"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Two entries swapped, after a commit that appended a third entry.
+    sandbox.write("precedents/log.yaml", &log);
+    commit_log(sandbox.root(), "Unchanged");
+    let entries = ward::precedent::raw_entries(&log);
+    let (a, b) = (entries[0].text, entries[1].text);
+    let swapped = log.replacen(a, "\u{0}", 1).replacen(b, a, 1).replacen('\u{0}', b, 1);
+    sandbox.write("precedents/log.yaml", &swapped);
+    let out = sandbox.ward(&["precedents", "check", "--base", "HEAD~1"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("entry 1 (P-0001): moved from position 1 to 2"), "{err}");
+    assert!(err.contains("entry 2 (P-0002): moved from position 2 to 1"), "{err}");
+    assert!(err.contains("id `P-0002` is out of sequence; entry 1 must be `P-0001`"), "{err}");
+
+    // An unknown revision is bad input (exit 2), not a failed check.
+    let out = sandbox.ward(&["precedents", "check", "--base", "no-such-branch"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn precedents_check_refuses_an_engine_written_or_future_entry() {
+    let sandbox = Sandbox::new();
+    git_init(sandbox.root());
+    let log = sandbox.read("precedents/log.yaml");
+    let next = format!(
+        "{log}\n- id: P-0010\n  date: 2026-12-01\n  chief: {ENGINE}\n  tags: [x]\n  question: Q?\n  decision: D.\n"
+    );
+    sandbox.write("precedents/log.yaml", &next);
+    let out = sandbox.ward(&["precedents", "check", "--base", "HEAD", "--today", "2026-11-29"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("entry 10 (P-0010): date 2026-12-01 is in the future (today is 2026-11-29)"), "{err}");
+    assert!(
+        err.contains("entry 10 (P-0010): chief `github-actions[bot]` is the engine's own account or a bot"),
+        "{err}"
+    );
+}
