@@ -242,7 +242,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     // first), and so is the engine's discharge audit: the nurse reads it.
     let found = h.precedents.search(&format!("{} {}", issue.title, issue.body), h.config.precedents.top);
     let lookup = engine_note("PRECEDENT_LOOKUP", precedent_lookup_body(&found));
-    let audit = match stage.mode() == crate::discharge::AUDIT_MODE {
+    let mut audit = match stage.mode() == crate::discharge::AUDIT_MODE {
         true => {
             let facts = crate::audit::gather(&*h.forge, &crate::audit::patient_branch(number)).await;
             let checklist = discharge_audit::audit(&h.config, &chart_notes, &facts);
@@ -348,6 +348,13 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         return refuse(h, &issue, &label_in, stage, stored, engine_note("REFUSAL", refusal.note_body()), &refusal)
             .await;
     }
+    // The decision is taken on facts gathered now, not before the agent:
+    // a commit pushed while the nurse worked is not merged unaudited.
+    if audit.is_some() {
+        let facts = crate::audit::gather(&*h.forge, &crate::audit::patient_branch(number)).await;
+        let checklist = discharge_audit::audit(&h.config, &chart_notes, &facts);
+        audit = Some((facts, checklist));
+    }
     // The nurse adds judgment but cannot pass a failing audit.
     let (outcome, overruled) = match &audit {
         Some((_, checklist)) => {
@@ -371,7 +378,10 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     chart::store_notes(&*h.forge, &h.sentinels, number, stored, &batch).await?;
 
     // A decomposition: its children exist before the parent starts waiting.
-    if let Some(note) = notes.notes.iter().rfind(|n| n.kind == "DECOMPOSITION") {
+    let waits = stage.config.outcomes.get(&outcome) == Some(&h.config.decomposition.waiting_label);
+    if let Some(note) = notes.notes.iter().rfind(|n| n.kind == "DECOMPOSITION")
+        && waits
+    {
         let children = rules::decomposition::parse_children(&note.body)
             .map_err(|p| anyhow::anyhow!("validated decomposition became unreadable: {}", p.join("; ")))?;
         let dispatch = h.config.dispatch == DispatchMode::RepositoryDispatch;

@@ -208,6 +208,21 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
     if notes.len() > 1 {
         problems.push(format!("{} DECOMPOSITION notes were written; write one", notes.len()));
     }
+    // A decomposition and the outcome that parks the parent go together.
+    let waiting = &input.config.decomposition.waiting_label;
+    let waits = input.outcome().and_then(|o| input.stage.config.outcomes.get(o)) == Some(waiting);
+    if !notes.is_empty() && !waits {
+        problems.push(format!(
+            "a DECOMPOSITION was written, but outcome `{}` does not send the parent to `{waiting}`",
+            input.outcome().unwrap_or("(none)")
+        ));
+    }
+    if notes.is_empty() && waits {
+        problems.push(format!(
+            "outcome `{}` parks the parent at `{waiting}` but no DECOMPOSITION names its children",
+            input.outcome().unwrap_or_default()
+        ));
+    }
     for note in notes {
         if let Err(p) = check(&note.body, &input.config.decomposition, input.depth) {
             problems.extend(p.into_iter().map(|p| format!("DECOMPOSITION on line {}: {p}", note.line)));
@@ -563,6 +578,29 @@ mod tests {
         assert_eq!(after_discharge(&config, &children, &existing).unblock, vec![IssueNumber(4)]);
         existing.insert("docs".into(), sib(4, "ward:discharged"));
         assert!(after_discharge(&config, &children, &existing).parent_done);
+    }
+
+    #[test]
+    fn a_decomposition_goes_with_the_waiting_outcome() {
+        let config = config();
+        let log = PrecedentLog::default();
+        let body = note_body(DIAMOND);
+        let check = |notes: &crate::chart::AgentNotes| {
+            after(&RunInput {
+                config: &config,
+                stage: config.stage("admit").unwrap(),
+                run: "r1",
+                chart: &[],
+                notes,
+                precedents: &log,
+                depth: 0,
+            })
+        };
+        check(&agent(&[("TRIAGE", "t"), ("DECOMPOSITION", &body)], &["decomposed"])).unwrap();
+        let err = check(&agent(&[("TRIAGE", "t"), ("DECOMPOSITION", &body)], &["ready"])).unwrap_err();
+        assert!(err.reason.contains("outcome `ready` does not send the parent to `ward:waiting`"), "{err}");
+        let err = check(&agent(&[("TRIAGE", "t")], &["decomposed"])).unwrap_err();
+        assert!(err.reason.contains("no DECOMPOSITION names its children"), "{err}");
     }
 
     #[test]
