@@ -130,8 +130,12 @@ pub fn reviewed_commit(body: &str) -> Option<&str> {
     })
 }
 
+/// `reviewed` names `head`: the whole sha, or an abbreviation of at least 7
+/// hex digits (an empty or short sha names nothing).
 fn same_commit(reviewed: &str, head: &str) -> bool {
-    head.to_ascii_lowercase().starts_with(&reviewed.to_ascii_lowercase())
+    reviewed.len() >= 7
+        && reviewed.chars().all(|c| c.is_ascii_hexdigit())
+        && head.to_ascii_lowercase().starts_with(&reviewed.to_ascii_lowercase())
 }
 
 /// A commit subject that should have been squashed away, with why.
@@ -460,6 +464,8 @@ mod tests {
             review("tom", ReviewState::Commented, HEAD),
         ]);
         assert!(run(&chart(), &f).item("pr-approval").unwrap().note.contains("`tom` requested changes"));
+        f.reviews = Ok(vec![review("maria", ReviewState::Approved, "")]);
+        assert_eq!(mark(&run(&chart(), &f), "pr-approval"), Mark::Fail, "an empty sha approves nothing");
         f.reviews = Err("GitHub answered 502".into());
         assert_eq!(mark(&run(&chart(), &f), "pr-approval"), Mark::Unknown);
     }

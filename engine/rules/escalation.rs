@@ -19,7 +19,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::{Refusal, Route, RunInput, Verdict, list, missing_sections};
-use crate::precedent::{Match, PrecedentLog, is_precedent_id};
+use crate::precedent::is_precedent_id;
 
 pub const NAME: &str = "escalation";
 
@@ -85,19 +85,6 @@ pub fn applying_citations(text: &str) -> Vec<&str> {
             !(in_considered || elsewhere)
         })
         .collect()
-}
-
-/// Body of the PRECEDENT_LOOKUP note the engine writes when it searched the
-/// log for a run.
-pub fn lookup_note_body(log: &PrecedentLog, matches: &[Match<'_>]) -> String {
-    let mut out = format!("Searched {} precedent(s) in the log.\n\n", log.entries.len());
-    if matches.is_empty() {
-        out.push_str("No precedent matched this patient.\n");
-    }
-    for m in matches {
-        out.push_str(&format!("- {} (score {:.2}): {}\n", m.entry.id, m.score, m.entry.question.trim()));
-    }
-    out
 }
 
 pub fn after(input: &RunInput<'_>) -> Verdict {
@@ -184,6 +171,7 @@ mod tests {
     use super::super::testing::*;
     use super::*;
     use crate::chart::{AgentNotes, Note};
+    use crate::precedent::PrecedentLog;
 
     const LOG: &str = "
 - id: P-0001
