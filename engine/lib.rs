@@ -4,3 +4,4 @@
 pub mod chart;
 pub mod config;
 pub mod forge;
+pub mod workspace;
