@@ -282,6 +282,7 @@ pub struct Emulator {
 pub struct Teardown {
     pub id: String,
     pub name: String,
+    /// `None` while it still ran when teardown began.
     pub exit_code: Option<i64>,
     pub log: PathBuf,
     pub inspect: PathBuf,
@@ -547,7 +548,8 @@ pub async fn stop(docker: &Docker, id: &str, name: &str, artifacts: &Path) -> Re
     let logs = docker.logs(id).await.unwrap_or_else(|e| format!("(logs unavailable: {e})\n"));
     std::fs::write(&log, logs).map_err(io_err("write", &log))?;
     let inspect = docker.inspect(id).await.ok().flatten();
-    let exit_code = inspect.as_ref().and_then(|i| i.state.as_ref()).and_then(|s| s.exit_code);
+    let state = inspect.as_ref().and_then(|i| i.state.as_ref());
+    let exit_code = state.filter(|s| s.running != Some(true)).and_then(|s| s.exit_code);
     let json = inspect.as_ref().and_then(|i| serde_json::to_string_pretty(i).ok()).unwrap_or_else(|| "null".into());
     std::fs::write(&inspect_path, json).map_err(io_err("write", &inspect_path))?;
     let started = Instant::now();

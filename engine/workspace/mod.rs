@@ -184,12 +184,38 @@ pub struct WorkspaceReport {
     pub artifacts: PathBuf,
 }
 
+/// One container this run created, from creation to verified removal.
 #[derive(Debug, Clone, Serialize)]
 pub struct ContainerReport {
-    #[serde(flatten)]
-    pub emulator: Emulator,
-    #[serde(flatten)]
-    pub teardown: Teardown,
+    pub id: String,
+    pub name: String,
+    pub image: String,
+    /// Container port -> host port on 127.0.0.1.
+    pub ports: std::collections::BTreeMap<u16, u16>,
+    pub ready_ms: u64,
+    /// `None` when it was still running at teardown (the normal case).
+    pub exit_code: Option<i64>,
+    pub log: PathBuf,
+    pub inspect: PathBuf,
+    pub removed_verified: bool,
+    pub remove_ms: u64,
+}
+
+impl ContainerReport {
+    fn new(em: &Emulator, t: Teardown) -> Self {
+        Self {
+            id: em.id.clone(),
+            name: em.name.clone(),
+            image: em.image.clone(),
+            ports: em.ports.clone(),
+            ready_ms: em.ready_ms,
+            exit_code: t.exit_code,
+            log: t.log,
+            inspect: t.inspect,
+            removed_verified: t.removed_verified,
+            remove_ms: t.remove_ms,
+        }
+    }
 }
 
 impl WorkspaceReport {
@@ -323,7 +349,7 @@ impl Workspace {
         let mut containers = Vec::new();
         if let (Some(docker), Some(em)) = (&self.docker, &self.emulator) {
             match emulator::stop(docker, &em.id, &em.name, &self.artifacts).await {
-                Ok(t) => containers.push(ContainerReport { emulator: em.clone(), teardown: t }),
+                Ok(t) => containers.push(ContainerReport::new(em, t)),
                 Err(e) => problems.push(e.to_string()),
             }
         }
@@ -348,7 +374,7 @@ impl Workspace {
             commit,
             worktree_cleanup_verified: worktree.verified(),
             worktree,
-            emulator_cleanup_verified: containers.iter().all(|c| c.teardown.removed_verified),
+            emulator_cleanup_verified: containers.iter().all(|c| c.removed_verified),
             readiness_ms: self.emulator.as_ref().map(|e| e.ready_ms),
             seed: self.emulator.as_ref().and_then(|e| e.seed.clone()),
             containers,
