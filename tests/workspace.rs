@@ -801,6 +801,7 @@ async fn signal_child() {
     req.emulator = Some(seeded_emulator());
     // The parent reads the artifacts after this process (and its temporary repository) is gone.
     req.home = dir.join("ward-home");
+    req.artifacts = ward::workspace::artifacts_dir(&req.home, req.issue, &req.run);
     let ws = Workspace::up(req, &cancel).await.unwrap();
     let em = ws.emulator.as_ref().unwrap();
     let up = json!({"id": em.id, "name": em.name, "artifacts": ws.artifacts, "worktree": ws.worktree.path});
@@ -851,4 +852,74 @@ async fn sigterm_still_runs_diagnostics_and_cleanup() {
     assert!(!artifacts.join("report.json").exists());
     assert!(!PathBuf::from(up["worktree"].as_str().unwrap()).exists());
     assert_no_containers(&[&run_name]);
+}
+
+// ---------------------------------------------------------------- through a stage run
+
+/// `ward stage` end to end on the local forge: the stage's emulator comes
+/// up, its variables reach the agent (and only the agent), the agent runs
+/// in its own worktree, and everything is gone afterwards with a report.
+#[tokio::test]
+async fn a_stage_run_brings_its_workspace_up_for_the_agent_and_down_after() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("repo");
+    std::fs::create_dir_all(&root).unwrap();
+    ward::defaults::install(&root).unwrap();
+    std::fs::write(root.join(".gitignore"), "/.ward\n").unwrap();
+    let section = format!(
+        "\nemulator:\n  image: {}\n  ports: [8081, 8082]\n  ready: {{ tcp: 8081, time_limit: 10s }}\n  expose:\n    DOCSTORE_ENDPOINT: \"http://127.0.0.1:{{{{ ports[8081] }}}}\"\n",
+        docstore_image()
+    );
+    let mut pipeline = std::fs::read_to_string(root.join(".github/ward.yml")).unwrap();
+    pipeline.push_str(&section);
+    std::fs::write(root.join(".github/ward.yml"), pipeline).unwrap();
+    let git_home = tmp.path().join("git-home");
+    std::fs::create_dir_all(&git_home).unwrap();
+    run(git(&root, &git_home).args(["init", "--quiet", "--initial-branch=main"]));
+    run(git(&root, &git_home).args(["add", "-A"]));
+    run(git(&root, &git_home).args(["commit", "--quiet", "-m", "install ward"]));
+
+    let forge = std::sync::Arc::new(ward::forge::local::LocalForge::new(&root, "ward-engine").with_actor("chief"));
+    let mut h = ward::stage::Hospital::load(&root, forge.clone()).unwrap();
+    h.ward_exe = PathBuf::from(env!("CARGO_BIN_EXE_ward"));
+    let plan = h.workspace.as_mut().expect("a git repository on a branch gets workspaces");
+    assert_eq!(plan.base, "main");
+    plan.home = tmp.path().join("ward-home");
+    let issue = forge
+        .admit(ward::forge::NewIssue { title: "t".into(), body: "b".into(), labels: vec![h.config.admission.clone()] })
+        .unwrap();
+    let run_name = run_id("stage");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let seen = tmp.path().join("seen");
+    let script = format!("env > {0}.env && pwd > {0}.pwd && exec {{ward}} stand-in", seen.display());
+    let req = ward::stage::StageRequest {
+        issue: issue.number.0,
+        label: None,
+        agent_command: Some(vec!["sh".into(), "-c".into(), script]),
+        run_id: Some(run_name.clone()),
+    };
+    let result = ward::stage::run_stage(&h, &req).await.unwrap();
+    let ward::stage::StageResult::Moved(t) = result else { panic!("{result:?}") };
+
+    let env = std::fs::read_to_string(seen.with_extension("env")).unwrap();
+    let endpoint = env.lines().find_map(|l| l.strip_prefix("DOCSTORE_ENDPOINT=")).expect("the agent got the endpoint");
+    assert!(endpoint.starts_with("http://127.0.0.1:"), "{endpoint}");
+    assert!(std::env::var_os("DOCSTORE_ENDPOINT").is_none(), "never in the engine's own environment");
+    let pwd = std::fs::read_to_string(seen.with_extension("pwd")).unwrap();
+    assert!(pwd.trim().starts_with(&tmp.path().join("ward-home/worktrees").display().to_string()), "{pwd}");
+    assert!(env.contains(&format!("WARD_WORKTREE={}", pwd.trim())), "{env}");
+    assert!(!Path::new(pwd.trim()).exists(), "the worktree is gone");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(t.artifacts.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["run"], run_name.as_str());
+    assert_eq!(report["emulator_cleanup_verified"], true);
+    assert_eq!(report["worktree_cleanup_verified"], true);
+    let port = report["containers"][0]["ports"]["8081"].as_u64().unwrap();
+    assert_eq!(endpoint, format!("http://127.0.0.1:{port}"));
+    assert!(t.artifacts.join(format!("{}.log", report["containers"][0]["name"].as_str().unwrap())).exists());
+    assert_no_containers(&[&run_name]);
+    let list = run(git(&root, &git_home).args(["worktree", "list", "--porcelain"]));
+    assert_eq!(list.matches("worktree ").count(), 1, "{list}");
+    assert!(run(git(&root, &git_home).args(["branch", "--list", "ward/issue-1"])).contains("ward/issue-1"));
 }

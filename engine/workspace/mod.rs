@@ -34,6 +34,8 @@ pub enum WorkspaceError {
     CleanupAfter { first: Box<WorkspaceError>, cleanup: Box<WorkspaceError> },
     #[error("the workspace of issue #{issue}, run {run} was not cleaned up: {}", problems.join("; "))]
     Teardown { issue: u64, run: String, problems: Vec<String> },
+    #[error("cancelled by a signal before the workspace of issue #{issue} came up; nothing was created")]
+    Cancelled { issue: u64 },
     #[error("a git task panicked or was cancelled: {0}")]
     Join(String),
     #[error("could not {op} {}: {source}", path.display())]
@@ -103,6 +105,18 @@ impl Cancel {
         Ok(cancel)
     }
 
+    /// The process's one signal-triggered cancellation, installed on first
+    /// use. Once installed, a signal between two stage runs is not lost: the
+    /// next run sees [`Cancel::is_cancelled`] and stops before it starts.
+    pub fn process() -> std::io::Result<Self> {
+        static PROCESS: std::sync::OnceLock<Cancel> = std::sync::OnceLock::new();
+        if let Some(c) = PROCESS.get() {
+            return Ok(c.clone());
+        }
+        let c = Self::on_signals()?;
+        Ok(PROCESS.get_or_init(|| c).clone())
+    }
+
     pub fn cancel(&self) {
         self.tx.send_replace(true);
     }
@@ -122,6 +136,47 @@ impl Cancel {
         tokio::select! {
             out = f => Some(out),
             _ = self.cancelled() => None,
+        }
+    }
+}
+
+/// How a repository's stage runs get their workspace: decided once per
+/// command by [`WorkspacePlan::detect`].
+#[derive(Debug, Clone)]
+pub struct WorkspacePlan {
+    pub home: PathBuf,
+    pub base: String,
+    pub docker_socket: Option<String>,
+    pub identity: CommitIdentity,
+}
+
+impl WorkspacePlan {
+    /// `None` when `root` is not a git repository with a branch checked out
+    /// (then a run works in the folder it was given, as before). The base
+    /// branch is `WARD_BASE`, else the branch checked out at `root`.
+    pub fn detect(root: &Path, get: impl Fn(&str) -> Option<String>) -> Option<Self> {
+        let git = GitRepo::open(root).ok()?;
+        let base = get("WARD_BASE").filter(|b| !b.is_empty()).or_else(|| git.current_branch().ok().flatten())?;
+        let home = ward_home(&get).unwrap_or_else(|| root.join(".ward").join("home"));
+        Some(Self { home, base, docker_socket: None, identity: CommitIdentity::default() })
+    }
+
+    /// The request of one stage run: no emulator, no restart, containers
+    /// expiring after two hours; the caller adjusts the fields.
+    pub fn request(&self, root: &Path, issue: u64, stage: &str, run: &str, artifacts: &Path) -> WorkspaceRequest {
+        WorkspaceRequest {
+            repo: root.to_path_buf(),
+            home: self.home.clone(),
+            base: self.base.clone(),
+            issue,
+            stage: stage.into(),
+            run: run.into(),
+            restart: false,
+            emulator: None,
+            docker_socket: self.docker_socket.clone(),
+            expires_after: Duration::from_secs(2 * 60 * 60),
+            identity: self.identity.clone(),
+            artifacts: artifacts.to_path_buf(),
         }
     }
 }
@@ -146,6 +201,9 @@ pub struct WorkspaceRequest {
     /// Containers carry `ward.expires` = now + this (the reaper's TTL).
     pub expires_after: Duration,
     pub identity: CommitIdentity,
+    /// The run's artifacts folder: diagnostics, seed log, report.json
+    /// ([`artifacts_dir`] when the caller has none of its own).
+    pub artifacts: PathBuf,
 }
 
 /// A workspace that is up.
@@ -159,6 +217,8 @@ pub struct Workspace {
     pub emulator: Option<Emulator>,
     /// `<home>/runs/issue-<n>-<run>`: diagnostics, seed logs, report.json.
     pub artifacts: PathBuf,
+    /// The commit [`Workspace::commit_leftovers`] made, if any.
+    pub commit: Option<String>,
     docker: Option<Docker>,
     identity: CommitIdentity,
     up_ms: u64,
@@ -247,8 +307,11 @@ impl Workspace {
     /// Task branch, worktree, then the emulator if asked for. A failure
     /// removes whatever this call made before it returns.
     pub async fn up(req: WorkspaceRequest, cancel: &Cancel) -> Result<Self, WorkspaceError> {
+        if cancel.is_cancelled() {
+            return Err(WorkspaceError::Cancelled { issue: req.issue });
+        }
         let started = Instant::now();
-        let artifacts = artifacts_dir(&req.home, req.issue, &req.run);
+        let artifacts = req.artifacts.clone();
         std::fs::create_dir_all(&artifacts).map_err(|source| WorkspaceError::Io {
             op: "create",
             path: artifacts.clone(),
@@ -273,6 +336,7 @@ impl Workspace {
             branch,
             worktree,
             emulator: None,
+            commit: None,
             docker: None,
             artifacts,
             identity: req.identity.clone(),
@@ -323,29 +387,31 @@ impl Workspace {
     }
 
     /// Commits what the agent left uncommitted; `None` when nothing changed.
-    pub async fn commit_leftovers(&self) -> Result<Option<String>, WorkspaceError> {
+    /// The commit is remembered for the report.
+    pub async fn commit_leftovers(&mut self) -> Result<Option<String>, WorkspaceError> {
         let message = format!(
             "ward: issue #{} stage {} run {}\n\nChanges the agent left uncommitted in its worktree.\n",
             self.issue, self.stage, self.run
         );
         let (repo, wt, who) = (self.repo.clone(), self.worktree.clone(), self.identity.clone());
-        blocking(move || GitRepo::open(&repo)?.commit_all(&wt, &who, &message)).await
+        let made = blocking(move || GitRepo::open(&repo)?.commit_all(&wt, &who, &message)).await?;
+        if made.is_some() {
+            self.commit = made.clone();
+        }
+        Ok(made)
     }
 
     /// Commits leftovers, captures the emulator's diagnostics, removes the
     /// container and the worktree, and verifies both are gone. Every step
     /// runs even when an earlier one failed; any failure is an error naming
     /// all of them.
-    pub async fn down(self) -> Result<WorkspaceReport, WorkspaceError> {
+    pub async fn down(mut self) -> Result<WorkspaceReport, WorkspaceError> {
         let started = Instant::now();
         let mut problems = Vec::new();
-        let commit = match self.commit_leftovers().await {
-            Ok(c) => c,
-            Err(e) => {
-                problems.push(format!("committing the agent's changes: {e}"));
-                None
-            }
-        };
+        if let Err(e) = self.commit_leftovers().await {
+            problems.push(format!("committing the agent's changes: {e}"));
+        }
+        let commit = self.commit.clone();
         let mut containers = Vec::new();
         if let (Some(docker), Some(em)) = (&self.docker, &self.emulator) {
             match emulator::stop(docker, &em.id, &em.name, &self.artifacts).await {

@@ -186,6 +186,17 @@ impl GitRepo {
         &self.root
     }
 
+    /// The short name of the branch checked out at the repository's root;
+    /// `None` on a detached or unborn HEAD.
+    pub fn current_branch(&self) -> Result<Option<String>> {
+        let head = match found(self.repo.head()) {
+            Ok(h) => h,
+            Err(e) if e.code() == ErrorCode::UnbornBranch => None,
+            Err(e) => return Err(git("read HEAD of", self.root.display().to_string())(e)),
+        };
+        Ok(head.filter(|h| h.is_branch()).and_then(|h| h.shorthand().map(str::to_string)))
+    }
+
     /// The commit a branch points at, or `None`.
     pub fn branch_head(&self, name: &str) -> Result<Option<String>> {
         let branch = found(self.repo.find_branch(name, BranchType::Local)).map_err(git("look up branch", name))?;
@@ -259,6 +270,10 @@ impl GitRepo {
             return Err(WorktreeError::BranchBusy { branch: branch.into(), path: busy });
         }
         std::fs::create_dir_all(&parent).map_err(io_err("create the worktrees folder", &parent))?;
+        // libgit2 creates `.git/worktrees` exclusively: two runs adding their
+        // first worktrees at once would race for it.
+        let admin = self.root.join("worktrees");
+        std::fs::create_dir_all(&admin).map_err(io_err("create", &admin))?;
         let reference = self.repo.find_reference(&refname).map_err(git("look up", &refname))?;
         let start = reference.target().map(|o| o.to_string()).unwrap_or_default();
         let mut opts = WorktreeAddOptions::new();
