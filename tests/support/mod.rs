@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests. Each test binary uses a part.
 #![allow(dead_code)]
 
+pub mod workspace;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
