@@ -24,7 +24,7 @@ pub enum AuditError {
 
 /// The branch a patient is treated on.
 pub fn patient_branch(issue: IssueNumber) -> String {
-    format!("ward/issue-{}", issue.0)
+    crate::workspace::worktree::branch_name(issue.0)
 }
 
 fn fact<T>(r: Result<T, ForgeError>) -> Fact<T> {

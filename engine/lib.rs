@@ -16,3 +16,4 @@ pub mod prompt;
 pub mod rules;
 pub mod simulate;
 pub mod stage;
+pub mod workspace;

@@ -146,14 +146,19 @@ pub async fn play_people(
     if !people.exists {
         return Ok(());
     }
+    // The patient's branch when the stage runs had worktrees, else the
+    // folder the agent worked in.
+    let branch = crate::audit::patient_branch(issue);
     let repo = git2::Repository::discover(workdir).ok();
-    let head_commit = repo.as_ref().and_then(|r| r.head().ok()?.peel_to_commit().ok());
+    let head_commit = repo.as_ref().and_then(|r| {
+        let tip = r.find_branch(&branch, git2::BranchType::Local).ok().and_then(|b| b.get().peel_to_commit().ok());
+        tip.or_else(|| r.head().ok()?.peel_to_commit().ok())
+    });
     let head = match (&people.head, &head_commit) {
         (Some(h), _) => h.clone(),
         (None, Some(c)) => c.id().to_string(),
         (None, None) => String::new(),
     };
-    let branch = crate::audit::patient_branch(issue);
     let pull = forge
         .open_pull_request(NewPullRequest {
             head_branch: branch.clone(),
@@ -408,6 +413,7 @@ pub async fn run_scenario(root: &Path, file: &Path, scratch: &Path, ward_exe: &P
     let mut h = Hospital::load(root, forge.clone())?;
     h.artifacts = scratch.join("runs");
     h.workdir = scratch.join("work");
+    h.workspace = None; // scenarios run in scratch, never in the repository's worktrees
     h.ward_exe = ward_exe.to_path_buf();
     std::fs::create_dir_all(&h.workdir)?;
     init_workdir(&h.workdir)?;
