@@ -337,3 +337,39 @@ fn precedents_check_refuses_an_engine_written_or_future_entry() {
         "{err}"
     );
 }
+
+/// Scripted planner notes that decompose into the given YAML children.
+fn decompose_script(sandbox: &Sandbox, name: &str, yaml: &str) -> Vec<String> {
+    let notes = format!(
+        "<!-- WARD:TRIAGE -->\n## Assessment\nSplit.\n<!-- /WARD:TRIAGE -->\n<!-- WARD:DECOMPOSITION -->\n```yaml\n{yaml}```\n<!-- /WARD:DECOMPOSITION -->\n<!-- WARD:OUTCOME decomposed -->\n"
+    );
+    sandbox.write(name, &format!("cat > \"$WARD_NOTES\" <<'NOTES'\n{notes}NOTES\n"));
+    vec!["sh".into(), sandbox.root().join(name).display().to_string()]
+}
+
+#[tokio::test]
+async fn grandchildren_discharge_their_parent_and_grandparent_and_depth_is_bounded() {
+    let sandbox = Sandbox::new();
+    git_init(sandbox.root());
+    let (h, forge) = hospital(&sandbox, "reporter");
+    forge.admit(NewIssue { title: "Epic".into(), body: "Big.".into(), labels: vec!["ward:admit".into()] }).unwrap();
+    let one = decompose_script(&sandbox, "one.sh", "- {key: a, title: Part A, body: The A part.}\n");
+    let r = run(&h, &StageRequest { issue: 1, agent_command: Some(one.clone()), ..Default::default() }).await;
+    assert!(matches!(r, StageResult::Moved(ref t) if t.to == "ward:waiting"), "{r:?}");
+    // Child #2 (depth 1) decomposes again: its child sits at depth 2, the limit.
+    let r = run(&h, &StageRequest { issue: 2, agent_command: Some(one.clone()), ..Default::default() }).await;
+    assert!(matches!(r, StageResult::Moved(ref t) if t.to == "ward:waiting"), "{r:?}");
+    assert_eq!(label_of(&forge, 3), "ward:admit");
+    // Grandchild #3 may not decompose further.
+    let r = run(&h, &StageRequest { issue: 3, agent_command: Some(one), ..Default::default() }).await;
+    let StageResult::Invalid { reason, .. } = r else { panic!("{r:?}") };
+    assert!(reason.contains("already at depth 2; children would exceed `decomposition.max_depth` (2)"), "{reason}");
+    assert_eq!(forge.all_issues().await.unwrap().len(), 3, "nothing was created");
+
+    // Treated normally, #3's discharge discharges #2, and #2's discharges #1.
+    settle(&h, &forge, IssueNumber(3), 20).await;
+    for n in [3, 2, 1] {
+        assert_eq!(label_of(&forge, n), "ward:discharged", "#{n}");
+        assert_eq!(forge.read_record(IssueNumber(n)).unwrap().issue.state, IssueState::Closed, "#{n}");
+    }
+}
