@@ -124,8 +124,14 @@ mod tests {
         let review = format!(
             "## Scope against the plan\nok\n## Correctness\nok\n## Tests\nok\n## Security\nok\n## Verdict\nok\n\nCommit: {HEAD}"
         );
-        let notes =
-            vec![note("CODE_REVIEW", "r7", "review-attending", &review), note("OUTCOME", "r7", "engine", "approve")];
+        let plan = "## Diagnosis\nd\n## Files to change\nf\n## Tests to add\nt\n## Risks\nr\n## Open questions\nNone.";
+        let notes = vec![
+            note("TREATMENT_PLAN", "r1", "fellow", plan),
+            note("PLAN_REVIEW", "r2", "review-attending", "## Findings\nok\n## Verdict\napprove"),
+            note("OUTCOME", "r2", "engine", "approve"),
+            note("CODE_REVIEW", "r7", "review-attending", &review),
+            note("OUTCOME", "r7", "engine", "approve"),
+        ];
         let text = Sentinels::default().append(issue, None, &notes).unwrap().unwrap();
         forge.write_chart(issue, &text, None).await.unwrap();
         let pull = forge

@@ -137,7 +137,12 @@ pub async fn release(
         }
         let note = Note {
             kind: "OUTCOME".into(),
-            meta: NoteMeta { run: run.into(), stage: "discharge".into(), role: ENGINE_ROLE.into(), at: now },
+            meta: NoteMeta {
+                run: run.into(),
+                stage: crate::discharge::audit_stage(config).map_or("discharge", |s| s.name).into(),
+                role: ENGINE_ROLE.into(),
+                at: now,
+            },
             body: "discharged".into(),
         };
         let stored = forge.read_chart(parent).await?;

@@ -266,7 +266,7 @@ async fn ward_audit_is_a_dry_run() {
     let out = sandbox.ward(&["audit", "1", "--json"]);
     let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(json["outcome"], "audit-failed");
-    assert_eq!(json["items"].as_array().unwrap().len(), 6);
+    assert_eq!(json["items"].as_array().unwrap().len(), 7);
 }
 
 /// Commits the sandbox's precedent log as it is now, at a fixed time.

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::plan_gate::{PlanStatus, plan_status};
 use super::{list, missing_sections, outcome_of_run, run_was_refused};
 use crate::chart::Note;
 use crate::config::Config;
@@ -162,6 +163,7 @@ pub fn audit(config: &Config, chart: &[Note], facts: &AuditFacts) -> Checklist {
     };
     let review = latest_code_review(config, chart);
     let items = vec![
+        plan_item(config, chart),
         code_review_item(chart, review, &head),
         pr_approval_item(facts, &head),
         template_item(review),
@@ -174,6 +176,30 @@ pub fn audit(config: &Config, chart: &[Note], facts: &AuditFacts) -> Checklist {
 
 fn item(id: &'static str, title: &'static str, mark: Mark, note: impl Into<String>) -> Item {
     Item { id, title, mark, note: note.into() }
+}
+
+fn plan_item(config: &Config, chart: &[Note]) -> Item {
+    let it = |mark, note: String| item("plan-approved", "Approved plan before treatment", mark, note);
+    match plan_status(config, chart) {
+        PlanStatus::Approved { plan, review } => it(
+            Mark::Pass,
+            format!("the {} of run `{}` was approved in run `{}`", plan.kind, plan.meta.run, review.meta.run),
+        ),
+        PlanStatus::NoPlan => it(Mark::Fail, "the chart holds no treatment plan".into()),
+        PlanStatus::Unreviewed { plan } => {
+            it(Mark::Fail, format!("the latest plan ({} of run `{}`) was never reviewed", plan.kind, plan.meta.run))
+        }
+        PlanStatus::NotApproved { plan, review, outcome } => it(
+            Mark::Fail,
+            format!(
+                "the latest plan ({} of run `{}`) was not approved: run `{}` ended `{}`",
+                plan.kind,
+                plan.meta.run,
+                review.meta.run,
+                outcome.unwrap_or("without an outcome")
+            ),
+        ),
+    }
 }
 
 fn code_review_item(chart: &[Note], review: Option<&Note>, head: &Fact<&str>) -> Item {
@@ -372,6 +398,9 @@ mod tests {
 
     fn chart() -> Vec<Note> {
         vec![
+            note("TREATMENT_PLAN", "r1", "diagnose", "fellow", PLAN),
+            note("PLAN_REVIEW", "r2", "plan-review", "review-attending", "## Findings\nok\n## Verdict\napprove"),
+            outcome("r2", "plan-review", "approve"),
             note("CODE_REVIEW", "r7", "code-review", "review-attending", CODE_REVIEW),
             outcome("r7", "code-review", "approve"),
         ]
@@ -423,7 +452,7 @@ mod tests {
         let list = run(&chart(), &facts());
         assert!(list.passed(), "{}", list.render());
         assert_eq!(list.outcome(), "discharged");
-        assert_eq!(list.render().lines().filter(|l| l.starts_with("- ✅")).count(), 6);
+        assert_eq!(list.render().lines().filter(|l| l.starts_with("- ✅")).count(), 7);
     }
 
     #[test]
@@ -436,10 +465,12 @@ mod tests {
         assert_eq!(mark(&list, "code-review"), Mark::Fail);
         assert!(list.item("code-review").unwrap().note.contains("the head is now `fedcba987654`"));
         let mut c = chart();
-        c[1] = outcome("r7", "code-review", "changes-requested");
+        c[4] = outcome("r7", "code-review", "changes-requested");
         assert_eq!(mark(&run(&c, &facts()), "code-review"), Mark::Fail);
         // A fellow's CODE_REVIEW does not count.
-        let forged = vec![note("CODE_REVIEW", "r8", "treat", "fellow", CODE_REVIEW), outcome("r8", "treat", "approve")];
+        let mut forged = chart();
+        forged.truncate(3);
+        forged.extend([note("CODE_REVIEW", "r8", "treat", "fellow", CODE_REVIEW), outcome("r8", "treat", "approve")]);
         assert_eq!(mark(&run(&forged, &facts()), "code-review"), Mark::Fail);
     }
 
@@ -471,9 +502,19 @@ mod tests {
     }
 
     #[test]
+    fn treatment_without_an_approved_plan_fails() {
+        let list = run(&chart()[3..], &facts());
+        assert_eq!(mark(&list, "plan-approved"), Mark::Fail);
+        assert_eq!(list.item("plan-approved").unwrap().note, "the chart holds no treatment plan");
+        let mut c = chart();
+        c[2] = outcome("r2", "plan-review", "reject");
+        assert!(run(&c, &facts()).item("plan-approved").unwrap().note.contains("run `r2` ended `reject`"));
+    }
+
+    #[test]
     fn an_unfilled_template_fails() {
         let mut c = chart();
-        c[0].body = CODE_REVIEW.replace("## Security\nNo new input.\n", "## Security\n<!-- fill -->\n");
+        c[3].body = CODE_REVIEW.replace("## Security\nNo new input.\n", "## Security\n<!-- fill -->\n");
         let list = run(&c, &facts());
         assert_eq!(mark(&list, "review-template"), Mark::Fail);
         assert!(list.item("review-template").unwrap().note.contains("`## Security` is empty"));

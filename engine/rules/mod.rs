@@ -196,22 +196,48 @@ pub struct Section<'a> {
     pub content: String,
 }
 
+/// A code fence opening or closing on `line` (CommonMark: up to three
+/// spaces, then three or more backticks or tildes): its character and length.
+fn fence_of(line: &str) -> Option<(char, usize)> {
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    let rest = &line[indent..];
+    let c = rest.chars().next().filter(|c| *c == '`' || *c == '~')?;
+    let run = rest.len() - rest.trim_start_matches(c).len();
+    (indent <= 3 && run >= 3).then_some((c, run))
+}
+
+/// The heading text of an ATX level-two heading (`## Title`, up to three
+/// spaces before, optional closing `#`s).
+fn level_two_heading(line: &str) -> Option<&str> {
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    let rest = line[indent..].strip_prefix("##")?;
+    if indent > 3 || !(rest.is_empty() || rest.starts_with([' ', '\t'])) {
+        return None;
+    }
+    Some(rest.trim().trim_end_matches('#').trim_end())
+}
+
 /// The level-two sections of `body`, in order. Headings inside fenced code
-/// blocks are not headings.
+/// blocks are not headings; a fence closes only with a run of its own
+/// character at least as long as the one that opened it.
 pub fn sections(body: &str) -> Vec<Section<'_>> {
     let mut out: Vec<Section<'_>> = Vec::new();
-    let mut fence: Option<&str> = None;
+    let mut fence: Option<(char, usize)> = None;
     for line in body.lines() {
-        let trimmed = line.trim_start();
-        if let Some(open) = fence {
-            if trimmed.starts_with(open) {
+        match (fence, fence_of(line)) {
+            (Some((c, n)), Some((d, m)))
+                if c == d && m >= n && line.trim_start().trim_start_matches(c).trim().is_empty() =>
+            {
                 fence = None;
             }
-        } else if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
-            fence = Some(&trimmed[..3]);
-        } else if let Some(heading) = line.strip_prefix("## ") {
-            out.push(Section { heading: heading.trim().trim_end_matches('#').trim(), content: String::new() });
-            continue;
+            (Some(_), _) => {}
+            (None, Some(open)) => fence = Some(open),
+            (None, None) => {
+                if let Some(heading) = level_two_heading(line) {
+                    out.push(Section { heading, content: String::new() });
+                    continue;
+                }
+            }
         }
         if let Some(current) = out.last_mut() {
             current.content.push_str(line);
@@ -348,6 +374,16 @@ mod tests {
             missing_sections(body, &["Diagnosis", "Risks", "Tests to add", "Open questions"]),
             vec!["`## Risks` is empty", "`## Open questions` is missing"]
         );
+    }
+
+    #[test]
+    fn fences_close_only_with_their_own_kind_and_headings_follow_commonmark() {
+        let body = "## Diagnosis\n````\n```\n## Risks\n````\n   ## Tests to add\nt\n##Not a heading\n#### Deeper\n##\tOpen questions ##\nNone.";
+        let s = sections(body);
+        let headings: Vec<&str> = s.iter().map(|s| s.heading).collect();
+        assert_eq!(headings, vec!["Diagnosis", "Tests to add", "Open questions"]);
+        assert!(s[0].content.contains("## Risks"), "inside a four-backtick fence");
+        assert!(s[1].content.contains("##Not a heading") && s[1].content.contains("#### Deeper"));
     }
 
     #[test]
