@@ -161,3 +161,46 @@ pub async fn release(
     }
     Ok(moved)
 }
+
+/// Repairs what an interrupted [`release`] may have left: blocked children
+/// whose dependencies are all discharged go to admission, and waiting
+/// parents whose children are all discharged are discharged. Idempotent;
+/// for the charge nurse's sweep. Returns what moved.
+pub async fn repair(
+    forge: &dyn Forge,
+    config: &Config,
+    sentinels: &Sentinels,
+    run: &str,
+    now: chrono::DateTime<chrono::Utc>,
+    dispatch: bool,
+) -> anyhow::Result<Vec<String>> {
+    let mut moved = Vec::new();
+    for child in forge.open_issues_with_label(&config.decomposition.blocked_label).await? {
+        let deps = dependencies(forge, config, sentinels, &child).await?;
+        if deps.is_empty() || deps.iter().any(|d| !d.discharged) {
+            continue;
+        }
+        let mut labels: Vec<String> =
+            child.labels.iter().filter(|l| **l != config.decomposition.blocked_label).cloned().collect();
+        labels.push(config.admission.clone());
+        forge.set_labels(child.number, &labels).await?;
+        if dispatch {
+            forge.dispatch_stage(child.number).await?;
+        }
+        moved.push(format!("{}: `{}` -> `{}`", child.number, config.decomposition.blocked_label, config.admission));
+    }
+    for parent in forge.open_issues_with_label(&config.decomposition.waiting_label).await? {
+        let Some(children) = declared_children(sentinels, chart_text(forge, parent.number).await?.as_deref())? else {
+            continue;
+        };
+        let existing = siblings(forge, parent.number).await?;
+        if !decomposition::after_discharge(config, &children, &existing).parent_done {
+            continue;
+        }
+        // Discharging the parent is what releasing its last child would have done.
+        let Some((_, last)) = existing.iter().next() else { continue };
+        let child = forge.issue(last.number).await?;
+        moved.extend(release(forge, config, sentinels, &child, run, now, dispatch).await?);
+    }
+    Ok(moved)
+}

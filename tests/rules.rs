@@ -373,3 +373,34 @@ async fn grandchildren_discharge_their_parent_and_grandparent_and_depth_is_bound
         assert_eq!(forge.read_record(IssueNumber(n)).unwrap().issue.state, IssueState::Closed, "#{n}");
     }
 }
+
+#[tokio::test]
+async fn an_interrupted_release_is_repaired() {
+    let sandbox = Sandbox::new();
+    let (h, forge) = hospital(&sandbox, "reporter");
+    forge
+        .admit(NewIssue { title: "Multi-tenant".into(), body: "x".into(), labels: vec!["ward:admit".into()] })
+        .unwrap();
+    run(&h, &StageRequest { issue: 1, agent_command: Some(script_admission(&sandbox)), ..Default::default() }).await;
+    let children = decomposition::existing_children(IssueNumber(1), &forge.all_issues().await.unwrap(), ENGINE);
+    // `schema` was discharged, but the run died before releasing anyone.
+    let schema = children["schema"].number;
+    forge.set_labels(schema, &["ward:discharged".into()]).await.unwrap();
+    forge.close_issue(schema).await.unwrap();
+    let now = chrono::Utc::now();
+    let moved = ward::family::repair(&*forge, &h.config, &h.sentinels, "sweep-1", now, true).await.unwrap();
+    assert_eq!(moved.len(), 2, "{moved:?}");
+    assert_eq!(label_of(&forge, children["api"].number.0), "ward:admit");
+    assert_eq!(label_of(&forge, children["cli"].number.0), "ward:admit");
+    assert_eq!(label_of(&forge, children["docs"].number.0), "ward:blocked");
+    // Repair is idempotent.
+    assert!(ward::family::repair(&*forge, &h.config, &h.sentinels, "sweep-2", now, true).await.unwrap().is_empty());
+    // Every child discharged, the parent still waiting: the sweep discharges it.
+    for key in ["api", "cli", "docs"] {
+        forge.set_labels(children[key].number, &["ward:discharged".into()]).await.unwrap();
+        forge.close_issue(children[key].number).await.unwrap();
+    }
+    let moved = ward::family::repair(&*forge, &h.config, &h.sentinels, "sweep-3", now, true).await.unwrap();
+    assert!(moved.iter().any(|m| m.contains("every child discharged")), "{moved:?}");
+    assert_eq!(label_of(&forge, 1), "ward:discharged");
+}
