@@ -64,8 +64,11 @@ pub fn may_merge(config: &Config, labels: &[String], approver: Option<(&str, Per
         return Err(Refusal::new(
             NAME,
             format!("Nobody is recorded as having applied `{}`.", d.approved_label),
-            format!("A chief with `{:?}` permission applies `{}` again.", d.approver_permission, d.approved_label)
-                .to_lowercase(),
+            format!(
+                "A chief with {} permission applies `{}` again.",
+                format!("{:?}", d.approver_permission).to_lowercase(),
+                d.approved_label
+            ),
             back,
         ));
     };

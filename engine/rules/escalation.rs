@@ -28,6 +28,24 @@ pub const ESCALATION_SECTIONS: &[&str] = &["Question for the chiefs", "Precedent
 /// The outcome that hands a patient to the chiefs.
 pub const ESCALATE: &str = "escalate";
 
+/// How many times in a row an escalation is turned back before the run is
+/// held for a person instead (a stage that keeps escalating would loop).
+pub const MAX_TURN_BACKS: usize = 2;
+
+/// REFUSAL notes of this rule that turned a run back since the latest
+/// accepted outcome.
+fn turn_backs_since_last_outcome(chart: &[crate::chart::Note]) -> usize {
+    let start = super::last_accepted_outcome(chart)
+        .and_then(|last| chart.iter().rposition(|n| std::ptr::eq(n, last)))
+        .map_or(0, |i| i + 1);
+    chart[start..]
+        .iter()
+        .filter(|n| {
+            n.kind == "REFUSAL" && n.body.starts_with(&format!("Rule: {NAME}\n")) && n.body.contains("stage runs again")
+        })
+        .count()
+}
+
 /// Phrases that mark a cited precedent as considered and set aside.
 const NOT_APPLYING: &[&str] = &["does not apply", "doesn't apply", "not applicable", "does not cover"];
 
@@ -142,6 +160,22 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
     let applying: Vec<&str> = escalations.iter().flat_map(|n| applying_citations(&n.body)).collect();
     if let Some(first) = applying.first().and_then(|id| input.precedents.get(id)) {
         let ids: Vec<String> = applying.iter().map(|id| format!("`{id}`")).collect();
+        let earlier = turn_backs_since_last_outcome(input.chart);
+        if earlier >= MAX_TURN_BACKS {
+            return Err(Refusal::new(
+                NAME,
+                format!(
+                    "The escalation cites {} as applying, and escalations of this patient were already turned back \
+                     {earlier} times since its last accepted outcome.",
+                    list(&ids)
+                ),
+                format!(
+                    "A person decides: follow {} and move the patient on, or apply `ward:chief` by hand.",
+                    first.id
+                ),
+                Route::Stay,
+            ));
+        }
         return Err(Refusal::new(
             NAME,
             format!(
@@ -267,6 +301,26 @@ mod tests {
         let body = escalation("None applies: nothing about versions.")
             .replace("Read the support policy.", "Tried what P-0001 says.");
         assert_eq!(check(&lookup(), &agent(&[("ESCALATION", &body)], &["escalate"])).unwrap_err().route, Route::Rerun);
+    }
+
+    #[test]
+    fn turning_back_stops_after_two_in_a_row() {
+        let cited = escalation("- P-0001 covers this.");
+        let notes = agent(&[("ESCALATION", &cited)], &["escalate"]);
+        let mut chart = vec![outcome("r1", "admit", "ready")];
+        let mut routes = Vec::new();
+        for run in ["t1", "t2", "t3"] {
+            let mut now = chart.clone();
+            now.extend(lookup());
+            let err = check(&now, &notes).unwrap_err();
+            routes.push(err.route.clone());
+            chart.push(note("REFUSAL", run, "diagnose", "engine", &err.note_body()));
+        }
+        assert_eq!(routes, vec![Route::Rerun, Route::Rerun, Route::Stay]);
+        // An accepted outcome starts the count again.
+        chart.push(outcome("r9", "diagnose", "plan-posted"));
+        chart.extend(lookup());
+        assert_eq!(check(&chart, &notes).unwrap_err().route, Route::Rerun);
     }
 
     #[test]
