@@ -437,6 +437,58 @@ pub fn read_at_revision(root: &Path, rev: &str, log: &Path) -> Result<Option<Str
     Ok(Some(text.to_string()))
 }
 
+/// Commits between `base` and `HEAD` that changed `log` as the engine's
+/// account (author or committer, by name or by the login in a GitHub
+/// no-reply address): only people write precedents.
+pub fn engine_commits(
+    root: &Path,
+    base: &str,
+    log: &Path,
+    engine_account: &str,
+) -> Result<Vec<LogProblem>, PrecedentError> {
+    let fail = |message: String| PrecedentError::Revision { file: log.into(), rev: base.into(), message };
+    let git = |e: git2::Error| fail(e.message().to_string());
+    let repo = git2::Repository::discover(root).map_err(git)?;
+    let base_id = repo.revparse_single(base).and_then(|o| o.peel_to_commit()).map_err(git)?.id();
+    let mut walk = repo.revwalk().map_err(git)?;
+    if walk.push_head().is_err() {
+        return Ok(Vec::new()); // no commits yet: nothing was written by anyone
+    }
+    walk.hide(base_id).map_err(git)?;
+    let blob_at = |commit: &git2::Commit<'_>| commit.tree().ok()?.get_path(log).ok().map(|e| e.id());
+    let is_engine = |sig: &git2::Signature<'_>| {
+        let name = sig.name().unwrap_or_default();
+        let email = sig.email().unwrap_or_default().to_lowercase();
+        name.eq_ignore_ascii_case(engine_account)
+            || email.split('@').next().is_some_and(|local| {
+                let login = engine_account.to_lowercase();
+                local == login || local.ends_with(&format!("+{login}"))
+            })
+    };
+    let mut problems = Vec::new();
+    for id in walk {
+        let commit = repo.find_commit(id.map_err(git)?).map_err(git)?;
+        let now = blob_at(&commit);
+        let changed = match commit.parent_count() {
+            0 => now.is_some(),
+            _ => commit.parents().all(|p| blob_at(&p) != now),
+        };
+        if changed && (is_engine(&commit.author()) || is_engine(&commit.committer())) {
+            let sha = commit.id().to_string();
+            problems.push(LogProblem {
+                line: 1,
+                entry: format!("commit {}", &sha[..12]),
+                message: format!(
+                    "changed the log as the engine's account `{engine_account}` (author `{}`); only people write \
+                     precedents",
+                    commit.author().name().unwrap_or_default()
+                ),
+            });
+        }
+    }
+    Ok(problems)
+}
+
 /// `ward precedents check [--base REV]`: the log file under `root` checked
 /// on its own and, with `base`, against the log at that revision.
 pub fn check_against(
@@ -456,7 +508,11 @@ pub fn check_against(
         Some(rev) => read_at_revision(root, rev, log)?,
         None => None,
     };
-    Ok(check_log(&current, before.as_deref(), today, engine_account))
+    let mut problems = check_log(&current, before.as_deref(), today, engine_account);
+    if let Some(rev) = base {
+        problems.extend(engine_commits(root, rev, log, engine_account)?);
+    }
+    Ok(problems)
 }
 
 #[cfg(test)]
@@ -665,6 +721,46 @@ mod tests {
             let err =
                 check_against(dir.path(), Path::new("precedents/log.yaml"), Some("nope"), today(), "x").unwrap_err();
             assert!(err.to_string().contains("at revision `nope`: the revision does not exist"), "{err}");
+        }
+
+        #[test]
+        fn a_commit_by_the_engine_that_touches_the_log_is_named() {
+            let (dir, repo) = repo_with(V1);
+            let base = repo.head().unwrap().target().unwrap().to_string();
+            // A person appends P-0003; then the engine's account appends P-0004.
+            commit(&repo, &format!("{V1}{P3}"), "Add P-0003", 1_767_312_000);
+            let p4 = P3.replace("P-0003", "P-0004").replace("2026-03-01", "2026-03-02");
+            let root = repo.workdir().unwrap().to_path_buf();
+            std::fs::write(root.join("precedents/log.yaml"), format!("{V1}{P3}{p4}")).unwrap();
+            let mut index = repo.index().unwrap();
+            index.add_path(Path::new("precedents/log.yaml")).unwrap();
+            index.write().unwrap();
+            let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+            let bot = Signature::new(
+                "github-actions[bot]",
+                "41898282+github-actions[bot]@users.noreply.github.com",
+                &Time::new(1_767_398_400, 0),
+            )
+            .unwrap();
+            let parent = repo.head().unwrap().peel_to_commit().unwrap();
+            let sha = repo.commit(Some("HEAD"), &bot, &bot, "Add P-0004", &tree, &[&parent]).unwrap().to_string();
+            let problems = check_against(
+                dir.path(),
+                Path::new("precedents/log.yaml"),
+                Some(&base),
+                today(),
+                "github-actions[bot]",
+            )
+            .unwrap();
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert_eq!(problems[0].entry, format!("commit {}", &sha[..12]));
+            assert!(problems[0].message.contains("changed the log as the engine's account"), "{problems:?}");
+            // The person's commit alone passes.
+            let problems =
+                engine_commits(dir.path(), "HEAD~1", Path::new("precedents/log.yaml"), "github-actions[bot]");
+            assert_eq!(problems.unwrap().len(), 1, "HEAD~1..HEAD is the bot's commit");
+            let problems = engine_commits(dir.path(), &base, Path::new("precedents/other.yaml"), "github-actions[bot]");
+            assert!(problems.unwrap().is_empty(), "commits that do not touch the log are not the check's business");
         }
 
         #[test]
