@@ -113,8 +113,35 @@ pub fn before(input: &GuardInput<'_>) -> Verdict {
     ))
 }
 
+/// The label of the stage that reviews plans (the first that requires PLAN_REVIEW).
+pub fn plan_review_label(config: &Config) -> Option<&str> {
+    config
+        .stages()
+        .find(|s| {
+            s.config.requires.iter().any(|k| k == "PLAN_REVIEW")
+                || s.config.requires_for.values().any(|ks| ks.iter().any(|k| k == "PLAN_REVIEW"))
+        })
+        .map(|s| s.config.label.as_str())
+}
+
 pub fn after(input: &RunInput<'_>) -> Verdict {
     let mut problems = Vec::new();
+    // Never improvise: a plan changed during treatment goes back to review
+    // before any more code does.
+    let wrote_plan = input.notes.notes.iter().find(|n| PLAN_KINDS.contains(&n.kind.as_str()));
+    if let (Some(plan), Some(review)) = (wrote_plan, plan_review_label(input.config))
+        && GATED_MODES.contains(&input.stage.mode())
+    {
+        let to = input.outcome().and_then(|o| input.stage.config.outcomes.get(o));
+        if to.is_some_and(|l| l != review) {
+            problems.push(format!(
+                "the {} on line {} changes the plan during treatment, but outcome `{}` does not send it to `{review}`",
+                plan.kind,
+                plan.line,
+                input.outcome().unwrap_or_default()
+            ));
+        }
+    }
     for note in input.notes.notes.iter().filter(|n| PLAN_KINDS.contains(&n.kind.as_str())) {
         let missing = missing_sections(&note.body, PLAN_SECTIONS);
         if !missing.is_empty() {
@@ -132,9 +159,10 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
     }
     Err(Refusal::new(
         NAME,
-        format!("A note is incomplete: {}.", problems.join("; ")),
+        format!("The plan cannot be used: {}.", problems.join("; ")),
         format!(
-            "A plan needs non-empty sections {}; a plan review needs {}.",
+            "A plan needs non-empty sections {}; a plan review needs {}. A plan changed during treatment goes to \
+             plan review (outcome `scope-changed`) before more code.",
             PLAN_SECTIONS.iter().map(|s| format!("`## {s}`")).collect::<Vec<_>>().join(", "),
             PLAN_REVIEW_SECTIONS.iter().map(|s| format!("`## {s}`")).collect::<Vec<_>>().join(", ")
         ),
@@ -213,6 +241,29 @@ mod tests {
             outcome("r2", "treat", "approve"),
         ];
         assert!(gate(&chart).is_err(), "a fellow's review");
+    }
+
+    #[test]
+    fn a_revised_plan_cannot_ride_along_with_the_treatment() {
+        let config = config();
+        let log = PrecedentLog::default();
+        let notes = agent(&[("TREATMENT_NOTE", "done"), ("REVISED_PLAN", PLAN)], &["treated"]);
+        let input = RunInput {
+            config: &config,
+            stage: config.stage("treat").unwrap(),
+            run: "r5",
+            chart: &[],
+            notes: &notes,
+            precedents: &log,
+            depth: 0,
+        };
+        let err = after(&input).unwrap_err();
+        assert!(
+            err.reason.contains("the REVISED_PLAN on line 11 changes the plan during treatment, but outcome `treated` does not send it to `ward:plan-review`"),
+            "{err}"
+        );
+        let ok = agent(&[("REVISED_PLAN", PLAN)], &["scope-changed"]);
+        after(&RunInput { notes: &ok, ..input }).unwrap();
     }
 
     #[test]
