@@ -2,7 +2,9 @@
 //! embedded default); `github` talks to the REST API. The engine above this
 //! line never knows which one it has.
 
+pub mod github;
 pub mod local;
+pub mod retry;
 
 use std::fmt;
 

@@ -1,0 +1,1204 @@
+//! The GitHub forge: the REST API (and one GraphQL query) through octocrab.
+//!
+//! The client is built in exactly one function, [`build_client`], from the
+//! API base URL and a token; tests pass the URL of the fake GitHub. Every
+//! request goes through [`GitHubForge::send`], the one place that retries
+//! (see [`super::retry`]), and every answer is turned into the small types of
+//! [`super`] at this boundary, with `TryFrom`, never by unwrapping API data.
+//!
+//! Calls per stage transition (see `docs/github.md`): read the issue, read the
+//! chart, write the chart, set the labels, dispatch: five.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use http::{HeaderMap, Method, StatusCode};
+use octocrab::Octocrab;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::retry::{Attempt, Decision, RetryPolicy};
+use super::{
+    CiState, CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, IssueState,
+    LabelAction, LabelEvent, LabelSpec, NewIssue, NewPullRequest, Permission, PullRequest, PullState, Review,
+    ReviewState, StoredChart,
+};
+
+/// The public API; `GITHUB_API_URL` overrides it (GitHub Enterprise, tests).
+pub const DEFAULT_API_URL: &str = "https://api.github.com";
+/// `repository_dispatch` event type that starts a stage.
+pub const DISPATCH_EVENT: &str = "ward-stage";
+/// The git object id of the empty tree, the root of the charts branch.
+const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+/// Longest pagination the engine follows (100 items a page).
+const MAX_PAGES: usize = 50;
+
+/// Builds the one octocrab client: `api_url` is the REST base
+/// (`https://api.github.com`, or the fake GitHub's loopback URL in tests).
+/// octocrab's retry layer is not compiled in; [`GitHubForge`] retries.
+pub fn build_client(api_url: &str, token: &str) -> ForgeResult<Octocrab> {
+    let action = format!("set up the GitHub client for {api_url}");
+    if token.trim().is_empty() {
+        return Err(ForgeError::Forbidden {
+            action,
+            message: "no token".into(),
+            help: "set WARD_TOKEN or GITHUB_TOKEN (in a workflow: `env: GITHUB_TOKEN: ${{ github.token }}`)".into(),
+        });
+    }
+    Octocrab::builder()
+        .base_uri(api_url.trim_end_matches('/'))
+        .map_err(|e| ForgeError::io(&action, format!("`{api_url}` is not a URL ({e})")))?
+        .personal_token(token.to_string())
+        .set_connect_timeout(Some(Duration::from_secs(10)))
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .set_write_timeout(Some(Duration::from_secs(60)))
+        .build()
+        .map_err(|e| ForgeError::io(&action, e))
+}
+
+/// `owner/name`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoName {
+    pub owner: String,
+    pub name: String,
+}
+
+impl std::str::FromStr for RepoName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let ok = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        match s.split_once('/') {
+            Some((owner, name)) if ok(owner) && ok(name) => Ok(Self { owner: owner.into(), name: name.into() }),
+            _ => Err(format!("`{s}` is not a repository like `owner/name` (set --repo or GITHUB_REPOSITORY)")),
+        }
+    }
+}
+
+impl std::fmt::Display for RepoName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.owner, self.name)
+    }
+}
+
+/// The permission a request needs, named the way a workflow grants it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Metadata,
+    IssuesRead,
+    IssuesWrite,
+    ContentsRead,
+    ContentsWrite,
+    PullsRead,
+    PullsWrite,
+    ChecksRead,
+    StatusesRead,
+}
+
+impl Access {
+    /// What to do when GitHub refuses: one small function for all help text.
+    pub fn help(self) -> String {
+        let (what, grant) = match self {
+            Access::Metadata => ("see the repository", "metadata: read"),
+            Access::IssuesRead => ("read issues", "issues: read"),
+            Access::IssuesWrite => ("write issues", "issues: write"),
+            Access::ContentsRead => ("read contents", "contents: read"),
+            Access::ContentsWrite => ("write contents (the charts branch, dispatches)", "contents: write"),
+            Access::PullsRead => ("read pull requests", "pull-requests: read"),
+            Access::PullsWrite => ("write pull requests", "pull-requests: write"),
+            Access::ChecksRead => ("read check runs", "checks: read"),
+            Access::StatusesRead => ("read commit statuses", "statuses: read"),
+        };
+        format!("the token cannot {what}: give the workflow `{grant}` (or the app token that permission)")
+    }
+}
+
+/// One request, described for the retry helper and for error messages.
+struct Call {
+    method: Method,
+    /// Path and query below the API base, e.g. `/repos/o/r/issues/1`.
+    path: String,
+    body: Option<Value>,
+    /// What we were doing, for messages: "read issue #4 of o/r".
+    action: String,
+    access: Access,
+}
+
+/// A final answer (after retries).
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    fn json<T: for<'de> Deserialize<'de>>(&self, action: &str) -> ForgeResult<T> {
+        serde_json::from_str(&self.body).map_err(|e| ForgeError::Api {
+            action: action.into(),
+            status: self.status.as_u16(),
+            message: format!("the answer is not what the API documents ({e})"),
+        })
+    }
+
+    fn message(&self) -> String {
+        #[derive(Deserialize)]
+        struct Body {
+            message: Option<String>,
+        }
+        serde_json::from_str::<Body>(&self.body)
+            .ok()
+            .and_then(|b| b.message)
+            .unwrap_or_else(|| self.body.chars().take(200).collect())
+    }
+}
+
+/// Settings of one [`GitHubForge`].
+#[derive(Clone)]
+pub struct GitHubSettings {
+    pub api_url: String,
+    pub repo: RepoName,
+    pub charts_branch: String,
+    pub engine_account: String,
+}
+
+pub struct GitHubForge {
+    client: Octocrab,
+    settings: GitHubSettings,
+    retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for GitHubForge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No token in here: octocrab keeps it, and it is never printed.
+        f.debug_struct("GitHubForge").field("repo", &self.settings.repo.to_string()).finish_non_exhaustive()
+    }
+}
+
+impl GitHubForge {
+    pub fn new(settings: GitHubSettings, token: &str) -> ForgeResult<Self> {
+        let client = build_client(&settings.api_url, token)?;
+        Ok(Self { client, settings, retry: RetryPolicy::default() })
+    }
+
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    pub fn repo(&self) -> &RepoName {
+        &self.settings.repo
+    }
+
+    fn repo_path(&self, rest: &str) -> String {
+        format!("/repos/{}/{}{rest}", self.settings.repo.owner, self.settings.repo.name)
+    }
+
+    fn call(&self, method: Method, rest: &str, action: String, access: Access) -> Call {
+        Call { method, path: self.repo_path(rest), body: None, action, access }
+    }
+
+    /// The one place a request is sent: retries per the policy and returns
+    /// the final answer, whatever its status. Transport failures that outlive
+    /// the retries become an error naming the action.
+    async fn send(&self, call: &Call) -> ForgeResult<Reply> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let outcome = self.send_once(call).await;
+            let decision = match &outcome {
+                Ok(reply) => {
+                    self.retry.decide(attempt, Attempt::Answered(reply.status.as_u16(), &reply.headers), now())
+                }
+                Err(_) => self.retry.decide(attempt, Attempt::Transport, now()),
+            };
+            match (decision, outcome) {
+                (Decision::Final, Ok(reply)) => return Ok(reply),
+                (Decision::Final, Err(e)) => return Err(e),
+                (Decision::RetryAfter(wait), outcome) => {
+                    let why = match &outcome {
+                        Ok(r) => format!("GitHub answered {}", r.status.as_u16()),
+                        Err(e) => e.to_string(),
+                    };
+                    tracing::warn!(action = %call.action, attempt, wait_ms = wait.as_millis() as u64, "{why}; retrying");
+                    (self.retry.sleeper)(wait).await;
+                }
+                (Decision::RateLimitedTooLong(wait), _) => {
+                    return Err(ForgeError::Api {
+                        action: call.action.clone(),
+                        status: 429,
+                        message: format!(
+                            "GitHub's rate limit asks to wait {}s, longer than ward waits; run again later",
+                            wait.as_secs()
+                        ),
+                    });
+                }
+                (Decision::Exhausted, Ok(reply)) => {
+                    return Err(ForgeError::Api {
+                        action: call.action.clone(),
+                        status: reply.status.as_u16(),
+                        message: format!("{} (still failing after {attempt} attempts)", reply.message()),
+                    });
+                }
+                (Decision::Exhausted, Err(e)) => {
+                    return Err(ForgeError::io(&call.action, format!("{e} (still failing after {attempt} attempts)")));
+                }
+            }
+        }
+    }
+
+    async fn send_once(&self, call: &Call) -> ForgeResult<Reply> {
+        let builder = http::Request::builder()
+            .method(call.method.clone())
+            .uri(call.path.as_str())
+            .header(http::header::ACCEPT, "application/vnd.github+json")
+            .header("x-github-api-version", "2022-11-28");
+        let request =
+            self.client.build_request(builder, call.body.as_ref()).map_err(|e| ForgeError::io(&call.action, e))?;
+        let response = self
+            .client
+            .execute(request)
+            .await
+            .map_err(|e| ForgeError::io(&call.action, format!("no answer from {} ({e})", self.settings.api_url)))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = self.client.body_to_string(response).await.map_err(|e| ForgeError::io(&call.action, e))?;
+        Ok(Reply { status, headers, body })
+    }
+
+    /// Sends and requires a 2xx answer; anything else becomes an error that
+    /// names the action and, for 401/403/404, what to do.
+    async fn send_ok(&self, call: &Call) -> ForgeResult<Reply> {
+        let reply = self.send(call).await?;
+        if reply.status.is_success() { Ok(reply) } else { Err(self.refusal(call, &reply)) }
+    }
+
+    fn refusal(&self, call: &Call, reply: &Reply) -> ForgeError {
+        let message = reply.message();
+        match reply.status.as_u16() {
+            401 => ForgeError::Forbidden {
+                action: call.action.clone(),
+                message,
+                help: "the token is invalid or expired: check WARD_TOKEN / GITHUB_TOKEN".into(),
+            },
+            403 => ForgeError::Forbidden { action: call.action.clone(), message, help: call.access.help() },
+            404 => ForgeError::Forbidden {
+                action: call.action.clone(),
+                message: format!("{message} (404)"),
+                help: format!(
+                    "{} does not exist or the token cannot see it; {}",
+                    self.settings.repo,
+                    call.access.help()
+                ),
+            },
+            status => ForgeError::Api { action: call.action.clone(), status, message },
+        }
+    }
+
+    /// Every page of a list endpoint, following `Link: rel="next"` (only to
+    /// the same API host: the token never goes anywhere else).
+    async fn get_all(&self, first: Call, items: fn(Value) -> Option<Vec<Value>>) -> ForgeResult<Vec<Value>> {
+        let mut out = Vec::new();
+        let mut call = first;
+        for _ in 0..MAX_PAGES {
+            let reply = self.send_ok(&call).await?;
+            let page: Value = reply.json(&call.action)?;
+            let page = items(page).ok_or_else(|| ForgeError::Api {
+                action: call.action.clone(),
+                status: reply.status.as_u16(),
+                message: "the answer is not the list the API documents".into(),
+            })?;
+            out.extend(page);
+            match next_link(&reply.headers) {
+                None => return Ok(out),
+                Some(url) => call.path = self.same_host_path(&url, &call.action)?,
+            }
+        }
+        Err(ForgeError::io(&call.action, format!("more than {MAX_PAGES} pages; narrow the query")))
+    }
+
+    /// The path and query of `url` below our API base, refusing other hosts.
+    fn same_host_path(&self, url: &str, action: &str) -> ForgeResult<String> {
+        let base: http::Uri = self.settings.api_url.parse().map_err(|e| ForgeError::io(action, e))?;
+        let next: http::Uri = url.parse().map_err(|e| ForgeError::io(action, format!("bad next link ({e})")))?;
+        if next.scheme() != base.scheme() || next.authority() != base.authority() {
+            return Err(ForgeError::io(action, format!("the next page `{url}` is on another host; not following")));
+        }
+        let pq = next.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let base_path = base.path().trim_end_matches('/');
+        Ok(pq.strip_prefix(base_path).filter(|p| p.starts_with('/')).unwrap_or(pq).to_string())
+    }
+
+    fn chart_path(number: IssueNumber) -> String {
+        format!("charts/{}.md", number.0)
+    }
+
+    /// Creates the charts branch from an empty tree: one orphan commit, one ref.
+    async fn create_charts_branch(&self) -> ForgeResult<()> {
+        let branch = &self.settings.charts_branch;
+        let action = format!("create the charts branch `{branch}` in {}", self.settings.repo);
+        let mut commit = self.call(Method::POST, "/git/commits", action.clone(), Access::ContentsWrite);
+        commit.body = Some(json!({
+            "message": "ward: charts branch (patient charts live here, one file per issue)",
+            "tree": EMPTY_TREE,
+            "parents": [],
+        }));
+        let reply = self.send_ok(&commit).await?;
+        let created: WireSha = reply.json(&action)?;
+        let mut reference = self.call(Method::POST, "/git/refs", action.clone(), Access::ContentsWrite);
+        reference.body = Some(json!({ "ref": format!("refs/heads/{branch}"), "sha": created.sha }));
+        let reply = self.send(&reference).await?;
+        match reply.status.as_u16() {
+            201 => Ok(()),
+            // Another run created it first: that is what we wanted.
+            422 if reply.message().to_lowercase().contains("already exists") => Ok(()),
+            _ => Err(self.refusal(&reference, &reply)),
+        }
+    }
+
+    async fn charts_branch_exists(&self) -> ForgeResult<bool> {
+        let branch = &self.settings.charts_branch;
+        let action = format!("look up the charts branch `{branch}` in {}", self.settings.repo);
+        let call = self.call(Method::GET, &format!("/git/ref/heads/{branch}"), action, Access::ContentsRead);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => Ok(true),
+            404 => Ok(false),
+            _ => Err(self.refusal(&call, &reply)),
+        }
+    }
+
+    async fn put_chart(&self, number: IssueNumber, text: &str, expected: Option<&str>) -> ForgeResult<Reply> {
+        let action = format!(
+            "write the chart of {number} to `{}` on branch `{}` of {}",
+            Self::chart_path(number),
+            self.settings.charts_branch,
+            self.settings.repo
+        );
+        let mut call =
+            self.call(Method::PUT, &format!("/contents/{}", Self::chart_path(number)), action, Access::ContentsWrite);
+        let mut body = json!({
+            "message": format!("ward: chart of {number}"),
+            "content": base64::engine::general_purpose::STANDARD.encode(text),
+            "branch": self.settings.charts_branch,
+        });
+        if let Some(sha) = expected {
+            body["sha"] = json!(sha);
+        }
+        call.body = Some(body);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 | 201 => Ok(reply),
+            // The sha we hold is not the file's any more, or the file exists
+            // and we held none: someone else wrote first.
+            409 => Err(ForgeError::ChartConflict(number)),
+            422 if !mentions_branch(&reply) => Err(ForgeError::ChartConflict(number)),
+            _ => Err(self.refusal(&call, &reply)),
+        }
+    }
+}
+
+fn mentions_branch(reply: &Reply) -> bool {
+    reply.message().to_lowercase().contains("branch")
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// The `rel="next"` URL of a `Link` header.
+fn next_link(headers: &HeaderMap) -> Option<String> {
+    let link = headers.get(http::header::LINK)?.to_str().ok()?;
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        params
+            .split(';')
+            .any(|p| p.trim() == "rel=\"next\"")
+            .then(|| url.trim().trim_start_matches('<').trim_end_matches('>').to_string())
+    })
+}
+
+fn array(v: Value) -> Option<Vec<Value>> {
+    match v {
+        Value::Array(a) => Some(a),
+        _ => None,
+    }
+}
+
+fn check_runs(v: Value) -> Option<Vec<Value>> {
+    match v {
+        Value::Object(mut m) => array(m.remove("check_runs")?),
+        _ => None,
+    }
+}
+
+fn percent(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Converts each API item with `TryFrom`, naming the action on failure.
+fn convert<W, T>(items: Vec<Value>, action: &str) -> ForgeResult<Vec<T>>
+where
+    W: for<'de> Deserialize<'de>,
+    T: TryFrom<W, Error = String>,
+{
+    items
+        .into_iter()
+        .map(|v| {
+            let wire: W = serde_json::from_value(v).map_err(|e| bad_shape(action, e))?;
+            T::try_from(wire).map_err(|e| bad_shape(action, e))
+        })
+        .collect()
+}
+
+fn bad_shape(action: &str, e: impl std::fmt::Display) -> ForgeError {
+    ForgeError::Api {
+        action: action.into(),
+        status: 200,
+        message: format!("the answer is not what the API documents ({e})"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Wire types: only the fields we read, converted with TryFrom.
+
+#[derive(Deserialize)]
+struct WireUser {
+    login: String,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum WireLabelRef {
+    Name(String),
+    Object { name: String },
+}
+
+#[derive(Deserialize)]
+struct WireIssue {
+    number: u64,
+    title: String,
+    body: Option<String>,
+    user: Option<WireUser>,
+    state: String,
+    #[serde(default)]
+    labels: Vec<WireLabelRef>,
+}
+
+impl TryFrom<WireIssue> for Issue {
+    type Error = String;
+    fn try_from(w: WireIssue) -> Result<Self, String> {
+        let state = match w.state.as_str() {
+            "open" => IssueState::Open,
+            "closed" => IssueState::Closed,
+            other => return Err(format!("issue #{} has state `{other}`", w.number)),
+        };
+        Ok(Issue {
+            number: IssueNumber(w.number),
+            title: w.title,
+            body: w.body.unwrap_or_default(),
+            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
+            state,
+            labels: w
+                .labels
+                .into_iter()
+                .map(|l| match l {
+                    WireLabelRef::Name(n) | WireLabelRef::Object { name: n } => n,
+                })
+                .collect(),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct WireLabel {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct WireIssueEvent {
+    event: String,
+    actor: Option<WireUser>,
+    created_at: DateTime<Utc>,
+    label: Option<WireLabel>,
+}
+
+/// Issue events that are not label changes convert to `None`.
+struct MaybeLabelEvent(Option<LabelEvent>);
+
+impl TryFrom<WireIssueEvent> for MaybeLabelEvent {
+    type Error = String;
+    fn try_from(w: WireIssueEvent) -> Result<Self, String> {
+        let action = match w.event.as_str() {
+            "labeled" => LabelAction::Added,
+            "unlabeled" => LabelAction::Removed,
+            _ => return Ok(Self(None)),
+        };
+        let label = w.label.ok_or("a label event without its label")?.name;
+        let actor = w.actor.map(|a| a.login).unwrap_or_else(|| "ghost".into());
+        Ok(Self(Some(LabelEvent { label, action, actor, at: w.created_at })))
+    }
+}
+
+#[derive(Deserialize)]
+struct WireComment {
+    id: u64,
+    user: Option<WireUser>,
+    body: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+impl TryFrom<WireComment> for Comment {
+    type Error = String;
+    fn try_from(w: WireComment) -> Result<Self, String> {
+        Ok(Comment {
+            id: w.id,
+            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
+            body: w.body.unwrap_or_default(),
+            at: w.created_at,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct WirePermission {
+    permission: String,
+    #[serde(default)]
+    role_name: Option<String>,
+}
+
+impl TryFrom<WirePermission> for Permission {
+    type Error = String;
+    fn try_from(w: WirePermission) -> Result<Self, String> {
+        // `permission` only knows admin/write/read/none; `role_name` also
+        // knows triage and maintain. Custom roles fall back to `permission`.
+        w.role_name.as_deref().and_then(|r| r.parse().ok()).map_or_else(|| w.permission.parse::<Permission>(), Ok)
+    }
+}
+
+#[derive(Deserialize)]
+struct WireContent {
+    #[serde(rename = "type")]
+    kind: String,
+    sha: String,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    encoding: Option<String>,
+}
+
+impl TryFrom<WireContent> for StoredChart {
+    type Error = String;
+    fn try_from(w: WireContent) -> Result<Self, String> {
+        if w.kind != "file" {
+            return Err(format!("the chart path holds a {}, not a file", w.kind));
+        }
+        if w.encoding.as_deref().is_some_and(|e| e != "base64") {
+            return Err(format!("the chart comes in encoding `{}`", w.encoding.unwrap_or_default()));
+        }
+        let packed: String = w.content.unwrap_or_default().chars().filter(|c| !c.is_ascii_whitespace()).collect();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(packed)
+            .map_err(|e| format!("the chart's content is not base64 ({e})"))?;
+        let text = String::from_utf8(bytes).map_err(|_| "the chart is not UTF-8 text".to_string())?;
+        Ok(StoredChart { text, version: w.sha })
+    }
+}
+
+#[derive(Deserialize)]
+struct WireFileCommit {
+    content: Option<WireSha>,
+}
+
+#[derive(Deserialize)]
+struct WireSha {
+    sha: String,
+}
+
+#[derive(Deserialize)]
+struct WireRef {
+    #[serde(rename = "ref")]
+    name: String,
+    sha: String,
+}
+
+#[derive(Deserialize)]
+struct WirePull {
+    number: u64,
+    title: String,
+    body: Option<String>,
+    user: Option<WireUser>,
+    state: String,
+    #[serde(default)]
+    merged_at: Option<String>,
+    html_url: String,
+    head: WireRef,
+    base: WireRef,
+}
+
+impl TryFrom<WirePull> for PullRequest {
+    type Error = String;
+    fn try_from(w: WirePull) -> Result<Self, String> {
+        let state = match (w.state.as_str(), w.merged_at.is_some()) {
+            ("open", _) => PullState::Open,
+            ("closed", true) => PullState::Merged,
+            ("closed", false) => PullState::Closed,
+            (other, _) => return Err(format!("pull request #{} has state `{other}`", w.number)),
+        };
+        Ok(PullRequest {
+            number: w.number,
+            title: w.title,
+            body: w.body.unwrap_or_default(),
+            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
+            head_branch: w.head.name,
+            head_sha: w.head.sha,
+            base_branch: w.base.name,
+            state,
+            url: w.html_url,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct WireReview {
+    user: Option<WireUser>,
+    state: String,
+    #[serde(default)]
+    commit_id: Option<String>,
+    #[serde(default)]
+    body: Option<String>,
+}
+
+impl TryFrom<WireReview> for Review {
+    type Error = String;
+    fn try_from(w: WireReview) -> Result<Self, String> {
+        let state = match w.state.as_str() {
+            "APPROVED" => ReviewState::Approved,
+            "CHANGES_REQUESTED" => ReviewState::ChangesRequested,
+            "COMMENTED" => ReviewState::Commented,
+            "DISMISSED" => ReviewState::Dismissed,
+            "PENDING" => ReviewState::Pending,
+            other => return Err(format!("review state `{other}` is unknown")),
+        };
+        Ok(Review {
+            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
+            state,
+            commit_sha: w.commit_id.unwrap_or_default(),
+            body: w.body.unwrap_or_default(),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct WireCommitItem {
+    sha: String,
+    commit: WireCommitDetail,
+    #[serde(default)]
+    parents: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+struct WireCommitDetail {
+    message: String,
+}
+
+impl TryFrom<WireCommitItem> for CommitInfo {
+    type Error = String;
+    fn try_from(w: WireCommitItem) -> Result<Self, String> {
+        Ok(CommitInfo { sha: w.sha, message: w.commit.message, parent_count: w.parents.len() })
+    }
+}
+
+/// One check run or one commit status, reduced to a verdict.
+#[derive(Debug, Clone, PartialEq)]
+struct Check {
+    name: String,
+    state: CiState,
+    detail: String,
+}
+
+#[derive(Deserialize)]
+struct WireCheckRun {
+    name: String,
+    status: String,
+    conclusion: Option<String>,
+}
+
+impl TryFrom<WireCheckRun> for Check {
+    type Error = String;
+    fn try_from(w: WireCheckRun) -> Result<Self, String> {
+        let (state, detail) = match (w.status.as_str(), w.conclusion.as_deref()) {
+            ("completed", Some(c @ ("success" | "neutral" | "skipped"))) => (CiState::Success, c.to_string()),
+            ("completed", Some(c)) => (CiState::Failure, c.to_string()),
+            ("completed", None) => return Err(format!("check run `{}` is completed without a conclusion", w.name)),
+            (status, _) => (CiState::Pending, status.to_string()),
+        };
+        Ok(Check { name: w.name, state, detail })
+    }
+}
+
+#[derive(Deserialize)]
+struct WireCombinedStatus {
+    statuses: Vec<WireStatus>,
+}
+
+#[derive(Deserialize)]
+struct WireStatus {
+    context: String,
+    state: String,
+}
+
+impl TryFrom<WireStatus> for Check {
+    type Error = String;
+    fn try_from(w: WireStatus) -> Result<Self, String> {
+        let state = match w.state.as_str() {
+            "success" => CiState::Success,
+            "pending" => CiState::Pending,
+            "failure" | "error" => CiState::Failure,
+            other => return Err(format!("commit status `{}` has state `{other}`", w.context)),
+        };
+        Ok(Check { name: w.context, state, detail: w.state })
+    }
+}
+
+/// Folds check runs and statuses: any failure fails, then any pending is
+/// pending, nothing at all is missing, else success.
+fn fold_ci(checks: &[Check]) -> CiStatus {
+    let state = if checks.is_empty() {
+        CiState::Missing
+    } else if checks.iter().any(|c| c.state == CiState::Failure) {
+        CiState::Failure
+    } else if checks.iter().any(|c| c.state == CiState::Pending) {
+        CiState::Pending
+    } else {
+        CiState::Success
+    };
+    CiStatus { state, checks: checks.iter().map(|c| format!("{}: {}", c.name, c.detail)).collect() }
+}
+
+#[derive(Deserialize)]
+struct WireGraphql {
+    data: Option<Value>,
+    #[serde(default)]
+    errors: Vec<WireGraphqlError>,
+}
+
+#[derive(Deserialize)]
+struct WireGraphqlError {
+    message: String,
+}
+
+#[derive(Deserialize)]
+struct WireThreads {
+    nodes: Vec<WireThread>,
+    #[serde(rename = "pageInfo")]
+    page_info: WirePageInfo,
+}
+
+#[derive(Deserialize)]
+struct WireThread {
+    #[serde(rename = "isResolved")]
+    is_resolved: bool,
+}
+
+#[derive(Deserialize)]
+struct WirePageInfo {
+    #[serde(rename = "hasNextPage")]
+    has_next_page: bool,
+    #[serde(rename = "endCursor")]
+    end_cursor: Option<String>,
+}
+
+const THREADS_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!, $after: String) { \
+repository(owner: $owner, name: $name) { pullRequest(number: $number) { \
+reviewThreads(first: 100, after: $after) { nodes { isResolved } pageInfo { hasNextPage endCursor } } } } }";
+
+#[async_trait]
+impl Forge for GitHubForge {
+    fn describe(&self) -> String {
+        self.settings.repo.to_string()
+    }
+
+    fn engine_account(&self) -> &str {
+        &self.settings.engine_account
+    }
+
+    async fn issue(&self, number: IssueNumber) -> ForgeResult<Issue> {
+        let action = format!("read issue {number} of {}", self.settings.repo);
+        let call = self.call(Method::GET, &format!("/issues/{}", number.0), action.clone(), Access::IssuesRead);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => {}
+            // 404 is a missing issue only when the repository is there.
+            404 | 410 => {
+                let repo = self.call(Method::GET, "", format!("read {}", self.settings.repo), Access::Metadata);
+                let answer = self.send(&repo).await?;
+                return Err(if answer.status.is_success() {
+                    ForgeError::IssueNotFound(number, self.describe())
+                } else {
+                    self.refusal(&repo, &answer)
+                });
+            }
+            _ => return Err(self.refusal(&call, &reply)),
+        }
+        let wire: WireIssue = reply.json(&action)?;
+        Issue::try_from(wire).map_err(|e| bad_shape(&action, e))
+    }
+
+    async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue> {
+        let action = format!("open an issue `{}` in {}", new.title, self.settings.repo);
+        let mut call = self.call(Method::POST, "/issues", action.clone(), Access::IssuesWrite);
+        call.body = Some(json!({ "title": new.title, "body": new.body, "labels": new.labels }));
+        let wire: WireIssue = self.send_ok(&call).await?.json(&action)?;
+        Issue::try_from(wire).map_err(|e| bad_shape(&action, e))
+    }
+
+    async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>> {
+        let action = format!("list open issues labeled `{label}` in {}", self.settings.repo);
+        let rest = format!("/issues?state=open&labels={}&per_page=100", percent(label));
+        let items = self.get_all(self.call(Method::GET, &rest, action.clone(), Access::IssuesRead), array).await?;
+        let wires: Vec<Value> = items.into_iter().filter(|i| i.get("pull_request").is_none()).collect();
+        convert::<WireIssue, Issue>(wires, &action)
+    }
+
+    async fn all_issues(&self) -> ForgeResult<Vec<Issue>> {
+        let action = format!("list the issues of {}", self.settings.repo);
+        let call = self.call(Method::GET, "/issues?state=all&per_page=100", action.clone(), Access::IssuesRead);
+        let items = self.get_all(call, array).await?;
+        let wires: Vec<Value> = items.into_iter().filter(|i| i.get("pull_request").is_none()).collect();
+        convert::<WireIssue, Issue>(wires, &action)
+    }
+
+    async fn close_issue(&self, number: IssueNumber) -> ForgeResult<()> {
+        let action = format!("close issue {number} of {}", self.settings.repo);
+        let mut call = self.call(Method::PATCH, &format!("/issues/{}", number.0), action, Access::IssuesWrite);
+        call.body = Some(json!({ "state": "closed", "state_reason": "completed" }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()> {
+        let action = format!("set the labels of {number} to [{}]", labels.join(", "));
+        let rest = format!("/issues/{}/labels", number.0);
+        let call = if labels.is_empty() {
+            // PUT needs at least one label; removing all is its own call.
+            self.call(Method::DELETE, &rest, action, Access::IssuesWrite)
+        } else {
+            let mut call = self.call(Method::PUT, &rest, action, Access::IssuesWrite);
+            call.body = Some(json!({ "labels": labels }));
+            call
+        };
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn ensure_labels(&self, specs: &[LabelSpec]) -> ForgeResult<()> {
+        let action = format!("list the labels of {}", self.settings.repo);
+        let existing = self
+            .get_all(self.call(Method::GET, "/labels?per_page=100", action.clone(), Access::IssuesRead), array)
+            .await?;
+        let names: Vec<String> = convert::<WireLabel, LabelName>(existing, &action)?.into_iter().map(|l| l.0).collect();
+        for spec in specs.iter().filter(|s| !names.iter().any(|n| n.eq_ignore_ascii_case(&s.name))) {
+            let action = format!("create label `{}` in {}", spec.name, self.settings.repo);
+            let mut call = self.call(Method::POST, "/labels", action, Access::IssuesWrite);
+            call.body = Some(json!({ "name": spec.name, "color": spec.color, "description": spec.description }));
+            let reply = self.send(&call).await?;
+            // 422 "already_exists": a concurrent run created it.
+            if !(reply.status.is_success() || reply.status.as_u16() == 422 && reply.body.contains("already_exists")) {
+                return Err(self.refusal(&call, &reply));
+            }
+        }
+        Ok(())
+    }
+
+    async fn label_events(&self, number: IssueNumber) -> ForgeResult<Vec<LabelEvent>> {
+        let action = format!("read the label history of {number}");
+        let call = self.call(
+            Method::GET,
+            &format!("/issues/{}/events?per_page=100", number.0),
+            action.clone(),
+            Access::IssuesRead,
+        );
+        let items = self.get_all(call, array).await?;
+        Ok(convert::<WireIssueEvent, MaybeLabelEvent>(items, &action)?.into_iter().filter_map(|e| e.0).collect())
+    }
+
+    async fn comments(&self, number: IssueNumber) -> ForgeResult<Vec<Comment>> {
+        let action = format!("read the comments of {number}");
+        let call = self.call(
+            Method::GET,
+            &format!("/issues/{}/comments?per_page=100", number.0),
+            action.clone(),
+            Access::IssuesRead,
+        );
+        convert::<WireComment, Comment>(self.get_all(call, array).await?, &action)
+    }
+
+    async fn add_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<()> {
+        let action = format!("comment on {number}");
+        let mut call = self.call(Method::POST, &format!("/issues/{}/comments", number.0), action, Access::IssuesWrite);
+        call.body = Some(json!({ "body": body }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn permission(&self, login: &str) -> ForgeResult<Permission> {
+        let action = format!("look up the permission of `{login}` on {}", self.settings.repo);
+        let rest = format!("/collaborators/{}/permission", percent(login));
+        let call = self.call(Method::GET, &rest, action.clone(), Access::Metadata);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => {
+                let wire: WirePermission = reply.json(&action)?;
+                Permission::try_from(wire).map_err(|e| bad_shape(&action, e))
+            }
+            // Not a user GitHub knows: no permission at all.
+            404 if reply.message().contains("not a user") => Ok(Permission::None),
+            _ => Err(self.refusal(&call, &reply)),
+        }
+    }
+
+    async fn read_chart(&self, number: IssueNumber) -> ForgeResult<Option<StoredChart>> {
+        let path = Self::chart_path(number);
+        let branch = &self.settings.charts_branch;
+        let action = format!("read the chart of {number} (`{path}` on branch `{branch}` of {})", self.settings.repo);
+        let rest = format!("/contents/{path}?ref={}", percent(branch));
+        let call = self.call(Method::GET, &rest, action.clone(), Access::ContentsRead);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => {
+                let wire: WireContent = reply.json(&action)?;
+                StoredChart::try_from(wire).map(Some).map_err(|e| bad_shape(&action, e))
+            }
+            // No such file, or no charts branch yet: no chart.
+            404 => Ok(None),
+            _ => Err(self.refusal(&call, &reply)),
+        }
+    }
+
+    async fn write_chart(&self, number: IssueNumber, text: &str, expected: Option<&str>) -> ForgeResult<StoredChart> {
+        let reply = match self.put_chart(number, text, expected).await {
+            // The branch is created on first use, then the write is tried once more.
+            Err(ForgeError::Forbidden { .. } | ForgeError::Api { status: 422, .. })
+                if !self.charts_branch_exists().await? =>
+            {
+                self.create_charts_branch().await?;
+                self.put_chart(number, text, expected).await?
+            }
+            other => other?,
+        };
+        let action = format!("write the chart of {number}");
+        let commit: WireFileCommit = reply.json(&action)?;
+        let sha = commit.content.ok_or_else(|| bad_shape(&action, "no `content` in the answer"))?.sha;
+        Ok(StoredChart { text: text.to_string(), version: sha })
+    }
+
+    async fn dispatch_stage(&self, number: IssueNumber) -> ForgeResult<()> {
+        let action = format!("dispatch `{DISPATCH_EVENT}` for {number} in {}", self.settings.repo);
+        let mut call = self.call(Method::POST, "/dispatches", action, Access::ContentsWrite);
+        call.body = Some(json!({ "event_type": DISPATCH_EVENT, "client_payload": { "issue": number.0 } }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>> {
+        let action = format!("find the pull request of branch `{branch}` in {}", self.settings.repo);
+        let head = percent(&format!("{}:{branch}", self.settings.repo.owner));
+        let call = self.call(
+            Method::GET,
+            &format!("/pulls?state=all&head={head}&per_page=100"),
+            action.clone(),
+            Access::PullsRead,
+        );
+        let pulls = convert::<WirePull, PullRequest>(self.get_all(call, array).await?, &action)?;
+        // As locally: the open one, else the merged one; closed ones do not count.
+        let mut live: Vec<PullRequest> = pulls.into_iter().filter(|p| p.state != PullState::Closed).collect();
+        live.sort_by_key(|p| (p.state == PullState::Open, p.number));
+        Ok(live.pop())
+    }
+
+    async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest> {
+        let action = format!("open a pull request from `{}` in {}", new.head_branch, self.settings.repo);
+        let mut call = self.call(Method::POST, "/pulls", action.clone(), Access::PullsWrite);
+        call.body = Some(json!({
+            "title": new.title, "body": new.body, "head": new.head_branch, "base": new.base_branch,
+        }));
+        let reply = self.send(&call).await?;
+        if reply.status.is_success() {
+            let wire: WirePull = reply.json(&action)?;
+            return PullRequest::try_from(wire).map_err(|e| bad_shape(&action, e));
+        }
+        if reply.status.as_u16() == 422
+            && reply.body.contains("already exists")
+            && let Some(existing) = self.pull_request_for_branch(&new.head_branch).await?
+        {
+            return Ok(existing);
+        }
+        Err(self.refusal(&call, &reply))
+    }
+
+    async fn reviews(&self, pull: u64) -> ForgeResult<Vec<Review>> {
+        let action = format!("read the reviews of pull request #{pull}");
+        let call =
+            self.call(Method::GET, &format!("/pulls/{pull}/reviews?per_page=100"), action.clone(), Access::PullsRead);
+        convert::<WireReview, Review>(self.get_all(call, array).await?, &action)
+    }
+
+    async fn unresolved_review_threads(&self, pull: u64) -> ForgeResult<usize> {
+        let action = format!("count the unresolved review threads of pull request #{pull}");
+        let mut after: Option<String> = None;
+        let mut unresolved = 0;
+        for _ in 0..MAX_PAGES {
+            let call = Call {
+                method: Method::POST,
+                path: "/graphql".into(),
+                body: Some(json!({
+                    "query": THREADS_QUERY,
+                    "variables": {
+                        "owner": self.settings.repo.owner, "name": self.settings.repo.name,
+                        "number": pull, "after": after,
+                    },
+                })),
+                action: action.clone(),
+                access: Access::PullsRead,
+            };
+            let answer: WireGraphql = self.send_ok(&call).await?.json(&action)?;
+            if let Some(e) = answer.errors.first() {
+                return Err(ForgeError::Api { action, status: 200, message: e.message.clone() });
+            }
+            let threads = answer
+                .data
+                .as_ref()
+                .and_then(|d| d.pointer("/repository/pullRequest/reviewThreads"))
+                .ok_or_else(|| bad_shape(&action, format!("pull request #{pull} has no review threads")))?;
+            let threads: WireThreads = serde_json::from_value(threads.clone()).map_err(|e| bad_shape(&action, e))?;
+            unresolved += threads.nodes.iter().filter(|t| !t.is_resolved).count();
+            match (threads.page_info.has_next_page, threads.page_info.end_cursor) {
+                (true, Some(cursor)) => after = Some(cursor),
+                _ => return Ok(unresolved),
+            }
+        }
+        Err(ForgeError::io(&action, format!("more than {MAX_PAGES} pages of review threads")))
+    }
+
+    async fn pull_request_commits(&self, pull: u64) -> ForgeResult<Vec<CommitInfo>> {
+        let action = format!("read the commits of pull request #{pull}");
+        let call =
+            self.call(Method::GET, &format!("/pulls/{pull}/commits?per_page=100"), action.clone(), Access::PullsRead);
+        convert::<WireCommitItem, CommitInfo>(self.get_all(call, array).await?, &action)
+    }
+
+    async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus> {
+        let action = format!("read the check runs of commit {sha}");
+        let call = self.call(
+            Method::GET,
+            &format!("/commits/{}/check-runs?per_page=100", percent(sha)),
+            action.clone(),
+            Access::ChecksRead,
+        );
+        let mut checks = convert::<WireCheckRun, Check>(self.get_all(call, check_runs).await?, &action)?;
+        let action = format!("read the commit statuses of {sha}");
+        let call = self.call(
+            Method::GET,
+            &format!("/commits/{}/status?per_page=100", percent(sha)),
+            action.clone(),
+            Access::StatusesRead,
+        );
+        let combined: WireCombinedStatus = self.send_ok(&call).await?.json(&action)?;
+        checks.extend(convert::<WireStatus, Check>(
+            combined.statuses.into_iter().map(|s| json!({ "context": s.context, "state": s.state })).collect(),
+            &action,
+        )?);
+        Ok(fold_ci(&checks))
+    }
+
+    async fn merge_pull_request(&self, pull: u64) -> ForgeResult<()> {
+        let action = format!("squash-merge pull request #{pull} of {}", self.settings.repo);
+        let mut call = self.call(Method::PUT, &format!("/pulls/{pull}/merge"), action, Access::ContentsWrite);
+        call.body = Some(json!({ "merge_method": "squash" }));
+        self.send_ok(&call).await.map(drop)
+    }
+}
+
+struct LabelName(String);
+
+impl TryFrom<WireLabel> for LabelName {
+    type Error = String;
+    fn try_from(w: WireLabel) -> Result<Self, String> {
+        Ok(Self(w.name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repository_names_are_validated() {
+        assert_eq!("octo/hello".parse::<RepoName>().unwrap().to_string(), "octo/hello");
+        for bad in ["", "octo", "octo/", "/x", "a/b/c", "a b/c"] {
+            assert!(bad.parse::<RepoName>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn next_links_are_found() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            http::header::LINK,
+            "<https://api.github.com/x?page=2>; rel=\"next\", <https://api.github.com/x?page=5>; rel=\"last\""
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(next_link(&h).as_deref(), Some("https://api.github.com/x?page=2"));
+        h.insert(http::header::LINK, "<https://api.github.com/x?page=1>; rel=\"prev\"".parse().unwrap());
+        assert_eq!(next_link(&h), None);
+    }
+
+    #[test]
+    fn ci_folds_failures_over_pending_over_success() {
+        let c = |state, name: &str| Check { name: name.into(), state, detail: "x".into() };
+        assert_eq!(fold_ci(&[]).state, CiState::Missing);
+        assert_eq!(fold_ci(&[c(CiState::Success, "a")]).state, CiState::Success);
+        assert_eq!(fold_ci(&[c(CiState::Success, "a"), c(CiState::Pending, "b")]).state, CiState::Pending);
+        assert_eq!(fold_ci(&[c(CiState::Pending, "a"), c(CiState::Failure, "b")]).state, CiState::Failure);
+    }
+
+    #[test]
+    fn permissions_prefer_the_role_name() {
+        let p = |permission: &str, role: Option<&str>| {
+            Permission::try_from(WirePermission { permission: permission.into(), role_name: role.map(Into::into) })
+        };
+        assert_eq!(p("read", Some("triage")), Ok(Permission::Triage));
+        assert_eq!(p("write", Some("maintain")), Ok(Permission::Maintain));
+        assert_eq!(p("write", Some("custom-role")), Ok(Permission::Write));
+        assert_eq!(p("none", None), Ok(Permission::None));
+        assert!(p("weird", None).is_err());
+    }
+
+    #[test]
+    fn chart_contents_decode_and_refuse_non_files() {
+        let wire = |kind: &str, content: &str| WireContent {
+            kind: kind.into(),
+            sha: "abc".into(),
+            content: Some(content.into()),
+            encoding: Some("base64".into()),
+        };
+        let chart = StoredChart::try_from(wire("file", "aGVs\nbG8=\n")).unwrap();
+        assert_eq!((chart.text.as_str(), chart.version.as_str()), ("hello", "abc"));
+        assert!(StoredChart::try_from(wire("dir", "")).is_err());
+        assert!(StoredChart::try_from(wire("file", "%%%")).is_err());
+    }
+
+    #[test]
+    fn help_names_the_permission() {
+        assert_eq!(
+            Access::IssuesWrite.help(),
+            "the token cannot write issues: give the workflow `issues: write` (or the app token that permission)"
+        );
+    }
+}
