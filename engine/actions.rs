@@ -1,7 +1,8 @@
 //! What a stage run needs from GitHub Actions around the forge: who may
-//! start a stage, the labels a transition leaves, the chart write that
-//! survives concurrent writers, and what the run tells people (the job
-//! summary and `::error::` annotations).
+//! start a stage, and what the run tells people (the job summary and
+//! `::error::` annotations). The chart's compare-and-swap append is
+//! [`crate::chart::store_notes`]; the label arithmetic is
+//! [`crate::stage::next_labels`].
 //!
 //! The decisions are pure functions over (trigger, configuration, facts);
 //! the few functions that do I/O take a `&dyn Forge` and are thin.
@@ -12,10 +13,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::chart::{Note, SentinelError, Sentinels};
 use crate::config::{Config, DispatchMode};
 use crate::event::{Trigger, TriggerKind};
-use crate::forge::{Forge, ForgeError, IssueNumber, Permission, StoredChart};
+use crate::forge::{Forge, IssueNumber, Permission};
 
 /// What to do with a trigger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -175,74 +175,6 @@ pub async fn admit(forge: &dyn Forge, trigger: &Trigger, config: &Config) -> any
 /// The comment posted on a refused issue.
 pub fn refusal_comment(reason: &str) -> String {
     format!("**ward** did not start a stage.\n\n{reason}\n")
-}
-
-/// The labels after a transition: every label that is not ward's, in its
-/// order, then the label out. The label in goes, and so does any other
-/// ward label: a patient is in exactly one place. Duplicates collapse.
-pub fn next_labels(current: &[String], label_in: &str, label_out: &str, config: &Config) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for l in current {
-        if l != label_in && !config.is_ward_label(l) && !out.contains(l) {
-            out.push(l.clone());
-        }
-    }
-    if !out.iter().any(|l| l == label_out) {
-        out.push(label_out.to_string());
-    }
-    out
-}
-
-/// How a chart append ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ChartWrite {
-    /// The notes are in the chart now, at this version.
-    Written(StoredChart),
-    /// Every note was already there (a repeated delivery): nothing written.
-    AlreadyThere,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ChartWriteError {
-    #[error(
-        "the chart of {issue} in {place} is not a ward chart ({source}); fix or move that file, then run the stage again"
-    )]
-    NotAChart { issue: IssueNumber, place: String, source: SentinelError },
-    #[error(
-        "the chart of {issue} kept changing under us: {attempts} writes in a row lost the race; run the stage again"
-    )]
-    Contended { issue: IssueNumber, attempts: u32 },
-    #[error(transparent)]
-    Forge(#[from] ForgeError),
-}
-
-/// Appends `notes` to the chart with compare-and-swap: read, append (which
-/// skips the notes of this run already there), write with the version read;
-/// on conflict, again, at most `attempts` times. A note is never written
-/// twice (the append is idempotent by run) and never lost (an error means
-/// it is not written, and the caller moves no label).
-pub async fn append_to_chart(
-    forge: &dyn Forge,
-    sentinels: &Sentinels,
-    issue: IssueNumber,
-    notes: &[Note],
-    attempts: u32,
-) -> Result<ChartWrite, ChartWriteError> {
-    for _ in 0..attempts.max(1) {
-        let current = forge.read_chart(issue).await?;
-        let appended = sentinels
-            .append(issue, current.as_ref().map(|c| c.text.as_str()), notes)
-            .map_err(|source| ChartWriteError::NotAChart { issue, place: forge.describe(), source })?;
-        let Some(text) = appended else { return Ok(ChartWrite::AlreadyThere) };
-        match forge.write_chart(issue, &text, current.as_ref().map(|c| c.version.as_str())).await {
-            Ok(stored) => return Ok(ChartWrite::Written(stored)),
-            Err(ForgeError::ChartConflict(_)) => {
-                tracing::info!(%issue, "the chart changed while we wrote it; reading it again");
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(ChartWriteError::Contended { issue, attempts: attempts.max(1) })
 }
 
 /// One stage run, as the job summary shows it.
@@ -438,18 +370,6 @@ mod tests {
             repository: None,
         };
         assert_eq!(check_trigger(&sweep, &c), Ok(Check::Decided(Admission::Sweep)));
-    }
-
-    #[test]
-    fn next_labels_keep_what_is_not_wards() {
-        let c = config("");
-        let current: Vec<String> =
-            ["bug", "ward:diagnose", "good first issue", "ward:consult", "bug"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(
-            next_labels(&current, "ward:diagnose", "ward:plan-review", &c),
-            vec!["bug", "good first issue", "ward:plan-review"]
-        );
-        assert_eq!(next_labels(&[], "ward:admit", "ward:diagnose", &c), vec!["ward:diagnose"]);
     }
 
     #[test]

@@ -1,0 +1,628 @@
+//! The GitHub forge, the event parser and the admission guard against the
+//! fake GitHub (`tests/support/fake_github/`). No test talks to GitHub.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use support::fake_github::*;
+use ward::actions::{self, Admission};
+use ward::chart::{self, Note, NoteMeta, Sentinels};
+use ward::config::Config;
+use ward::event::{self, EventError, Parsed, Trigger, TriggerKind};
+use ward::forge::{
+    CiState, Forge, ForgeError, IssueNumber, IssueState, LabelAction, LabelSpec, NewIssue, NewPullRequest, Permission,
+    PullState, ReviewState,
+};
+
+const WEBHOOKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/github/webhooks");
+const CHARTS: &str = "ward-charts";
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn config() -> Config {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join(".github/ward.yml")).unwrap();
+    Config::parse(&text, Path::new(".github/ward.yml"), None).unwrap()
+}
+
+fn note(kind: &str, run: &str, body: &str) -> Note {
+    Note {
+        kind: kind.into(),
+        meta: NoteMeta {
+            run: run.into(),
+            stage: "diagnose".into(),
+            role: "fellow".into(),
+            at: DateTime::parse_from_rfc3339("2026-11-29T12:00:00Z").unwrap().with_timezone(&Utc),
+        },
+        body: body.into(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Issues, labels, comments
+
+#[tokio::test]
+async fn issues_labels_and_comments_round_trip() {
+    let gh = FakeGitHub::start().await;
+    let n = gh.state().add_issue("Login fails", "steps...", "alice", &["bug", "ward:admit"]);
+    let forge = gh.forge();
+    let issue = forge.issue(IssueNumber(n)).await.unwrap();
+    assert_eq!(issue.title, "Login fails");
+    assert_eq!(issue.author, "alice");
+    assert_eq!(issue.state, IssueState::Open);
+    assert_eq!(issue.labels, strings(&["bug", "ward:admit"]));
+
+    forge.set_labels(IssueNumber(n), &strings(&["bug", "ward:diagnose"])).await.unwrap();
+    assert_eq!(gh.state().labels_of(n), strings(&["bug", "ward:diagnose"]));
+    let events = forge.label_events(IssueNumber(n)).await.unwrap();
+    let seen: Vec<(String, LabelAction, String)> =
+        events.iter().map(|e| (e.label.clone(), e.action, e.actor.clone())).collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("bug".into(), LabelAction::Added, "alice".into()),
+            ("ward:admit".into(), LabelAction::Added, "alice".into()),
+            ("ward:admit".into(), LabelAction::Removed, ENGINE.into()),
+            ("ward:diagnose".into(), LabelAction::Added, ENGINE.into()),
+        ]
+    );
+    // Removing every label is its own call (PUT needs at least one).
+    forge.set_labels(IssueNumber(n), &[]).await.unwrap();
+    assert!(gh.state().labels_of(n).is_empty());
+    assert_eq!(gh.state().count("DELETE /repos/{owner}/{repo}/issues/{issue_number}/labels"), 1);
+
+    forge.add_comment(IssueNumber(n), "hello **there**").await.unwrap();
+    let comments = forge.comments(IssueNumber(n)).await.unwrap();
+    assert_eq!(comments.len(), 1);
+    assert_eq!((comments[0].author.as_str(), comments[0].body.as_str()), (ENGINE, "hello **there**"));
+
+    let child = forge
+        .create_issue(NewIssue { title: "child".into(), body: "part 1".into(), labels: strings(&["ward:admit"]) })
+        .await
+        .unwrap();
+    assert_eq!((child.number, child.author.as_str()), (IssueNumber(n + 1), ENGINE));
+    forge.close_issue(IssueNumber(n)).await.unwrap();
+    assert!(!gh.state().issue(n).open);
+    assert_eq!(forge.issue(IssueNumber(n)).await.unwrap().state, IssueState::Closed);
+}
+
+#[tokio::test]
+async fn lists_follow_every_page() {
+    let gh = FakeGitHub::start().await;
+    for i in 0..205 {
+        let labels: &[&str] = if i % 2 == 0 { &["ward:treat"] } else { &["other"] };
+        gh.state().add_issue(&format!("issue {i}"), "", "alice", labels);
+    }
+    gh.state().issues.get_mut(&1).unwrap().open = false;
+    let forge = gh.forge();
+    let treat = forge.open_issues_with_label("ward:treat").await.unwrap();
+    assert_eq!(treat.len(), 102, "103 labeled, one of them closed");
+    assert!(treat.iter().all(|i| i.labels.contains(&"ward:treat".to_string())));
+    assert_eq!(forge.all_issues().await.unwrap().len(), 205);
+    assert_eq!(gh.state().count("GET /repos/{owner}/{repo}/issues"), 2 + 3, "two pages, then three");
+}
+
+#[tokio::test]
+async fn missing_labels_are_created_once_with_colours_and_descriptions() {
+    let gh = FakeGitHub::start().await;
+    gh.state().add_issue("x", "", "alice", &["ward:admit"]); // exists now, grey
+    let forge = gh.forge();
+    let specs = config().label_specs();
+    forge.ensure_labels(&specs).await.unwrap();
+    {
+        let s = gh.state();
+        assert_eq!(s.labels.len(), specs.len());
+        let treat = &s.labels["ward:treat"];
+        assert_eq!(
+            (treat.color.as_str(), treat.description.as_deref()),
+            ("0052cc", Some("A fellow implements the approved plan"))
+        );
+        assert_eq!(s.labels["ward:admit"].color, "ededed", "an existing label is left as people made it");
+        assert_eq!(s.count("POST /repos/{owner}/{repo}/labels"), specs.len() - 1);
+    }
+    forge.ensure_labels(&specs).await.unwrap();
+    assert_eq!(gh.state().count("POST /repos/{owner}/{repo}/labels"), specs.len() - 1, "nothing new the second time");
+    // Label names are case-insensitive on GitHub: `Ward:New` is `ward:new`.
+    gh.state().label_named("Ward:New");
+    let same = [LabelSpec { name: "ward:new".into(), color: "000000".into(), description: "d".into() }];
+    forge.ensure_labels(&same).await.unwrap();
+    assert_eq!(gh.state().count("POST /repos/{owner}/{repo}/labels"), specs.len() - 1);
+}
+
+#[tokio::test]
+async fn permissions_come_from_the_role() {
+    let gh = FakeGitHub::start().await;
+    {
+        let mut s = gh.state();
+        s.add_collaborator("tri", "triage");
+        s.add_collaborator("main", "maintain");
+        s.add_collaborator("own", "admin");
+        s.add_collaborator("reader", "read");
+        s.users.insert("stranger".into());
+    }
+    let forge = gh.forge();
+    assert_eq!(forge.permission("tri").await.unwrap(), Permission::Triage);
+    assert_eq!(forge.permission("main").await.unwrap(), Permission::Maintain);
+    assert_eq!(forge.permission("own").await.unwrap(), Permission::Admin);
+    assert_eq!(forge.permission("reader").await.unwrap(), Permission::Read);
+    assert_eq!(forge.permission("stranger").await.unwrap(), Permission::None);
+    assert_eq!(forge.permission("nobody-at-all").await.unwrap(), Permission::None);
+    assert_eq!(forge.permission("dependabot[bot]").await.unwrap(), Permission::None);
+}
+
+// ---------------------------------------------------------------------------
+// Charts
+
+#[tokio::test]
+async fn the_charts_branch_is_created_on_first_write_and_writes_are_compare_and_swap() {
+    let gh = FakeGitHub::start().await;
+    let forge = gh.forge();
+    let n = IssueNumber(7);
+    assert_eq!(forge.read_chart(n).await.unwrap(), None, "no branch yet: no chart");
+    let first = forge.write_chart(n, "one\n", None).await.unwrap();
+    {
+        let s = gh.state();
+        assert!(s.branches.contains_key(CHARTS));
+        assert_eq!(s.branches[CHARTS].files.len(), 1, "the branch holds only charts");
+        assert_eq!(s.file(CHARTS, "charts/7.md").as_deref(), Some("one\n"));
+        assert_eq!(s.count("POST /repos/{owner}/{repo}/git/commits"), 1);
+        assert_eq!(s.count("POST /repos/{owner}/{repo}/git/refs"), 1);
+    }
+    let read = forge.read_chart(n).await.unwrap().unwrap();
+    assert_eq!(read, first);
+    let second = forge.write_chart(n, "one\ntwo\n", Some(&first.version)).await.unwrap();
+    assert_ne!(second.version, first.version);
+    assert!(matches!(forge.write_chart(n, "stale", Some(&first.version)).await, Err(ForgeError::ChartConflict(_))));
+    assert!(matches!(forge.write_chart(n, "blind", None).await, Err(ForgeError::ChartConflict(_))));
+    assert_eq!(gh.state().file(CHARTS, "charts/7.md").as_deref(), Some("one\ntwo\n"));
+    // A second chart does not create the branch again.
+    forge.write_chart(IssueNumber(8), "x", None).await.unwrap();
+    assert_eq!(gh.state().count("POST /repos/{owner}/{repo}/git/refs"), 1);
+    // Unicode and long text survive the base64 round trip (GitHub wraps at 60).
+    let long = "é—✓ ".repeat(500);
+    let stored = forge.write_chart(IssueNumber(9), &long, None).await.unwrap();
+    assert_eq!(forge.read_chart(IssueNumber(9)).await.unwrap().unwrap(), stored);
+}
+
+#[tokio::test]
+async fn a_chart_conflict_is_reread_and_reappended_and_no_note_is_written_twice_or_lost() {
+    let gh = FakeGitHub::start().await;
+    let forge = gh.forge();
+    let s = Sentinels::default();
+    let n = IssueNumber(3);
+    let ours = [note("TREATMENT_PLAN", "run-a", "plan A"), note("OUTCOME", "run-a", "plan-posted")];
+    let base = chart::store_notes(&forge, &s, n, None, &[note("TRIAGE", "run-0", "triaged")]).await.unwrap();
+    // Between our read and our write, another run appends its own note.
+    let theirs = s.append(n, base.as_ref().map(|c| c.text.as_str()), &[note("SWEEP", "sweep-1", "checked")]).unwrap();
+    gh.state().inject(Fault::new(
+        "PUT /repos/{owner}/{repo}/contents/{path}",
+        0,
+        1,
+        FaultKind::ConcurrentWrite { branch: CHARTS.into(), text: theirs.unwrap() },
+    ));
+    chart::store_notes(&forge, &s, n, base, &ours).await.unwrap();
+    let text = gh.state().file(CHARTS, "charts/3.md").unwrap();
+    let notes = s.parse_chart(&text).unwrap();
+    let kinds: Vec<(&str, &str)> = notes.iter().map(|n| (n.kind.as_str(), n.meta.run.as_str())).collect();
+    assert_eq!(
+        kinds,
+        vec![("TRIAGE", "run-0"), ("SWEEP", "sweep-1"), ("TREATMENT_PLAN", "run-a"), ("OUTCOME", "run-a")],
+        "their note kept, ours once"
+    );
+    let puts = gh
+        .state()
+        .log
+        .iter()
+        .filter(|e| e.method == "PUT" && e.route.ends_with("{path}"))
+        .map(|e| e.status)
+        .collect::<Vec<_>>();
+    assert_eq!(puts, vec![404, 201, 409, 200], "no branch yet; created; one conflict; the re-appended write");
+    // A repeated delivery of the same run writes nothing.
+    let before = gh.state().count("PUT /repos/{owner}/{repo}/contents/{path}");
+    chart::store_notes(&forge, &s, n, None, &ours).await.unwrap();
+    assert_eq!(gh.state().count("PUT /repos/{owner}/{repo}/contents/{path}"), before);
+}
+
+#[tokio::test]
+async fn a_chart_that_keeps_conflicting_gives_up_after_bounded_attempts_and_writes_nothing() {
+    let gh = FakeGitHub::start().await;
+    let forge = gh.forge();
+    let s = Sentinels::default();
+    let n = IssueNumber(3);
+    chart::store_notes(&forge, &s, n, None, &[note("TRIAGE", "run-0", "triaged")]).await.unwrap();
+    let mut other = gh.state().file(CHARTS, "charts/3.md").unwrap();
+    for i in 0..10 {
+        other = s.append(n, Some(&other), &[note("SWEEP", &format!("sweep-{i}"), "x")]).unwrap().unwrap();
+        gh.state().inject(Fault::new(
+            "PUT /repos/{owner}/{repo}/contents/{path}",
+            i,
+            1,
+            FaultKind::ConcurrentWrite { branch: CHARTS.into(), text: other.clone() },
+        ));
+    }
+    let err = chart::store_notes(&forge, &s, n, None, &[note("TREATMENT_PLAN", "run-a", "plan")]).await.unwrap_err();
+    assert!(matches!(err, chart::ChartStoreError::Contended(_)), "{err}");
+    assert!(!gh.state().file(CHARTS, "charts/3.md").unwrap().contains("run=run-a"));
+    // Two for the first chart (the branch did not exist yet), then the bounded attempts.
+    assert_eq!(gh.state().count("PUT /repos/{owner}/{repo}/contents/{path}"), 2 + chart::CHART_WRITE_ATTEMPTS);
+}
+
+#[tokio::test]
+async fn a_file_on_the_charts_branch_that_is_not_a_chart_is_refused_and_left_alone() {
+    let gh = FakeGitHub::start().await;
+    let forge = gh.forge();
+    forge.write_chart(IssueNumber(1), "", None).await.unwrap(); // creates the branch
+    gh.state().put_file(CHARTS, "charts/5.md", "# my notes\nsomeone's file\n");
+    let before = gh.state().fingerprint();
+    let err = chart::store_notes(&forge, &Sentinels::default(), IssueNumber(5), None, &[note("TRIAGE", "r", "x")])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the chart of #5 is not readable: this is not a ward chart: it must start with `# Chart of #N` and the line \
+         `<!-- ward-chart v1 -->`; fix or move the file, nothing was written"
+    );
+    assert_eq!(gh.state().fingerprint(), before);
+}
+
+// ---------------------------------------------------------------------------
+// Dispatch, pull requests, CI
+
+#[tokio::test]
+async fn dispatch_sends_ward_stage_with_the_issue() {
+    let gh = FakeGitHub::start().await;
+    gh.forge().dispatch_stage(IssueNumber(12)).await.unwrap();
+    assert_eq!(gh.state().dispatches, vec![json!({ "event_type": "ward-stage", "client_payload": { "issue": 12 } })]);
+}
+
+#[tokio::test]
+async fn pull_requests_reviews_threads_commits_ci_and_merge() {
+    let gh = FakeGitHub::start().await;
+    gh.state().add_issue("x", "", "alice", &[]);
+    let forge = gh.forge();
+    assert_eq!(forge.pull_request_for_branch("ward/issue-1").await.unwrap(), None);
+    let new = NewPullRequest {
+        head_branch: "ward/issue-1".into(),
+        base_branch: "main".into(),
+        title: "Fix #1".into(),
+        body: "Closes #1".into(),
+    };
+    let pr = forge.open_pull_request(new.clone()).await.unwrap();
+    assert_eq!(
+        (pr.number, pr.state, pr.head_branch.as_str(), pr.base_branch.as_str()),
+        (2, PullState::Open, "ward/issue-1", "main")
+    );
+    assert_eq!(forge.open_pull_request(new).await.unwrap(), pr, "the open one is returned, not a second");
+    assert_eq!(forge.pull_request_for_branch("ward/issue-1").await.unwrap(), Some(pr.clone()));
+    {
+        let mut s = gh.state();
+        let p = s.pulls.get_mut(&2).unwrap();
+        p.reviews.push(FakeReview {
+            id: 1,
+            author: "bob".into(),
+            state: "CHANGES_REQUESTED".into(),
+            commit: "aaa".into(),
+            body: "no".into(),
+        });
+        p.reviews.push(FakeReview {
+            id: 2,
+            author: "bob".into(),
+            state: "APPROVED".into(),
+            commit: pr.head_sha.clone(),
+            body: "ok".into(),
+        });
+        p.commits.push(FakeCommit { sha: "c1".into(), message: "Fix login\n\nbody".into(), parents: 1 });
+        p.commits.push(FakeCommit { sha: "c2".into(), message: "Merge main".into(), parents: 2 });
+        p.threads = (0..150).map(|i| i % 50 != 0).collect();
+        s.check_runs.insert("c2".into(), vec![("test".into(), "completed".into(), Some("success".into()))]);
+        s.statuses.insert("c2".into(), vec![("ci/lint".into(), "success".into())]);
+        s.check_runs.insert("c3".into(), vec![("test".into(), "in_progress".into(), None)]);
+        s.statuses.insert("c4".into(), vec![("ci/lint".into(), "error".into())]);
+        s.check_runs.insert("c4".into(), vec![("test".into(), "completed".into(), Some("skipped".into()))]);
+    }
+    let reviews = forge.reviews(2).await.unwrap();
+    assert_eq!(
+        reviews.iter().map(|r| r.state).collect::<Vec<_>>(),
+        vec![ReviewState::ChangesRequested, ReviewState::Approved]
+    );
+    assert_eq!(reviews[1].commit_sha, pr.head_sha);
+    assert_eq!(forge.unresolved_review_threads(2).await.unwrap(), 3, "across two GraphQL pages");
+    assert_eq!(gh.state().count("POST /graphql"), 2);
+    let commits = forge.pull_request_commits(2).await.unwrap();
+    assert_eq!(commits.iter().map(|c| c.parent_count).collect::<Vec<_>>(), vec![1, 2]);
+    let ci = forge.ci_status("c2").await.unwrap();
+    assert_eq!((ci.state, ci.checks.clone()), (CiState::Success, strings(&["test: success", "ci/lint: success"])));
+    assert_eq!(forge.ci_status("c3").await.unwrap().state, CiState::Pending);
+    assert_eq!(forge.ci_status("c4").await.unwrap().state, CiState::Failure);
+    assert_eq!(forge.ci_status("nothing").await.unwrap().state, CiState::Missing);
+    forge.merge_pull_request(2).await.unwrap();
+    {
+        let s = gh.state();
+        assert!(s.pulls[&2].merged);
+        assert_eq!(s.pulls[&2].merge_method.as_deref(), Some("squash"));
+    }
+    assert_eq!(forge.pull_request_for_branch("ward/issue-1").await.unwrap().unwrap().state, PullState::Merged);
+    let err = forge.merge_pull_request(2).await.unwrap_err();
+    assert!(err.to_string().contains("squash-merge pull request #2"), "{err}");
+    let err = forge.unresolved_review_threads(99).await.unwrap_err();
+    assert!(err.to_string().contains("Could not resolve to a PullRequest"), "{err}");
+}
+
+// ---------------------------------------------------------------------------
+// Retries
+
+#[tokio::test]
+async fn server_errors_are_retried_with_backoff_then_succeed() {
+    let gh = FakeGitHub::start().await;
+    gh.state().add_issue("x", "", "alice", &[]);
+    gh.state().inject(Fault::new("GET /repos/{owner}/{repo}/issues/{issue_number}", 0, 2, FaultKind::Status(502)));
+    gh.forge().issue(IssueNumber(1)).await.unwrap();
+    assert_eq!(*gh.waits.lock().unwrap(), vec![Duration::from_secs(1), Duration::from_secs(2)]);
+    assert_eq!(gh.state().count("GET /repos/{owner}/{repo}/issues/{issue_number}"), 3);
+}
+
+#[tokio::test]
+async fn rate_limits_wait_as_github_says() {
+    let gh = FakeGitHub::start().await;
+    gh.state().add_issue("x", "", "alice", &[]);
+    let route = "PUT /repos/{owner}/{repo}/issues/{issue_number}/labels";
+    gh.state().inject(Fault::new(route, 0, 1, FaultKind::RetryAfter403(7)));
+    gh.state().inject(Fault::new(route, 1, 1, FaultKind::TooMany(3)));
+    gh.state().inject(Fault::new(route, 2, 1, FaultKind::RateLimitExhausted(20)));
+    gh.forge().set_labels(IssueNumber(1), &strings(&["ward:treat"])).await.unwrap();
+    let waits = gh.waits.lock().unwrap().clone();
+    assert_eq!(waits[..2], [Duration::from_secs(7), Duration::from_secs(3)]);
+    assert!((20..=22).contains(&waits[2].as_secs()), "until the reset: {:?}", waits[2]);
+    assert_eq!(gh.state().labels_of(1), strings(&["ward:treat"]));
+    assert_eq!(gh.state().label_events.iter().filter(|e| e.label == "ward:treat").count(), 1, "applied once");
+}
+
+#[tokio::test]
+async fn retries_are_bounded_and_client_errors_are_not_retried() {
+    let gh = FakeGitHub::start().await;
+    gh.state().add_issue("x", "", "alice", &[]);
+    gh.state().inject(Fault::new("POST /repos/{owner}/{repo}/dispatches", 0, 100, FaultKind::Status(503)));
+    let err = gh.forge().dispatch_stage(IssueNumber(1)).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "could not dispatch `ward-stage` for #1 in octo/hospital: GitHub answered 503: injected fault (still failing after 5 attempts)"
+    );
+    assert_eq!(gh.state().count("POST /repos/{owner}/{repo}/dispatches"), 5);
+    gh.state().inject(Fault::new(
+        "POST /repos/{owner}/{repo}/issues/{issue_number}/comments",
+        0,
+        1,
+        FaultKind::Status(422),
+    ));
+    gh.forge().add_comment(IssueNumber(1), "x").await.unwrap_err();
+    assert_eq!(gh.state().count("POST /repos/{owner}/{repo}/issues/{issue_number}/comments"), 1);
+    // A rate limit asking for an hour is not waited for.
+    gh.state().inject(Fault::new("GET /repos/{owner}/{repo}/issues/{issue_number}", 0, 1, FaultKind::TooMany(3600)));
+    let err = gh.forge().issue(IssueNumber(1)).await.unwrap_err();
+    assert!(err.to_string().contains("rate limit asks to wait 3600s"), "{err}");
+}
+
+// ---------------------------------------------------------------------------
+// Bad input: one clear sentence, nothing changed
+
+#[tokio::test]
+async fn a_missing_issue_a_missing_repository_and_a_token_without_access_are_named() {
+    let gh = FakeGitHub::start().await;
+    gh.state().add_issue("x", "", "alice", &["ward:admit"]);
+    let before = gh.state().fingerprint();
+    let err = gh.forge().issue(IssueNumber(404)).await.unwrap_err();
+    assert!(matches!(err, ForgeError::IssueNotFound(IssueNumber(404), _)));
+    assert_eq!(err.to_string(), "issue #404 does not exist in octo/hospital");
+    assert_eq!(gh.state().count("GET /repos/{owner}/{repo}/issues/{issue_number}"), 1, "a 404 is not retried");
+
+    let err = gh.forge_with(TOKEN, "nope").issue(IssueNumber(1)).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "could not read octo/nope: access denied (Not Found (404)); octo/nope does not exist or the token cannot see \
+         it; the token cannot see the repository: give the workflow `metadata: read` (or the app token that permission)"
+    );
+
+    let err = gh.forge_with("ghs_wrong", REPO).issue(IssueNumber(1)).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "could not read issue #1 of octo/hospital: access denied (Bad credentials); the token is invalid or expired: \
+         check WARD_TOKEN / GITHUB_TOKEN"
+    );
+
+    gh.state().token_can_write = false;
+    let err = gh.forge().set_labels(IssueNumber(1), &strings(&["ward:diagnose"])).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "could not set the labels of #1 to [ward:diagnose]: access denied (Resource not accessible by integration); \
+         the token cannot write issues: give the workflow `issues: write` (or the app token that permission)"
+    );
+    let err = gh.forge().write_chart(IssueNumber(1), "x", None).await.unwrap_err();
+    assert!(err.to_string().contains("give the workflow `contents: write`"), "{err}");
+    let err = gh.forge().dispatch_stage(IssueNumber(1)).await.unwrap_err();
+    assert!(err.to_string().contains("give the workflow `contents: write`"), "{err}");
+    assert_eq!(gh.state().fingerprint(), before, "nothing changed on GitHub");
+}
+
+#[tokio::test]
+async fn an_empty_token_is_refused_before_any_request() {
+    let gh = FakeGitHub::start().await;
+    let settings = ward::forge::github::GitHubSettings {
+        api_url: gh.url.clone(),
+        repo: "octo/hospital".parse().unwrap(),
+        charts_branch: CHARTS.into(),
+        engine_account: ENGINE.into(),
+    };
+    let err = ward::forge::github::GitHubForge::new(settings, " ").unwrap_err();
+    assert!(err.to_string().contains("set WARD_TOKEN or GITHUB_TOKEN"), "{err}");
+    assert!(gh.state().log.is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// Events (real payloads from octokit/webhooks)
+
+fn payload(path: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(Path::new(WEBHOOKS).join(path)).unwrap()).unwrap()
+}
+
+fn parse(v: &Value, name: Option<&str>) -> Result<Parsed, EventError> {
+    event::parse_event(&v.to_string(), name, Path::new("event.json"))
+}
+
+#[test]
+fn labeled_events_parse_with_and_without_the_event_name() {
+    let real = payload("issues/labeled.payload.json");
+    let expected = Trigger {
+        kind: TriggerKind::Labeled,
+        issue: Some(IssueNumber(1)),
+        label: Some("bug".into()),
+        stage: None,
+        actor: "Codertocat".into(),
+        repository: Some("Codertocat/Hello-World".into()),
+    };
+    assert_eq!(parse(&real, Some("issues")).unwrap(), Parsed::Ours(expected.clone()));
+    assert_eq!(parse(&real, None).unwrap(), Parsed::Ours(expected), "inferred from the shape");
+    insta::assert_snapshot!(
+        serde_json::to_string(&parse(&real, Some("issues")).unwrap()).unwrap(),
+        @r#"{"ward":"ours","kind":"labeled","issue":1,"label":"bug","stage":null,"actor":"Codertocat","repository":"Codertocat/Hello-World"}"#
+    );
+}
+
+#[test]
+fn dispatches_parse_and_other_dispatch_types_are_not_ours() {
+    let mut real = payload("repository_dispatch/payload.json");
+    assert_eq!(
+        parse(&real, Some("repository_dispatch")).unwrap(),
+        Parsed::NotOurs { reason: "a repository_dispatch of type `on-demand-test`; ward's is `ward-stage`".into() }
+    );
+    real["action"] = json!("ward-stage");
+    real["client_payload"] = json!({ "issue": 42 });
+    let Parsed::Ours(t) = parse(&real, None).unwrap() else { panic!("a ward-stage dispatch is ours") };
+    assert_eq!(
+        (t.kind, t.issue, t.actor.as_str()),
+        (TriggerKind::RepositoryDispatch, Some(IssueNumber(42)), "Codertocat")
+    );
+    real["client_payload"] = json!({ "issue": "forty-two" });
+    let err = parse(&real, Some("repository_dispatch")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the `repository_dispatch` event in event.json has no usable `client_payload.issue`: `\"forty-two\"` is not an issue number"
+    );
+}
+
+#[test]
+fn workflow_dispatch_takes_issue_and_stage_inputs() {
+    let mut real = payload("workflow_dispatch/payload.json");
+    let err = parse(&real, Some("workflow_dispatch")).unwrap_err();
+    assert!(matches!(&err, EventError::Malformed { field, .. } if field == "inputs.issue"), "{err}");
+    real["inputs"] = json!({ "issue": "17", "stage": "treat" });
+    let Parsed::Ours(t) = parse(&real, None).unwrap() else { panic!("ours") };
+    assert_eq!(
+        (t.kind, t.issue, t.stage.as_deref()),
+        (TriggerKind::WorkflowDispatch, Some(IssueNumber(17)), Some("treat"))
+    );
+    real["inputs"] = json!({ "issue": "17", "stage": "" });
+    let Parsed::Ours(t) = parse(&real, None).unwrap() else { panic!("ours") };
+    assert_eq!(t.stage, None, "an empty stage input means: the issue's current stage");
+}
+
+#[test]
+fn schedule_runs_the_sweep() {
+    // octokit/webhooks has no schedule payload (it is not a webhook); this
+    // minimal object has the keys Actions puts there.
+    let sched = json!({ "schedule": "*/30 * * * *", "workflow": ".github/workflows/ward-sweep.yml" });
+    let Parsed::Ours(t) = parse(&sched, None).unwrap() else { panic!("ours") };
+    assert_eq!((t.kind, t.issue), (TriggerKind::Schedule, None));
+    assert_eq!(parse(&json!({}), Some("schedule")).unwrap(), Parsed::Ours(Trigger { actor: String::new(), ..t }));
+}
+
+#[test]
+fn other_events_are_not_ours_with_a_one_line_reason() {
+    for (file, name, reason) in [
+        (
+            "issues/unlabeled.payload.json",
+            "issues",
+            "an `issues` event with action `unlabeled`; ward starts on `labeled`",
+        ),
+        ("issues/opened.payload.json", "issues", "an `issues` event with action `opened`; ward starts on `labeled`"),
+        (
+            "pull_request/labeled.payload.json",
+            "pull_request",
+            "a `pull_request` event; ward runs on issues labeled, repository_dispatch, workflow_dispatch and schedule",
+        ),
+        (
+            "push/payload.json",
+            "push",
+            "a `push` event; ward runs on issues labeled, repository_dispatch, workflow_dispatch and schedule",
+        ),
+        (
+            "issue_comment/created.payload.json",
+            "issue_comment",
+            "a `issue_comment` event; ward runs on issues labeled, repository_dispatch, workflow_dispatch and schedule",
+        ),
+    ] {
+        assert_eq!(parse(&payload(file), Some(name)).unwrap(), Parsed::NotOurs { reason: reason.into() }, "{file}");
+        assert!(!reason.contains('\n'));
+    }
+}
+
+#[test]
+fn missing_and_broken_event_files_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.json");
+    let err = event::read_event(&missing, Some("issues")).unwrap_err();
+    assert!(err.to_string().starts_with(&format!("cannot read the event file {}: ", missing.display())), "{err}");
+    assert!(err.to_string().ends_with("(in a workflow, pass \"$GITHUB_EVENT_PATH\")"));
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{\n  \"action\": \"labeled\",\n  oops\n}").unwrap();
+    let err = event::read_event(&broken, Some("issues")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("the event file {} is not JSON: key must be a string at line 3, column 3", broken.display())
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Who may start a stage, against the fake
+
+fn labeled(label: &str, actor: &str, issue: u64) -> Trigger {
+    Trigger {
+        kind: TriggerKind::Labeled,
+        issue: Some(IssueNumber(issue)),
+        label: Some(label.into()),
+        stage: None,
+        actor: actor.into(),
+        repository: Some("octo/hospital".into()),
+    }
+}
+
+#[tokio::test]
+async fn a_person_without_triage_is_refused_with_a_comment_and_no_transition() {
+    let gh = FakeGitHub::start().await;
+    let n = gh.state().add_issue("x", "", "mallory", &["ward:admit"]);
+    gh.state().add_collaborator("mallory", "read");
+    gh.state().add_collaborator("alice", "triage");
+    let forge = gh.forge();
+    let c = config();
+    let before_labels = gh.state().labels_of(n);
+    let a = actions::admit(&forge, &labeled("ward:admit", "mallory", n), &c).await.unwrap();
+    assert!(matches!(a, Admission::Refuse { .. }));
+    assert_eq!(gh.state().labels_of(n), before_labels, "no transition");
+    let comments = gh.state().comments_on(n);
+    assert_eq!(comments.len(), 1);
+    assert!(comments[0].contains("@mallory has `read` access"), "{}", comments[0]);
+    assert_eq!(gh.state().count("GET /repos/{owner}/{repo}/collaborators/{username}/permission"), 1);
+
+    let a = actions::admit(&forge, &labeled("ward:admit", "alice", n), &c).await.unwrap();
+    assert_eq!(a, Admission::Run { issue: IssueNumber(n), label: Some("ward:admit".into()) });
+    // The engine's own labels need no lookup; non-ward labels cost nothing.
+    let calls = gh.state().log.len();
+    let a = actions::admit(&forge, &labeled("bug", ENGINE, n), &c).await.unwrap();
+    assert!(matches!(a, Admission::Ignore { .. }));
+    assert_eq!(gh.state().log.len(), calls);
+}
