@@ -626,3 +626,235 @@ async fn a_person_without_triage_is_refused_with_a_comment_and_no_transition() {
     assert!(matches!(a, Admission::Ignore { .. }));
     assert_eq!(gh.state().log.len(), calls);
 }
+
+// ---------------------------------------------------------------------------
+// Conformance: the fake's answers and ward's requests against GitHub's
+// OpenAPI description (the subset in tests/fixtures/github/rest-api/).
+
+/// OpenAPI 3.0 schemas are JSON Schema draft 4 plus `nullable`: rewrite
+/// `nullable: true` as a `null` alternative so a validator understands it.
+/// GitHub's description also writes `oneOf` for alternatives that overlap
+/// (the 409 body is `basic-error` or `repository-rule-violation-error`, and
+/// any object is both), so `oneOf` is read as `anyOf`.
+fn openapi_to_json_schema(v: &Value) -> Value {
+    match v {
+        Value::Array(items) => Value::Array(items.iter().map(openapi_to_json_schema).collect()),
+        Value::Object(map) => {
+            let mut out: serde_json::Map<String, Value> = map
+                .iter()
+                .filter(|(k, _)| *k != "nullable")
+                .map(|(k, v)| (if k == "oneOf" { "anyOf".to_string() } else { k.clone() }, openapi_to_json_schema(v)))
+                .collect();
+            if map.get("nullable") != Some(&Value::Bool(true)) {
+                return Value::Object(out);
+            }
+            match out.get("type").cloned() {
+                Some(Value::String(t)) if !out.contains_key("$ref") => {
+                    out.insert("type".into(), json!([t, "null"]));
+                    if let Some(Value::Array(e)) = out.get_mut("enum") {
+                        e.push(Value::Null);
+                    }
+                    Value::Object(out)
+                }
+                _ => json!({ "anyOf": [Value::Object(out), { "type": "null" }] }),
+            }
+        }
+        other => other.clone(),
+    }
+}
+
+struct OpenApi {
+    doc: Value,
+    components: Value,
+}
+
+impl OpenApi {
+    fn load() -> Self {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/github/rest-api/rest-api.subset.openapi.json");
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let components = openapi_to_json_schema(&doc["components"]);
+        Self { doc, components }
+    }
+
+    fn operation(&self, method: &str, route: &str) -> Option<&Value> {
+        self.doc["paths"].get(route)?.get(method.to_lowercase())
+    }
+
+    /// Follows a `$ref` inside the document (`#/components/responses/...`).
+    fn resolve<'a>(&'a self, v: &'a Value) -> &'a Value {
+        match v.get("$ref").and_then(Value::as_str) {
+            Some(r) => self.doc.pointer(r.trim_start_matches('#')).unwrap_or(v),
+            None => v,
+        }
+    }
+
+    /// Validates `instance` against `schema` (an OpenAPI schema of the doc).
+    fn check(&self, schema: &Value, instance: &Value) -> Result<(), String> {
+        let mut root = openapi_to_json_schema(schema);
+        if let Value::Object(m) = &mut root {
+            m.insert("components".into(), self.components.clone());
+        }
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft4)
+            .build(&root)
+            .map_err(|e| format!("the schema does not compile: {e}"))?;
+        let errors: Vec<String> =
+            validator.iter_errors(instance).take(5).map(|e| format!("{} at {}", e, e.instance_path)).collect();
+        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    }
+
+    fn content_schema<'a>(&'a self, v: &'a Value) -> Option<&'a Value> {
+        let content = self.resolve(v).get("content")?.as_object()?;
+        content.values().next()?.get("schema")
+    }
+}
+
+/// Routes ward uses that the subset does not describe (validated by the
+/// forge's own parsing only). A new route must be added here on purpose.
+const NOT_IN_SUBSET: &[&str] =
+    &["POST /repos/{owner}/{repo}/git/commits", "PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge", "POST /graphql"];
+
+/// Calls every forge method, the happy paths and the errors GitHub gives.
+async fn tour(gh: &FakeGitHub) {
+    let forge = gh.forge();
+    {
+        let mut s = gh.state();
+        s.add_issue("Login fails", "steps", "alice", &["bug", "ward:admit"]);
+        s.add_collaborator("alice", "triage");
+    }
+    let n = IssueNumber(1);
+    forge.issue(n).await.unwrap();
+    forge.issue(IssueNumber(99)).await.unwrap_err();
+    forge.ensure_labels(&config().label_specs()).await.unwrap();
+    forge.set_labels(n, &strings(&["bug", "ward:diagnose"])).await.unwrap();
+    forge.set_labels(n, &[]).await.unwrap();
+    forge.label_events(n).await.unwrap();
+    forge.add_comment(n, "hello").await.unwrap();
+    forge.comments(n).await.unwrap();
+    forge
+        .create_issue(NewIssue { title: "child".into(), body: "b".into(), labels: strings(&["ward:admit"]) })
+        .await
+        .unwrap();
+    forge.open_issues_with_label("ward:admit").await.unwrap();
+    forge.all_issues().await.unwrap();
+    forge.close_issue(IssueNumber(2)).await.unwrap();
+    forge.permission("alice").await.unwrap();
+    forge.permission("nobody").await.unwrap();
+    let s = Sentinels::default();
+    chart::store_notes(&forge, &s, n, None, &[note("TRIAGE", "r1", "x")]).await.unwrap();
+    let stale = forge.read_chart(n).await.unwrap().unwrap();
+    chart::store_notes(&forge, &s, n, None, &[note("TRIAGE", "r2", "y")]).await.unwrap();
+    forge.write_chart(n, "x", Some(&stale.version)).await.unwrap_err(); // 409
+    forge.write_chart(n, "x", None).await.unwrap_err(); // 422
+    forge.dispatch_stage(n).await.unwrap();
+    let new = NewPullRequest {
+        head_branch: "ward/issue-1".into(),
+        base_branch: "main".into(),
+        title: "t".into(),
+        body: "b".into(),
+    };
+    let pr = forge.open_pull_request(new.clone()).await.unwrap();
+    forge.open_pull_request(new).await.unwrap(); // 422, then the list
+    {
+        let mut st = gh.state();
+        let p = st.pulls.get_mut(&pr.number).unwrap();
+        p.reviews.push(FakeReview {
+            id: 1,
+            author: "bob".into(),
+            state: "APPROVED".into(),
+            commit: "c1".into(),
+            body: "ok".into(),
+        });
+        p.commits.push(FakeCommit { sha: "c1".into(), message: "m".into(), parents: 1 });
+        p.threads = vec![true, false];
+        st.check_runs.insert("c1".into(), vec![("test".into(), "completed".into(), Some("success".into()))]);
+        st.statuses.insert("c1".into(), vec![("lint".into(), "success".into())]);
+    }
+    forge.reviews(pr.number).await.unwrap();
+    forge.pull_request_commits(pr.number).await.unwrap();
+    forge.unresolved_review_threads(pr.number).await.unwrap();
+    forge.ci_status("c1").await.unwrap();
+    forge.merge_pull_request(pr.number).await.unwrap();
+    forge.pull_request_for_branch("ward/issue-1").await.unwrap();
+}
+
+#[tokio::test]
+async fn the_fake_and_ward_conform_to_githubs_openapi_description() {
+    let gh = FakeGitHub::start().await;
+    tour(&gh).await;
+    let api = OpenApi::load();
+    let log = gh.state().log.clone();
+    let mut problems = Vec::new();
+    let mut validated = std::collections::BTreeSet::new();
+    let mut statuses = std::collections::BTreeSet::new();
+    for e in log.iter().filter(|e| !e.fault) {
+        let Some(op) = api.operation(&e.method, &e.route) else {
+            assert!(
+                NOT_IN_SUBSET.contains(&e.key().as_str()),
+                "{} is in no description; add it to NOT_IN_SUBSET knowingly",
+                e.key()
+            );
+            continue;
+        };
+        if let (Some(body), Some(schema)) = (&e.request, op.get("requestBody").and_then(|b| api.content_schema(b))) {
+            if let Err(why) = api.check(schema, body) {
+                problems.push(format!("ward's request {} {}: {why}", e.method, e.path));
+            }
+        }
+        let Some(declared) = op["responses"].get(e.status.to_string()) else {
+            if (200..300).contains(&e.status) {
+                problems.push(format!("{} answered {}, which GitHub does not document", e.key(), e.status));
+            }
+            continue;
+        };
+        match (api.content_schema(declared), &e.response) {
+            (Some(schema), Some(body)) => {
+                if let Err(why) = api.check(schema, body) {
+                    problems.push(format!("the fake's {} answer to {} {}: {why}", e.status, e.method, e.path));
+                }
+            }
+            (None, Some(_)) if e.status != 404 => {
+                problems.push(format!("{} {} has a body GitHub does not send", e.key(), e.status))
+            }
+            (Some(_), None) => problems.push(format!("{} {} lacks the body GitHub sends", e.key(), e.status)),
+            _ => {}
+        }
+        validated.insert(e.key());
+        statuses.insert(format!("{} {}", e.key(), e.status));
+    }
+    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+    // Every route the fake knows was exercised and checked (or is listed as undescribed).
+    assert_eq!(validated.len() + NOT_IN_SUBSET.len(), 27, "validated: {validated:#?}");
+    for must in [
+        "PUT /repos/{owner}/{repo}/contents/{path} 409",
+        "PUT /repos/{owner}/{repo}/contents/{path} 422",
+        "PUT /repos/{owner}/{repo}/contents/{path} 201",
+        "PUT /repos/{owner}/{repo}/contents/{path} 200",
+        "POST /repos/{owner}/{repo}/pulls 422",
+        "GET /repos/{owner}/{repo}/issues/{issue_number} 404",
+        "POST /repos/{owner}/{repo}/dispatches 204",
+    ] {
+        assert!(statuses.contains(must), "the tour did not produce {must}");
+    }
+}
+
+#[test]
+fn the_conformance_check_rejects_bodies_github_would_not_send() {
+    let api = OpenApi::load();
+    let get_issue = api.operation("GET", "/repos/{owner}/{repo}/issues/{issue_number}").unwrap();
+    let schema = api.content_schema(&get_issue["responses"]["200"]).unwrap();
+    let mut issue: Value = serde_json::from_str(include_str!("fixtures/github/rest-api/examples/issue.json")).unwrap();
+    assert_eq!(api.check(schema, &issue), Ok(()), "GitHub's own example passes");
+    issue["closed_at"] = Value::Null; // nullable: fine
+    assert_eq!(api.check(schema, &issue), Ok(()));
+    issue["number"] = json!("seven");
+    assert!(api.check(schema, &issue).is_err(), "a string number is refused");
+    issue.as_object_mut().unwrap().remove("title");
+    assert!(api.check(schema, &issue).unwrap_err().contains("\"title\" is a required property"));
+    let put = api.operation("PUT", "/repos/{owner}/{repo}/contents/{path}").unwrap();
+    let body = api.content_schema(&put["requestBody"]).unwrap();
+    assert!(api.check(body, &json!({ "message": "m" })).is_err(), "content is required");
+    let labels = api.operation("PUT", "/repos/{owner}/{repo}/issues/{issue_number}/labels").unwrap();
+    let body = api.content_schema(&labels["requestBody"]).unwrap();
+    assert!(api.check(body, &json!({ "labels": [] })).is_err(), "at least one label");
+}

@@ -317,6 +317,14 @@ impl State {
 
     fn get_repo(&self) -> Answer {
         let mut r = template("full-repository-default-response");
+        // Upstream's example breaks its own schema in `parent`/`source`
+        // (no `language`); a repository that is no fork has neither.
+        if let Some(o) = r.as_object_mut() {
+            o.remove("parent");
+            o.remove("source");
+            // ... and it has no top-level `language` either.
+            o.entry("language").or_insert(json!("Rust"));
+        }
         r["name"] = json!(self.repo);
         r["full_name"] = json!(format!("{}/{}", self.owner, self.repo));
         r["url"] = json!(self.repo_url());
@@ -586,6 +594,8 @@ impl State {
         v["permission"] = json!(legacy);
         v["role_name"] = json!(role);
         v["user"]["login"] = json!(login);
+        // The schema wants the user's role too; upstream's example omits it.
+        v["user"]["role_name"] = json!(role);
         answer(200, v)
     }
 
@@ -766,6 +776,10 @@ impl State {
         v["base"]["ref"] = json!(p.base);
         v["base"]["label"] = json!(format!("{}:{}", self.owner, p.base));
         v["labels"] = json!([]);
+        // Upstream's example teams lack the `type` their schema requires;
+        // ward requests no reviewers, so there are none.
+        v["requested_teams"] = json!([]);
+        v["requested_reviewers"] = json!([]);
         if full {
             v["merged"] = json!(p.merged);
         }
