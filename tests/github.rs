@@ -796,10 +796,10 @@ async fn the_fake_and_ward_conform_to_githubs_openapi_description() {
             );
             continue;
         };
-        if let (Some(body), Some(schema)) = (&e.request, op.get("requestBody").and_then(|b| api.content_schema(b))) {
-            if let Err(why) = api.check(schema, body) {
-                problems.push(format!("ward's request {} {}: {why}", e.method, e.path));
-            }
+        if let (Some(body), Some(schema)) = (&e.request, op.get("requestBody").and_then(|b| api.content_schema(b)))
+            && let Err(why) = api.check(schema, body)
+        {
+            problems.push(format!("ward's request {} {}: {why}", e.method, e.path));
         }
         let Some(declared) = op["responses"].get(e.status.to_string()) else {
             if (200..300).contains(&e.status) {
