@@ -13,9 +13,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use anyhow::Context as _;
+
 use crate::config::{Config, DispatchMode};
 use crate::event::{Trigger, TriggerKind};
 use crate::forge::{Forge, IssueNumber, Permission};
+use crate::stage::{Hospital, StageRequest, StageResult, run_stage};
 
 /// What to do with a trigger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -153,7 +156,6 @@ fn permission_name(p: Permission) -> &'static str {
 /// [`check_trigger`], the permission lookup when it is needed, and the
 /// refusal comment when it is refused. Returns the final admission.
 pub async fn admit(forge: &dyn Forge, trigger: &Trigger, config: &Config) -> anyhow::Result<Admission> {
-    use anyhow::Context as _;
     let admission = match check_trigger(trigger, config)? {
         Check::Decided(a) => a,
         Check::NeedsPermission { login, .. } => {
@@ -175,6 +177,125 @@ pub async fn admit(forge: &dyn Forge, trigger: &Trigger, config: &Config) -> any
 /// The comment posted on a refused issue.
 pub fn refusal_comment(reason: &str) -> String {
     format!("**ward** did not start a stage.\n\n{reason}\n")
+}
+
+/// How a stage run started by an Actions event ended.
+#[derive(Debug)]
+pub enum EventRun {
+    /// A ward event that asks for nothing (exit 0).
+    Ignored(String),
+    /// Refused, with a comment on the issue (exit 0: the guard did its job).
+    Refused { issue: IssueNumber, reason: String },
+    /// A `schedule` event: that is `ward sweep`'s.
+    Sweep,
+    /// The stage ran (or found nothing to do).
+    Ran(StageResult),
+}
+
+/// `ward stage --event FILE` once the event is parsed: who may start what,
+/// the missing ward labels on admission (created once, with colours and
+/// descriptions), then the stage run. Nothing changes on GitHub before the
+/// guard passes, except the refusal comment.
+pub async fn stage_from_event(h: &Hospital, trigger: &Trigger) -> anyhow::Result<EventRun> {
+    tracing::info!(kind = ?trigger.kind, issue = ?trigger.issue, label = ?trigger.label, actor = %trigger.actor, "event");
+    let (issue, label) = match admit(&*h.forge, trigger, &h.config).await? {
+        Admission::Ignore { reason } => return Ok(EventRun::Ignored(reason)),
+        Admission::Refuse { issue, reason } => return Ok(EventRun::Refused { issue, reason }),
+        Admission::Sweep => return Ok(EventRun::Sweep),
+        Admission::Run { issue, label } => (issue, label),
+    };
+    if label.as_deref() == Some(h.config.admission.as_str()) {
+        h.forge
+            .ensure_labels(&h.config.label_specs())
+            .await
+            .with_context(|| format!("could not create ward's labels in {}", h.forge.describe()))?;
+    }
+    let req = StageRequest { issue: issue.0, label, ..StageRequest::default() };
+    Ok(EventRun::Ran(run_stage(h, &req).await?))
+}
+
+/// The summary of a finished stage run (`repository` is `owner/name`,
+/// `server` e.g. `https://github.com`, `run_url` the Actions run).
+pub fn summary_for(
+    result: &StageResult,
+    config: &Config,
+    repository: &str,
+    server: &str,
+    run_url: Option<&str>,
+) -> RunSummary {
+    let mut s = RunSummary { repository: repository.into(), next: "none".into(), ..RunSummary::default() };
+    let role_of = |stage: &str| config.stage(stage).map(|st| st.config.role.clone()).unwrap_or_default();
+    let label_of = |stage: &str| config.stage(stage).map(|st| st.config.label.clone()).unwrap_or_default();
+    match result {
+        StageResult::Moved(t) => {
+            s.issue = t.issue;
+            s.stage = t.stage.clone();
+            s.role = t.role.clone();
+            s.run_id = t.run.clone();
+            s.label_in = t.from.clone();
+            s.outcome = Some(t.outcome.clone());
+            s.label_out = Some(t.to.clone());
+            s.next = match (t.dispatched, config.stage_by_label(&t.to).is_some()) {
+                (true, _) => "repository_dispatch".into(),
+                (false, true) => "the labeled event (dispatch: label)".into(),
+                (false, false) => "none (the patient rests here)".into(),
+            };
+            let engine = t.total_ms.saturating_sub(t.agent_ms);
+            s.timings = vec![
+                ("agent".into(), Duration::from_millis(t.agent_ms as u64)),
+                ("engine".into(), Duration::from_millis(engine as u64)),
+            ];
+        }
+        StageResult::NoOp { issue, reason } => {
+            s.issue = *issue;
+            s.stage = "none".into();
+            s.error = None;
+            s.label_in = "—".into();
+            s.next = format!("nothing to do: {reason}");
+        }
+        StageResult::Refused { issue, stage, reason, to } => {
+            s.issue = *issue;
+            s.stage = stage.clone();
+            s.role = role_of(stage);
+            s.label_in = label_of(stage);
+            s.label_out = to.clone();
+            s.next = format!("refused: {reason}");
+        }
+        StageResult::Invalid { issue, stage, run, reason, .. } => {
+            s.issue = *issue;
+            s.stage = stage.clone();
+            s.role = role_of(stage);
+            s.run_id = run.clone();
+            s.label_in = label_of(stage);
+            s.error = Some(reason.clone());
+        }
+    }
+    s.links.push(("issue".into(), format!("{server}/{repository}/issues/{}", s.issue)));
+    if let Some(url) = run_url {
+        s.links.push(("workflow run".into(), url.into()));
+    }
+    s
+}
+
+/// Inside GitHub Actions: appends the job summary, sets the step outputs
+/// `issue` and `stage` (the artifact's name uses them) and returns the
+/// `::error::` line to print when the run failed. Outside Actions (no
+/// `GITHUB_STEP_SUMMARY`), does nothing.
+pub fn report_to_actions(result: &StageResult, config: &Config, repository: &str) -> anyhow::Result<Option<String>> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let server = var("GITHUB_SERVER_URL").unwrap_or_else(|| "https://github.com".into());
+    let run_url = var("GITHUB_RUN_ID").map(|id| format!("{server}/{repository}/actions/runs/{id}"));
+    let summary = summary_for(result, config, repository, &server, run_url.as_deref());
+    if let Some(path) = var("GITHUB_STEP_SUMMARY") {
+        append_step_summary(Path::new(&path), &render_summary(&summary))
+            .with_context(|| format!("could not append the job summary to {path}"))?;
+    }
+    if let Some(path) = var("GITHUB_OUTPUT") {
+        let stage = if summary.stage.is_empty() { "none" } else { summary.stage.as_str() };
+        append_step_summary(Path::new(&path), &format!("issue={}\nstage={stage}\n", summary.issue))
+            .with_context(|| format!("could not write the step outputs to {path}"))?;
+    }
+    Ok(summary.error.as_ref().map(|e| error_annotation(&format!("ward: {} of #{}", summary.stage, summary.issue), e)))
 }
 
 /// One stage run, as the job summary shows it.

@@ -858,3 +858,305 @@ fn the_conformance_check_rejects_bodies_github_would_not_send() {
     let body = api.content_schema(&labels["requestBody"]).unwrap();
     assert!(api.check(body, &json!({ "labels": [] })).is_err(), "at least one label");
 }
+
+// ---------------------------------------------------------------------------
+// End to end: the `ward` binary, driven by events, against the fake
+
+/// A repository with ward installed (`ward init`: the default pipeline and
+/// the built-in stand-in agent).
+fn installed_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ward"))
+        .arg("--root")
+        .arg(dir.path())
+        .arg("init")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ward init: {}", String::from_utf8_lossy(&out.stderr));
+    dir
+}
+
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    wall: Duration,
+}
+
+/// Runs `ward` as a workflow step would: a scrubbed environment with the
+/// variables Actions sets, the event in a file.
+async fn ward_step(gh: &FakeGitHub, root: &Path, event_name: &str, event: &Value, extra: &[(&str, &str)]) -> Ran {
+    let event_file = root.join(".ward-event.json");
+    std::fs::write(&event_file, event.to_string()).unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ward"));
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", root)
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_API_URL", &gh.url)
+        .env("GITHUB_TOKEN", TOKEN)
+        .env("GITHUB_REPOSITORY", format!("{OWNER}/{REPO}"))
+        .env("GITHUB_EVENT_NAME", event_name)
+        .env("GITHUB_STEP_SUMMARY", root.join(".summary.md"))
+        .env("GITHUB_OUTPUT", root.join(".output"))
+        .env("WARD_ARTIFACTS", root.join(".runs"))
+        .args(["--root"])
+        .arg(root)
+        .args(["stage", "--event"])
+        .arg(&event_file);
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let started = std::time::Instant::now();
+    let out = cmd.output().await.unwrap();
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        wall: started.elapsed(),
+    }
+}
+
+fn labeled_event(label: &str, issue: u64, actor: &str) -> Value {
+    let mut e = payload("issues/labeled.payload.json");
+    e["label"]["name"] = json!(label);
+    e["issue"]["number"] = json!(issue);
+    e["sender"]["login"] = json!(actor);
+    e["repository"]["full_name"] = json!(format!("{OWNER}/{REPO}"));
+    e
+}
+
+fn dispatch_event(client_payload: &Value) -> Value {
+    let mut e = payload("repository_dispatch/payload.json");
+    e["action"] = json!("ward-stage");
+    e["client_payload"] = client_payload.clone();
+    e["sender"]["login"] = json!(ENGINE);
+    e["repository"]["full_name"] = json!(format!("{OWNER}/{REPO}"));
+    e
+}
+
+/// Calls per `METHOD /template` in `log[from..]`.
+fn calls_since(gh: &FakeGitHub, from: usize) -> std::collections::BTreeMap<String, usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for e in &gh.state().log[from..] {
+        *m.entry(e.key()).or_default() += 1;
+    }
+    m
+}
+
+fn expect(pairs: &[(&str, usize)]) -> std::collections::BTreeMap<String, usize> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+const ISSUE_GET: &str = "GET /repos/{owner}/{repo}/issues/{issue_number}";
+const CHART_GET: &str = "GET /repos/{owner}/{repo}/contents/{path}";
+const CHART_PUT: &str = "PUT /repos/{owner}/{repo}/contents/{path}";
+const LABELS_PUT: &str = "PUT /repos/{owner}/{repo}/issues/{issue_number}/labels";
+const DISPATCH: &str = "POST /repos/{owner}/{repo}/dispatches";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatches() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_repo();
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("alice", "triage");
+        s.add_issue("Login fails on empty password", "Steps: submit the empty form.", "alice", &["bug", "ward:admit"])
+    };
+
+    // The person's label starts it.
+    let mark = gh.state().log.len();
+    let first = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "alice"), &[]).await;
+    assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
+    let specs = config().label_specs().len();
+    assert_eq!(
+        calls_since(&gh, mark),
+        expect(&[
+            ("GET /repos/{owner}/{repo}/collaborators/{username}/permission", 1),
+            ("GET /repos/{owner}/{repo}/labels", 1),
+            ("POST /repos/{owner}/{repo}/labels", specs - 1), // ward:admit exists: a person applied it
+            (ISSUE_GET, 1),
+            // `chart::store_notes` cannot tell "read, no chart" from "not read"
+            // (`known: None`), so a new chart is read twice.
+            (CHART_GET, 2),
+            ("GET /repos/{owner}/{repo}/git/ref/{ref}", 1),
+            ("POST /repos/{owner}/{repo}/git/commits", 1),
+            ("POST /repos/{owner}/{repo}/git/refs", 1),
+            (CHART_PUT, 3), // the first finds no branch, then the admission note, then the notes
+            (LABELS_PUT, 1),
+            (DISPATCH, 1),
+        ]),
+        "the first transition, with the permission lookup and first-use setup"
+    );
+    let calls_first: usize = calls_since(&gh, mark).values().sum();
+    let mut walls = vec![first.wall];
+    let mut engine = vec![engine_ms(&first.stdout)];
+
+    // Then every dispatch starts the next stage, until none is sent.
+    let mut handled = 0;
+    while handled < gh.state().dispatches.len() {
+        let client_payload = gh.state().dispatches[handled]["client_payload"].clone();
+        handled += 1;
+        let mark = gh.state().log.len();
+        let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&client_payload), &[]).await;
+        assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+        let calls = calls_since(&gh, mark);
+        let total: usize = calls.values().sum();
+        assert!(total <= 6, "at most 6 calls per transition, got {total}: {calls:#?}");
+        let last = !gh.state().issue(n).open;
+        let tail = if last { ("PATCH /repos/{owner}/{repo}/issues/{issue_number}", 1) } else { (DISPATCH, 1) };
+        assert_eq!(
+            calls,
+            expect(&[(ISSUE_GET, 1), (CHART_GET, 1), (CHART_PUT, 2), (LABELS_PUT, 1), tail]),
+            "{}",
+            ran.stdout
+        );
+        walls.push(ran.wall);
+        engine.push(engine_ms(&ran.stdout));
+        assert!(handled < 20, "the pipeline does not end");
+    }
+
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["bug", "ward:discharged"]), "non-ward labels kept");
+    assert!(!s.issue(n).open, "discharged patients are closed");
+    assert_eq!(
+        handled, 5,
+        "admit, diagnose, plan-review, treat and code-review each dispatched the next; discharge ends it"
+    );
+    assert!(s.dispatches.iter().all(|d| d["event_type"] == "ward-stage"));
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    let notes = Sentinels::default().parse_chart(&chart).unwrap();
+    let stages: Vec<&str> = notes.iter().filter(|n| n.kind == "OUTCOME").map(|n| n.meta.stage.as_str()).collect();
+    assert_eq!(stages, ["admit", "diagnose", "plan-review", "treat", "code-review", "discharge"]);
+    for kind in ["TRIAGE", "TREATMENT_PLAN", "PLAN_REVIEW", "TREATMENT_NOTE", "CODE_REVIEW", "DISCHARGE_CHECKLIST"] {
+        assert_eq!(notes.iter().filter(|n| n.kind == kind).count(), 1, "{kind} once");
+    }
+    // Labels moved only by the engine after the person's admission.
+    assert!(
+        s.label_events
+            .iter()
+            .filter(|e| e.label.starts_with("ward:") && e.label != "ward:admit")
+            .all(|e| e.actor == ENGINE)
+    );
+    let labels = &s.labels;
+    assert_eq!(labels["ward:plan-review"].color, "5319e7");
+    drop(s);
+
+    // What Actions shows: the job summary and the outputs the artifact name uses.
+    let summary = std::fs::read_to_string(repo.path().join(".summary.md")).unwrap();
+    assert_eq!(summary.matches("### ward: ").count(), 6, "one summary per transition");
+    assert!(summary.contains("| label out | `ward:discharged` |"), "{summary}");
+    let outputs = std::fs::read_to_string(repo.path().join(".output")).unwrap();
+    assert!(outputs.ends_with(&format!("issue={n}\nstage=discharge\n")), "{outputs}");
+
+    let mean = walls.iter().sum::<Duration>() / walls.len() as u32;
+    eprintln!(
+        "MEASURE transitions={} api_calls_per_transition=6 (first: {} with permission lookup and setup) \
+         wall_per_transition_mean_ms={} engine_ms={engine:?}",
+        walls.len(),
+        calls_first,
+        mean.as_millis()
+    );
+}
+
+/// The engine's own time of a run, from `ward stage`'s line: total minus agent.
+fn engine_ms(stdout: &str) -> u128 {
+    let re = regex::Regex::new(r" in (\d+) ms \(agent (\d+) ms\)").unwrap();
+    re.captures(stdout).map(|c| c[1].parse::<u128>().unwrap() - c[2].parse::<u128>().unwrap()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_events_change_nothing_and_say_why() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_repo();
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("mallory", "read");
+        s.add_issue("x", "", "mallory", &["ward:admit"])
+    };
+    let before = gh.state().fingerprint();
+
+    // Not ours: no call at all.
+    let ran = ward_step(&gh, repo.path(), "push", &payload("push/payload.json"), &[]).await;
+    assert_eq!(
+        (ran.code, ran.stdout.trim()),
+        (
+            0,
+            "not a ward event: a `push` event; ward runs on issues labeled, repository_dispatch, workflow_dispatch and schedule"
+        )
+    );
+    assert!(gh.state().log.is_empty());
+
+    // A label that starts no stage: no call either.
+    let ran = ward_step(&gh, repo.path(), "issues", &labeled_event("bug", n, "mallory"), &[]).await;
+    assert_eq!((ran.code, ran.stdout.trim()), (0, "nothing to do: label `bug` starts no ward stage"));
+    assert!(gh.state().log.is_empty());
+
+    // A stage asked for by name that does not exist: exit 2.
+    let mut manual = payload("workflow_dispatch/payload.json");
+    manual["inputs"] = json!({ "issue": n.to_string(), "stage": "surgery" });
+    let ran = ward_step(&gh, repo.path(), "workflow_dispatch", &manual, &[]).await;
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("stage `surgery` asked for by the workflow_dispatch of #1 is not in .github/ward.yml"),
+        "{}",
+        ran.stderr
+    );
+
+    // A broken event file: exit 2, no call.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("e.json"), "not json").unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ward"))
+        .args(["stage", "--forge", "github", "--repo", "octo/hospital", "--event"])
+        .arg(dir.path().join("e.json"))
+        .env_remove("GITHUB_EVENT_NAME")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not JSON: expected ident at line 1, column 2"));
+
+    // A repository that does not exist, or that the token cannot see: exit 1, named.
+    let ran = ward_step(
+        &gh,
+        repo.path(),
+        "repository_dispatch",
+        &dispatch_event(&json!({ "issue": n })),
+        &[("GITHUB_REPOSITORY", "octo/nope")],
+    )
+    .await;
+    assert_eq!(ran.code, 1);
+    assert!(ran.stderr.contains("octo/nope does not exist or the token cannot see it"), "{}", ran.stderr);
+
+    // An issue that does not exist.
+    let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&json!({ "issue": 77 })), &[]).await;
+    assert_eq!(ran.code, 1);
+    assert!(ran.stderr.contains("issue #77 does not exist in octo/hospital"), "{}", ran.stderr);
+
+    // A token that may read but not write: the first write fails, named.
+    gh.state().token_can_write = false;
+    let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&json!({ "issue": n })), &[]).await;
+    assert_eq!(ran.code, 1);
+    assert!(ran.stderr.contains("give the workflow `contents: write`"), "{}", ran.stderr);
+    gh.state().token_can_write = true;
+
+    assert_eq!(gh.state().fingerprint(), before, "nothing changed on GitHub");
+
+    // A person without triage: refused with a comment, exit 0, no transition.
+    let ran = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "mallory"), &[]).await;
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.starts_with("#1 refused: @mallory has `read` access"), "{}", ran.stdout);
+    assert_eq!(gh.state().labels_of(n), strings(&["ward:admit"]));
+    assert_eq!(gh.state().comments_on(n).len(), 1);
+    assert!(gh.state().dispatches.is_empty());
+
+    // A chart on the branch that is not a ward chart: exit 1, nothing written.
+    gh.state().add_collaborator("alice", "admin");
+    gh.forge().write_chart(IssueNumber(99), "x", None).await.unwrap(); // the branch exists now
+    gh.state().put_file(CHARTS, &format!("charts/{n}.md"), "my own notes\n");
+    let before = gh.state().fingerprint();
+    let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&json!({ "issue": n })), &[]).await;
+    assert_eq!(ran.code, 1);
+    assert!(ran.stderr.contains("the chart of issue #1 is not readable: this is not a ward chart"), "{}", ran.stderr);
+    assert_eq!(gh.state().fingerprint(), before, "nothing changed on GitHub");
+}

@@ -176,6 +176,29 @@ impl std::fmt::Debug for GitHubForge {
 }
 
 impl GitHubForge {
+    /// The forge a workflow run uses: repository from `repo` (`--repo`) or
+    /// `GITHUB_REPOSITORY`, API from `GITHUB_API_URL` (default
+    /// api.github.com), token from `WARD_TOKEN`, else `GITHUB_TOKEN` (an
+    /// empty `WARD_TOKEN`, as an unset secret gives, counts as unset).
+    pub fn from_env(repo: Option<&str>, charts_branch: &str, engine_account: &str) -> ForgeResult<Self> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let repo = repo.map(str::to_string).or_else(|| var("GITHUB_REPOSITORY")).ok_or_else(|| {
+            ForgeError::io(
+                "find the repository",
+                "no repository named: pass --repo OWNER/NAME or set GITHUB_REPOSITORY",
+            )
+        })?;
+        let repo: RepoName = repo.parse().map_err(|e: String| ForgeError::io("find the repository", e))?;
+        let token = var("WARD_TOKEN").or_else(|| var("GITHUB_TOKEN")).unwrap_or_default();
+        let settings = GitHubSettings {
+            api_url: var("GITHUB_API_URL").unwrap_or_else(|| DEFAULT_API_URL.into()),
+            repo,
+            charts_branch: charts_branch.into(),
+            engine_account: engine_account.into(),
+        };
+        Self::new(settings, &token)
+    }
+
     pub fn new(settings: GitHubSettings, token: &str) -> ForgeResult<Self> {
         let client = build_client(&settings.api_url, token)?;
         Ok(Self { client, settings, retry: RetryPolicy::default() })
