@@ -189,7 +189,7 @@ pub enum EventRun {
     /// A `schedule` event: that is `ward sweep`'s.
     Sweep,
     /// The stage ran (or found nothing to do).
-    Ran(StageResult),
+    Ran(Box<StageResult>),
 }
 
 /// `ward stage --event FILE` once the event is parsed: who may start what,
@@ -211,7 +211,7 @@ pub async fn stage_from_event(h: &Hospital, trigger: &Trigger) -> anyhow::Result
             .with_context(|| format!("could not create ward's labels in {}", h.forge.describe()))?;
     }
     let req = StageRequest { issue: issue.0, label, ..StageRequest::default() };
-    Ok(EventRun::Ran(run_stage(h, &req).await?))
+    Ok(EventRun::Ran(Box::new(run_stage(h, &req).await?)))
 }
 
 /// The summary of a finished stage run (`repository` is `owner/name`,

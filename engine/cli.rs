@@ -337,7 +337,7 @@ async fn stage_from_event(h: &Hospital, trigger: &crate::event::Trigger, reposit
         EventRun::Sweep => {
             return Err(BadInput("a `schedule` event runs `ward sweep`, not `ward stage`".into()).into());
         }
-        EventRun::Ran(result) => result,
+        EventRun::Ran(result) => *result,
     };
     println!("{}", describe_result(&result));
     if let Some(annotation) = crate::actions::report_to_actions(&result, &h.config, repository)? {

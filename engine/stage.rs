@@ -10,7 +10,7 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -92,6 +92,8 @@ pub struct Transition {
     pub dispatched: bool,
     pub total_ms: u128,
     pub agent_ms: u128,
+    /// The engine's own time: the whole run less the agent's.
+    pub engine_us: u128,
     pub artifacts: PathBuf,
 }
 
@@ -324,6 +326,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         dispatched,
         total_ms: started.elapsed().as_millis(),
         agent_ms: exit.elapsed.as_millis(),
+        engine_us: started.elapsed().saturating_sub(exit.elapsed).as_micros(),
         artifacts: artifacts.clone(),
     };
     info!(outcome = %t.outcome, to = %t.to, total_ms = t.total_ms, "label moved");
@@ -496,10 +499,4 @@ fn list<T: std::fmt::Display>(items: &[T]) -> String {
         return "none".into();
     }
     items.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
-}
-
-/// A whole stage run's duration budget for the engine's own work, for the
-/// benchmark's report.
-pub fn engine_overhead(t: &Transition) -> Duration {
-    Duration::from_millis(t.total_ms.saturating_sub(t.agent_ms) as u64)
 }
