@@ -78,7 +78,7 @@ pub fn check_trigger(trigger: &Trigger, config: &Config) -> Result<Check, GuardE
     };
     match trigger.kind {
         TriggerKind::Schedule => decided(Admission::Sweep),
-        TriggerKind::RepositoryDispatch => decided(Admission::Run { issue, label: None }),
+        TriggerKind::RepositoryDispatch => decided(Admission::Run { issue, label: trigger.label.clone() }),
         TriggerKind::WorkflowDispatch => match &trigger.stage {
             None => decided(Admission::Run { issue, label: None }),
             Some(name) => match config.stage(name) {

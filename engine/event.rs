@@ -38,7 +38,8 @@ pub struct Trigger {
     pub kind: TriggerKind,
     /// The patient; `None` only for the sweep.
     pub issue: Option<IssueNumber>,
-    /// The label that landed (labeled events only).
+    /// The label that landed (labeled events), or the one a dispatch was
+    /// sent for (`client_payload.label`).
     pub label: Option<String>,
     /// The stage asked for by name (`workflow_dispatch` input `stage`).
     pub stage: Option<String>,
@@ -130,7 +131,15 @@ pub fn parse_event(text: &str, event_name: Option<&str>, path: &Path) -> Result<
                 return Ok(not_ours(format!("a repository_dispatch of type `{action}`; ward's is `{DISPATCH_EVENT}`")));
             }
             let issue = r.issue_at("/client_payload/issue")?;
-            Ok(Parsed::Ours(trigger(TriggerKind::RepositoryDispatch, Some(issue), None, None)))
+            // The label the dispatched stage starts on: gone means handled.
+            let label = match r.payload.pointer("/client_payload/label") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(l)) if !l.trim().is_empty() => Some(l.clone()),
+                Some(other) => {
+                    return Err(r.malformed("client_payload.label", &format!("`{other}` is not a label name")));
+                }
+            };
+            Ok(Parsed::Ours(trigger(TriggerKind::RepositoryDispatch, Some(issue), label, None)))
         }
         "workflow_dispatch" => {
             let issue = r.issue_at("/inputs/issue")?;

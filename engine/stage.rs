@@ -313,7 +313,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let dispatched =
         h.config.stage_by_label(&label_out).is_some() && h.config.dispatch == DispatchMode::RepositoryDispatch;
     if dispatched {
-        h.forge.dispatch_stage(number).await?;
+        h.forge.dispatch_stage(number, &label_out).await?;
     }
     let t = Transition {
         issue: req.issue,

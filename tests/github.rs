@@ -277,8 +277,11 @@ async fn a_file_on_the_charts_branch_that_is_not_a_chart_is_refused_and_left_alo
 #[tokio::test]
 async fn dispatch_sends_ward_stage_with_the_issue() {
     let gh = FakeGitHub::start().await;
-    gh.forge().dispatch_stage(IssueNumber(12)).await.unwrap();
-    assert_eq!(gh.state().dispatches, vec![json!({ "event_type": "ward-stage", "client_payload": { "issue": 12 } })]);
+    gh.forge().dispatch_stage(IssueNumber(12), "ward:treat").await.unwrap();
+    assert_eq!(
+        gh.state().dispatches,
+        vec![json!({ "event_type": "ward-stage", "client_payload": { "issue": 12, "label": "ward:treat" } })]
+    );
 }
 
 #[tokio::test]
@@ -388,7 +391,7 @@ async fn retries_are_bounded_and_client_errors_are_not_retried() {
     let gh = FakeGitHub::start().await;
     gh.state().add_issue("x", "", "alice", &[]);
     gh.state().inject(Fault::new("POST /repos/{owner}/{repo}/dispatches", 0, 100, FaultKind::Status(503)));
-    let err = gh.forge().dispatch_stage(IssueNumber(1)).await.unwrap_err();
+    let err = gh.forge().dispatch_stage(IssueNumber(1), "ward:diagnose").await.unwrap_err();
     assert_eq!(
         err.to_string(),
         "could not dispatch `ward-stage` for #1 in octo/hospital: GitHub answered 503: injected fault (still failing after 5 attempts)"
@@ -444,7 +447,7 @@ async fn a_missing_issue_a_missing_repository_and_a_token_without_access_are_nam
     );
     let err = gh.forge().write_chart(IssueNumber(1), "x", None).await.unwrap_err();
     assert!(err.to_string().contains("give the workflow `contents: write`"), "{err}");
-    let err = gh.forge().dispatch_stage(IssueNumber(1)).await.unwrap_err();
+    let err = gh.forge().dispatch_stage(IssueNumber(1), "ward:diagnose").await.unwrap_err();
     assert!(err.to_string().contains("give the workflow `contents: write`"), "{err}");
     assert_eq!(gh.state().fingerprint(), before, "nothing changed on GitHub");
 }
@@ -507,6 +510,13 @@ fn dispatches_parse_and_other_dispatch_types_are_not_ours() {
         (t.kind, t.issue, t.actor.as_str()),
         (TriggerKind::RepositoryDispatch, Some(IssueNumber(42)), "Codertocat")
     );
+    assert_eq!(t.label, None, "a dispatch by hand may name no label");
+    real["client_payload"] = json!({ "issue": 42, "label": "ward:treat" });
+    let Parsed::Ours(t) = parse(&real, None).unwrap() else { panic!("ours") };
+    assert_eq!(t.label.as_deref(), Some("ward:treat"));
+    real["client_payload"] = json!({ "issue": 42, "label": 7 });
+    let err = parse(&real, None).unwrap_err();
+    assert!(matches!(&err, EventError::Malformed { field, .. } if field == "client_payload.label"), "{err}");
     real["client_payload"] = json!({ "issue": "forty-two" });
     let err = parse(&real, Some("repository_dispatch")).unwrap_err();
     assert_eq!(
@@ -746,7 +756,7 @@ async fn tour(gh: &FakeGitHub) {
     chart::store_notes(&forge, &s, n, None, &[note("TRIAGE", "r2", "y")]).await.unwrap();
     forge.write_chart(n, "x", Some(&stale.version)).await.unwrap_err(); // 409
     forge.write_chart(n, "x", None).await.unwrap_err(); // 422
-    forge.dispatch_stage(n).await.unwrap();
+    forge.dispatch_stage(n, "ward:diagnose").await.unwrap();
     let new = NewPullRequest {
         head_branch: "ward/issue-1".into(),
         base_branch: "main".into(),
@@ -1013,6 +1023,19 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
         );
         walls.push(ran.wall);
         engine.push(engine_ms(&ran.stdout));
+        if handled == 3 {
+            // A repeated delivery of an old dispatch is a no-op: one read, no write.
+            let old = gh.state().dispatches[0]["client_payload"].clone();
+            assert_eq!(old, json!({ "issue": n, "label": "ward:diagnose" }));
+            let mark = gh.state().log.len();
+            let again = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&old), &[]).await;
+            assert_eq!(again.code, 0, "{}", again.stderr);
+            assert_eq!(
+                again.stdout.trim(),
+                "nothing to do: issue #1 no longer carries `ward:diagnose`; another run already handled it"
+            );
+            assert_eq!(calls_since(&gh, mark), expect(&[(ISSUE_GET, 1)]));
+        }
         assert!(handled < 20, "the pipeline does not end");
     }
 
@@ -1044,7 +1067,7 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
 
     // What Actions shows: the job summary and the outputs the artifact name uses.
     let summary = std::fs::read_to_string(repo.path().join(".summary.md")).unwrap();
-    assert_eq!(summary.matches("### ward: ").count(), 6, "one summary per transition");
+    assert_eq!(summary.matches("### ward: ").count(), 7, "one summary per run (six transitions, one no-op)");
     assert!(summary.contains("| label out | `ward:discharged` |"), "{summary}");
     let outputs = std::fs::read_to_string(repo.path().join(".output")).unwrap();
     assert!(outputs.ends_with(&format!("issue={n}\nstage=discharge\n")), "{outputs}");

@@ -1021,10 +1021,13 @@ impl Forge for GitHubForge {
         Ok(StoredChart { text: text.to_string(), version: sha })
     }
 
-    async fn dispatch_stage(&self, number: IssueNumber) -> ForgeResult<()> {
+    async fn dispatch_stage(&self, number: IssueNumber, label: &str) -> ForgeResult<()> {
         let action = format!("dispatch `{DISPATCH_EVENT}` for {number} in {}", self.settings.repo);
         let mut call = self.call(Method::POST, "/dispatches", action, Access::ContentsWrite);
-        call.body = Some(json!({ "event_type": DISPATCH_EVENT, "client_payload": { "issue": number.0 } }));
+        call.body = Some(json!({
+            "event_type": DISPATCH_EVENT,
+            "client_payload": { "issue": number.0, "label": label },
+        }));
         self.send_ok(&call).await.map(drop)
     }
 
