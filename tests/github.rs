@@ -1072,6 +1072,19 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
     let outputs = std::fs::read_to_string(repo.path().join(".output")).unwrap();
     assert!(outputs.ends_with(&format!("issue={n}\nstage=discharge\n")), "{outputs}");
 
+    // The token never reached the agent or its artifacts.
+    let (mut files, mut scanned) = (vec![repo.path().join(".runs")], 0);
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+            assert!(!text.contains(TOKEN), "the token is in {}", path.display());
+            scanned += 1;
+        }
+    }
+    assert!(scanned >= 6 * 3, "prompt, notes and logs of every run were scanned ({scanned})");
+
     let mean = walls.iter().sum::<Duration>() / walls.len() as u32;
     eprintln!(
         "MEASURE transitions={} api_calls_per_transition=6 (first: {} with permission lookup and setup) \
