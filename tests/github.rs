@@ -1196,3 +1196,53 @@ async fn bad_events_change_nothing_and_say_why() {
     assert!(ran.stderr.contains("the chart of issue #1 is not readable: this is not a ward chart"), "{}", ran.stderr);
     assert_eq!(gh.state().fingerprint(), before, "nothing changed on GitHub");
 }
+
+#[tokio::test]
+async fn no_answer_at_all_is_retried_then_named() {
+    let gh = FakeGitHub::start().await;
+    // A port nobody listens on: connection refused, every time.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let settings = ward::forge::github::GitHubSettings {
+        api_url: url.clone(),
+        repo: "octo/hospital".parse().unwrap(),
+        charts_branch: CHARTS.into(),
+        engine_account: ENGINE.into(),
+    };
+    let forge = ward::forge::github::GitHubForge::new(settings, TOKEN).unwrap().with_retry(gh.retry_policy());
+    let err = forge.issue(IssueNumber(1)).await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with(&format!("could not read issue #1 of octo/hospital: no answer from {url}")), "{text}");
+    assert!(text.ends_with("(still failing after 5 attempts)"), "{text}");
+    let waits: Vec<u64> = gh.waits.lock().unwrap().iter().map(|d| d.as_secs()).collect();
+    assert_eq!(waits, [1, 2, 4, 8]);
+    assert!(!format!("{forge:?}").contains(TOKEN), "Debug never shows the token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ward_event_prints_the_trigger_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &'static str, event: Value| {
+        let file = dir.path().join(format!("{name}.json"));
+        std::fs::write(&file, event.to_string()).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_ward"))
+            .args(["event", "--event"])
+            .arg(&file)
+            .env_clear()
+            .env("GITHUB_EVENT_NAME", name)
+            .output()
+            .unwrap()
+    };
+    let out = run("issues", labeled_event("ward:admit", 3, "alice"));
+    assert_eq!(out.status.code(), Some(0));
+    insta::assert_snapshot!(String::from_utf8_lossy(&out.stdout), @r#"{"ward":"ours","kind":"labeled","issue":3,"label":"ward:admit","stage":null,"actor":"alice","repository":"octo/hospital"}"#);
+    let out = run("pull_request", payload("pull_request/labeled.payload.json"));
+    assert_eq!(out.status.code(), Some(0), "not ours is not a failure");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "not a ward event: a `pull_request` event; ward runs on issues labeled, repository_dispatch, workflow_dispatch and schedule"
+    );
+    let out = run("workflow_dispatch", payload("workflow_dispatch/payload.json"));
+    assert_eq!(out.status.code(), Some(2), "a manual run without an issue is bad input");
+}

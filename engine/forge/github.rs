@@ -263,9 +263,13 @@ impl GitHubForge {
                         message: format!("{} (still failing after {attempt} attempts)", reply.message()),
                     });
                 }
-                (Decision::Exhausted, Err(e)) => {
-                    return Err(ForgeError::io(&call.action, format!("{e} (still failing after {attempt} attempts)")));
+                (Decision::Exhausted, Err(ForgeError::Io { action, message })) => {
+                    return Err(ForgeError::Io {
+                        action,
+                        message: format!("{message} (still failing after {attempt} attempts)"),
+                    });
                 }
+                (Decision::Exhausted, Err(e)) => return Err(e),
             }
         }
     }
@@ -1218,6 +1222,25 @@ mod tests {
         assert_eq!((chart.text.as_str(), chart.version.as_str()), ("hello", "abc"));
         assert!(StoredChart::try_from(wire("dir", "")).is_err());
         assert!(StoredChart::try_from(wire("file", "%%%")).is_err());
+    }
+
+    #[tokio::test]
+    async fn next_pages_stay_on_the_api_host() {
+        let settings = |api_url: &str| GitHubSettings {
+            api_url: api_url.into(),
+            repo: "o/r".parse().unwrap(),
+            charts_branch: "ward-charts".into(),
+            engine_account: "bot".into(),
+        };
+        let forge = GitHubForge::new(settings("https://api.github.com"), "t").unwrap();
+        assert_eq!(forge.same_host_path("https://api.github.com/x?page=2", "a").unwrap(), "/x?page=2");
+        assert!(forge.same_host_path("https://evil.example/x?page=2", "a").is_err(), "the token stays home");
+        assert!(forge.same_host_path("http://api.github.com/x", "a").is_err(), "no downgrade to http");
+        let ghes = GitHubForge::new(settings("https://ghe.example/api/v3"), "t").unwrap();
+        assert_eq!(
+            ghes.same_host_path("https://ghe.example/api/v3/repos/o/r?page=2", "a").unwrap(),
+            "/repos/o/r?page=2"
+        );
     }
 
     #[test]
