@@ -1246,3 +1246,70 @@ async fn ward_event_prints_the_trigger_as_json() {
     let out = run("workflow_dispatch", payload("workflow_dispatch/payload.json"));
     assert_eq!(out.status.code(), Some(2), "a manual run without an issue is bad input");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_app_token_the_labeled_event_starts_the_next_stage_and_nothing_is_dispatched() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_repo();
+    let yml = repo.path().join(".github/ward.yml");
+    let text = std::fs::read_to_string(&yml).unwrap();
+    assert!(text.contains("\ndispatch: repository_dispatch\n"));
+    std::fs::write(&yml, text.replace("\ndispatch: repository_dispatch\n", "\ndispatch: label\n")).unwrap();
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("alice", "admin");
+        s.add_issue("x", "", "alice", &["ward:admit"])
+    };
+    let mut label = "ward:admit".to_string();
+    let mut actor = "alice";
+    for _ in 0..10 {
+        let ran = ward_step(&gh, repo.path(), "issues", &labeled_event(&label, n, actor), &[]).await;
+        assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+        // What GitHub would deliver next: the labeled event of the label ward set.
+        let added =
+            gh.state().label_events.iter().rev().find(|e| e.labeled && e.actor == ENGINE).map(|e| e.label.clone());
+        match added {
+            Some(l) if l != label => (label, actor) = (l, ENGINE),
+            _ => break,
+        }
+        if !gh.state().issue(n).open {
+            break;
+        }
+    }
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:discharged"]));
+    assert!(s.dispatches.is_empty(), "never both: no dispatch in label mode");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_dispatch_mode_the_engines_own_labeled_event_is_ignored_without_a_call() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_repo();
+    let n = gh.state().add_issue("x", "", "alice", &["ward:diagnose"]);
+    let ran = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:diagnose", n, ENGINE), &[]).await;
+    assert_eq!(ran.code, 0);
+    assert_eq!(
+        ran.stdout.trim(),
+        "nothing to do: `ward:diagnose` was set by the engine; with `dispatch: repository_dispatch` its dispatch starts the stage"
+    );
+    assert!(gh.state().log.is_empty(), "never both: the dispatch runs the stage, the labeled event costs nothing");
+}
+
+#[tokio::test]
+async fn the_fake_records_routes_it_does_not_know() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gh = FakeGitHub::start().await;
+    let addr = gh.url.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "DELETE /repos/octo/hospital HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert_eq!(gh.state().unknown, vec!["DELETE /repos/octo/hospital".to_string()]);
+    let check = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| gh.assert_known_routes()));
+    assert!(check.is_err(), "an unknown route fails the test");
+    gh.state().unknown.clear(); // this test wanted it; let the drop pass
+}
