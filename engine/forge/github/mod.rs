@@ -7,23 +7,28 @@
 //! [`super`] at this boundary, with `TryFrom`, never by unwrapping API data.
 //!
 //! Calls per stage transition (see `docs/github.md`): read the issue, read the
-//! chart, write the chart, set the labels, dispatch: five.
+//! chart, write the chart twice, set the labels, dispatch: six.
+//!
+//! `transport` sends (and retries) requests and names refusals; `wire`
+//! holds the API's shapes and their conversions.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+mod transport;
+mod wire;
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use chrono::{DateTime, Utc};
-use http::{HeaderMap, Method, StatusCode};
+use http::Method;
 use octocrab::Octocrab;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::retry::{Attempt, Decision, RetryPolicy};
+use self::transport::{Call, Reply, percent};
+use self::wire::*;
+use super::retry::RetryPolicy;
 use super::{
-    CiState, CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, IssueState,
-    LabelAction, LabelEvent, LabelSpec, NewIssue, NewPullRequest, Permission, PullRequest, PullState, Review,
-    ReviewState, StoredChart,
+    CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, NewIssue,
+    NewPullRequest, Permission, PullRequest, PullState, Review, StoredChart,
 };
 
 /// The public API; `GITHUB_API_URL` overrides it (GitHub Enterprise, tests).
@@ -114,45 +119,6 @@ impl Access {
     }
 }
 
-/// One request, described for the retry helper and for error messages.
-struct Call {
-    method: Method,
-    /// Path and query below the API base, e.g. `/repos/o/r/issues/1`.
-    path: String,
-    body: Option<Value>,
-    /// What we were doing, for messages: "read issue #4 of o/r".
-    action: String,
-    access: Access,
-}
-
-/// A final answer (after retries).
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-}
-
-impl Reply {
-    fn json<T: for<'de> Deserialize<'de>>(&self, action: &str) -> ForgeResult<T> {
-        serde_json::from_str(&self.body).map_err(|e| ForgeError::Api {
-            action: action.into(),
-            status: self.status.as_u16(),
-            message: format!("the answer is not what the API documents ({e})"),
-        })
-    }
-
-    fn message(&self) -> String {
-        #[derive(Deserialize)]
-        struct Body {
-            message: Option<String>,
-        }
-        serde_json::from_str::<Body>(&self.body)
-            .ok()
-            .and_then(|b| b.message)
-            .unwrap_or_else(|| self.body.chars().take(200).collect())
-    }
-}
-
 /// Settings of one [`GitHubForge`].
 #[derive(Clone)]
 pub struct GitHubSettings {
@@ -219,141 +185,6 @@ impl GitHubForge {
 
     fn call(&self, method: Method, rest: &str, action: String, access: Access) -> Call {
         Call { method, path: self.repo_path(rest), body: None, action, access }
-    }
-
-    /// The one place a request is sent: retries per the policy and returns
-    /// the final answer, whatever its status. Transport failures that outlive
-    /// the retries become an error naming the action.
-    async fn send(&self, call: &Call) -> ForgeResult<Reply> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let outcome = self.send_once(call).await;
-            let decision = match &outcome {
-                Ok(reply) => {
-                    self.retry.decide(attempt, Attempt::Answered(reply.status.as_u16(), &reply.headers), now())
-                }
-                Err(_) => self.retry.decide(attempt, Attempt::Transport, now()),
-            };
-            match (decision, outcome) {
-                (Decision::Final, Ok(reply)) => return Ok(reply),
-                (Decision::Final, Err(e)) => return Err(e),
-                (Decision::RetryAfter(wait), outcome) => {
-                    let why = match &outcome {
-                        Ok(r) => format!("GitHub answered {}", r.status.as_u16()),
-                        Err(e) => e.to_string(),
-                    };
-                    tracing::warn!(action = %call.action, attempt, wait_ms = wait.as_millis() as u64, "{why}; retrying");
-                    (self.retry.sleeper)(wait).await;
-                }
-                (Decision::RateLimitedTooLong(wait), _) => {
-                    return Err(ForgeError::Api {
-                        action: call.action.clone(),
-                        status: 429,
-                        message: format!(
-                            "GitHub's rate limit asks to wait {}s, longer than ward waits; run again later",
-                            wait.as_secs()
-                        ),
-                    });
-                }
-                (Decision::Exhausted, Ok(reply)) => {
-                    return Err(ForgeError::Api {
-                        action: call.action.clone(),
-                        status: reply.status.as_u16(),
-                        message: format!("{} (still failing after {attempt} attempts)", reply.message()),
-                    });
-                }
-                (Decision::Exhausted, Err(ForgeError::Io { action, message })) => {
-                    return Err(ForgeError::Io {
-                        action,
-                        message: format!("{message} (still failing after {attempt} attempts)"),
-                    });
-                }
-                (Decision::Exhausted, Err(e)) => return Err(e),
-            }
-        }
-    }
-
-    async fn send_once(&self, call: &Call) -> ForgeResult<Reply> {
-        let builder = http::Request::builder()
-            .method(call.method.clone())
-            .uri(call.path.as_str())
-            .header(http::header::ACCEPT, "application/vnd.github+json")
-            .header("x-github-api-version", "2022-11-28");
-        let request =
-            self.client.build_request(builder, call.body.as_ref()).map_err(|e| ForgeError::io(&call.action, e))?;
-        let response = self
-            .client
-            .execute(request)
-            .await
-            .map_err(|e| ForgeError::io(&call.action, format!("no answer from {} ({e})", self.settings.api_url)))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = self.client.body_to_string(response).await.map_err(|e| ForgeError::io(&call.action, e))?;
-        Ok(Reply { status, headers, body })
-    }
-
-    /// Sends and requires a 2xx answer; anything else becomes an error that
-    /// names the action and, for 401/403/404, what to do.
-    async fn send_ok(&self, call: &Call) -> ForgeResult<Reply> {
-        let reply = self.send(call).await?;
-        if reply.status.is_success() { Ok(reply) } else { Err(self.refusal(call, &reply)) }
-    }
-
-    fn refusal(&self, call: &Call, reply: &Reply) -> ForgeError {
-        let message = reply.message();
-        match reply.status.as_u16() {
-            401 => ForgeError::Forbidden {
-                action: call.action.clone(),
-                message,
-                help: "the token is invalid or expired: check WARD_TOKEN / GITHUB_TOKEN".into(),
-            },
-            403 => ForgeError::Forbidden { action: call.action.clone(), message, help: call.access.help() },
-            404 => ForgeError::Forbidden {
-                action: call.action.clone(),
-                message: format!("{message} (404)"),
-                help: format!(
-                    "{} does not exist or the token cannot see it; {}",
-                    self.settings.repo,
-                    call.access.help()
-                ),
-            },
-            status => ForgeError::Api { action: call.action.clone(), status, message },
-        }
-    }
-
-    /// Every page of a list endpoint, following `Link: rel="next"` (only to
-    /// the same API host: the token never goes anywhere else).
-    async fn get_all(&self, first: Call, items: fn(Value) -> Option<Vec<Value>>) -> ForgeResult<Vec<Value>> {
-        let mut out = Vec::new();
-        let mut call = first;
-        for _ in 0..MAX_PAGES {
-            let reply = self.send_ok(&call).await?;
-            let page: Value = reply.json(&call.action)?;
-            let page = items(page).ok_or_else(|| ForgeError::Api {
-                action: call.action.clone(),
-                status: reply.status.as_u16(),
-                message: "the answer is not the list the API documents".into(),
-            })?;
-            out.extend(page);
-            match next_link(&reply.headers) {
-                None => return Ok(out),
-                Some(url) => call.path = self.same_host_path(&url, &call.action)?,
-            }
-        }
-        Err(ForgeError::io(&call.action, format!("more than {MAX_PAGES} pages; narrow the query")))
-    }
-
-    /// The path and query of `url` below our API base, refusing other hosts.
-    fn same_host_path(&self, url: &str, action: &str) -> ForgeResult<String> {
-        let base: http::Uri = self.settings.api_url.parse().map_err(|e| ForgeError::io(action, e))?;
-        let next: http::Uri = url.parse().map_err(|e| ForgeError::io(action, format!("bad next link ({e})")))?;
-        if next.scheme() != base.scheme() || next.authority() != base.authority() {
-            return Err(ForgeError::io(action, format!("the next page `{url}` is on another host; not following")));
-        }
-        let pq = next.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let base_path = base.path().trim_end_matches('/');
-        Ok(pq.strip_prefix(base_path).filter(|p| p.starts_with('/')).unwrap_or(pq).to_string())
     }
 
     fn chart_path(number: IssueNumber) -> String {
@@ -428,425 +259,6 @@ impl GitHubForge {
 fn mentions_branch(reply: &Reply) -> bool {
     reply.message().to_lowercase().contains("branch")
 }
-
-fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
-/// The `rel="next"` URL of a `Link` header.
-fn next_link(headers: &HeaderMap) -> Option<String> {
-    let link = headers.get(http::header::LINK)?.to_str().ok()?;
-    link.split(',').find_map(|part| {
-        let (url, params) = part.split_once(';')?;
-        params
-            .split(';')
-            .any(|p| p.trim() == "rel=\"next\"")
-            .then(|| url.trim().trim_start_matches('<').trim_end_matches('>').to_string())
-    })
-}
-
-fn array(v: Value) -> Option<Vec<Value>> {
-    match v {
-        Value::Array(a) => Some(a),
-        _ => None,
-    }
-}
-
-fn check_runs(v: Value) -> Option<Vec<Value>> {
-    match v {
-        Value::Object(mut m) => array(m.remove("check_runs")?),
-        _ => None,
-    }
-}
-
-fn percent(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Converts each API item with `TryFrom`, naming the action on failure.
-fn convert<W, T>(items: Vec<Value>, action: &str) -> ForgeResult<Vec<T>>
-where
-    W: for<'de> Deserialize<'de>,
-    T: TryFrom<W, Error = String>,
-{
-    items
-        .into_iter()
-        .map(|v| {
-            let wire: W = serde_json::from_value(v).map_err(|e| bad_shape(action, e))?;
-            T::try_from(wire).map_err(|e| bad_shape(action, e))
-        })
-        .collect()
-}
-
-fn bad_shape(action: &str, e: impl std::fmt::Display) -> ForgeError {
-    ForgeError::Api {
-        action: action.into(),
-        status: 200,
-        message: format!("the answer is not what the API documents ({e})"),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Wire types: only the fields we read, converted with TryFrom.
-
-#[derive(Deserialize)]
-struct WireUser {
-    login: String,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum WireLabelRef {
-    Name(String),
-    Object { name: String },
-}
-
-#[derive(Deserialize)]
-struct WireIssue {
-    number: u64,
-    title: String,
-    body: Option<String>,
-    user: Option<WireUser>,
-    state: String,
-    #[serde(default)]
-    labels: Vec<WireLabelRef>,
-}
-
-impl TryFrom<WireIssue> for Issue {
-    type Error = String;
-    fn try_from(w: WireIssue) -> Result<Self, String> {
-        let state = match w.state.as_str() {
-            "open" => IssueState::Open,
-            "closed" => IssueState::Closed,
-            other => return Err(format!("issue #{} has state `{other}`", w.number)),
-        };
-        Ok(Issue {
-            number: IssueNumber(w.number),
-            title: w.title,
-            body: w.body.unwrap_or_default(),
-            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
-            state,
-            labels: w
-                .labels
-                .into_iter()
-                .map(|l| match l {
-                    WireLabelRef::Name(n) | WireLabelRef::Object { name: n } => n,
-                })
-                .collect(),
-        })
-    }
-}
-
-#[derive(Deserialize)]
-struct WireLabel {
-    name: String,
-}
-
-#[derive(Deserialize)]
-struct WireIssueEvent {
-    event: String,
-    actor: Option<WireUser>,
-    created_at: DateTime<Utc>,
-    label: Option<WireLabel>,
-}
-
-/// Issue events that are not label changes convert to `None`.
-struct MaybeLabelEvent(Option<LabelEvent>);
-
-impl TryFrom<WireIssueEvent> for MaybeLabelEvent {
-    type Error = String;
-    fn try_from(w: WireIssueEvent) -> Result<Self, String> {
-        let action = match w.event.as_str() {
-            "labeled" => LabelAction::Added,
-            "unlabeled" => LabelAction::Removed,
-            _ => return Ok(Self(None)),
-        };
-        let label = w.label.ok_or("a label event without its label")?.name;
-        let actor = w.actor.map(|a| a.login).unwrap_or_else(|| "ghost".into());
-        Ok(Self(Some(LabelEvent { label, action, actor, at: w.created_at })))
-    }
-}
-
-#[derive(Deserialize)]
-struct WireComment {
-    id: u64,
-    user: Option<WireUser>,
-    body: Option<String>,
-    created_at: DateTime<Utc>,
-}
-
-impl TryFrom<WireComment> for Comment {
-    type Error = String;
-    fn try_from(w: WireComment) -> Result<Self, String> {
-        Ok(Comment {
-            id: w.id,
-            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
-            body: w.body.unwrap_or_default(),
-            at: w.created_at,
-        })
-    }
-}
-
-#[derive(Deserialize)]
-struct WirePermission {
-    permission: String,
-    #[serde(default)]
-    role_name: Option<String>,
-}
-
-impl TryFrom<WirePermission> for Permission {
-    type Error = String;
-    fn try_from(w: WirePermission) -> Result<Self, String> {
-        // `permission` only knows admin/write/read/none; `role_name` also
-        // knows triage and maintain. Custom roles fall back to `permission`.
-        w.role_name.as_deref().and_then(|r| r.parse().ok()).map_or_else(|| w.permission.parse::<Permission>(), Ok)
-    }
-}
-
-#[derive(Deserialize)]
-struct WireContent {
-    #[serde(rename = "type")]
-    kind: String,
-    sha: String,
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    encoding: Option<String>,
-}
-
-impl TryFrom<WireContent> for StoredChart {
-    type Error = String;
-    fn try_from(w: WireContent) -> Result<Self, String> {
-        if w.kind != "file" {
-            return Err(format!("the chart path holds a {}, not a file", w.kind));
-        }
-        if w.encoding.as_deref().is_some_and(|e| e != "base64") {
-            return Err(format!("the chart comes in encoding `{}`", w.encoding.unwrap_or_default()));
-        }
-        let packed: String = w.content.unwrap_or_default().chars().filter(|c| !c.is_ascii_whitespace()).collect();
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(packed)
-            .map_err(|e| format!("the chart's content is not base64 ({e})"))?;
-        let text = String::from_utf8(bytes).map_err(|_| "the chart is not UTF-8 text".to_string())?;
-        Ok(StoredChart { text, version: w.sha })
-    }
-}
-
-#[derive(Deserialize)]
-struct WireFileCommit {
-    content: Option<WireSha>,
-}
-
-#[derive(Deserialize)]
-struct WireSha {
-    sha: String,
-}
-
-#[derive(Deserialize)]
-struct WireRef {
-    #[serde(rename = "ref")]
-    name: String,
-    sha: String,
-}
-
-#[derive(Deserialize)]
-struct WirePull {
-    number: u64,
-    title: String,
-    body: Option<String>,
-    user: Option<WireUser>,
-    state: String,
-    #[serde(default)]
-    merged_at: Option<String>,
-    html_url: String,
-    head: WireRef,
-    base: WireRef,
-}
-
-impl TryFrom<WirePull> for PullRequest {
-    type Error = String;
-    fn try_from(w: WirePull) -> Result<Self, String> {
-        let state = match (w.state.as_str(), w.merged_at.is_some()) {
-            ("open", _) => PullState::Open,
-            ("closed", true) => PullState::Merged,
-            ("closed", false) => PullState::Closed,
-            (other, _) => return Err(format!("pull request #{} has state `{other}`", w.number)),
-        };
-        Ok(PullRequest {
-            number: w.number,
-            title: w.title,
-            body: w.body.unwrap_or_default(),
-            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
-            head_branch: w.head.name,
-            head_sha: w.head.sha,
-            base_branch: w.base.name,
-            state,
-            url: w.html_url,
-        })
-    }
-}
-
-#[derive(Deserialize)]
-struct WireReview {
-    user: Option<WireUser>,
-    state: String,
-    #[serde(default)]
-    commit_id: Option<String>,
-    #[serde(default)]
-    body: Option<String>,
-}
-
-impl TryFrom<WireReview> for Review {
-    type Error = String;
-    fn try_from(w: WireReview) -> Result<Self, String> {
-        let state = match w.state.as_str() {
-            "APPROVED" => ReviewState::Approved,
-            "CHANGES_REQUESTED" => ReviewState::ChangesRequested,
-            "COMMENTED" => ReviewState::Commented,
-            "DISMISSED" => ReviewState::Dismissed,
-            "PENDING" => ReviewState::Pending,
-            other => return Err(format!("review state `{other}` is unknown")),
-        };
-        Ok(Review {
-            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
-            state,
-            commit_sha: w.commit_id.unwrap_or_default(),
-            body: w.body.unwrap_or_default(),
-        })
-    }
-}
-
-#[derive(Deserialize)]
-struct WireCommitItem {
-    sha: String,
-    commit: WireCommitDetail,
-    #[serde(default)]
-    parents: Vec<Value>,
-}
-
-#[derive(Deserialize)]
-struct WireCommitDetail {
-    message: String,
-}
-
-impl TryFrom<WireCommitItem> for CommitInfo {
-    type Error = String;
-    fn try_from(w: WireCommitItem) -> Result<Self, String> {
-        Ok(CommitInfo { sha: w.sha, message: w.commit.message, parent_count: w.parents.len() })
-    }
-}
-
-/// One check run or one commit status, reduced to a verdict.
-#[derive(Debug, Clone, PartialEq)]
-struct Check {
-    name: String,
-    state: CiState,
-    detail: String,
-}
-
-#[derive(Deserialize)]
-struct WireCheckRun {
-    name: String,
-    status: String,
-    conclusion: Option<String>,
-}
-
-impl TryFrom<WireCheckRun> for Check {
-    type Error = String;
-    fn try_from(w: WireCheckRun) -> Result<Self, String> {
-        let (state, detail) = match (w.status.as_str(), w.conclusion.as_deref()) {
-            ("completed", Some(c @ ("success" | "neutral" | "skipped"))) => (CiState::Success, c.to_string()),
-            ("completed", Some(c)) => (CiState::Failure, c.to_string()),
-            ("completed", None) => return Err(format!("check run `{}` is completed without a conclusion", w.name)),
-            (status, _) => (CiState::Pending, status.to_string()),
-        };
-        Ok(Check { name: w.name, state, detail })
-    }
-}
-
-#[derive(Deserialize)]
-struct WireCombinedStatus {
-    statuses: Vec<WireStatus>,
-}
-
-#[derive(Deserialize)]
-struct WireStatus {
-    context: String,
-    state: String,
-}
-
-impl TryFrom<WireStatus> for Check {
-    type Error = String;
-    fn try_from(w: WireStatus) -> Result<Self, String> {
-        let state = match w.state.as_str() {
-            "success" => CiState::Success,
-            "pending" => CiState::Pending,
-            "failure" | "error" => CiState::Failure,
-            other => return Err(format!("commit status `{}` has state `{other}`", w.context)),
-        };
-        Ok(Check { name: w.context, state, detail: w.state })
-    }
-}
-
-/// Folds check runs and statuses: any failure fails, then any pending is
-/// pending, nothing at all is missing, else success.
-fn fold_ci(checks: &[Check]) -> CiStatus {
-    let state = if checks.is_empty() {
-        CiState::Missing
-    } else if checks.iter().any(|c| c.state == CiState::Failure) {
-        CiState::Failure
-    } else if checks.iter().any(|c| c.state == CiState::Pending) {
-        CiState::Pending
-    } else {
-        CiState::Success
-    };
-    CiStatus { state, checks: checks.iter().map(|c| format!("{}: {}", c.name, c.detail)).collect() }
-}
-
-#[derive(Deserialize)]
-struct WireGraphql {
-    data: Option<Value>,
-    #[serde(default)]
-    errors: Vec<WireGraphqlError>,
-}
-
-#[derive(Deserialize)]
-struct WireGraphqlError {
-    message: String,
-}
-
-#[derive(Deserialize)]
-struct WireThreads {
-    nodes: Vec<WireThread>,
-    #[serde(rename = "pageInfo")]
-    page_info: WirePageInfo,
-}
-
-#[derive(Deserialize)]
-struct WireThread {
-    #[serde(rename = "isResolved")]
-    is_resolved: bool,
-}
-
-#[derive(Deserialize)]
-struct WirePageInfo {
-    #[serde(rename = "hasNextPage")]
-    has_next_page: bool,
-    #[serde(rename = "endCursor")]
-    end_cursor: Option<String>,
-}
-
-const THREADS_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!, $after: String) { \
-repository(owner: $owner, name: $name) { pullRequest(number: $number) { \
-reviewThreads(first: 100, after: $after) { nodes { isResolved } pageInfo { hasNextPage endCursor } } } } }";
 
 #[async_trait]
 impl Forge for GitHubForge {
@@ -1154,18 +566,11 @@ impl Forge for GitHubForge {
     }
 }
 
-struct LabelName(String);
-
-impl TryFrom<WireLabel> for LabelName {
-    type Error = String;
-    fn try_from(w: WireLabel) -> Result<Self, String> {
-        Ok(Self(w.name))
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::transport::next_link;
     use super::*;
+    use crate::forge::CiState;
 
     #[test]
     fn repository_names_are_validated() {
@@ -1177,7 +582,7 @@ mod tests {
 
     #[test]
     fn next_links_are_found() {
-        let mut h = HeaderMap::new();
+        let mut h = http::HeaderMap::new();
         h.insert(
             http::header::LINK,
             "<https://api.github.com/x?page=2>; rel=\"next\", <https://api.github.com/x?page=5>; rel=\"last\""
