@@ -14,3 +14,4 @@ pub mod precedent;
 pub mod prompt;
 pub mod simulate;
 pub mod stage;
+pub mod workspace;
