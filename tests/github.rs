@@ -1313,3 +1313,31 @@ async fn the_fake_records_routes_it_does_not_know() {
     assert!(check.is_err(), "an unknown route fails the test");
     gh.state().unknown.clear(); // this test wanted it; let the drop pass
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_is_an_error_annotation_and_a_failed_summary_and_moves_no_label() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_repo();
+    let yml = repo.path().join(".github/ward.yml");
+    let text = std::fs::read_to_string(&yml).unwrap();
+    let agent = r#"command: ["{ward}", "stand-in"]"#;
+    assert!(text.contains(agent));
+    std::fs::write(
+        &yml,
+        text.replace(agent, r#"command: ["sh", "-c", "echo 'I forgot the sentinels' > \"$WARD_NOTES\""]"#),
+    )
+    .unwrap();
+    let n = gh.state().add_issue("x", "", "alice", &["ward:diagnose"]);
+    let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&json!({ "issue": n })), &[]).await;
+    assert_eq!(ran.code, 1, "{}\n{}", ran.stdout, ran.stderr);
+    let annotation = ran.stdout.lines().find(|l| l.starts_with("::error ")).unwrap_or_else(|| panic!("{}", ran.stdout));
+    assert!(annotation.starts_with("::error title=ward%3A diagnose of #1::"), "{annotation}");
+    let summary = std::fs::read_to_string(repo.path().join(".summary.md")).unwrap();
+    assert!(summary.starts_with("### ward: diagnose of #1 — failed"), "{summary}");
+    assert!(summary.contains("**Error:** "), "{summary}");
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:diagnose"]), "the label did not move");
+    assert!(s.dispatches.is_empty());
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    assert!(chart.contains("<!-- WARD:REFUSAL "), "the chart says why: {chart}");
+}
