@@ -1341,3 +1341,28 @@ async fn a_failed_run_is_an_error_annotation_and_a_failed_summary_and_moves_no_l
     let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
     assert!(chart.contains("<!-- WARD:REFUSAL "), "the chart says why: {chart}");
 }
+
+#[tokio::test]
+async fn a_write_whose_answer_was_lost_is_retried_without_writing_twice() {
+    let gh = FakeGitHub::start().await;
+    let forge = gh.forge();
+    let s = Sentinels::default();
+    let n = IssueNumber(gh.state().add_issue("x", "", "alice", &["ward:treat"]));
+    let base = chart::store_notes(&forge, &s, n, None, &[note("TRIAGE", "run-0", "triaged")]).await.unwrap();
+    // The chart write lands, the answer does not: the retry meets a 409, the
+    // re-read finds our notes there, and nothing is appended again.
+    gh.state().inject(Fault::new("PUT /repos/{owner}/{repo}/contents/{path}", 0, 1, FaultKind::LostAnswer(502)));
+    let mark = gh.state().log.len();
+    let notes = [note("TREATMENT_NOTE", "run-b", "done"), note("OUTCOME", "run-b", "treated")];
+    chart::store_notes(&forge, &s, n, base, &notes).await.unwrap();
+    let chart = gh.state().file(CHARTS, &format!("charts/{}.md", n.0)).unwrap();
+    assert_eq!(chart.matches("run=run-b").count(), 2, "two notes, each written once: {chart}");
+    assert_eq!(s.parse_chart(&chart).unwrap().len(), 3);
+    let puts: Vec<u16> = gh.state().log[mark..].iter().filter(|e| e.key() == CHART_PUT).map(|e| e.status).collect();
+    assert_eq!(puts, [502, 409], "the lost answer, then the retry's conflict; no third write");
+    // Labels: the same write again is the same result.
+    gh.state().inject(Fault::new(LABELS_PUT, 0, 1, FaultKind::LostAnswer(502)));
+    forge.set_labels(n, &strings(&["ward:code-review"])).await.unwrap();
+    assert_eq!(gh.state().labels_of(n.0), strings(&["ward:code-review"]));
+    assert_eq!(gh.state().label_events.iter().filter(|e| e.label == "ward:code-review").count(), 1);
+}

@@ -158,12 +158,17 @@ impl State {
         let answer = if !self.authorized(headers) {
             error(401, "Bad credentials")
         } else if let Some(kind) = self.fault_for(&key) {
-            match self.fault(kind, &params) {
-                Some(a) => {
+            match (self.fault(kind.clone(), &params), kind) {
+                (Some(a), _) => {
                     fault = true;
                     a
                 }
-                None => self.dispatch(method, template, &params, &query(uri), request.as_ref()),
+                (None, FaultKind::LostAnswer(status)) => {
+                    self.dispatch(method, template, &params, &query(uri), request.as_ref());
+                    fault = true;
+                    error(status, "injected fault: the request took effect, the answer was lost")
+                }
+                (None, _) => self.dispatch(method, template, &params, &query(uri), request.as_ref()),
             }
         } else {
             self.dispatch(method, template, &params, &query(uri), request.as_ref())
@@ -223,6 +228,7 @@ impl State {
                     ("x-ratelimit-reset", reset(secs)),
                 ],
             ),
+            FaultKind::LostAnswer(_) => return None,
             FaultKind::ConcurrentWrite { branch, text } => {
                 let path = params.get("path").cloned().unwrap_or_default();
                 self.put_file(&branch, &path, &text);

@@ -120,6 +120,9 @@ pub enum FaultKind {
     TooMany(u64),
     /// 403 with `x-ratelimit-remaining: 0` and a reset `secs` from now.
     RateLimitExhausted(u64),
+    /// The request takes effect, but its answer is lost: the client sees
+    /// this status (a 502 from a proxy, say) instead.
+    LostAnswer(u16),
     /// Before handling the request, another writer replaces the file at
     /// the request's path on `branch` with `text` (its sha changes), so the
     /// request meets a real conflict.
