@@ -282,12 +282,39 @@ pub fn summary_for(
 /// `::error::` line to print when the run failed. Outside Actions (no
 /// `GITHUB_STEP_SUMMARY`), does nothing.
 pub fn report_to_actions(result: &StageResult, config: &Config, repository: &str) -> anyhow::Result<Option<String>> {
+    let (server, run_url) = actions_links(repository);
+    report_summary(&summary_for(result, config, repository, &server, run_url.as_deref()))
+}
+
+/// A refused event, reported like a run: the summary says who was refused
+/// and why (the same words as the comment on the issue).
+pub fn report_refusal(issue: IssueNumber, label: Option<&str>, reason: &str, repository: &str) -> anyhow::Result<()> {
+    let (server, run_url) = actions_links(repository);
+    let mut summary = RunSummary {
+        repository: repository.into(),
+        issue: issue.0,
+        stage: "none".into(),
+        label_in: label.unwrap_or("—").into(),
+        next: format!("refused: {reason}"),
+        ..RunSummary::default()
+    };
+    summary.links.push(("issue".into(), format!("{server}/{repository}/issues/{}", issue.0)));
+    summary.links.extend(run_url.map(|u| ("workflow run".to_string(), u)));
+    report_summary(&summary).map(drop)
+}
+
+/// `GITHUB_SERVER_URL` and the URL of this workflow run, if in one.
+fn actions_links(repository: &str) -> (String, Option<String>) {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let server = var("GITHUB_SERVER_URL").unwrap_or_else(|| "https://github.com".into());
     let run_url = var("GITHUB_RUN_ID").map(|id| format!("{server}/{repository}/actions/runs/{id}"));
-    let summary = summary_for(result, config, repository, &server, run_url.as_deref());
+    (server, run_url)
+}
+
+fn report_summary(summary: &RunSummary) -> anyhow::Result<Option<String>> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     if let Some(path) = var("GITHUB_STEP_SUMMARY") {
-        append_step_summary(Path::new(&path), &render_summary(&summary))
+        append_step_summary(Path::new(&path), &render_summary(summary))
             .with_context(|| format!("could not append the job summary to {path}"))?;
     }
     if let Some(path) = var("GITHUB_OUTPUT") {
@@ -339,7 +366,7 @@ pub fn render_summary(s: &RunSummary) -> String {
     row(&mut md, "label in", &format!("`{}`", s.label_in));
     row(&mut md, "outcome", s.outcome.as_deref().unwrap_or("—"));
     row(&mut md, "label out", &s.label_out.as_deref().map(|l| format!("`{l}`")).unwrap_or_else(|| "—".into()));
-    row(&mut md, "next stage starts by", &s.next);
+    row(&mut md, "next", &s.next);
     if !s.timings.is_empty() {
         let total: Duration = s.timings.iter().map(|(_, d)| *d).sum();
         let steps: Vec<String> = s.timings.iter().map(|(n, d)| format!("{n} {}", seconds(*d))).collect();
@@ -521,7 +548,7 @@ mod tests {
         | label in | `ward:diagnose` |
         | outcome | plan-posted |
         | label out | `ward:plan-review` |
-        | next stage starts by | repository_dispatch |
+        | next | repository_dispatch |
         | time | 1.8s (agent 1.5s, forge 0.2s) |
 
         [issue](https://github.com/octo/hello/issues/4)
@@ -547,7 +574,7 @@ mod tests {
         | label in | `ward:diagnose` |
         | outcome | — |
         | label out | — |
-        | next stage starts by | none |
+        | next | none |
 
         **Error:** the agent wrote no OUTCOME | line 3 see notes
         ");

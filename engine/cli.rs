@@ -332,6 +332,7 @@ async fn stage_from_event(h: &Hospital, trigger: &crate::event::Trigger, reposit
         }
         EventRun::Refused { issue, reason } => {
             println!("{issue} refused: {reason}");
+            crate::actions::report_refusal(issue, trigger.label.as_deref(), &reason, repository)?;
             return Ok(ExitCode::SUCCESS);
         }
         EventRun::Sweep => {

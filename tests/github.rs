@@ -1182,6 +1182,10 @@ async fn bad_events_change_nothing_and_say_why() {
     let ran = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "mallory"), &[]).await;
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     assert!(ran.stdout.starts_with("#1 refused: @mallory has `read` access"), "{}", ran.stdout);
+    let summary = std::fs::read_to_string(repo.path().join(".summary.md")).unwrap();
+    assert!(summary.contains("| next | refused: @mallory has `read` access"), "{summary}");
+    let outputs = std::fs::read_to_string(repo.path().join(".output")).unwrap();
+    assert!(outputs.ends_with("issue=1\nstage=none\n"), "{outputs}");
     assert_eq!(gh.state().labels_of(n), strings(&["ward:admit"]));
     assert_eq!(gh.state().comments_on(n).len(), 1);
     assert!(gh.state().dispatches.is_empty());
