@@ -11,9 +11,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
-
 use anyhow::Context as _;
+use serde::Serialize;
 
 use crate::config::{Config, DispatchMode};
 use crate::event::{Trigger, TriggerKind};
@@ -249,7 +248,6 @@ pub fn summary_for(
         StageResult::NoOp { issue, reason } => {
             s.issue = *issue;
             s.stage = "none".into();
-            s.error = None;
             s.label_in = "—".into();
             s.next = format!("nothing to do: {reason}");
         }
@@ -279,8 +277,8 @@ pub fn summary_for(
 
 /// Inside GitHub Actions: appends the job summary, sets the step outputs
 /// `issue` and `stage` (the artifact's name uses them) and returns the
-/// `::error::` line to print when the run failed. Outside Actions (no
-/// `GITHUB_STEP_SUMMARY`), does nothing.
+/// `::error::` line to print when the run failed. Without the variables
+/// (outside Actions) nothing is written; the annotation is still returned.
 pub fn report_to_actions(result: &StageResult, config: &Config, repository: &str) -> anyhow::Result<Option<String>> {
     let (server, run_url) = actions_links(repository);
     report_summary(&summary_for(result, config, repository, &server, run_url.as_deref()))
