@@ -551,10 +551,9 @@ impl Forge for GitHubForge {
             Access::StatusesRead,
         );
         let combined: WireCombinedStatus = self.send_ok(&call).await?.json(&action)?;
-        checks.extend(convert::<WireStatus, Check>(
-            combined.statuses.into_iter().map(|s| json!({ "context": s.context, "state": s.state })).collect(),
-            &action,
-        )?);
+        for status in combined.statuses {
+            checks.push(Check::try_from(status).map_err(|e| bad_shape(&action, e))?);
+        }
         Ok(fold_ci(&checks))
     }
 
