@@ -1370,3 +1370,18 @@ async fn a_write_whose_answer_was_lost_is_retried_without_writing_twice() {
     assert_eq!(gh.state().labels_of(n.0), strings(&["ward:code-review"]));
     assert_eq!(gh.state().label_events.iter().filter(|e| e.label == "ward:code-review").count(), 1);
 }
+
+#[tokio::test]
+async fn a_422_that_is_not_about_the_sha_is_not_taken_for_a_race() {
+    let gh = FakeGitHub::start().await;
+    let forge = gh.forge();
+    forge.write_chart(IssueNumber(1), "x", None).await.unwrap();
+    gh.state().inject(Fault::new(CHART_PUT, 0, 1, FaultKind::Status(422)));
+    let stored = forge.read_chart(IssueNumber(1)).await.unwrap().unwrap();
+    let err = forge.write_chart(IssueNumber(1), "y", Some(&stored.version)).await.unwrap_err();
+    assert!(matches!(err, ForgeError::Api { status: 422, .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "could not write the chart of #1 to `charts/1.md` on branch `ward-charts` of octo/hospital: GitHub answered 422: injected fault"
+    );
+}

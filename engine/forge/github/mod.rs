@@ -247,17 +247,14 @@ impl GitHubForge {
         let reply = self.send(&call).await?;
         match reply.status.as_u16() {
             200 | 201 => Ok(reply),
-            // The sha we hold is not the file's any more, or the file exists
-            // and we held none: someone else wrote first.
+            // The sha we hold is not the file's any more (409), or the file
+            // exists and we held none (422 "sha wasn't supplied"): someone
+            // else wrote first. Any other 422 is not a race.
             409 => Err(ForgeError::ChartConflict(number)),
-            422 if !mentions_branch(&reply) => Err(ForgeError::ChartConflict(number)),
+            422 if reply.message().contains("sha") => Err(ForgeError::ChartConflict(number)),
             _ => Err(self.refusal(&call, &reply)),
         }
     }
-}
-
-fn mentions_branch(reply: &Reply) -> bool {
-    reply.message().to_lowercase().contains("branch")
 }
 
 #[async_trait]
