@@ -378,10 +378,12 @@ async fn rate_limits_wait_as_github_says() {
     gh.state().inject(Fault::new(route, 0, 1, FaultKind::RetryAfter403(7)));
     gh.state().inject(Fault::new(route, 1, 1, FaultKind::TooMany(3)));
     gh.state().inject(Fault::new(route, 2, 1, FaultKind::RateLimitExhausted(20)));
+    gh.state().inject(Fault::new(route, 3, 1, FaultKind::SecondaryLimit403));
     gh.forge().set_labels(IssueNumber(1), &strings(&["ward:treat"])).await.unwrap();
     let waits = gh.waits.lock().unwrap().clone();
     assert_eq!(waits[..2], [Duration::from_secs(7), Duration::from_secs(3)]);
     assert!((20..=22).contains(&waits[2].as_secs()), "until the reset: {:?}", waits[2]);
+    assert_eq!(waits[3], Duration::from_secs(60), "a secondary limit without Retry-After: a minute");
     assert_eq!(gh.state().labels_of(1), strings(&["ward:treat"]));
     assert_eq!(gh.state().label_events.iter().filter(|e| e.label == "ward:treat").count(), 1, "applied once");
 }

@@ -59,11 +59,17 @@ pub fn tokio_sleeper() -> Sleeper {
     Arc::new(|d| Box::pin(tokio::time::sleep(d)))
 }
 
+/// GitHub's advice for a secondary rate limit without `Retry-After`.
+pub const SECONDARY_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
 /// What came back from one attempt, as far as retrying is concerned.
 #[derive(Debug, Clone, Copy)]
 pub enum Attempt<'a> {
     /// GitHub answered with this status and these headers.
     Answered(u16, &'a HeaderMap),
+    /// GitHub answered 403 or 429 saying a secondary rate limit was hit
+    /// (in the body). Its docs: honour `Retry-After`, else wait a minute.
+    SecondaryLimit(&'a HeaderMap),
     /// No answer: connection refused or reset, or a timeout.
     Transport,
 }
@@ -93,6 +99,7 @@ impl RetryPolicy {
     pub fn decide(&self, attempt: u32, outcome: Attempt<'_>, now: u64) -> Decision {
         let wait = match outcome {
             Attempt::Transport => Some(self.backoff(attempt)),
+            Attempt::SecondaryLimit(headers) => Some(rate_limit_wait(headers, now).unwrap_or(SECONDARY_LIMIT_WAIT)),
             Attempt::Answered(status, headers) => match status {
                 429 => Some(rate_limit_wait(headers, now).unwrap_or_else(|| self.backoff(attempt))),
                 // A 403 is a rate limit only when GitHub says so; otherwise
@@ -180,6 +187,9 @@ mod tests {
         assert_eq!(p.decide(1, Attempt::Answered(403, &left), 1000), Decision::Final, "a real 403");
         let plain_429 = HeaderMap::new();
         assert_eq!(p.decide(2, Attempt::Answered(429, &plain_429), 0), Decision::RetryAfter(Duration::from_secs(2)));
+        let none = HeaderMap::new();
+        assert_eq!(p.decide(1, Attempt::SecondaryLimit(&none), 0), Decision::RetryAfter(SECONDARY_LIMIT_WAIT));
+        assert_eq!(p.decide(1, Attempt::SecondaryLimit(&after), 0), Decision::RetryAfter(Duration::from_secs(7)));
         let far = headers(&[("retry-after", "3600")]);
         assert_eq!(
             p.decide(1, Attempt::Answered(429, &far), 0),

@@ -62,7 +62,15 @@ impl GitHubForge {
             let outcome = self.send_once(call).await;
             let decision = match &outcome {
                 Ok(reply) => {
-                    self.retry.decide(attempt, Attempt::Answered(reply.status.as_u16(), &reply.headers), now())
+                    let status = reply.status.as_u16();
+                    let secondary =
+                        matches!(status, 403 | 429) && reply.message().to_lowercase().contains("secondary rate limit");
+                    let seen = if secondary {
+                        Attempt::SecondaryLimit(&reply.headers)
+                    } else {
+                        Attempt::Answered(status, &reply.headers)
+                    };
+                    self.retry.decide(attempt, seen, now())
                 }
                 Err(_) => self.retry.decide(attempt, Attempt::Transport, now()),
             };

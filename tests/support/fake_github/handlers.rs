@@ -219,6 +219,9 @@ impl State {
                 error(403, "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."),
                 vec![("retry-after", secs.to_string())],
             ),
+            FaultKind::SecondaryLimit403 => {
+                error(403, "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.")
+            }
             FaultKind::TooMany(secs) => with(error(429, "Too Many Requests"), vec![("retry-after", secs.to_string())]),
             FaultKind::RateLimitExhausted(secs) => with(
                 error(403, "API rate limit exceeded for installation."),

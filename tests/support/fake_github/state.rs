@@ -116,6 +116,8 @@ pub enum FaultKind {
     Status(u16),
     /// 403 (secondary rate limit) with `Retry-After: secs`.
     RetryAfter403(u64),
+    /// 403 "secondary rate limit" without any header saying how long.
+    SecondaryLimit403,
     /// 429 with `Retry-After: secs`.
     TooMany(u64),
     /// 403 with `x-ratelimit-remaining: 0` and a reset `secs` from now.
