@@ -371,7 +371,7 @@ pub fn render_summary(s: &RunSummary) -> String {
         row(&mut md, "time", &format!("{} ({})", seconds(total), steps.join(", ")));
     }
     if let Some(e) = &s.error {
-        let _ = writeln!(md, "\n**Error:** {}", e.replace('\n', " "));
+        let _ = writeln!(md, "\n**Error:** {}", cell(e));
     }
     if !s.links.is_empty() {
         let links: Vec<String> = s.links.iter().map(|(t, u)| format!("[{}]({u})", cell(t))).collect();
@@ -384,9 +384,10 @@ fn seconds(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
 }
 
-/// A table cell: no pipes, no line breaks.
+/// A table cell: no pipes, no line breaks, no HTML (reasons can quote
+/// what an agent wrote, and summaries render HTML).
 fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
 /// A workflow command line that GitHub shows as an error annotation:
@@ -557,7 +558,7 @@ mod tests {
             next: "none".into(),
             timings: vec![],
             links: vec![],
-            error: Some("the agent wrote no OUTCOME | line 3\nsee notes".into()),
+            error: Some("the agent wrote no OUTCOME | line 3\nsee <img src=x> notes".into()),
             ..s
         };
         insta::assert_snapshot!(render_summary(&failed), @r"
@@ -574,7 +575,7 @@ mod tests {
         | label out | — |
         | next | none |
 
-        **Error:** the agent wrote no OUTCOME | line 3 see notes
+        **Error:** the agent wrote no OUTCOME \| line 3 see &lt;img src=x> notes
         ");
         insta::assert_snapshot!(
             error_annotation("ward: stage diagnose, #4", "50% done\n::warning::injected"),
