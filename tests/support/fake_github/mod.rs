@@ -11,8 +11,12 @@
 //!   drop, or earlier with [`FakeGitHub::assert_known_routes`].
 //! - Every exchange is logged (route template, status, request and
 //!   response bodies) for call counts and the OpenAPI conformance test.
-//! - Faults can be scheduled per route: 5xx, 403 with `Retry-After`, 429,
-//!   rate-limit exhaustion, and a concurrent writer on a contents path.
+//! - Faults can be scheduled per route: any status (5xx, 409, 422), 403
+//!   with `Retry-After` or without (secondary limit), 429, rate-limit
+//!   exhaustion, a write that lands but whose answer is lost, and a
+//!   concurrent writer on a contents path.
+//! - It checks the token (`Authorization: Bearer`), and can play a missing
+//!   repository (`repo_exists`) or a read-only token (`token_can_write`).
 
 mod handlers;
 mod state;
