@@ -329,6 +329,21 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     if let Some(ws) = slot.as_mut() {
         // Durable before any label moves: the next stage starts from it.
         ws.commit_leftovers().await?;
+        // GitHub mode: the treat stage pushes the branch and opens (or, by the push, updates) the pull request.
+        let push = h.workspace.as_ref().and_then(|p| p.push.as_ref());
+        if let Some(target) = push.filter(|_| stage.mode() == "treat")
+            && ws.push(target).await?
+        {
+            let base = h.workspace.as_ref().map(|p| p.base.clone()).unwrap_or_default();
+            let new = crate::forge::NewPullRequest {
+                head_branch: ws.branch.name.clone(),
+                base_branch: base,
+                title: format!("{} (#{})", issue.title, req.issue),
+                body: format!("Closes #{}.\n\nTreated by ward, stage `{}`, run `{run}`.", req.issue, stage.name),
+            };
+            let pr = h.forge.open_pull_request(new).await?;
+            info!(pull = pr.number, "pull request open");
+        }
     }
     info!(elapsed_ms = exit.elapsed.as_millis(), end = ?exit.end, "agent ended");
 

@@ -859,32 +859,42 @@ async fn sigterm_still_runs_diagnostics_and_cleanup() {
 /// `ward stage` end to end on the local forge: the stage's emulator comes
 /// up, its variables reach the agent (and only the agent), the agent runs
 /// in its own worktree, and everything is gone afterwards with a report.
-#[tokio::test]
-async fn a_stage_run_brings_its_workspace_up_for_the_agent_and_down_after() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("repo");
+/// A repository with ward installed (plus `extra` appended to its
+/// pipeline), committed on `main`, and a hospital over the local forge.
+fn stage_repo(
+    tmp: &Path,
+    extra: &str,
+) -> (PathBuf, PathBuf, std::sync::Arc<ward::forge::local::LocalForge>, ward::stage::Hospital) {
+    let root = tmp.join("repo");
     std::fs::create_dir_all(&root).unwrap();
     ward::defaults::install(&root).unwrap();
     std::fs::write(root.join(".gitignore"), "/.ward\n").unwrap();
-    let section = format!(
-        "\nemulator:\n  image: {}\n  ports: [8081, 8082]\n  ready: {{ tcp: 8081, time_limit: 10s }}\n  expose:\n    DOCSTORE_ENDPOINT: \"http://127.0.0.1:{{{{ ports[8081] }}}}\"\n",
-        docstore_image()
-    );
     let mut pipeline = std::fs::read_to_string(root.join(".github/ward.yml")).unwrap();
-    pipeline.push_str(&section);
+    pipeline.push_str(extra);
     std::fs::write(root.join(".github/ward.yml"), pipeline).unwrap();
-    let git_home = tmp.path().join("git-home");
+    let git_home = tmp.join("git-home");
     std::fs::create_dir_all(&git_home).unwrap();
     run(git(&root, &git_home).args(["init", "--quiet", "--initial-branch=main"]));
     run(git(&root, &git_home).args(["add", "-A"]));
     run(git(&root, &git_home).args(["commit", "--quiet", "-m", "install ward"]));
-
     let forge = std::sync::Arc::new(ward::forge::local::LocalForge::new(&root, "ward-engine").with_actor("chief"));
     let mut h = ward::stage::Hospital::load(&root, forge.clone()).unwrap();
     h.ward_exe = PathBuf::from(env!("CARGO_BIN_EXE_ward"));
     let plan = h.workspace.as_mut().expect("a git repository on a branch gets workspaces");
     assert_eq!(plan.base, "main");
-    plan.home = tmp.path().join("ward-home");
+    plan.home = tmp.join("ward-home");
+    plan.push = None;
+    (root, git_home, forge, h)
+}
+
+#[tokio::test]
+async fn a_stage_run_brings_its_workspace_up_for_the_agent_and_down_after() {
+    let tmp = tempfile::tempdir().unwrap();
+    let section = format!(
+        "\nemulator:\n  image: {}\n  ports: [8081, 8082]\n  ready: {{ tcp: 8081, time_limit: 10s }}\n  expose:\n    DOCSTORE_ENDPOINT: \"http://127.0.0.1:{{{{ ports[8081] }}}}\"\n",
+        docstore_image()
+    );
+    let (root, git_home, forge, h) = stage_repo(tmp.path(), &section);
     let issue = forge
         .admit(ward::forge::NewIssue { title: "t".into(), body: "b".into(), labels: vec![h.config.admission.clone()] })
         .unwrap();
@@ -922,4 +932,37 @@ async fn a_stage_run_brings_its_workspace_up_for_the_agent_and_down_after() {
     let list = run(git(&root, &git_home).args(["worktree", "list", "--porcelain"]));
     assert_eq!(list.matches("worktree ").count(), 1, "{list}");
     assert!(run(git(&root, &git_home).args(["branch", "--list", "ward/issue-1"])).contains("ward/issue-1"));
+}
+
+/// GitHub mode's treat stage: the agent's work is committed, the task
+/// branch pushed with the token, and a pull request opened for it.
+#[tokio::test]
+async fn the_treat_stage_pushes_the_task_branch_and_opens_a_pull_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, git_home, forge, mut h) = stage_repo(tmp.path(), "");
+    let bare = tmp.path().join("origin.git");
+    run(git(tmp.path(), &git_home).args(["init", "--quiet", "--bare"]).arg(&bare));
+    h.workspace.as_mut().unwrap().push = Some(ward::workspace::PushTarget {
+        url: format!("file://{}", bare.display()),
+        token: Some("not-a-real-token".into()),
+    });
+    let issue = forge
+        .admit(ward::forge::NewIssue { title: "fix it".into(), body: "b".into(), labels: vec!["ward:treat".into()] })
+        .unwrap();
+    let req = ward::stage::StageRequest {
+        issue: issue.number.0,
+        label: None,
+        agent_command: Some(vec!["sh".into(), "-c".into(), "echo fixed > fix.txt && exec {ward} stand-in".into()]),
+        run_id: Some(run_id("treat")),
+    };
+    let result = ward::stage::run_stage(&h, &req).await.unwrap();
+    assert!(matches!(result, ward::stage::StageResult::Moved(_)), "{result:?}");
+    let local = run(git(&root, &git_home).args(["rev-parse", "ward/issue-1"]));
+    let pushed = run(git(tmp.path(), &git_home).arg("--git-dir").arg(&bare).args(["rev-parse", "ward/issue-1"]));
+    assert_eq!(local, pushed);
+    let files = run(git(&root, &git_home).args(["show", "--name-only", "--format=", "ward/issue-1"]));
+    assert!(files.contains("fix.txt"), "{files}");
+    use ward::forge::Forge;
+    let pr = forge.pull_request_for_branch("ward/issue-1").await.unwrap().expect("a pull request");
+    assert_eq!((pr.base_branch.as_str(), pr.title.as_str()), ("main", "fix it (#1)"));
 }

@@ -148,6 +148,38 @@ pub struct WorkspacePlan {
     pub base: String,
     pub docker_socket: Option<String>,
     pub identity: CommitIdentity,
+    /// GitHub mode: where the treat stage pushes the task branch.
+    pub push: Option<PushTarget>,
+}
+
+/// A remote to push task branches to, with the token to do it.
+#[derive(Clone)]
+pub struct PushTarget {
+    /// `https://github.com/OWNER/NAME.git`; no credentials in it.
+    pub url: String,
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for PushTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let token = self.token.as_ref().map(|_| "***");
+        f.debug_struct("PushTarget").field("url", &self.url).field("token", &token).finish()
+    }
+}
+
+impl PushTarget {
+    /// In GitHub Actions: `$GITHUB_SERVER_URL/$GITHUB_REPOSITORY.git` with
+    /// `WARD_TOKEN`, else `GITHUB_TOKEN`. `None` elsewhere.
+    pub fn detect(get: impl Fn(&str) -> Option<String>) -> Option<Self> {
+        let set = |k: &str| get(k).filter(|v| !v.is_empty());
+        if set("GITHUB_ACTIONS").as_deref() != Some("true") {
+            return None;
+        }
+        let repo = set("GITHUB_REPOSITORY")?;
+        let server = set("GITHUB_SERVER_URL").unwrap_or_else(|| "https://github.com".into());
+        let url = format!("{}/{repo}.git", server.trim_end_matches('/'));
+        Some(Self { url, token: set("WARD_TOKEN").or_else(|| set("GITHUB_TOKEN")) })
+    }
 }
 
 impl WorkspacePlan {
@@ -158,7 +190,8 @@ impl WorkspacePlan {
         let git = GitRepo::open(root).ok()?;
         let base = get("WARD_BASE").filter(|b| !b.is_empty()).or_else(|| git.current_branch().ok().flatten())?;
         let home = ward_home(&get).unwrap_or_else(|| root.join(".ward").join("home"));
-        Some(Self { home, base, docker_socket: None, identity: CommitIdentity::default() })
+        let push = PushTarget::detect(&get);
+        Some(Self { home, base, docker_socket: None, identity: CommitIdentity::default(), push })
     }
 
     /// The request of one stage run: no emulator, no restart, containers
@@ -399,6 +432,23 @@ impl Workspace {
             self.commit = made.clone();
         }
         Ok(made)
+    }
+
+    /// Pushes the task branch (forced after a `restart` reset it). `false`
+    /// when there is nothing to push: the branch is still at the base.
+    pub async fn push(&self, target: &PushTarget) -> Result<bool, WorkspaceError> {
+        let (repo, branch, base, force) =
+            (self.repo.clone(), self.branch.name.clone(), self.branch.base.clone(), self.branch.reset);
+        let target = target.clone();
+        blocking(move || {
+            let git = GitRepo::open(&repo)?;
+            if git.branch_head(&branch)?.is_none_or(|head| head == base) {
+                return Ok(false);
+            }
+            worktree::push_branch(&repo, &target.url, &branch, target.token.as_deref(), force)?;
+            Ok(true)
+        })
+        .await
     }
 
     /// Commits leftovers, captures the emulator's diagnostics, removes the

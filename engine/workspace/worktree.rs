@@ -105,6 +105,8 @@ impl Default for CommitIdentity {
 pub struct TaskBranch {
     pub name: String,
     pub head: String,
+    /// The base branch's commit when the branch was looked up.
+    pub base: String,
     pub created: bool,
     pub reset: bool,
 }
@@ -181,6 +183,22 @@ impl GitRepo {
         Ok(Self { repo, root })
     }
 
+    /// Serialises changes to worktree metadata across threads and processes
+    /// (an exclusive lock on `.git/ward-worktrees.lock`, released on drop).
+    /// libgit2's "already checked out" check reads every worktree and is
+    /// fooled by one another run is adding at the same moment.
+    fn metadata_lock(&self) -> Result<std::fs::File> {
+        let path = self.root.join("ward-worktrees.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_err("open", &path))?;
+        file.lock().map_err(io_err("lock", &path))?;
+        Ok(file)
+    }
+
     /// The common git folder (`.git`).
     pub fn git_dir(&self) -> &Path {
         &self.root
@@ -218,6 +236,7 @@ impl GitRepo {
     /// to `base` when `restart`.
     pub fn task_branch(&self, issue: u64, base: &str, restart: bool) -> Result<TaskBranch> {
         let name = branch_name(issue);
+        let _lock = self.metadata_lock()?;
         let base_commit = self.base_commit(base)?;
         let existing = found(self.repo.find_branch(&name, BranchType::Local)).map_err(git("look up branch", &name))?;
         let (created, reset) = match existing {
@@ -234,21 +253,23 @@ impl GitRepo {
             self.repo.branch(&name, &base_commit, reset).map_err(git("create branch", &name))?;
         }
         let head = self.branch_head(&name)?.unwrap_or_default();
-        Ok(TaskBranch { name, head, created, reset })
+        Ok(TaskBranch { name, head, base: base_commit.id().to_string(), created, reset })
     }
 
-    /// The worktree folder that has `refname` checked out, if any.
+    /// The worktree folder that has `refname` checked out, if any. Reads
+    /// the metadata files directly: another run may be adding or removing
+    /// its own worktree at this moment, and a half-made one is skipped.
     fn checked_out_in(&self, refname: &str) -> Result<Option<PathBuf>> {
-        let names = self.repo.worktrees().map_err(git("list worktrees of", self.root.display().to_string()))?;
-        for name in names.iter().flatten() {
-            let Some(wt) = found(self.repo.find_worktree(name)).map_err(git("open worktree", name))? else {
+        let admin = self.root.join("worktrees");
+        let Ok(entries) = std::fs::read_dir(&admin) else { return Ok(None) };
+        for entry in entries.flatten() {
+            let head = std::fs::read_to_string(entry.path().join("HEAD")).unwrap_or_default();
+            if head.trim() != format!("ref: {refname}") {
                 continue;
-            };
-            let head = self.root.join("worktrees").join(name).join("HEAD");
-            let text = std::fs::read_to_string(&head).unwrap_or_default();
-            if text.trim() == format!("ref: {refname}") {
-                return Ok(Some(wt.path().to_path_buf()));
             }
+            let gitdir = std::fs::read_to_string(entry.path().join("gitdir")).unwrap_or_default();
+            let path = Path::new(gitdir.trim()).parent().map(Path::to_path_buf).unwrap_or_else(|| entry.path());
+            return Ok(Some(path));
         }
         Ok(None)
     }
@@ -256,6 +277,7 @@ impl GitRepo {
     /// Adds the worktree of one stage run on the task branch.
     pub fn add_worktree(&self, home: &Path, branch: &str, marker: &Marker) -> Result<Worktree> {
         let name = worktree_name(marker.issue, &marker.run);
+        let _lock = self.metadata_lock()?;
         let parent = home.join("worktrees");
         let path = parent.join(&name);
         if path.exists() || path.symlink_metadata().is_ok() {
@@ -317,6 +339,11 @@ impl GitRepo {
 
     /// Removes the worktree folder and its metadata, then checks both are gone.
     pub fn remove_worktree(&self, wt: &Worktree) -> Result<WorktreeCleanup> {
+        let _lock = self.metadata_lock()?;
+        self.remove_worktree_locked(wt)
+    }
+
+    fn remove_worktree_locked(&self, wt: &Worktree) -> Result<WorktreeCleanup> {
         let handle = found(self.repo.find_worktree(&wt.name)).map_err(git("open worktree", &wt.name))?;
         if let Some(handle) = handle {
             let mut opts = WorktreePruneOptions::new();
@@ -355,6 +382,7 @@ impl GitRepo {
     /// `closed` issues that no worktree holds. Worktrees without ward's
     /// marker and other branches are never touched.
     pub fn reap(&self, ttl: Duration, now: DateTime<Utc>, closed: &[u64]) -> Result<ReapReport> {
+        let _lock = self.metadata_lock()?;
         let mut report = ReapReport::default();
         let names = self.repo.worktrees().map_err(git("list worktrees of", self.root.display().to_string()))?;
         let names: Vec<String> = names.iter().flatten().map(str::to_string).collect();
@@ -377,7 +405,7 @@ impl GitRepo {
             let head = std::fs::read_to_string(metadata.join("HEAD")).unwrap_or_default();
             let branch = head.trim().trim_start_matches("ref: refs/heads/").to_string();
             let wt = Worktree { name: name.clone(), path, branch, start: String::new(), metadata };
-            self.remove_worktree(&wt)?;
+            self.remove_worktree_locked(&wt)?;
             report.removed_worktrees.push(name);
         }
         let closed: BTreeSet<u64> = closed.iter().copied().collect();

@@ -84,8 +84,7 @@ pub fn docstore_image() -> &'static str {
                 .expect("copy Dockerfile");
             run(Command::new("docker")
                 .args(["build", "--quiet", "--label", &format!("{IMAGE_LABEL}={sha}"), "-t", IMAGE])
-                .arg(ctx.path())
-                .env("DOCKER_BUILDKIT", "0"));
+                .arg(ctx.path()));
         }
     });
     IMAGE
