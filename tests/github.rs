@@ -1387,3 +1387,91 @@ async fn a_422_that_is_not_about_the_sha_is_not_taken_for_a_race() {
         "could not write the chart of #1 to `charts/1.md` on branch `ward-charts` of octo/hospital: GitHub answered 422: injected fault"
     );
 }
+
+/// `ward init` in a git repository on `main` (fixed identity and date), and
+/// a bare repository that plays GitHub's git server at
+/// `<server>/octo/hospital.git`.
+fn installed_git_repo() -> (tempfile::TempDir, tempfile::TempDir) {
+    let repo = installed_repo();
+    let server = tempfile::tempdir().unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "tester")
+            .env("GIT_AUTHOR_EMAIL", "tester@ward.invalid")
+            .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+            .env("GIT_COMMITTER_NAME", "tester")
+            .env("GIT_COMMITTER_EMAIL", "tester@ward.invalid")
+            .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    std::fs::write(repo.path().join(".gitignore"), ".ward/\n.runs/\n.ward-event.json\n.summary.md\n.output\n").unwrap();
+    git(repo.path(), &["init", "-q", "-b", "main"]);
+    git(repo.path(), &["add", "-A"]);
+    git(repo.path(), &["commit", "-q", "-m", "install ward"]);
+    let bare = server.path().join(OWNER).join(format!("{REPO}.git"));
+    std::fs::create_dir_all(&bare).unwrap();
+    git(&bare, &["init", "-q", "--bare"]);
+    (repo, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pull_request() {
+    let gh = FakeGitHub::start().await;
+    let (repo, server) = installed_git_repo();
+    let server_url = format!("file://{}", server.path().display());
+    let home = repo.path().join(".ward/home");
+    let env = [("GITHUB_SERVER_URL", server_url.as_str()), ("WARD_HOME", home.to_str().unwrap())];
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("alice", "write");
+        s.add_issue("Login fails", "empty password", "alice", &["ward:admit"])
+    };
+    let mut ran = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "alice"), &env).await;
+    let mut per_stage = Vec::new();
+    let mut handled = 0;
+    loop {
+        assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+        if handled == gh.state().dispatches.len() {
+            break;
+        }
+        let client_payload = gh.state().dispatches[handled]["client_payload"].clone();
+        handled += 1;
+        let mark = gh.state().log.len();
+        ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&client_payload), &env).await;
+        per_stage.push((client_payload["label"].as_str().unwrap_or_default().to_string(), calls_since(&gh, mark)));
+    }
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:discharged"]));
+    let pulls: Vec<&FakePull> = s.pulls.values().collect();
+    assert_eq!(pulls.len(), 1, "one pull request");
+    assert_eq!((pulls[0].head.as_str(), pulls[0].base.as_str()), (format!("ward/issue-{n}").as_str(), "main"));
+    assert!(pulls[0].body.contains(&format!("Closes #{n}")));
+    // The treat transition costs one call more: the pull request.
+    let (_, treat) = per_stage.iter().find(|(label, _)| label == "ward:treat").unwrap();
+    assert_eq!(treat.get("POST /repos/{owner}/{repo}/pulls"), Some(&1), "{treat:#?}");
+    assert_eq!(treat.values().sum::<usize>(), 7, "{treat:#?}");
+    for (label, calls) in per_stage.iter().filter(|(label, _)| label != "ward:treat") {
+        assert!(calls.values().sum::<usize>() <= 6, "{label}: {calls:#?}");
+    }
+    drop(s);
+    // The branch is on the "server", with the treatment's commit.
+    let out = std::process::Command::new("git")
+        .args(["--git-dir"])
+        .arg(server.path().join(OWNER).join(format!("{REPO}.git")))
+        .args(["log", "--format=%s", &format!("ward/issue-{n}")])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("#{n}")),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
