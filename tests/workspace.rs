@@ -469,6 +469,39 @@ async fn ports_are_loopback_only_labels_say_who_owns_it_and_a_look_alike_is_unto
     run_docker(&["rm", "-f", &theirs]);
 }
 
+#[tokio::test]
+async fn the_container_reaper_removes_only_expired_ward_containers() {
+    let image = docstore_image();
+    let run_name = run_id("reap");
+    let _janitor = DockerJanitor(vec![run_name.clone(), format!("{run_name}-young")]);
+    let create = |name: &str, labels: &[String]| {
+        let mut args: Vec<String> = vec!["create".into(), "--name".into(), name.into()];
+        for l in labels {
+            args.extend(["--label".into(), l.clone()]);
+        }
+        args.push(image.into());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_docker(&args).trim().to_string()
+    };
+    let past = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    let future = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let expired =
+        create(&format!("{run_name}-expired"), &[format!("ward.run={run_name}"), format!("ward.expires={past}")]);
+    let young =
+        create(&format!("{run_name}-young"), &[format!("ward.run={run_name}-young"), format!("ward.expires={future}")]);
+    // Not ward's: an expiry label alone does not make a container ours.
+    let foreign = create(&format!("{run_name}-foreign"), &[format!("ward.expires={past}")]);
+    let dir = tempfile::tempdir().unwrap();
+    let docker = Docker::connect(None).await.unwrap();
+    let reaped = ward::workspace::emulator::reap_expired(&docker, chrono::Utc::now(), dir.path()).await.unwrap();
+    assert!(reaped.contains(&format!("{run_name}-expired")), "{reaped:?}");
+    assert!(docker.inspect(&expired).await.unwrap().is_none());
+    assert!(docker.inspect(&young).await.unwrap().is_some());
+    assert!(docker.inspect(&foreign).await.unwrap().is_some());
+    assert!(dir.path().join(format!("{run_name}-expired.inspect.json")).exists(), "diagnostics before removal");
+    run_docker(&["rm", "-f", &young, &foreign]);
+}
+
 // ---------------------------------------------------------------- isolation proof
 
 struct IsolationOutcome {
