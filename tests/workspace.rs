@@ -229,6 +229,27 @@ async fn a_branch_held_by_a_live_worktree_is_not_checked_out_twice() {
     assert_no_worktrees(&repo);
 }
 
+#[tokio::test]
+async fn an_agent_that_rewrites_git_pointers_cannot_make_cleanup_delete_or_commit_elsewhere() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let victim = repo.tmp.path().join("victim");
+    std::fs::create_dir_all(victim.join(".git")).unwrap();
+    std::fs::write(victim.join("precious.txt"), "keep me\n").unwrap();
+    let other = TestRepo::new(&[("README.md", "other\n")]);
+    let ws = Workspace::up(repo.request(18, "treat", "run-1"), &Cancel::new()).await.unwrap();
+    // What a hostile agent can reach: its `.git` file and the metadata's `gitdir`.
+    std::fs::write(ws.worktree.metadata.join("gitdir"), format!("{}\n", victim.join(".git").display())).unwrap();
+    std::fs::write(ws.worktree.path.join(".git"), format!("gitdir: {}\n", other.path.join(".git").display())).unwrap();
+    std::fs::write(ws.worktree.path.join("evil.txt"), "x\n").unwrap();
+    let (path, meta) = (ws.worktree.path.clone(), ws.worktree.metadata.clone());
+    let err = ws.down().await.expect_err("the teardown reports the tampering");
+    assert!(err.to_string().contains("will not commit there"), "{err}");
+    assert_eq!(std::fs::read_to_string(victim.join("precious.txt")).unwrap(), "keep me\n");
+    assert_eq!(run(other.git().args(["rev-list", "--count", "HEAD"])).trim(), "1", "nothing committed elsewhere");
+    assert!(!path.exists() && !meta.exists(), "ward's own folder and metadata are still removed");
+    assert_no_worktrees(&repo);
+}
+
 #[test]
 fn the_reaper_removes_only_old_ward_worktrees_and_branches_of_closed_issues() {
     let repo = TestRepo::new(&[("README.md", "hello\n")]);
