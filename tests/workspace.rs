@@ -381,6 +381,27 @@ async fn a_readiness_probe_that_never_passes_keeps_diagnostics_and_removes_the_c
 }
 
 #[tokio::test]
+async fn an_emulator_that_exits_before_it_is_ready_reports_its_exit_code() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let run_name = run_id("exits");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let mut config = emulator_config("command: [\"no-such-subcommand\"]");
+    config.ready = serde_yaml::from_str("{ log: docstore ready, time_limit: 10s }").unwrap();
+    let mut req = repo.request(19, "treat", &run_name);
+    req.emulator = Some(config);
+    let artifacts = req.artifacts.clone();
+    let err = Workspace::up(req, &Cancel::new()).await.err().expect("exits");
+    assert!(matches!(err, WorkspaceError::Emulator(EmulatorError::Exited { code: Some(2), .. })), "{err:?}");
+    assert!(err.to_string().contains("exited with code 2 before it was ready"), "{err}");
+    let log =
+        std::fs::read_dir(&artifacts).unwrap().flatten().find(|e| e.path().extension().is_some_and(|x| x == "log"));
+    let log = std::fs::read_to_string(log.expect("a log").path()).unwrap();
+    assert!(log.contains("usage: docstore"), "{log}");
+    assert_no_containers(&[&run_name]);
+    assert_no_worktrees(&repo);
+}
+
+#[tokio::test]
 async fn a_failing_seed_command_removes_everything_and_keeps_its_output() {
     let repo = TestRepo::new(&[("README.md", "hello\n"), ("fixtures/bad.tsv", "only\tthree\tfields\n")]);
     let run_name = run_id("bad-seed");
@@ -852,7 +873,9 @@ async fn signal_child() {
     let cancel = Cancel::on_signals().unwrap();
     let repo = proof_repo();
     let mut req = repo.request(17, "treat", &std::env::var("WARD_SIGNAL_RUN").unwrap());
-    req.emulator = Some(seeded_emulator());
+    let mut config = seeded_emulator();
+    config.ready = serde_yaml::from_str("{ log: docstore ready, time_limit: 10s }").unwrap();
+    req.emulator = Some(config);
     // The parent reads the artifacts after this process (and its temporary repository) is gone.
     req.home = dir.join("ward-home");
     req.artifacts = ward::workspace::artifacts_dir(&req.home, req.issue, &req.run);
