@@ -359,6 +359,16 @@ async fn bring_up(
         object: format!("`{name}`"),
         message: "gone".into(),
     })?;
+    let state = inspect.state.as_ref();
+    if state.is_some_and(|s| s.running == Some(false)) {
+        // Gone already: Docker no longer lists its ports, so say why.
+        let code = state.and_then(|s| s.exit_code);
+        return Err(EmulatorError::Exited {
+            name: name.into(),
+            code,
+            diagnostics: artifacts.join(format!("{name}.log")),
+        });
+    }
     let ports = host_ports(&inspect, &config.ports, name)?;
     let probe = config.ready.probe().expect("validated: exactly one probe");
     wait_ready(docker, id, name, &probe, &ports, config.ready.time_limit, artifacts, cancel).await?;
