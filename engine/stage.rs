@@ -10,7 +10,7 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -98,6 +98,8 @@ pub struct Transition {
     pub dispatched: bool,
     pub total_ms: u128,
     pub agent_ms: u128,
+    /// The engine's own time: the whole run less the agent's.
+    pub engine_us: u128,
     pub artifacts: PathBuf,
 }
 
@@ -403,6 +405,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         dispatched,
         total_ms: started.elapsed().as_millis(),
         agent_ms: exit.elapsed.as_millis(),
+        engine_us: started.elapsed().saturating_sub(exit.elapsed).as_micros(),
         artifacts: artifacts.clone(),
     };
     info!(outcome = %t.outcome, to = %t.to, total_ms = t.total_ms, "label moved");
@@ -575,10 +578,4 @@ fn list<T: std::fmt::Display>(items: &[T]) -> String {
         return "none".into();
     }
     items.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
-}
-
-/// A whole stage run's duration budget for the engine's own work, for the
-/// benchmark's report.
-pub fn engine_overhead(t: &Transition) -> Duration {
-    Duration::from_millis(t.total_ms.saturating_sub(t.agent_ms) as u64)
 }
