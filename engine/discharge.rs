@@ -126,7 +126,7 @@ pub async fn approve(h: &Hospital, issue: &Issue, run: Option<String>) -> anyhow
         let dispatch =
             h.config.stage_by_label(&back).is_some() && h.config.dispatch == DispatchMode::RepositoryDispatch;
         if dispatch {
-            h.forge.dispatch_stage(number).await?;
+            h.forge.dispatch_stage(number, &back).await?;
         }
         (back, dispatch)
     };

@@ -88,7 +88,7 @@ pub async fn create_children(
             forge.create_issue(new).await.with_context(|| format!("could not create child `{key}` of {parent}"))?;
         info!(parent = parent.0, child = issue.number.0, key, "child created");
         if starts && dispatch {
-            forge.dispatch_stage(issue.number).await?;
+            forge.dispatch_stage(issue.number, &config.admission).await?;
         }
         created.push(issue.number);
         existing.insert(key, Sibling { number: issue.number, labels: issue.labels });
@@ -124,7 +124,7 @@ pub async fn release(
             labels.push(config.admission.clone());
             forge.set_labels(*n, &labels).await?;
             if dispatch {
-                forge.dispatch_stage(*n).await?;
+                forge.dispatch_stage(*n, &config.admission).await?;
             }
             moved.push(format!("{n}: `{}` -> `{}`", config.decomposition.blocked_label, config.admission));
         }
@@ -185,7 +185,7 @@ pub async fn repair(
         labels.push(config.admission.clone());
         forge.set_labels(child.number, &labels).await?;
         if dispatch {
-            forge.dispatch_stage(child.number).await?;
+            forge.dispatch_stage(child.number, &config.admission).await?;
         }
         moved.push(format!("{}: `{}` -> `{}`", child.number, config.decomposition.blocked_label, config.admission));
     }

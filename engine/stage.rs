@@ -493,7 +493,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     let dispatched =
         h.config.stage_by_label(&label_out).is_some() && h.config.dispatch == DispatchMode::RepositoryDispatch;
     if dispatched {
-        h.forge.dispatch_stage(number).await?;
+        h.forge.dispatch_stage(number, &label_out).await?;
     }
     let t = Transition {
         issue: req.issue,
@@ -533,13 +533,13 @@ async fn refuse(
         Route::To(label) => {
             h.forge.set_labels(issue.number, &next_labels(issue, label_in, label)).await?;
             if dispatch_mode && h.config.stage_by_label(label).is_some() {
-                h.forge.dispatch_stage(issue.number).await?;
+                h.forge.dispatch_stage(issue.number, label).await?;
             }
             Some(label.clone())
         }
         Route::Rerun => {
             if dispatch_mode {
-                h.forge.dispatch_stage(issue.number).await?;
+                h.forge.dispatch_stage(issue.number, label_in).await?;
             }
             Some(label_in.to_string())
         }
