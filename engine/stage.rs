@@ -427,9 +427,10 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         return refuse(h, &issue, &label_in, stage, stored, engine_note("REFUSAL", refusal.note_body()), &refusal)
             .await;
     }
-    // The decision is taken on facts gathered now, not before the agent:
-    // a commit pushed while the nurse worked is not merged unaudited.
-    if audit.is_some() {
+    // A passing audit is taken again on facts gathered now, not before the
+    // agent: a commit pushed while the nurse worked is not merged unaudited.
+    // (A failing one fails either way.)
+    if audit.as_ref().is_some_and(|(_, checklist)| checklist.passed()) {
         let facts = crate::audit::gather(&*h.forge, &crate::audit::patient_branch(number)).await;
         let checklist = discharge_audit::audit(&h.config, &chart_notes, &facts);
         audit = Some((facts, checklist));
