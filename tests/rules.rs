@@ -404,3 +404,128 @@ async fn an_interrupted_release_is_repaired() {
     assert!(moved.iter().any(|m| m.contains("every child discharged")), "{moved:?}");
     assert_eq!(label_of(&forge, 1), "ward:discharged");
 }
+
+mod over_github {
+    //! The discharge audit over the GitHub forge (the fake GitHub serves
+    //! pulls, reviews, commits, check runs, statuses and GraphQL threads).
+    use super::support::fake_github::{ENGINE, FakeGitHub};
+    use super::support::fake_github::{FakeCommit, FakePull, FakeReview};
+    use ward::chart::{Note, NoteMeta, Sentinels};
+    use ward::config::{CONFIG_PATH, Config};
+    use ward::forge::IssueNumber;
+    use ward::rules::discharge_audit::Mark;
+
+    const HEAD: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+
+    fn note(kind: &str, run: &str, stage: &str, role: &str, body: &str) -> Note {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-29T10:00:00Z").unwrap().into();
+        Note {
+            kind: kind.into(),
+            meta: NoteMeta { run: run.into(), stage: stage.into(), role: role.into(), at },
+            body: body.into(),
+        }
+    }
+
+    fn seed(gh: &FakeGitHub) -> u64 {
+        let plan = "## Diagnosis\nd\n## Files to change\nf\n## Tests to add\nt\n## Risks\nr\n## Open questions\nNone.";
+        let review = format!(
+            "## Scope against the plan\ns\n## Correctness\nc\n## Tests\nt\n## Security\nn\n## Verdict\napprove\n\nCommit: {HEAD}"
+        );
+        let notes = [
+            note("TREATMENT_PLAN", "r1", "diagnose", "fellow", plan),
+            note("PLAN_REVIEW", "r2", "plan-review", "review-attending", "## Findings\nok\n## Verdict\napprove"),
+            note("OUTCOME", "r2", "plan-review", "review-attending", "approve"),
+            note("CODE_REVIEW", "r3", "code-review", "review-attending", &review),
+            note("OUTCOME", "r3", "code-review", "review-attending", "approve"),
+        ];
+        let mut s = gh.state();
+        let n = s.add_issue("Login fails", "x", "alice", &["ward:discharge"]);
+        let chart = Sentinels::default().append(IssueNumber(n), None, &notes).unwrap().unwrap();
+        s.put_file("ward-charts", &format!("charts/{n}.md"), &chart);
+        s.pulls.insert(
+            7,
+            FakePull {
+                number: 7,
+                title: "Fix login".into(),
+                body: String::new(),
+                author: ENGINE.into(),
+                head: format!("ward/issue-{n}"),
+                head_sha: HEAD.into(),
+                base: "main".into(),
+                open: true,
+                merged: false,
+                merge_method: None,
+                reviews: vec![FakeReview {
+                    id: 1,
+                    author: "bob".into(),
+                    state: "APPROVED".into(),
+                    commit: HEAD.into(),
+                    body: "ok".into(),
+                }],
+                commits: vec![FakeCommit { sha: HEAD.into(), message: "Fix the login check".into(), parents: 1 }],
+                threads: vec![true],
+            },
+        );
+        s.check_runs.insert(HEAD.into(), vec![("test".into(), "completed".into(), Some("success".into()))]);
+        s.statuses.insert(HEAD.into(), vec![("lint".into(), "success".into())]);
+        n
+    }
+
+    fn config() -> Config {
+        let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(CONFIG_PATH)).unwrap();
+        Config::parse(&text, std::path::Path::new(CONFIG_PATH), None).unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_item_is_verified_over_github_and_each_can_fail() {
+        let gh = FakeGitHub::start().await;
+        let n = seed(&gh);
+        let forge = gh.forge();
+        let config = config();
+        let list = ward::audit::audit_issue(&forge, &config, IssueNumber(n)).await.unwrap();
+        assert!(list.passed(), "{}", list.render());
+
+        let cases: Vec<(&str, Box<dyn Fn(&FakeGitHub)>)> = vec![
+            ("threads", Box::new(|gh| gh.state().pulls.get_mut(&7).unwrap().threads.push(false))),
+            (
+                "ci",
+                Box::new(|gh| {
+                    gh.state()
+                        .check_runs
+                        .insert(HEAD.into(), vec![("test".into(), "completed".into(), Some("failure".into()))]);
+                }),
+            ),
+            (
+                "history",
+                Box::new(|gh| {
+                    let mut s = gh.state();
+                    let commits = &mut s.pulls.get_mut(&7).unwrap().commits;
+                    commits.insert(
+                        0,
+                        FakeCommit { sha: "1".repeat(40), message: "fixup! Fix the login check".into(), parents: 1 },
+                    );
+                }),
+            ),
+            (
+                "pr-approval",
+                Box::new(|gh| {
+                    gh.state().pulls.get_mut(&7).unwrap().reviews[0].author = ENGINE.into();
+                }),
+            ),
+            (
+                "code-review",
+                Box::new(|gh| {
+                    gh.state().pulls.get_mut(&7).unwrap().head_sha = "2".repeat(40);
+                }),
+            ),
+        ];
+        for (item, break_it) in cases {
+            let gh = FakeGitHub::start().await;
+            let n = seed(&gh);
+            break_it(&gh);
+            let list = ward::audit::audit_issue(&gh.forge(), &config, IssueNumber(n)).await.unwrap();
+            assert_ne!(list.item(item).unwrap().mark, Mark::Pass, "{item}: {}", list.render());
+            assert_eq!(list.outcome(), "audit-failed", "{item}");
+        }
+    }
+}
