@@ -417,6 +417,9 @@ mod over_github {
 
     const HEAD: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
+    /// Breaks one fact of a seeded fake.
+    type Breaker = Box<dyn Fn(&FakeGitHub)>;
+
     fn note(kind: &str, run: &str, stage: &str, role: &str, body: &str) -> Note {
         let at = chrono::DateTime::parse_from_rfc3339("2026-11-29T10:00:00Z").unwrap().into();
         Note {
@@ -485,7 +488,7 @@ mod over_github {
         let list = ward::audit::audit_issue(&forge, &config, IssueNumber(n)).await.unwrap();
         assert!(list.passed(), "{}", list.render());
 
-        let cases: Vec<(&str, Box<dyn Fn(&FakeGitHub)>)> = vec![
+        let cases: Vec<(&str, Breaker)> = vec![
             ("threads", Box::new(|gh| gh.state().pulls.get_mut(&7).unwrap().threads.push(false))),
             (
                 "ci",
