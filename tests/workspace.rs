@@ -296,7 +296,25 @@ fn push_sends_the_branch_and_keeps_the_token_out_of_errors() {
     let bare = repo.tmp.path().join("remote.git");
     run(repo.git().args(["init", "--quiet", "--bare"]).arg(&bare));
     let url = format!("file://{}", bare.display());
+    // What an agent could plant in the repository it works in: a hook that
+    // would see the push's environment, and a rewrite of the remote's URL.
+    let leak = repo.tmp.path().join("leaked-env");
+    std::fs::write(repo.path.join(".git/hooks/pre-push"), format!("#!/bin/sh\nenv > {}\n", leak.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(repo.path.join(".git/hooks/pre-push"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let decoy = repo.tmp.path().join("decoy.git");
+    run(repo.git().args(["init", "--quiet", "--bare"]).arg(&decoy));
+    run(repo.git().args(["config", &format!("url.file://{}.insteadOf", decoy.display()), &url]));
     ward::workspace::worktree::push_branch(&repo.path, &url, "ward/issue-11", Some("s3cr3t-token"), false).unwrap();
+    assert!(!leak.exists(), "no hook of the repository ran during the push");
+    let decoyed = repo
+        .git()
+        .arg("--git-dir")
+        .arg(&decoy)
+        .args(["rev-parse", "--verify", "--quiet", "ward/issue-11"])
+        .output()
+        .unwrap();
+    assert!(!decoyed.status.success(), "the repository's config did not redirect the push");
     let pushed = run(repo.git().arg("--git-dir").arg(&bare).args(["rev-parse", "ward/issue-11"]));
     assert_eq!(pushed.trim(), repo.rev("ward/issue-11").unwrap());
     let err = ward::workspace::worktree::push_branch(

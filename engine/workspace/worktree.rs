@@ -465,28 +465,64 @@ impl GitRepo {
 /// Why the CLI and not git2: ward builds git2 without its `https` feature,
 /// which would pull OpenSSL (a C build dependency on every machine that
 /// builds ward, and a second TLS stack next to rustls); every runner has
-/// `git`, and it honours the runner's proxy and CA settings. The token never
-/// reaches argv or logs: it goes to git through `GIT_CONFIG_*` environment
-/// variables as an `http.extraheader`, and is scrubbed from any error text.
+/// `git`, and it honours the runner's proxy settings.
+///
+/// The token never reaches argv or logs: it goes to git through `GIT_CONFIG_*`
+/// environment variables as an `http.<remote_url>.extraheader`, and is
+/// scrubbed from any error text. The repository's own configuration and
+/// hooks are writable by the agent, so git never reads them here: the push
+/// runs from a throwaway bare clone that shares the repository's objects
+/// (`--shared`), with no system or global configuration and no hooks.
 pub fn push_branch(repo: &Path, remote_url: &str, branch: &str, token: Option<&str>, force: bool) -> Result<()> {
     use base64::Engine as _;
-    let refspec = format!("{}refs/heads/{branch}:refs/heads/{branch}", if force { "+" } else { "" });
-    let mut cmd = Command::new("git");
-    cmd.arg("-C").arg(repo).args(["push", "--porcelain", remote_url, &refspec]);
-    cmd.env("GIT_TERMINAL_PROMPT", "0");
-    if let Some(token) = token {
-        let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
-        cmd.env("GIT_CONFIG_COUNT", "1")
-            .env("GIT_CONFIG_KEY_0", "http.extraheader")
-            .env("GIT_CONFIG_VALUE_0", format!("AUTHORIZATION: basic {basic}"));
-    }
-    let out = cmd.output().map_err(io_err("run `git push` in", repo))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let mut stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    if let Some(token) = token.filter(|t| !t.is_empty()) {
-        stderr = stderr.replace(token, "***");
-    }
-    Err(WorktreeError::Push { branch: branch.into(), status: out.status.to_string(), stderr })
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let scratch = std::env::temp_dir().join(format!("ward-push-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(io_err("create", &scratch))?;
+    let clean = |cmd: &mut Command| {
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &scratch)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_TERMINAL_PROMPT", "0");
+        for proxy in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"] {
+            if let Some(v) = std::env::var_os(proxy) {
+                cmd.env(proxy, v);
+            }
+        }
+    };
+    let result = (|| {
+        let bare = scratch.join("push.git");
+        let mut clone = Command::new("git");
+        clone.args(["clone", "--quiet", "--bare", "--shared", "--no-tags", "--single-branch", "--branch", branch]);
+        clone.arg(repo).arg(&bare);
+        clean(&mut clone);
+        let out = clone.output().map_err(io_err("run `git clone --shared` of", repo))?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Err(WorktreeError::Push { branch: branch.into(), status: out.status.to_string(), stderr });
+        }
+        let refspec = format!("{}refs/heads/{branch}:refs/heads/{branch}", if force { "+" } else { "" });
+        let mut cmd = Command::new("git");
+        cmd.arg("--git-dir").arg(&bare).args(["-c", "core.hooksPath=/dev/null", "push", "--no-verify", "--porcelain"]);
+        cmd.args([remote_url, &refspec]);
+        clean(&mut cmd);
+        if let Some(token) = token {
+            let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
+            cmd.env("GIT_CONFIG_COUNT", "1")
+                .env("GIT_CONFIG_KEY_0", format!("http.{remote_url}.extraheader"))
+                .env("GIT_CONFIG_VALUE_0", format!("AUTHORIZATION: basic {basic}"));
+        }
+        let out = cmd.output().map_err(io_err("run `git push` in", repo))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let mut stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if let Some(token) = token.filter(|t| !t.is_empty()) {
+            stderr = stderr.replace(token, "***");
+        }
+        Err(WorktreeError::Push { branch: branch.into(), status: out.status.to_string(), stderr })
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
 }
