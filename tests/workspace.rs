@@ -439,6 +439,38 @@ async fn a_failing_seed_command_removes_everything_and_keeps_its_output() {
     assert_no_worktrees(&repo);
 }
 
+#[tokio::test]
+async fn a_seed_command_past_its_time_limit_is_killed_with_everything_it_started() {
+    let repo =
+        TestRepo::new(&[("README.md", "hello\n"), ("seed.sh", "#!/bin/sh\nsleep 60 &\necho $! > \"$1\"\nsleep 60\n")]);
+    let run_name = run_id("slow-seed");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let pid_file = repo.tmp.path().join("background.pid");
+    let mut config = emulator_config("");
+    config.seed = Some(ward::workspace::config::SeedConfig {
+        command: vec!["./seed.sh".into(), pid_file.display().to_string()],
+        time_limit: Duration::from_secs(1),
+    });
+    let mut req = repo.request(20, "treat", &run_name);
+    req.emulator = Some(config);
+    let err = Workspace::up(req, &Cancel::new()).await.err().expect("seed times out");
+    assert!(err.to_string().contains("failed (killed after 1s)"), "{err}");
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let mut alive = true;
+    for _ in 0..50 {
+        // Gone, or a zombie waiting for init to reap it.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        alive = stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z'));
+        if !alive {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive, "the seed's background process {pid} was killed with it");
+    assert_no_containers(&[&run_name]);
+    assert_no_worktrees(&repo);
+}
+
 #[test]
 fn empty_or_invalid_port_lists_are_refused_with_their_path_and_line() {
     let shipped = std::fs::read_to_string(manifest_dir().join(".github/ward.yml")).unwrap();
