@@ -1,12 +1,14 @@
 //! ward: a teaching-hospital pipeline for coding agents on GitHub issues.
 //! `stage` sequences one run; everything else is a boundary it calls.
 
+pub mod actions;
 pub mod agent;
 pub mod chart;
 pub mod cli;
 pub mod config;
 pub mod defaults;
 pub mod demo;
+pub mod event;
 pub mod forge;
 pub mod precedent;
 pub mod prompt;

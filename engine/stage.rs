@@ -392,7 +392,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     let dispatched =
         h.config.stage_by_label(&label_out).is_some() && h.config.dispatch == DispatchMode::RepositoryDispatch;
     if dispatched {
-        h.forge.dispatch_stage(number).await?;
+        h.forge.dispatch_stage(number, &label_out).await?;
     }
     let t = Transition {
         issue: req.issue,
