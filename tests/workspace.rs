@@ -188,6 +188,44 @@ async fn a_task_branch_is_created_reused_committed_to_and_reset() {
     assert_no_worktrees(&repo);
 }
 
+/// GitHub mode on a fresh checkout (only the default branch, as
+/// actions/checkout leaves it): the task continues from the branch an
+/// earlier stage pushed, not from the base.
+#[tokio::test]
+async fn a_fresh_checkout_continues_the_task_branch_an_earlier_stage_pushed() {
+    let origin = TestRepo::new(&[("README.md", "hello\n")]);
+    run(origin.git().args(["checkout", "--quiet", "-b", "ward/issue-21"]));
+    std::fs::write(origin.path.join("treated.txt"), "earlier stage\n").unwrap();
+    run(origin.git().args(["add", "-A"]));
+    run(origin.git().args(["commit", "--quiet", "-m", "earlier stage"]));
+    run(origin.git().args(["checkout", "--quiet", "main"]));
+    let pushed = origin.rev("ward/issue-21").unwrap();
+    let url = format!("file://{}", origin.path.display());
+    let work = TestRepo::new(&[("placeholder", "")]);
+    std::fs::remove_dir_all(&work.path).unwrap();
+    run(git(work.tmp.path(), &work.git_home)
+        .args(["clone", "--quiet", "--single-branch", "--branch", "main", &url])
+        .arg(&work.path));
+    assert_eq!(work.rev("ward/issue-21"), None);
+
+    let mut req = work.request(21, "code-review", "run-1");
+    req.remote = Some(ward::workspace::PushTarget { url: url.clone(), token: None });
+    let ws = Workspace::up(req, &Cancel::new()).await.unwrap();
+    assert!(ws.branch.from_remote, "{:?}", ws.branch);
+    assert_eq!(ws.worktree.start, pushed);
+    assert!(ws.worktree.path.join("treated.txt").exists());
+    ws.down().await.unwrap();
+
+    // A task the remote never saw starts from the base.
+    let mut req = work.request(22, "treat", "run-2");
+    req.remote = Some(ward::workspace::PushTarget { url, token: None });
+    let ws = Workspace::up(req, &Cancel::new()).await.unwrap();
+    assert!(ws.branch.created && !ws.branch.from_remote);
+    assert_eq!(ws.worktree.start, work.rev("main").unwrap());
+    ws.down().await.unwrap();
+    assert_no_worktrees(&work);
+}
+
 #[tokio::test]
 async fn a_worktree_path_that_already_exists_is_refused_and_left_alone() {
     let repo = TestRepo::new(&[("README.md", "hello\n")]);
@@ -326,7 +364,7 @@ fn push_sends_the_branch_and_keeps_the_token_out_of_errors() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("`git push` of `ward/issue-11` failed") && !err.contains("s3cr3t-token"), "{err}");
+    assert!(err.contains("git could not push or fetch `ward/issue-11`") && !err.contains("s3cr3t-token"), "{err}");
 }
 
 // ---------------------------------------------------------------- emulator faults
