@@ -59,6 +59,11 @@ pub struct Config {
     /// Precedent lookup. Default: top 3 from `precedents/log.yaml`.
     #[serde(default)]
     pub precedents: PrecedentConfig,
+    /// The departments outside the patient flow: the charge nurse's sweep
+    /// (`max_retries` 2, `max_actions` 50, ...), budgets and groundedness.
+    /// Every field has a default; see [`crate::departments::Departments`].
+    #[serde(default)]
+    pub departments: crate::departments::Departments,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -425,6 +430,7 @@ impl Config {
                 }
             }
         }
+        p.extend(self.departments.validate(self));
         // Reachability: every stage must be reachable from admission.
         let reached = self.reachable_labels();
         for (name, stage) in &self.stages.0 {

@@ -1,0 +1,1 @@
+//! The safety department's report.
