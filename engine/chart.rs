@@ -431,3 +431,45 @@ mod tests {
         assert!(matches!(s.parse_chart(&edited).unwrap_err(), SentinelError::StrayText { .. }));
     }
 }
+
+/// How many times a chart write is retried after someone else wrote first.
+pub const CHART_WRITE_ATTEMPTS: usize = 5;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChartStoreError {
+    #[error("the chart of {issue} is not readable: {source}; fix or move the file, nothing was written")]
+    Unreadable { issue: IssueNumber, source: SentinelError },
+    #[error(transparent)]
+    Forge(#[from] crate::forge::ForgeError),
+    #[error("the chart of {0} kept changing under us ({CHART_WRITE_ATTEMPTS} attempts); try the run again")]
+    Contended(IssueNumber),
+}
+
+/// Appends `notes` to the issue's chart through the forge with
+/// compare-and-swap: on a conflict it re-reads, re-appends (idempotent by
+/// run, so nothing is written twice) and retries. `known` is a copy read
+/// earlier in this run, which saves a read when nobody wrote since.
+pub async fn store_notes(
+    forge: &dyn crate::forge::Forge,
+    sentinels: &Sentinels,
+    issue: IssueNumber,
+    known: Option<crate::forge::StoredChart>,
+    notes: &[Note],
+) -> Result<Option<crate::forge::StoredChart>, ChartStoreError> {
+    let mut current = match known {
+        Some(c) => Some(c),
+        None => forge.read_chart(issue).await?,
+    };
+    for _ in 0..CHART_WRITE_ATTEMPTS {
+        let text = current.as_ref().map(|c| c.text.as_str());
+        let next =
+            sentinels.append(issue, text, notes).map_err(|source| ChartStoreError::Unreadable { issue, source })?;
+        let Some(next) = next else { return Ok(current) };
+        match forge.write_chart(issue, &next, current.as_ref().map(|c| c.version.as_str())).await {
+            Ok(stored) => return Ok(Some(stored)),
+            Err(crate::forge::ForgeError::ChartConflict(_)) => current = forge.read_chart(issue).await?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ChartStoreError::Contended(issue))
+}

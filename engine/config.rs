@@ -386,7 +386,7 @@ impl Config {
             let per_outcome = stage.requires_for.iter().flat_map(|(outcome, kinds)| {
                 kinds.iter().enumerate().map(move |(i, k)| (format!("requires_for.{outcome}.{i}"), k))
             });
-            for (outcome, _) in &stage.requires_for {
+            for outcome in stage.requires_for.keys() {
                 if !stage.outcomes.contains_key(outcome) {
                     p.push((
                         format!("{path}.requires_for.{outcome}"),

@@ -1,13 +1,20 @@
 //! ward: a teaching-hospital pipeline for coding agents on GitHub issues.
-//! See `ARCHITECTURE.md` for the picture; `stage` is where one run is sequenced.
+//! `stage` sequences one run; everything else is a boundary it calls.
 
+pub mod agent;
 pub mod budget;
 pub mod chart;
+pub mod cli;
 pub mod config;
+pub mod defaults;
+pub mod demo;
 pub mod departments;
 pub mod forge;
 pub mod groundedness;
 pub mod lockdown;
 pub mod precedent;
+pub mod prompt;
 pub mod report;
+pub mod simulate;
+pub mod stage;
 pub mod sweep;

@@ -433,8 +433,7 @@ impl Forge for LocalForge {
             .all_pulls()?
             .into_iter()
             .filter_map(|r| r.pull)
-            .filter(|p| p.head_branch == branch && p.state != PullState::Closed)
-            .last())
+            .rfind(|p| p.head_branch == branch && p.state != PullState::Closed))
     }
 
     async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest> {

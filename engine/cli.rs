@@ -1,0 +1,373 @@
+//! Subcommands and flags. Every global flag can also come from the
+//! environment (`WARD_ROOT`, `WARD_FORGE`, `GITHUB_REPOSITORY`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::chart::Sentinels;
+use crate::config::{CONFIG_PATH, Config, ConfigErrors};
+use crate::forge::local::LocalForge;
+use crate::forge::{Forge, IssueNumber, NewIssue};
+use crate::precedent::{PrecedentError, PrecedentLog};
+use crate::prompt::Prompts;
+use crate::simulate::ScenarioError;
+use crate::stage::{Hospital, StageRequest, StageResult};
+
+#[derive(Debug, Parser)]
+#[command(name = "ward", version, about = "Runs coding agents through a teaching-hospital pipeline on GitHub issues")]
+pub struct Cli {
+    /// Repository root: .github/ward.yml, roles/, skills/, precedents/.
+    #[arg(long, global = true, env = "WARD_ROOT", default_value = ".")]
+    pub root: PathBuf,
+    /// Where issues live. Default: github inside GitHub Actions, else local.
+    #[arg(long, global = true, env = "WARD_FORGE", value_enum)]
+    pub forge: Option<ForgeKind>,
+    /// OWNER/NAME on GitHub.
+    #[arg(long, global = true, env = "GITHUB_REPOSITORY")]
+    pub repo: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ForgeKind {
+    Local,
+    Github,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the whole hospital on a sample issue: local forge, stand-in agent.
+    Demo {
+        /// Folder for the demo repository (new or empty). Default: a fresh temporary folder.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Run scripted scenarios over the local forge; exit 1 when expectations fail.
+    Simulate {
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+        /// Print the traces as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the stage named by an issue's ward label.
+    Stage {
+        #[arg(long)]
+        issue: u64,
+        /// The label in the trigger saw; the run is a no-op if it is gone.
+        #[arg(long)]
+        label: Option<String>,
+    },
+    /// Admit a patient on the local forge.
+    Admit {
+        #[arg(long)]
+        title: String,
+        #[arg(long, default_value = "")]
+        body: String,
+    },
+    /// Validate .github/ward.yml, role templates, skills and the precedent log.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Read a patient's chart.
+    Chart {
+        #[command(subcommand)]
+        command: ChartCommand,
+    },
+    /// The precedent log.
+    Precedents {
+        #[command(subcommand)]
+        command: PrecedentCommand,
+    },
+    /// Write the default pipeline, roles, skills and precedent log into --root.
+    Init,
+    /// The built-in deterministic agent (run by the engine, not by people).
+    #[command(hide = true)]
+    StandIn {
+        #[arg(long)]
+        script: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Parse and validate everything; exit 2 on any problem.
+    Check,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ChartCommand {
+    /// Print the chart as stored.
+    Show { issue: u64 },
+    /// Print the notes, optionally of one kind.
+    Notes {
+        issue: u64,
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PrecedentCommand {
+    /// Rank precedents against TEXT.
+    Search {
+        text: String,
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+    },
+    /// Check the log parses and its ids are in sequence.
+    Check,
+}
+
+/// Errors that mean "your input is wrong" (exit 2) rather than "the run failed" (exit 1).
+fn is_bad_input(err: &anyhow::Error) -> bool {
+    err.chain()
+        .any(|e| e.is::<ConfigErrors>() || e.is::<ScenarioError>() || e.is::<PrecedentError>() || e.is::<BadInput>())
+}
+
+/// A user-input problem with a message of its own.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+pub async fn run(cli: Cli) -> ExitCode {
+    match dispatch(cli).await {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err}");
+            for cause in err.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            if is_bad_input(&err) { ExitCode::from(2) } else { ExitCode::from(1) }
+        }
+    }
+}
+
+fn forge_kind(cli: &Cli) -> ForgeKind {
+    cli.forge.unwrap_or_else(|| {
+        if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") { ForgeKind::Github } else { ForgeKind::Local }
+    })
+}
+
+/// The forge the command works on.
+pub async fn open_forge(cli: &Cli, config: &Config) -> anyhow::Result<Arc<dyn Forge>> {
+    match forge_kind(cli) {
+        ForgeKind::Local => Ok(Arc::new(LocalForge::new(&cli.root, &config.engine_account))),
+        ForgeKind::Github => anyhow::bail!("the GitHub forge is not available in this build; use --forge local"),
+    }
+}
+
+fn load_config(root: &Path) -> anyhow::Result<Config> {
+    Ok(Config::load(root)?)
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match &cli.command {
+        Command::Demo { dir } => {
+            let dir = match dir {
+                Some(d) => d.clone(),
+                None => tempdir_path("ward-demo")?,
+            };
+            let exe = std::env::current_exe().context("could not find the ward binary itself")?;
+            let run = crate::demo::run(&dir, &exe).await?;
+            print!("{}", crate::demo::render(&run));
+            Ok(if run.discharged { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Simulate { scenarios, json } => simulate(&cli.root, scenarios, *json).await,
+        Command::Stage { issue, label } => {
+            let config = load_config(&cli.root)?;
+            let forge = open_forge(&cli, &config).await?;
+            let h = Hospital::load(&cli.root, forge)?;
+            let req = StageRequest { issue: *issue, label: label.clone(), ..Default::default() };
+            let result = crate::stage::run_stage(&h, &req).await?;
+            println!("{}", describe_result(&result));
+            Ok(if result.is_failure() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+        }
+        Command::Admit { title, body } => {
+            let config = load_config(&cli.root)?;
+            let forge = LocalForge::new(&cli.root, &config.engine_account);
+            let issue = forge.admit(NewIssue {
+                title: title.clone(),
+                body: body.clone(),
+                labels: vec![config.admission.clone()],
+            })?;
+            println!("admitted {} with `{}`", issue.number, config.admission);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config { command: ConfigCommand::Check } => config_check(&cli.root),
+        Command::Chart { command } => {
+            let config = load_config(&cli.root)?;
+            let forge = open_forge(&cli, &config).await?;
+            let sentinels = Sentinels::new(&config.sentinel_prefix);
+            let (ChartCommand::Show { issue } | ChartCommand::Notes { issue, .. }) = command;
+            let number = IssueNumber(*issue);
+            let Some(chart) = forge.read_chart(number).await? else {
+                return Err(BadInput(format!("issue {number} has no chart yet in {}", forge.describe())).into());
+            };
+            match command {
+                ChartCommand::Show { .. } => print!("{}", chart.text),
+                ChartCommand::Notes { kind, json, .. } => {
+                    let notes = sentinels
+                        .parse_chart(&chart.text)
+                        .map_err(|e| BadInput(format!("the chart of issue {number} is not readable: {e}")))?;
+                    let picked: Vec<_> = notes.iter().filter(|n| kind.as_ref().is_none_or(|k| &n.kind == k)).collect();
+                    if *json {
+                        println!("{}", serde_json::to_string_pretty(&picked)?);
+                    } else {
+                        for n in picked {
+                            println!(
+                                "## {} ({} by {}, run {}, {})\n",
+                                n.kind, n.meta.stage, n.meta.role, n.meta.run, n.meta.at
+                            );
+                            println!("{}\n", n.body);
+                        }
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Precedents { command } => {
+            let config = load_config(&cli.root)?;
+            let file = cli.root.join(&config.precedents.log);
+            let log = PrecedentLog::load(&file)?;
+            match command {
+                PrecedentCommand::Search { text, top } => {
+                    let found = log.search(text, *top);
+                    if found.is_empty() {
+                        println!("no precedent matches");
+                    }
+                    for m in found {
+                        println!(
+                            "{}  {:>5.2}  {}\n          -> {}",
+                            m.entry.id,
+                            m.score,
+                            m.entry.question.trim(),
+                            m.entry.decision.trim()
+                        );
+                    }
+                }
+                PrecedentCommand::Check => println!("{}: {} entries, in sequence", file.display(), log.entries.len()),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Init => {
+            let written = crate::defaults::install(&cli.root)?;
+            println!("wrote {} files under {}; next: `ward config check`", written.len(), cli.root.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::StandIn { script } => match crate::agent::stand_in(script.as_deref()) {
+            Ok(()) => Ok(ExitCode::SUCCESS),
+            Err(message) => {
+                eprintln!("stand-in: {message}");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+    }
+}
+
+/// One line per result, for people and for workflow logs.
+pub fn describe_result(result: &StageResult) -> String {
+    match result {
+        StageResult::Moved(t) => format!(
+            "#{} {} ({}): {} -> {} in {} ms (agent {} ms), run {}",
+            t.issue, t.stage, t.role, t.outcome, t.to, t.total_ms, t.agent_ms, t.run
+        ),
+        StageResult::NoOp { reason, .. } => format!("nothing to do: {reason}"),
+        StageResult::Refused { issue, stage, reason, to } => format!(
+            "#{issue} {stage} refused: {reason}{}",
+            to.as_ref().map(|t| format!(" (sent to {t})")).unwrap_or_default()
+        ),
+        StageResult::Invalid { issue, stage, run, reason, artifacts } => format!(
+            "#{issue} {stage} run {run} was invalid, label unchanged: {reason}\nartifacts: {}",
+            artifacts.display()
+        ),
+    }
+}
+
+fn config_check(root: &Path) -> anyhow::Result<ExitCode> {
+    let config = load_config(root)?;
+    let mut problems: Vec<String> = Prompts::new(root).check(&config).iter().map(|e| e.to_string()).collect();
+    if let Err(e) = PrecedentLog::load(&root.join(&config.precedents.log)) {
+        problems.push(e.to_string());
+    }
+    if problems.is_empty() {
+        println!(
+            "{CONFIG_PATH}: ok ({} stages, {} roles, {} labels; every role renders)",
+            config.stages.0.len(),
+            config.roles.len(),
+            config.labels.len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for p in &problems {
+        eprintln!("error: {p}");
+    }
+    Ok(ExitCode::from(2))
+}
+
+async fn simulate(root: &Path, files: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe().context("could not find the ward binary itself")?;
+    // Scenario files are all checked before any runs (exit 2 on a malformed one).
+    for f in files {
+        crate::simulate::load_scenario(f)?;
+    }
+    let mut reports = Vec::new();
+    for f in files {
+        let scratch = tempfile_dir("ward-simulate")?;
+        let report = crate::simulate::run_scenario(root, f, scratch.path(), &exe).await?;
+        if !json {
+            let status = if report.failures.is_empty() { "ok" } else { "FAILED" };
+            println!("{status}  {} ({})", report.scenario, f.display());
+            if !report.failures.is_empty() {
+                print!("{}", crate::simulate::render_timeline(&report.trace));
+                for failure in &report.failures {
+                    println!("  {failure}");
+                }
+            }
+        }
+        reports.push(report);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    }
+    let failed = reports.iter().filter(|r| !r.failures.is_empty()).count();
+    if !json {
+        println!("{} passed, {failed} failed", reports.len() - failed);
+    }
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn tempfile_dir(prefix: &str) -> anyhow::Result<TempDir> {
+    let path = tempdir_path(prefix)?;
+    std::fs::create_dir_all(&path)?;
+    Ok(TempDir(path))
+}
+
+/// A fresh path under the system temporary folder (not created).
+fn tempdir_path(prefix: &str) -> anyhow::Result<PathBuf> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    Ok(std::env::temp_dir().join(format!("{prefix}-{}-{:x}", std::process::id(), now.as_nanos() & 0xff_ffff)))
+}
+
+/// A scratch folder removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

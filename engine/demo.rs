@@ -1,0 +1,97 @@
+//! `ward demo`: the whole hospital on one sample patient, on the embedded
+//! default (local forge, built-in stand-in agent), in a fresh folder.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::forge::NewIssue;
+use crate::forge::local::LocalForge;
+use crate::simulate::{self, Trace};
+use crate::stage::{DISCHARGED_LABEL, Hospital};
+
+const SAMPLE_TITLE: &str = "greet prints \"Hello, !\" when the name is empty";
+const SAMPLE_BODY: &str = "Running `./greet.sh \"\"` prints `Hello, !`.\n\n\
+Expected: a clear error on stderr and exit code 2, like other bad input.\n";
+
+/// The sample app: a greeting script and its check.
+const SAMPLE_FILES: &[(&str, &str)] = &[
+    ("README.md", "# greet\n\nA tiny sample app for `ward demo`: `./greet.sh NAME` greets NAME.\n"),
+    ("greet.sh", "#!/bin/sh\n# Greets the person named by the first argument.\necho \"Hello, $1!\"\n"),
+    ("check.sh", "#!/bin/sh\n# The sample app's test.\nset -e\n[ \"$(./greet.sh Ada)\" = \"Hello, Ada!\" ]\necho ok\n"),
+    ("CHANGELOG.md", "# Changelog\n\n"),
+    (".gitignore", "/.ward\n"),
+];
+
+pub struct DemoRun {
+    pub dir: PathBuf,
+    pub trace: Trace,
+    pub discharged: bool,
+}
+
+/// Creates the demo repository in `dir` (which must be empty or absent),
+/// admits the sample issue and runs stage after stage.
+pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<DemoRun> {
+    if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
+        anyhow::bail!("{} is not empty; give `ward demo --dir` a new or empty folder", dir.display());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("could not create {}", dir.display()))?;
+    for (path, text) in SAMPLE_FILES {
+        std::fs::write(dir.join(path), text)?;
+    }
+    crate::defaults::install(dir)?;
+    init_repository(dir)?;
+
+    let forge = Arc::new(LocalForge::new(dir, "ward-engine").with_actor("demo-chief"));
+    let mut h = Hospital::load(dir, forge.clone())?;
+    h.ward_exe = ward_exe.to_path_buf();
+    let issue = forge.admit(NewIssue {
+        title: SAMPLE_TITLE.into(),
+        body: SAMPLE_BODY.into(),
+        labels: vec![h.config.admission.clone()],
+    })?;
+    let trace = simulate::drive(&h, &forge, issue.number, BTreeMap::new(), dir, 40).await?;
+    let discharged = trace.final_label.as_deref() == Some(DISCHARGED_LABEL);
+    Ok(DemoRun { dir: dir.to_path_buf(), trace, discharged })
+}
+
+/// What `ward demo` prints.
+pub fn render(run: &DemoRun) -> String {
+    let mut out = format!("ward demo: patient #{} \"{SAMPLE_TITLE}\"\n\n", run.trace.issue);
+    out.push_str(&simulate::render_timeline(&run.trace));
+    let total: u128 = run.trace.steps.iter().map(|s| s.ms).sum();
+    out.push('\n');
+    if run.discharged {
+        out.push_str(&format!(
+            "Patient #{} discharged after {} stage runs in {total} ms.\n",
+            run.trace.issue,
+            run.trace.steps.len()
+        ));
+    } else {
+        out.push_str(&format!(
+            "Patient #{} was NOT discharged: it rests at `{}`.\n",
+            run.trace.issue,
+            run.trace.final_label.as_deref().unwrap_or("no ward label")
+        ));
+    }
+    out.push_str(&format!("Repository: {}\n", run.dir.display()));
+    out.push_str(&format!("Chart:      {}\n", run.trace.chart.display()));
+    out.push_str(&format!("Artifacts:  {}\n", run.trace.artifacts.display()));
+    out
+}
+
+/// `git init` and a first commit with a fixed identity and date, so the
+/// demo repository is the same on every machine.
+fn init_repository(dir: &Path) -> anyhow::Result<()> {
+    let repo = git2::Repository::init(dir).context("could not create the demo git repository")?;
+    let mut index = repo.index()?;
+    index.add_all(["*"], git2::IndexAddOption::DEFAULT, None)?;
+    index.write()?;
+    let tree = repo.find_tree(index.write_tree()?)?;
+    let when = git2::Time::new(1_767_225_600, 0); // 2026-01-01T00:00:00Z
+    let who = git2::Signature::new("ward demo", "demo@ward.invalid", &when)?;
+    repo.commit(Some("HEAD"), &who, &who, "Sample app for the ward demo", &tree, &[])?;
+    Ok(())
+}

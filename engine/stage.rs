@@ -1,0 +1,505 @@
+//! One stage run ("rounds"): the only place that sequences the steps.
+//!
+//! ```text
+//! guard ─► prompt ─► agent ─► validate ─► chart ─► labels ─► dispatch
+//! ```
+//!
+//! A failed guard or an invalid run is a chart note and a defined result,
+//! never a crash; notes are in the chart before any label moves.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use tracing::{info, info_span, warn};
+
+use crate::agent::{self, AgentEnd, AgentSpec};
+use crate::chart::{self, AgentNotes, ENGINE_ROLE, Note, NoteMeta, Sentinels};
+use crate::config::{Config, DispatchMode, Stage};
+use crate::forge::local::{Clock, system_clock};
+use crate::forge::{Forge, Issue, IssueNumber, IssueState};
+use crate::precedent::PrecedentLog;
+use crate::prompt::{
+    IssueContext, PrecedentContext, PromptContext, Prompts, RoleContext, StageContext, WorkspaceContext,
+    fence_untrusted, pending_handoff, select_notes,
+};
+
+/// What every stage run of one repository shares: loaded once per command.
+pub struct Hospital {
+    /// The repository root: `.github/ward.yml`, `roles/`, `skills/`, `precedents/`.
+    pub root: PathBuf,
+    pub config: Config,
+    pub forge: Arc<dyn Forge>,
+    pub prompts: Prompts,
+    pub precedents: PrecedentLog,
+    pub sentinels: Sentinels,
+    /// Per-run folders (prompt, notes, agent logs, run.json) go under here.
+    pub artifacts: PathBuf,
+    /// Where the agent runs.
+    pub workdir: PathBuf,
+    /// This ward binary (the stand-in agent is `ward stand-in`).
+    pub ward_exe: PathBuf,
+    pub clock: Clock,
+}
+
+impl Hospital {
+    /// Loads and validates everything under `root`. Errors name the file.
+    pub fn load(root: &Path, forge: Arc<dyn Forge>) -> anyhow::Result<Self> {
+        let config = Config::load(root).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let precedents = PrecedentLog::load(&root.join(&config.precedents.log))?;
+        let ward_exe = std::env::current_exe().context("could not find the ward binary itself")?;
+        Ok(Self {
+            root: root.to_path_buf(),
+            sentinels: Sentinels::new(&config.sentinel_prefix),
+            prompts: Prompts::new(root),
+            config,
+            forge,
+            precedents,
+            artifacts: std::env::var_os("WARD_ARTIFACTS")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join(".ward").join("runs")),
+            workdir: root.to_path_buf(),
+            ward_exe,
+            clock: system_clock(),
+        })
+    }
+}
+
+/// Which run to make.
+#[derive(Debug, Clone, Default)]
+pub struct StageRequest {
+    pub issue: u64,
+    /// The label in the trigger saw; `None` takes the issue's ward label.
+    pub label: Option<String>,
+    /// Replaces `agent.command` for this run (scripted scenarios).
+    pub agent_command: Option<Vec<String>>,
+    pub run_id: Option<String>,
+}
+
+/// A label that moved.
+#[derive(Debug, Clone, Serialize)]
+pub struct Transition {
+    pub issue: u64,
+    pub stage: String,
+    pub role: String,
+    pub run: String,
+    pub outcome: String,
+    pub from: String,
+    pub to: String,
+    pub dispatched: bool,
+    pub total_ms: u128,
+    pub agent_ms: u128,
+    pub artifacts: PathBuf,
+}
+
+/// How a stage run ended.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum StageResult {
+    /// The run was valid and the label moved.
+    Moved(Transition),
+    /// Nothing to do (label already gone, issue closed, resting label,
+    /// another run in progress). Exit 0.
+    NoOp { issue: u64, reason: String },
+    /// A guard refused the run; a REFUSAL note says why and the label went
+    /// where the rule sends it (or stayed).
+    Refused { issue: u64, stage: String, reason: String, to: Option<String> },
+    /// The agent's run was invalid; a REFUSAL note says why, the label did
+    /// not move, the raw notes are kept in the artifacts. Exit 1.
+    Invalid { issue: u64, stage: String, run: String, reason: String, artifacts: PathBuf },
+}
+
+impl StageResult {
+    pub fn is_failure(&self) -> bool {
+        matches!(self, StageResult::Invalid { .. })
+    }
+}
+
+/// A run id that is unique per run and has no spaces: the Actions run and
+/// attempt when there is one, else time and process.
+pub fn new_run_id(now: chrono::DateTime<chrono::Utc>) -> String {
+    match (std::env::var("GITHUB_RUN_ID"), std::env::var("GITHUB_RUN_ATTEMPT")) {
+        (Ok(id), Ok(attempt)) if !id.is_empty() => format!("gh{id}.{attempt}"),
+        _ => format!("{}-{:x}{:04x}", now.format("%Y%m%dT%H%M%S%3f"), std::process::id(), rand_suffix()),
+    }
+}
+
+fn rand_suffix() -> u16 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    (nanos ^ (nanos >> 16)) as u16
+}
+
+/// The ward labels on an issue, in the issue's order.
+pub fn ward_labels<'a>(config: &Config, issue: &'a Issue) -> Vec<&'a str> {
+    issue.labels.iter().map(String::as_str).filter(|l| config.is_ward_label(l) && *l != LOCKDOWN_LABEL).collect()
+}
+
+pub const LOCKDOWN_LABEL: &str = "ward:lockdown";
+
+/// The labels after a transition: the label in removed, the label out
+/// added, every label that is not ward's kept.
+pub fn next_labels(issue: &Issue, label_in: &str, label_out: &str) -> Vec<String> {
+    let mut labels: Vec<String> = issue.labels.iter().filter(|l| *l != label_in && *l != label_out).cloned().collect();
+    labels.push(label_out.to_string());
+    labels
+}
+
+/// Runs one stage for one issue.
+pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<StageResult> {
+    let started = Instant::now();
+    let number = IssueNumber(req.issue);
+    let issue = h.forge.issue(number).await.with_context(|| format!("could not read issue {number}"))?;
+    let no_op = |reason: String| Ok(StageResult::NoOp { issue: req.issue, reason });
+
+    // Guard: which stage, and is it still ours to run?
+    if issue.state == IssueState::Closed {
+        return no_op(format!("issue {number} is closed"));
+    }
+    let ward = ward_labels(&h.config, &issue);
+    if let Some(label) = &req.label
+        && !issue.labels.contains(label)
+    {
+        return no_op(format!("issue {number} no longer carries `{label}`; another run already handled it"));
+    }
+    let label_in = match (req.label.as_deref(), ward.as_slice()) {
+        (_, []) => bail!(
+            "issue {number} carries no ward label; apply `{}` to admit it (labels: {})",
+            h.config.admission,
+            list(&issue.labels)
+        ),
+        (_, [one]) => one.to_string(),
+        (_, many) => bail!(
+            "issue {number} carries {} ward labels ({}); a patient is in one place at a time: remove all but one",
+            many.len(),
+            list(many)
+        ),
+    };
+    let Some(stage) = h.config.stage_by_label(&label_in) else {
+        if h.config.is_resting_label(&label_in) {
+            return no_op(format!("issue {number} rests at `{label_in}`; no stage starts there"));
+        }
+        bail!("label `{label_in}` on issue {number} matches no stage in .github/ward.yml");
+    };
+    let role_name = stage.config.role.as_str();
+    let role = h.config.role(role_name).context("validated config names a known role")?;
+
+    // One run per issue at a time: a concurrent delivery is a no-op.
+    let Some(_lock) = try_lock_issue(&h.root, number)? else {
+        return no_op(format!("another run is already working on issue {number}"));
+    };
+
+    let now = (h.clock)();
+    let run = req.run_id.clone().unwrap_or_else(|| new_run_id(now));
+    let span = info_span!("stage", repo = %h.forge.describe(), issue = req.issue, stage = stage.name, run = %run);
+    let _enter = span.enter();
+    let artifacts = h.artifacts.join(req.issue.to_string()).join(&run);
+    std::fs::create_dir_all(&artifacts).with_context(|| format!("could not create {}", artifacts.display()))?;
+
+    let stored = h.forge.read_chart(number).await?;
+    let chart_notes = match &stored {
+        Some(c) => h.sentinels.parse_chart(&c.text).map_err(|e| {
+            anyhow::anyhow!("the chart of issue {number} is not readable: {e}; fix or move it, nothing was changed")
+        })?,
+        None => Vec::new(),
+    };
+    let meta = |role: &str| NoteMeta { run: run.clone(), stage: stage.name.into(), role: role.into(), at: (h.clock)() };
+    let engine_note = |kind: &str, body: String| Note { kind: kind.into(), meta: meta(ENGINE_ROLE), body };
+
+    // Admission to the stage: durable before the agent starts, so a crash
+    // is visible to the charge nurse.
+    let admission = engine_note(
+        "ADMISSION",
+        format!(
+            "Stage `{}` ({} in {} mode) started for `{label_in}`; time limit {}.",
+            stage.name,
+            role_name,
+            stage.mode(),
+            humantime::format_duration(stage.config.time_limit)
+        ),
+    );
+    let stored = chart::store_notes(&*h.forge, &h.sentinels, number, stored, &[admission]).await?;
+
+    // Prompt.
+    let found = h.precedents.search(&format!("{} {}", issue.title, issue.body), h.config.precedents.top);
+    let lookup = engine_note("PRECEDENT_LOOKUP", precedent_lookup_body(&found));
+    let ctx = PromptContext {
+        issue: IssueContext {
+            number: req.issue,
+            author: issue.author.clone(),
+            fenced: fence_untrusted(&h.sentinels, &issue),
+        },
+        stage: StageContext::new(stage),
+        role: RoleContext { name: role_name.into(), writes: role.writes.clone() },
+        notes: select_notes(&chart_notes),
+        handoff: pending_handoff(&chart_notes),
+        precedents: found.iter().map(PrecedentContext::from_match).collect(),
+        workspace: WorkspaceContext {
+            path: h.workdir.display().to_string(),
+            branch: format!("ward/issue-{}", req.issue),
+            base: "main".into(),
+            env: Vec::new(),
+        },
+        sentinel: h.sentinels.prefix().into(),
+        notes_file: "$WARD_NOTES".into(),
+    };
+    let prompt = h.prompts.render(&role.prompt, &ctx).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let prompt_file = artifacts.join("prompt.md");
+    std::fs::write(&prompt_file, &prompt).with_context(|| format!("could not write {}", prompt_file.display()))?;
+
+    // Agent.
+    let notes_file = artifacts.join("notes.md");
+    let spec = AgentSpec {
+        command: req.agent_command.clone().unwrap_or_else(|| h.config.agent.command.clone()),
+        workdir: h.workdir.clone(),
+        env: agent_env(req.issue, stage, role_name, &run, &prompt_file, &notes_file, &h.workdir, h.sentinels.prefix()),
+        pass_env: h.config.agent.pass_env.clone(),
+        prompt_file,
+        notes_file: notes_file.clone(),
+        artifacts: artifacts.clone(),
+        time_limit: stage.config.time_limit,
+        ward_exe: h.ward_exe.clone(),
+    };
+    info!(command = ?spec.command.first(), "agent starts");
+    let exit = agent::run(&spec).await?;
+    info!(elapsed_ms = exit.elapsed.as_millis(), end = ?exit.end, "agent ended");
+
+    // Validate.
+    let checked = check_agent_run(h, stage, &exit, &notes_file);
+    let (notes, outcome) = match checked {
+        Ok(ok) => ok,
+        Err(reason) => {
+            warn!(%reason, "invalid run");
+            let refusal = engine_note(
+                "REFUSAL",
+                format!(
+                    "The run of stage `{}` was invalid and the label stays at `{label_in}`: {reason}\n\n\
+                     What the agent wrote is kept in the run's artifacts (`notes.md`, `agent.stderr.log`).",
+                    stage.name
+                ),
+            );
+            chart::store_notes(&*h.forge, &h.sentinels, number, stored, &[lookup, refusal]).await?;
+            write_run_json(
+                &artifacts,
+                &serde_json::json!({"issue": req.issue, "stage": stage.name, "run": run, "result": "invalid", "reason": reason}),
+            );
+            return Ok(StageResult::Invalid { issue: req.issue, stage: stage.name.into(), run, reason, artifacts });
+        }
+    };
+
+    // Chart: the agent's notes, stamped, then the outcome. Durable before labels move.
+    let mut batch = vec![lookup];
+    batch.extend(notes.notes.iter().map(|d| Note {
+        kind: d.kind.clone(),
+        meta: meta(role_name),
+        body: d.body.clone(),
+    }));
+    batch.push(Note { kind: "OUTCOME".into(), meta: meta(role_name), body: outcome.clone() });
+    chart::store_notes(&*h.forge, &h.sentinels, number, stored, &batch).await?;
+
+    // Labels, in one write; then the next stage.
+    let mut label_out = stage.config.outcomes[&outcome].clone();
+    if label_out == DISCHARGED_LABEL && h.config.human_approval {
+        label_out = AWAITING_CHIEF_LABEL.into();
+    }
+    h.forge.set_labels(number, &next_labels(&issue, &label_in, &label_out)).await?;
+    if label_out == DISCHARGED_LABEL {
+        h.forge.close_issue(number).await?;
+    }
+    let dispatched =
+        h.config.stage_by_label(&label_out).is_some() && h.config.dispatch == DispatchMode::RepositoryDispatch;
+    if dispatched {
+        h.forge.dispatch_stage(number).await?;
+    }
+    let t = Transition {
+        issue: req.issue,
+        stage: stage.name.into(),
+        role: role_name.into(),
+        run,
+        outcome,
+        from: label_in,
+        to: label_out,
+        dispatched,
+        total_ms: started.elapsed().as_millis(),
+        agent_ms: exit.elapsed.as_millis(),
+        artifacts: artifacts.clone(),
+    };
+    info!(outcome = %t.outcome, to = %t.to, total_ms = t.total_ms, "label moved");
+    write_run_json(&artifacts, &serde_json::to_value(&t).unwrap_or_default());
+    Ok(StageResult::Moved(t))
+}
+
+pub const DISCHARGED_LABEL: &str = "ward:discharged";
+pub const AWAITING_CHIEF_LABEL: &str = "ward:awaiting-chief";
+
+#[allow(clippy::too_many_arguments)]
+fn agent_env(
+    issue: u64,
+    stage: Stage<'_>,
+    role: &str,
+    run: &str,
+    prompt: &Path,
+    notes: &Path,
+    workdir: &Path,
+    sentinel: &str,
+) -> Vec<(String, String)> {
+    [
+        ("WARD_ISSUE", issue.to_string()),
+        ("WARD_STAGE", stage.name.to_string()),
+        ("WARD_MODE", stage.mode().to_string()),
+        ("WARD_ROLE", role.to_string()),
+        ("WARD_RUN", run.to_string()),
+        ("WARD_PROMPT", prompt.display().to_string()),
+        ("WARD_NOTES", notes.display().to_string()),
+        ("WARD_WORKTREE", workdir.display().to_string()),
+        ("WARD_SENTINEL", sentinel.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Checks what the agent did: it exited 0 within its limit, wrote a
+/// readable notes file with only its role's kinds, the kinds the stage and
+/// the outcome require, and exactly one declared outcome.
+fn check_agent_run(
+    h: &Hospital,
+    stage: Stage<'_>,
+    exit: &agent::AgentExit,
+    notes_file: &Path,
+) -> Result<(AgentNotes, String), String> {
+    match exit.end {
+        AgentEnd::Exited(0) => {}
+        AgentEnd::TimedOut => {
+            return Err(format!(
+                "the agent was stopped at its time limit of {} (stage `{}`); its whole process group was killed",
+                humantime::format_duration(stage.config.time_limit),
+                stage.name
+            ));
+        }
+        AgentEnd::Exited(code) => {
+            return Err(format!(
+                "the agent exited with code {code}; last lines of its stderr:\n\n```\n{}\n```",
+                agent::tail(&exit.stderr, 10)
+            ));
+        }
+        AgentEnd::Signalled(sig) => return Err(format!("the agent was killed by signal {sig}")),
+    }
+    let text = match std::fs::read_to_string(notes_file) {
+        Ok(t) if !t.trim().is_empty() => t,
+        Ok(_) | Err(_) => return Err("the agent wrote no notes to $WARD_NOTES".into()),
+    };
+    let notes = h.sentinels.parse_agent_notes(&text).map_err(|e| format!("$WARD_NOTES {e}"))?;
+    validate_notes(&h.config, stage, &notes).map(|outcome| (notes, outcome))
+}
+
+/// The contract every run must meet, whatever the role.
+pub fn validate_notes(config: &Config, stage: Stage<'_>, notes: &AgentNotes) -> Result<String, String> {
+    let role = &stage.config.role;
+    let writes = config.role(role).map(|r| r.writes.as_slice()).unwrap_or_default();
+    let mut problems = Vec::new();
+    for n in &notes.notes {
+        if !writes.contains(&n.kind) {
+            problems.push(format!(
+                "line {}: role `{role}` may not write `{}` (it may write: {})",
+                n.line,
+                n.kind,
+                list(writes)
+            ));
+        }
+    }
+    let outcome = match notes.outcomes.as_slice() {
+        [] => {
+            problems.push(format!(
+                "no outcome declared; end with one of: {}",
+                list(&stage.config.outcomes.keys().map(|o| format!("<!-- WARD:OUTCOME {o} -->")).collect::<Vec<_>>())
+            ));
+            None
+        }
+        [(o, line)] if !stage.config.outcomes.contains_key(o) => {
+            problems.push(format!(
+                "line {line}: outcome `{o}` is not an outcome of stage `{}` ({})",
+                stage.name,
+                list(&stage.config.outcomes.keys().collect::<Vec<_>>())
+            ));
+            None
+        }
+        [(o, _)] => Some(o.clone()),
+        many => {
+            problems.push(format!(
+                "{} outcomes declared (lines {}); declare exactly one",
+                many.len(),
+                list(&many.iter().map(|(_, l)| l).collect::<Vec<_>>())
+            ));
+            None
+        }
+    };
+    let mut required: Vec<&String> = stage.config.requires.iter().collect();
+    if let Some(o) = &outcome {
+        required.extend(stage.config.requires_for.get(o).into_iter().flatten());
+    }
+    for kind in required {
+        if !notes.kinds().any(|k| k == kind) {
+            let why =
+                outcome.as_deref().filter(|o| stage.config.requires_for.get(*o).is_some_and(|k| k.contains(kind)));
+            problems.push(match why {
+                Some(o) => format!("outcome `{o}` requires a `{kind}` note, and there is none"),
+                None => format!("stage `{}` requires a `{kind}` note, and there is none", stage.name),
+            });
+        }
+    }
+    match (problems.is_empty(), outcome) {
+        (true, Some(o)) => Ok(o),
+        _ => Err(problems.join("; ")),
+    }
+}
+
+fn precedent_lookup_body(found: &[crate::precedent::Match<'_>]) -> String {
+    if found.is_empty() {
+        return "No precedent in the log matches this patient.".into();
+    }
+    let mut body = String::from("Precedents given to the agent, best first:\n");
+    for m in found {
+        body.push_str(&format!("- {} (score {:.2}): {}\n", m.entry.id, m.score, m.entry.question.trim()));
+    }
+    body
+}
+
+fn try_lock_issue(root: &Path, number: IssueNumber) -> anyhow::Result<Option<File>> {
+    let dir = root.join(".ward").join("locks");
+    std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
+    let path = dir.join(format!("stage-{}.lock", number.0));
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("could not open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("could not lock {}", path.display())),
+    }
+}
+
+fn write_run_json(dir: &Path, value: &serde_json::Value) {
+    let path = dir.join("run.json");
+    if let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(value).unwrap_or_default()) {
+        warn!("could not write {}: {e}", path.display());
+    }
+}
+
+fn list<T: std::fmt::Display>(items: &[T]) -> String {
+    if items.is_empty() {
+        return "none".into();
+    }
+    items.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
+}
+
+/// A whole stage run's duration budget for the engine's own work, for the
+/// benchmark's report.
+pub fn engine_overhead(t: &Transition) -> Duration {
+    Duration::from_millis(t.total_ms.saturating_sub(t.agent_ms) as u64)
+}
