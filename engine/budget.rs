@@ -29,9 +29,8 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::chart::{ENGINE_ROLE, Note, NoteMeta, Sentinels};
+use crate::chart::{ChartStoreError, ENGINE_ROLE, Note, NoteMeta, Sentinels, store_notes};
 use crate::config::Config;
-use crate::departments::{ChartWriteError, append_notes};
 use crate::forge::{Forge, ForgeError, IssueNumber};
 
 /// How the agent reports what it spent.
@@ -485,7 +484,7 @@ pub async fn watch(
 #[derive(Debug, thiserror::Error)]
 pub enum BudgetError {
     #[error(transparent)]
-    Chart(#[from] ChartWriteError),
+    Chart(#[from] ChartStoreError),
     #[error("could not move {issue} to `{label}` after its budget was reached: {source}")]
     Labels {
         issue: IssueNumber,
@@ -527,7 +526,7 @@ pub async fn send_to_chief(
         notes.push(cost_note(usage, stage, run, now));
     }
     notes.push(escalation);
-    append_notes(forge, &sentinels, issue, &notes).await?;
+    store_notes(forge, &sentinels, issue, None, &notes).await?;
     let current =
         forge.issue(issue).await.map_err(|source| BudgetError::Labels { issue, label: chief.clone(), source })?;
     let mut labels: Vec<String> = current.labels.into_iter().filter(|l| !config.is_ward_label(l)).collect();

@@ -1,6 +1,5 @@
 //! `departments:` in `.github/ward.yml`: the parts of the hospital outside
-//! the patient flow (the charge nurse's sweep, budgets, groundedness), and
-//! the one chart-writing helper they share.
+//! the patient flow (the charge nurse's sweep, budgets, groundedness).
 //!
 //! ```yaml
 //! departments:
@@ -12,9 +11,7 @@
 use serde::Deserialize;
 
 use crate::budget::BudgetConfig;
-use crate::chart::{Note, SentinelError, Sentinels};
 use crate::config::Config;
-use crate::forge::{Forge, ForgeError, IssueNumber};
 use crate::groundedness::GroundednessConfig;
 use crate::sweep::SweepConfig;
 
@@ -41,49 +38,4 @@ impl Departments {
         p.extend(self.groundedness.validate());
         p
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ChartWriteError {
-    #[error("could not {action} the chart of {issue}: {source}")]
-    Forge {
-        action: &'static str,
-        issue: IssueNumber,
-        #[source]
-        source: ForgeError,
-    },
-    #[error("the chart of {issue} is not readable ({source}); repair it by hand before ward writes to it again")]
-    Unreadable {
-        issue: IssueNumber,
-        #[source]
-        source: SentinelError,
-    },
-    #[error("the chart of {issue} kept changing while ward wrote to it ({attempts} conflicts); try again")]
-    Contended { issue: IssueNumber, attempts: usize },
-}
-
-/// Appends engine notes to a chart with compare-and-swap, re-reading and
-/// re-appending after a conflict. Idempotent by run (see
-/// [`Sentinels::append`]): a retried write never doubles a note.
-pub async fn append_notes(
-    forge: &dyn Forge,
-    sentinels: &Sentinels,
-    issue: IssueNumber,
-    notes: &[Note],
-) -> Result<(), ChartWriteError> {
-    const ATTEMPTS: usize = 8;
-    for _ in 0..ATTEMPTS {
-        let stored =
-            forge.read_chart(issue).await.map_err(|source| ChartWriteError::Forge { action: "read", issue, source })?;
-        let text = sentinels
-            .append(issue, stored.as_ref().map(|c| c.text.as_str()), notes)
-            .map_err(|source| ChartWriteError::Unreadable { issue, source })?;
-        let Some(text) = text else { return Ok(()) };
-        match forge.write_chart(issue, &text, stored.as_ref().map(|c| c.version.as_str())).await {
-            Ok(_) => return Ok(()),
-            Err(ForgeError::ChartConflict(_)) => continue,
-            Err(source) => return Err(ChartWriteError::Forge { action: "write", issue, source }),
-        }
-    }
-    Err(ChartWriteError::Contended { issue, attempts: ATTEMPTS })
 }

@@ -218,7 +218,10 @@ pub fn compute(config: &Config, patients: &[PatientRecord], from: DateTime<Utc>,
                         st.sweeps += 1;
                     }
                 }
-                "ESCALATION" if n.meta.run.starts_with("sweep-") => sweep_escalations += 1,
+                "ESCALATION" if n.meta.run.starts_with("sweep-") => {
+                    sweep_escalations += 1;
+                    *flows.entry((n.meta.stage.clone(), chief_label.to_string())).or_insert(0) += 1;
+                }
                 "ADMISSION" => {
                     patient_runs += 1;
                     if let Some(st) = stage {
@@ -340,20 +343,20 @@ fn esc(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
 }
 
-const PALETTE: &[&str] = &["#1d76db", "#5319e7", "#0e8a16", "#d93f0b", "#b60205", "#fbca04", "#006b75"];
+const PALETTE: &[&str] = &["#1d76db", "#5319e7", "#0e8a16", "#d93f0b", "#b60205", "#9a6700", "#006b75"];
 
 /// Flow through stages: one box per stage, arcs for outcomes between them
 /// (forward above, backward below), width by count.
 pub fn svg_flow(r: &Report) -> String {
     let n = r.stages.len().max(1);
     let (bw, bh, gap) = (110.0, 44.0, 40.0);
-    let width = n as f64 * (bw + gap) + gap;
+    let width = n as f64 * (bw + gap) + gap + 120.0;
     let height = 360.0;
     let y = height / 2.0 - bh / 2.0;
     let x_of = |i: usize| gap + i as f64 * (bw + gap);
     let max = r.flows.values().copied().max().unwrap_or(1) as f64;
     let mut s = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" id="chart-flow" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" role="img"><title>Flow through stages</title>"##
+        r##"<svg id="chart-flow" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" role="img"><title>Flow through stages</title>"##
     );
     let index = |name: &str| r.stages.iter().position(|st| st.name == name);
     let label_index = |label: &str| r.stages.iter().position(|st| st.label == label);
@@ -413,7 +416,7 @@ pub fn svg_time(r: &Report) -> String {
     let width = left + plot + 120.0;
     let max = r.stages.iter().filter_map(StageStats::p90).fold(1.0_f64, f64::max);
     let mut s = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" id="chart-time" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" role="img"><title>Time in stage (median and p90)</title>"##
+        r##"<svg id="chart-time" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" role="img"><title>Time in stage (median and p90)</title>"##
     );
     for (i, st) in r.stages.iter().enumerate() {
         let y = 20.0 + i as f64 * row;
@@ -457,7 +460,7 @@ pub fn svg_cost(r: &Report) -> String {
     let height = plot_h + bottom + 20.0;
     let max = shown.iter().map(|c| c.cost).fold(0.01_f64, f64::max);
     let mut s = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" id="chart-cost" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" role="img"><title>Cost per patient (USD)</title>"##
+        r##"<svg id="chart-cost" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" role="img"><title>Cost per patient (USD)</title>"##
     );
     let base = 20.0 + plot_h;
     let _ = write!(
@@ -512,7 +515,7 @@ pub fn render_html(r: &Report) -> String {
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\
          <style>body{{font-family:system-ui,sans-serif;margin:24px;color:#222;background:#fff}}\
          table{{border-collapse:collapse;margin:8px 0 20px}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}\
-         td:first-child,th:first-child{{text-align:left}}h2{{margin-top:28px}}svg{{display:block;margin:8px 0}}</style></head><body>\
+         td:first-child,th:first-child,td.text{{text-align:left}}h2{{margin-top:28px}}svg{{display:block;margin:8px 0}}</style></head><body>\
          <h1>ward safety report</h1><p>{} to {}</p>",
         day(r.from),
         day(r.to)
@@ -551,7 +554,7 @@ pub fn render_html(r: &Report) -> String {
     for c in r.costs.iter().take(10) {
         let _ = write!(
             h,
-            "<tr><td>#{}</td><td>{}</td><td>{}</td><td>${:.2}</td></tr>",
+            "<tr><td>#{}</td><td class=\"text\">{}</td><td>{}</td><td>${:.2}</td></tr>",
             c.issue,
             esc(&c.title),
             c.runs,

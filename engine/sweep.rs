@@ -428,7 +428,8 @@ pub fn assess(
     };
     let run_id = run.meta.run.clone();
     let started = run.meta.at;
-    let outcome = notes.iter().find(|n| n.kind == "OUTCOME" && n.meta.run == run_id);
+    // A run ends with its OUTCOME, or with a REFUSAL when the engine found it invalid.
+    let outcome = notes.iter().find(|n| (n.kind == "OUTCOME" || n.kind == "REFUSAL") && n.meta.run == run_id);
     let ends = started + limit;
     match outcome {
         None if now >= ends => Verdict::Stalled { why: Stall::Crashed { run: run_id, started }, retries },
@@ -737,10 +738,7 @@ impl Walk<'_> {
                 Err(e) => report.problems.push(format!("reaping failed: {e}")),
             }
         }
-        if let Some(outcome) = self.check_facilities(&mut state, facilities, &mut report).await? {
-            report.outcome = outcome;
-            return Ok((report, state));
-        }
+        let locked = self.check_facilities(&mut state, facilities, &mut report).await?;
 
         // The listing: one paginated query per stage label.
         let mut listed: BTreeMap<u64, Issue> = BTreeMap::new();
@@ -775,6 +773,13 @@ impl Walk<'_> {
             watch.insert(*n, entry);
         }
         report.due = due.len();
+        if let Some(outcome) = locked {
+            // Keep watching (so stalled patients are revived as soon as the
+            // lockdown is lifted), but touch nobody.
+            report.outcome = outcome;
+            state.watch = watch;
+            return Ok((report, state));
+        }
 
         // Resume after the cursor, wrapping round.
         let split = due.partition_point(|n| *n <= state.cursor);
