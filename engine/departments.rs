@@ -39,3 +39,118 @@ impl Departments {
         p
     }
 }
+
+/// What `ward sweep`, `ward lockdown` and `ward report` do, behind the CLI's
+/// argument parsing (kept here so `cli.rs` stays a thin table).
+pub mod commands {
+    use std::path::Path;
+    use std::process::ExitCode;
+    use std::time::Duration;
+
+    use anyhow::Context;
+    use chrono::{DateTime, Utc};
+
+    use crate::config::Config;
+    use crate::forge::Forge;
+    use crate::{lockdown, report, sweep};
+
+    /// `--now`, or the system clock.
+    pub fn now_from(flag: Option<&str>) -> anyhow::Result<DateTime<Utc>> {
+        match flag {
+            None => Ok(Utc::now()),
+            Some(text) => sweep::parse_now(text).map_err(|e| crate::cli::BadInput(format!("--now: {e}")).into()),
+        }
+    }
+
+    /// Pings the Docker daemon (the local socket or `DOCKER_HOST`), for the
+    /// sweep's facility check.
+    pub async fn probe_docker() -> Result<(), String> {
+        let docker = bollard::Docker::connect_with_local_defaults().map_err(|e| e.to_string())?;
+        match tokio::time::timeout(Duration::from_secs(10), docker.ping()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("no answer within 10s".into()),
+        }
+    }
+
+    pub async fn sweep(
+        forge: &dyn Forge,
+        config: &Config,
+        now: Option<&str>,
+        docker: bool,
+    ) -> anyhow::Result<ExitCode> {
+        let now = now_from(now)?;
+        let facilities = sweep::Facilities { docker_reachable: if docker { Some(probe_docker().await) } else { None } };
+        let report = sweep::sweep(forge, config, now, &facilities, None).await?;
+        print!("{report}");
+        Ok(ExitCode::SUCCESS)
+    }
+
+    pub async fn lockdown_on(
+        forge: &dyn Forge,
+        reason: &str,
+        actor: &str,
+        now: Option<&str>,
+    ) -> anyhow::Result<ExitCode> {
+        let (l, new) = lockdown::declare(forge, reason, actor, now_from(now)?).await?;
+        if new {
+            println!("lockdown declared: {} — every stage refuses to run until it is lifted", l.issue);
+        } else {
+            println!("a lockdown is already in force: {l}");
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    pub async fn lockdown_off(forge: &dyn Forge, actor: &str, now: Option<&str>) -> anyhow::Result<ExitCode> {
+        let closed = lockdown::lift(forge, actor, now_from(now)?).await?;
+        if closed.is_empty() {
+            println!("no lockdown in force");
+        } else {
+            let list: Vec<String> = closed.iter().map(|n| n.to_string()).collect();
+            println!(
+                "lockdown lifted (closed {}); the next sweep re-triggers the patients that waited",
+                list.join(", ")
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    /// Exit 0 when no lockdown is in force, 3 while one is (for scripts).
+    pub async fn lockdown_status(forge: &dyn Forge) -> anyhow::Result<ExitCode> {
+        match lockdown::active_lockdown(forge).await? {
+            None => {
+                println!("no lockdown in force");
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(l) => {
+                println!("{l}");
+                Ok(ExitCode::from(3))
+            }
+        }
+    }
+
+    pub async fn report(
+        forge: &dyn Forge,
+        config: &Config,
+        since: &str,
+        html: Option<&Path>,
+        now: Option<&str>,
+    ) -> anyhow::Result<ExitCode> {
+        let to = now_from(now)?;
+        let since = report::parse_since(since).map_err(|e| crate::cli::BadInput(e.to_string()))?;
+        let from = chrono::Duration::from_std(since)
+            .ok()
+            .and_then(|d| to.checked_sub_signed(d))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let (patients, problems) = report::gather(forge, config).await?;
+        let mut r = report::compute(config, &patients, from, to);
+        r.problems = problems;
+        print!("{}", report::render_markdown(&r));
+        if let Some(file) = html {
+            std::fs::write(file, report::render_html(&r))
+                .with_context(|| format!("could not write the HTML report to {}", file.display()))?;
+            eprintln!("wrote {}", file.display());
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}

@@ -325,6 +325,12 @@ pub fn earlier_invalid(notes: &[Note], stage: &str, since: DateTime<Utc>) -> u32
         .count() as u32
 }
 
+/// When the patient's current visit to its stage began: the latest OUTCOME
+/// in the chart (the one that moved it here), or the beginning of time.
+pub fn visit_start(notes: &[Note]) -> DateTime<Utc> {
+    notes.iter().filter(|n| n.kind == "OUTCOME").map(|n| n.meta.at).max().unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
 /// The GROUNDEDNESS note for the chart: the score, the verdict, and every
 /// claim that did not hold.
 pub fn groundedness_note(score: &Score, threshold: f64, stage: &str, run: &str, at: DateTime<Utc>) -> Note {

@@ -64,6 +64,14 @@ fn reason_of(body: &str) -> String {
     body.split(FOOTER).next().unwrap_or_default().trim().to_string()
 }
 
+/// Who declared it, from ward's footer (the issue's author is the engine's
+/// account when the engine opened it on someone's behalf).
+fn declarer_of(body: &str) -> Option<String> {
+    let footer = body.split(FOOTER).nth(1)?;
+    let rest = footer.strip_prefix("Declared by @")?;
+    rest.split_whitespace().next().map(str::to_string)
+}
+
 /// The lockdown in force, if any (the oldest when several are open). The
 /// stage runner calls this before anything else.
 pub async fn active_lockdown(forge: &dyn Forge) -> Result<Option<Lockdown>, LockdownError> {
@@ -74,7 +82,7 @@ pub async fn active_lockdown(forge: &dyn Forge) -> Result<Option<Lockdown>, Lock
     Ok(open.into_iter().min_by_key(|i| i.number).map(|i| Lockdown {
         issue: i.number,
         reason: reason_of(&i.body),
-        declared_by: i.author,
+        declared_by: declarer_of(&i.body).unwrap_or(i.author),
     }))
 }
 
@@ -179,5 +187,7 @@ mod tests {
     fn the_reason_survives_the_footer_and_human_edits() {
         assert_eq!(reason_of("Docker down\n\n---\nDeclared by @x"), "Docker down");
         assert_eq!(reason_of("  edited by a person  "), "edited by a person");
+        assert_eq!(declarer_of("x\n\n---\nDeclared by @chief-ana at 2026"), Some("chief-ana".into()));
+        assert_eq!(declarer_of("no footer"), None);
     }
 }

@@ -248,7 +248,7 @@ pub fn compute(config: &Config, patients: &[PatientRecord], from: DateTime<Utc>,
         }
     }
     costs.sort_by(|a, b| b.cost.total_cmp(&a.cost).then(a.issue.cmp(&b.issue)));
-    report.total_cost = costs.iter().map(|c| c.cost).sum();
+    report.total_cost = costs.iter().fold(0.0, |sum, c| sum + c.cost);
     report.stages = stages;
     report.flows = flows;
     report.stalled_patients = stalled.len();

@@ -195,6 +195,13 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let run = req.run_id.clone().unwrap_or_else(|| new_run_id(now));
     let span = info_span!("stage", repo = %h.forge.describe(), issue = req.issue, stage = stage.name, run = %run);
     let _enter = span.enter();
+    // Infection control first: while a lockdown is open nothing runs and no label moves.
+    if let Some(lockdown) = crate::lockdown::active_lockdown(&*h.forge).await? {
+        let note = crate::lockdown::lockdown_note(&lockdown, stage.name, &run, now);
+        chart::store_notes(&*h.forge, &h.sentinels, number, None, &[note]).await?;
+        let reason = lockdown.to_string();
+        return Ok(StageResult::Refused { issue: req.issue, stage: stage.name.into(), reason, to: None });
+    }
     let artifacts = h.artifacts.join(req.issue.to_string()).join(&run);
     std::fs::create_dir_all(&artifacts).with_context(|| format!("could not create {}", artifacts.display()))?;
 
@@ -207,6 +214,13 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     };
     let meta = |role: &str| NoteMeta { run: run.clone(), stage: stage.name.into(), role: role.into(), at: (h.clock)() };
     let engine_note = |kind: &str, body: String| Note { kind: kind.into(), meta: meta(ENGINE_ROLE), body };
+
+    // Budget left? A patient over its limits goes to the chiefs before any agent starts.
+    let budget = &h.config.departments.budget;
+    let spend = crate::budget::patient_spend(&chart_notes, &budget.send_back_set(&h.config));
+    if let Some(breach) = crate::budget::check_patient(budget, &spend) {
+        return send_over_budget(h, req.issue, stage, &run, &breach, None, false).await;
+    }
 
     // Admission to the stage: durable before the agent starts, so a crash
     // is visible to the charge nurse.
@@ -263,8 +277,39 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         ward_exe: h.ward_exe.clone(),
     };
     info!(command = ?spec.command.first(), "agent starts");
-    let exit = agent::run(&spec).await?;
+    // The engine enforces the run's dollars while it goes (the wall clock is
+    // agent.rs's); dropping the agent's future kills its process group.
+    let agent_stdout = artifacts.join("agent.stdout.log");
+    let watch = crate::budget::watch(
+        &agent_stdout,
+        budget,
+        stage.config.time_limit + Duration::from_secs(60),
+        Duration::from_secs(2),
+    );
+    let exit = tokio::select! {
+        exit = agent::run(&spec) => exit?,
+        (breach, usage) = watch => {
+            warn!(%breach, "budget reached; the agent was stopped");
+            return send_over_budget(h, req.issue, stage, &run, &breach, usage.as_ref(), true).await;
+        }
+    };
     info!(elapsed_ms = exit.elapsed.as_millis(), end = ?exit.end, "agent ended");
+    let stdout = std::fs::read(&exit.stdout).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    let usage = crate::budget::parse_usage(&stdout, budget);
+    let cost = crate::budget::cost_note(usage.as_ref(), stage.name, &run, (h.clock)());
+    let health = crate::sweep::AgentRun {
+        issue: number,
+        stage: stage.name.into(),
+        run: run.clone(),
+        ok: exit.success(),
+        at: (h.clock)(),
+    };
+    if let Err(e) = crate::sweep::record_agent_run(&*h.forge, health).await {
+        warn!("could not record the agent's health for the sweep: {e}");
+    }
+    if let Some(breach) = crate::budget::check_run(budget, Duration::MAX, Duration::ZERO, usage.as_ref()) {
+        return send_over_budget(h, req.issue, stage, &run, &breach, usage.as_ref(), false).await;
+    }
 
     // Validate.
     let checked = check_agent_run(h, stage, &exit, &notes_file);
@@ -280,7 +325,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
                     stage.name
                 ),
             );
-            chart::store_notes(&*h.forge, &h.sentinels, number, stored, &[lookup, refusal]).await?;
+            chart::store_notes(&*h.forge, &h.sentinels, number, stored, &[lookup, cost, refusal]).await?;
             write_run_json(
                 &artifacts,
                 &serde_json::json!({"issue": req.issue, "stage": stage.name, "run": run, "result": "invalid", "reason": reason}),
@@ -289,8 +334,25 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         }
     };
 
+    // Groundedness: the notes' checkable claims against the worktree and the log.
+    let threshold = h.config.departments.groundedness.threshold;
+    let mut batch = vec![lookup, cost];
+    if threshold > 0.0 {
+        use crate::groundedness as g;
+        let ids: std::collections::HashSet<String> = h.precedents.entries.iter().map(|p| p.id.clone()).collect();
+        let after_treatment =
+            notes.kinds().any(|k| matches!(k, "TREATMENT_NOTE" | "CODE_REVIEW" | "DISCHARGE_CHECKLIST"));
+        let facts = g::Facts { worktree: &h.workdir, precedents: &ids, after_treatment };
+        let score = g::score(notes.notes.iter().map(|n| n.body.as_str()), &facts);
+        batch.push(g::groundedness_note(&score, threshold, stage.name, &run, (h.clock)()));
+        let earlier = g::earlier_invalid(&chart_notes, stage.name, g::visit_start(&chart_notes));
+        let decision = g::decide(score.value(), threshold, earlier);
+        if decision != g::Decision::Accept {
+            return ungrounded(h, &issue, stage, &run, stored, batch, &score, decision, &artifacts).await;
+        }
+    }
+
     // Chart: the agent's notes, stamped, then the outcome. Durable before labels move.
-    let mut batch = vec![lookup];
     batch.extend(notes.notes.iter().map(|d| Note {
         kind: d.kind.clone(),
         meta: meta(role_name),
@@ -502,4 +564,83 @@ fn list<T: std::fmt::Display>(items: &[T]) -> String {
 /// benchmark's report.
 pub fn engine_overhead(t: &Transition) -> Duration {
     Duration::from_millis(t.total_ms.saturating_sub(t.agent_ms) as u64)
+}
+
+/// A budget limit was reached: the notes say why, the patient goes to the chiefs.
+async fn send_over_budget(
+    h: &Hospital,
+    issue: u64,
+    stage: Stage<'_>,
+    run: &str,
+    breach: &crate::budget::Breach,
+    usage: Option<&crate::budget::Usage>,
+    agent_stopped: bool,
+) -> anyhow::Result<StageResult> {
+    let number = IssueNumber(issue);
+    crate::budget::send_to_chief(
+        &*h.forge,
+        &h.config,
+        number,
+        stage.name,
+        run,
+        breach,
+        usage,
+        agent_stopped,
+        (h.clock)(),
+    )
+    .await?;
+    let to = Some(crate::sweep::chief_label(&h.config).to_string());
+    Ok(StageResult::Refused { issue, stage: stage.name.into(), reason: breach.to_string(), to })
+}
+
+/// An ungrounded run: the label stays and the stage runs once more, or,
+/// when a rerun was already ungrounded, the patient goes to the chiefs.
+#[allow(clippy::too_many_arguments)]
+async fn ungrounded(
+    h: &Hospital,
+    issue: &Issue,
+    stage: Stage<'_>,
+    run: &str,
+    stored: Option<crate::forge::StoredChart>,
+    mut batch: Vec<Note>,
+    score: &crate::groundedness::Score,
+    decision: crate::groundedness::Decision,
+    artifacts: &Path,
+) -> anyhow::Result<StageResult> {
+    let number = issue.number;
+    let meta = NoteMeta { run: run.into(), stage: stage.name.into(), role: ENGINE_ROLE.into(), at: (h.clock)() };
+    let chief = crate::sweep::chief_label(&h.config).to_string();
+    let reason = format!("its notes are not grounded (score {score}; see the GROUNDEDNESS note)");
+    if decision == crate::groundedness::Decision::Rerun {
+        batch.push(Note {
+            kind: "REFUSAL".into(),
+            meta,
+            body: format!(
+                "The run of stage `{}` was invalid: {reason}. The stage runs once more; the label stays.",
+                stage.name
+            ),
+        });
+        chart::store_notes(&*h.forge, &h.sentinels, number, stored, &batch).await?;
+        h.forge.dispatch_stage(number).await?;
+        return Ok(StageResult::Invalid {
+            issue: number.0,
+            stage: stage.name.into(),
+            run: run.into(),
+            reason,
+            artifacts: artifacts.to_path_buf(),
+        });
+    }
+    batch.push(Note {
+        kind: "ESCALATION".into(),
+        meta,
+        body: format!(
+            "Stage `{}` ran twice and both runs were ungrounded ({reason}). Moved to `{chief}`.\n\n\
+             What to do: read the GROUNDEDNESS notes, then put `{}` back or take over.",
+            stage.name, stage.config.label
+        ),
+    });
+    chart::store_notes(&*h.forge, &h.sentinels, number, stored, &batch).await?;
+    let label_in = stage.config.label.as_str();
+    h.forge.set_labels(number, &next_labels(issue, label_in, &chief)).await?;
+    Ok(StageResult::Refused { issue: number.0, stage: stage.name.into(), reason, to: Some(chief) })
 }
