@@ -14,6 +14,7 @@ use ward::forge::{CiState, CiStatus, Forge, IssueNumber, IssueState, Permission}
 use ward::groundedness::{self, Decision, Facts};
 use ward::lockdown::{self, LockdownError};
 use ward::report;
+use ward::stage::{self, StageRequest, StageResult};
 use ward::sweep::{self, AgentRun, Facilities, SweepOutcome};
 
 async fn sweep_once(w: &Ward) -> sweep::SweepReport {
@@ -268,10 +269,16 @@ async fn lockdown_on_and_off_with_stages_refused_meanwhile() {
     assert_eq!(w.labels(l.issue).await, vec!["ward:lockdown"]);
 
     // A stage run meanwhile: the guard records a LOCKDOWN note and moves nothing.
-    let note = lockdown::lockdown_note(&active, "diagnose", "run-1", w.now());
-    w.write(n, &[note]).await;
+    let h = w.hospital(|t| t);
+    let req = StageRequest { issue: n.0, label: Some("ward:diagnose".into()), ..Default::default() };
+    let result = stage::run_stage(&h, &req).await.unwrap();
+    assert!(
+        matches!(&result, StageResult::Refused { to: None, reason, .. } if reason.contains("poisoned")),
+        "{result:?}"
+    );
     assert_eq!(w.labels(n).await, vec!["ward:diagnose"]);
     assert!(w.kinds(n, "LOCKDOWN").await[0].body.contains("Emulator image is poisoned"));
+    assert!(w.kinds(n, "ADMISSION").await.is_empty(), "no run started");
 
     // The sweep does not re-trigger anything during a lockdown.
     sweep_once(&w).await;
@@ -288,10 +295,12 @@ async fn lockdown_on_and_off_with_stages_refused_meanwhile() {
     assert_eq!(w.local.issue(l.issue).await.unwrap().state, IssueState::Closed);
     assert!(w.local.comments(l.issue).await.unwrap()[0].body.contains("Lifted by @chief-ana"));
 
-    // Lifted: the refused patient is revived by the next sweep.
+    // Lifted: the refused patient is revived by the next sweep, and its stage runs.
     let r = sweep_once(&w).await;
     assert_eq!(r.actions.len(), 1, "{r}");
     assert_eq!(w.dispatched(), vec![n]);
+    let result = stage::run_stage(&h, &req).await.unwrap();
+    assert!(matches!(&result, StageResult::Moved(t) if t.to == "ward:plan-review"), "{result:?}");
 }
 
 #[tokio::test]
@@ -400,9 +409,82 @@ async fn a_budget_exceeded_mid_run_stops_the_agent_and_sends_the_patient_to_the_
     assert_eq!(budget::check_patient(&strict, &spend).unwrap().limit, Limit::PatientDollars);
 }
 
+#[tokio::test]
+async fn the_stage_runner_stops_an_agent_that_overspends_while_it_runs() {
+    let w = Ward::new(config_with(|t| t));
+    let h = w.hospital(|t| {
+        t.replace(
+            "human_approval: false\n",
+            "human_approval: false\ndepartments:\n  budget:\n    run_usd: 1\n    prices: { input: 3, output: 15 }\n",
+        )
+    });
+    let n = w.admit("expensive", &["ward:treat"]);
+    let pid_file = w.dir.path().join("agent.pid");
+    let script = format!(
+        r#"echo $$ > {}; i=0; while true; do i=$((i+1)); printf '{{"type":"assistant","message":{{"id":"m%s","usage":{{"output_tokens":20000}}}}}}\n' "$i"; sleep 0.2; done"#,
+        pid_file.display()
+    );
+    let req = StageRequest {
+        issue: n.0,
+        label: Some("ward:treat".into()),
+        agent_command: Some(vec!["sh".into(), "-c".into(), script]),
+        ..Default::default()
+    };
+    let result = stage::run_stage(&h, &req).await.unwrap();
+    assert!(
+        matches!(&result, StageResult::Refused { to: Some(to), reason, .. } if to == "ward:chief" && reason.contains("per-run limit")),
+        "{result:?}"
+    );
+    let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_string();
+    let alive = std::process::Command::new("kill")
+        .args(["-0", &pid])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(!alive, "the agent (pid {pid}) was killed");
+    assert_eq!(w.labels(n).await, vec!["ward:chief"]);
+    let cost = budget::parse_cost_note(&w.kinds(n, "COST").await[0].body).unwrap();
+    assert!(cost.cost_usd.unwrap() >= 1.0, "{cost:?}");
+    assert!(w.kinds(n, "ESCALATION").await[0].body.contains("The engine stopped the agent"));
+}
+
 // ---------------------------------------------------------------------------
 // Groundedness
 // ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_stage_runner_reruns_an_ungrounded_run_once_then_escalates() {
+    let w = Ward::new(config_with(|t| t));
+    let h = w.hospital(|t| t);
+    let n = w.admit("invented facts", &["ward:diagnose"]);
+    let notes = "<!-- WARD:TREATMENT_PLAN -->\n## Diagnosis\nThe bug is in `engine/ghost.rs:12` (see P-0999).\n\
+                 <!-- /WARD:TREATMENT_PLAN -->\n<!-- WARD:OUTCOME plan-posted -->\n";
+    let script = format!("cat > \"$WARD_NOTES\" <<'EOF'\n{notes}EOF\n");
+    let req = StageRequest {
+        issue: n.0,
+        label: Some("ward:diagnose".into()),
+        agent_command: Some(vec!["sh".into(), "-c".into(), script]),
+        ..Default::default()
+    };
+    let first = stage::run_stage(&h, &req).await.unwrap();
+    assert!(matches!(&first, StageResult::Invalid { reason, .. } if reason.contains("not grounded")), "{first:?}");
+    assert_eq!(w.labels(n).await, vec!["ward:diagnose"], "the label stays for the rerun");
+    assert_eq!(w.dispatched(), vec![n], "the stage is run once more");
+    let g = w.kinds(n, "GROUNDEDNESS").await;
+    assert!(
+        g[0].body.contains("score: 0.00") && g[0].body.contains("`engine/ghost.rs:12` does not exist"),
+        "{}",
+        g[0].body
+    );
+    assert!(w.kinds(n, "TREATMENT_PLAN").await.is_empty(), "an invalid run's notes stay out of the chart");
+
+    w.clock.advance(minutes(5));
+    let second = stage::run_stage(&h, &req).await.unwrap();
+    assert!(matches!(&second, StageResult::Refused { to: Some(to), .. } if to == "ward:chief"), "{second:?}");
+    assert_eq!(w.labels(n).await, vec!["ward:chief"]);
+    assert!(w.kinds(n, "ESCALATION").await[0].body.contains("both runs were ungrounded"));
+}
 
 #[tokio::test]
 async fn an_ungrounded_note_is_invalid_reruns_once_then_escalates() {

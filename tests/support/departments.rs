@@ -132,6 +132,23 @@ impl Ward {
         self.local.set_labels(n, &labels).await.unwrap();
     }
 
+    /// The stage runner over this ward's forge and clock: the default
+    /// installation in the ward's folder, with `edit` applied to ward.yml,
+    /// and the real `ward` binary as the stand-in agent.
+    pub fn hospital(&self, edit: impl Fn(String) -> String) -> ward::stage::Hospital {
+        let root = self.dir.path();
+        if !root.join(".github/ward.yml").exists() {
+            ward::defaults::install(root).unwrap();
+        }
+        let pipeline = include_str!("../../.github/ward.yml");
+        std::fs::write(root.join(".github/ward.yml"), edit(pipeline.to_string())).unwrap();
+        let forge: Arc<dyn Forge> = self.local.clone();
+        let mut h = ward::stage::Hospital::load(root, forge).unwrap();
+        h.ward_exe = env!("CARGO_BIN_EXE_ward").into();
+        h.clock = self.clock.as_clock();
+        h
+    }
+
     pub fn dispatched(&self) -> Vec<IssueNumber> {
         self.local.dispatches().unwrap().into_iter().map(|d| d.issue).collect()
     }
