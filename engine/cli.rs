@@ -108,6 +108,9 @@ pub enum Command {
         /// Also write a self-contained HTML page with charts.
         #[arg(long)]
         html: Option<PathBuf>,
+        /// Also post the report as a new issue.
+        #[arg(long)]
+        post: bool,
         #[arg(long, env = "WARD_NOW")]
         now: Option<String>,
     },
@@ -325,10 +328,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 LockdownCommand::Status => dept::lockdown_status(&*forge).await,
             }
         }
-        Command::Report { since, html, now } => {
+        Command::Report { since, html, post, now } => {
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
-            crate::departments::commands::report(&*forge, &config, since, html.as_deref(), now.as_deref()).await
+            let (html, now) = (html.as_deref(), now.as_deref());
+            crate::departments::commands::report(&*forge, &config, since, html, *post, now).await
         }
         Command::Init => {
             let written = crate::defaults::install(&cli.root)?;

@@ -134,6 +134,7 @@ pub mod commands {
         config: &Config,
         since: &str,
         html: Option<&Path>,
+        post: bool,
         now: Option<&str>,
     ) -> anyhow::Result<ExitCode> {
         let to = now_from(now)?;
@@ -145,7 +146,16 @@ pub mod commands {
         let (patients, problems) = report::gather(forge, config).await?;
         let mut r = report::compute(config, &patients, from, to);
         r.problems = problems;
-        print!("{}", report::render_markdown(&r));
+        let markdown = report::render_markdown(&r);
+        print!("{markdown}");
+        if post {
+            let title = format!("ward safety report, {} to {}", from.format("%Y-%m-%d"), to.format("%Y-%m-%d"));
+            let issue = forge
+                .create_issue(crate::forge::NewIssue { title, body: markdown, labels: Vec::new() })
+                .await
+                .context("could not post the safety report as an issue")?;
+            eprintln!("posted the report as {}", issue.number);
+        }
         if let Some(file) = html {
             std::fs::write(file, report::render_html(&r))
                 .with_context(|| format!("could not write the HTML report to {}", file.display()))?;
