@@ -14,6 +14,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::chart::{ENGINE_ROLE, KNOWN_KINDS};
 use crate::forge::{LabelSpec, Permission};
+use crate::workspace::config::EmulatorConfig;
 
 /// Where the pipeline lives, relative to the repository root.
 pub const CONFIG_PATH: &str = ".github/ward.yml";
@@ -64,6 +65,10 @@ pub struct Config {
     /// Every field has a default; see [`crate::departments::Departments`].
     #[serde(default)]
     pub departments: crate::departments::Departments,
+    /// The emulator every stage run gets (a stage's own `emulator` replaces
+    /// it). Default: none. See [`crate::workspace::config`].
+    #[serde(default)]
+    pub emulator: Option<EmulatorConfig>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -121,6 +126,9 @@ pub struct StageConfig {
     pub requires_for: BTreeMap<String, Vec<String>>,
     /// Outcome name -> label out.
     pub outcomes: BTreeMap<String, String>,
+    /// This stage's emulator, replacing the top-level one. Default: the top-level one.
+    #[serde(default)]
+    pub emulator: Option<EmulatorConfig>,
 }
 
 impl StageConfig {
@@ -207,7 +215,7 @@ fn default_top() -> usize {
     3
 }
 
-fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(crate) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
     humantime::parse_duration(&s)
         .map_err(|e| serde::de::Error::custom(format!("`{s}` is not a duration like `15m` or `1h 30m`: {e}")))
@@ -406,6 +414,9 @@ impl Config {
             if stage.time_limit.is_zero() {
                 p.push((format!("{path}.time_limit"), "must be longer than zero".into()));
             }
+            if let Some(e) = &stage.emulator {
+                p.extend(crate::workspace::config::validate(e, &format!("{path}.emulator")));
+            }
         }
         for (name, role) in &self.roles {
             let path = format!("roles.{name}");
@@ -431,6 +442,9 @@ impl Config {
             }
         }
         p.extend(self.departments.validate(self));
+        if let Some(e) = &self.emulator {
+            p.extend(crate::workspace::config::validate(e, "emulator"));
+        }
         // Reachability: every stage must be reachable from admission.
         let reached = self.reachable_labels();
         for (name, stage) in &self.stages.0 {
@@ -468,6 +482,11 @@ impl Config {
 
     pub fn stages(&self) -> impl Iterator<Item = Stage<'_>> {
         self.stages.0.iter().map(|(name, config)| Stage { name, config })
+    }
+
+    /// The emulator a stage run gets: the stage's own, else the top-level one.
+    pub fn emulator_for(&self, stage: &str) -> Option<&EmulatorConfig> {
+        self.stage(stage).and_then(|s| s.config.emulator.as_ref()).or(self.emulator.as_ref())
     }
 
     pub fn role(&self, name: &str) -> Option<&RoleConfig> {

@@ -85,7 +85,9 @@ pub fn render(run: &DemoRun) -> String {
 /// `git init` and a first commit with a fixed identity and date, so the
 /// demo repository is the same on every machine.
 fn init_repository(dir: &Path) -> anyhow::Result<()> {
-    let repo = git2::Repository::init(dir).context("could not create the demo git repository")?;
+    let mut opts = git2::RepositoryInitOptions::new();
+    opts.initial_head("main");
+    let repo = git2::Repository::init_opts(dir, &opts).context("could not create the demo git repository")?;
     let mut index = repo.index()?;
     index.add_all(["*"], git2::IndexAddOption::DEFAULT, None)?;
     index.write()?;

@@ -18,3 +18,4 @@ pub mod report;
 pub mod simulate;
 pub mod stage;
 pub mod sweep;
+pub mod workspace;

@@ -80,6 +80,8 @@ pub struct Step {
     pub outcome: Option<String>,
     pub label_out: Option<String>,
     pub ms: u128,
+    /// The engine's own time in the run (the agent's excluded).
+    pub engine_us: u128,
     pub scripted: bool,
     pub detail: Option<String>,
 }
@@ -146,6 +148,7 @@ pub async fn drive(
                 outcome: Some(t.outcome),
                 label_out: Some(t.to),
                 ms: t.total_ms,
+                engine_us: t.engine_us,
                 scripted,
                 detail: None,
             }),
@@ -157,6 +160,7 @@ pub async fn drive(
                 outcome: None,
                 label_out: to,
                 ms: 0,
+                engine_us: 0,
                 scripted,
                 detail: Some(reason),
             }),
@@ -168,6 +172,7 @@ pub async fn drive(
                     outcome: None,
                     label_out: None,
                     ms: 0,
+                    engine_us: 0,
                     scripted,
                     detail: Some(reason),
                 });
@@ -224,6 +229,7 @@ pub async fn run_scenario(root: &Path, file: &Path, scratch: &Path, ward_exe: &P
     let mut h = Hospital::load(root, forge.clone())?;
     h.artifacts = scratch.join("runs");
     h.workdir = scratch.join("work");
+    h.workspace = None; // scenarios run in scratch, never in the repository's worktrees
     h.ward_exe = ward_exe.to_path_buf();
     std::fs::create_dir_all(&h.workdir)?;
     for stage in scenario.script.keys() {

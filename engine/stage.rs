@@ -1,7 +1,7 @@
 //! One stage run ("rounds"): the only place that sequences the steps.
 //!
 //! ```text
-//! guard ─► prompt ─► agent ─► validate ─► chart ─► labels ─► dispatch
+//! guard ─► workspace up ─► prompt ─► agent ─► validate ─► chart ─► labels ─► dispatch ─► workspace down
 //! ```
 //!
 //! A failed guard or an invalid run is a chart note and a defined result,
@@ -26,6 +26,7 @@ use crate::prompt::{
     IssueContext, PrecedentContext, PromptContext, Prompts, RoleContext, StageContext, WorkspaceContext,
     fence_untrusted, pending_handoff, select_notes,
 };
+use crate::workspace::{Cancel, Workspace, WorkspacePlan};
 
 /// What every stage run of one repository shares: loaded once per command.
 pub struct Hospital {
@@ -43,6 +44,10 @@ pub struct Hospital {
     /// This ward binary (the stand-in agent is `ward stand-in`).
     pub ward_exe: PathBuf,
     pub clock: Clock,
+    /// Each run's own worktree on `ward/issue-<n>` (and emulator, when the
+    /// stage has one); `None` runs the agent in `workdir`. Set when `root`
+    /// is a git repository on a branch.
+    pub workspace: Option<WorkspacePlan>,
 }
 
 impl Hospital {
@@ -64,6 +69,7 @@ impl Hospital {
             workdir: root.to_path_buf(),
             ward_exe,
             clock: system_clock(),
+            workspace: WorkspacePlan::detect(root, |k| std::env::var(k).ok()),
         })
     }
 }
@@ -92,6 +98,8 @@ pub struct Transition {
     pub dispatched: bool,
     pub total_ms: u128,
     pub agent_ms: u128,
+    /// The engine's own time: the whole run less the agent's.
+    pub engine_us: u128,
     pub artifacts: PathBuf,
 }
 
@@ -147,8 +155,30 @@ pub fn next_labels(issue: &Issue, label_in: &str, label_out: &str) -> Vec<String
     labels
 }
 
-/// Runs one stage for one issue.
+/// Runs one stage for one issue, then tears its workspace down whatever
+/// happened: diagnostics, removal, verification. `report.json` is written
+/// only when the run succeeded and the teardown was verified.
 pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<StageResult> {
+    let mut workspace = None;
+    let result = stage_steps(h, req, &mut workspace).await;
+    let Some(ws) = workspace else { return result };
+    let run = ws.run.clone();
+    match (result, ws.down().await) {
+        (Ok(r), Ok(report)) => {
+            if !r.is_failure() {
+                report.write()?;
+            }
+            Ok(r)
+        }
+        (Ok(_), Err(e)) => {
+            Err(anyhow::Error::new(e).context(format!("run {run} finished, but its workspace teardown failed")))
+        }
+        (Err(e), Ok(_)) => Err(e),
+        (Err(e), Err(down)) => Err(e.context(format!("and then the workspace teardown failed too: {down}"))),
+    }
+}
+
+async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspace>) -> anyhow::Result<StageResult> {
     let started = Instant::now();
     let number = IssueNumber(req.issue);
     let issue = h.forge.issue(number).await.with_context(|| format!("could not read issue {number}"))?;
@@ -236,6 +266,25 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     );
     let stored = chart::store_notes(&*h.forge, &h.sentinels, number, stored, &[admission]).await?;
 
+    // Workspace up: the task's worktree, and the stage's emulator if it has one.
+    if let Some(plan) = &h.workspace {
+        let mut wreq = plan.request(&h.root, req.issue, stage.name, &run, &artifacts);
+        wreq.emulator = h.config.emulator_for(stage.name).cloned();
+        wreq.expires_after = stage.config.time_limit + stage.config.stall_after;
+        wreq.restart =
+            chart_notes.iter().rev().find(|n| n.kind == "OUTCOME").is_some_and(|n| n.body.trim() == "restart");
+        let ws = Workspace::up(wreq, &Cancel::process()?)
+            .await
+            .with_context(|| format!("could not bring up the workspace of issue {number}, stage `{}`", stage.name))?;
+        *slot = Some(ws);
+    }
+    let workdir = slot.as_ref().map_or_else(|| h.workdir.clone(), |w| w.worktree.path.clone());
+    let emulator_env: Vec<(String, String)> = slot
+        .as_ref()
+        .and_then(|w| w.emulator.as_ref())
+        .map(|e| e.vars.clone().into_iter().collect())
+        .unwrap_or_default();
+
     // Prompt.
     let found = h.precedents.search(&format!("{} {}", issue.title, issue.body), h.config.precedents.top);
     let lookup = engine_note("PRECEDENT_LOOKUP", precedent_lookup_body(&found));
@@ -251,10 +300,10 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         handoff: pending_handoff(&chart_notes),
         precedents: found.iter().map(PrecedentContext::from_match).collect(),
         workspace: WorkspaceContext {
-            path: h.workdir.display().to_string(),
-            branch: format!("ward/issue-{}", req.issue),
-            base: "main".into(),
-            env: Vec::new(),
+            path: workdir.display().to_string(),
+            branch: crate::workspace::worktree::branch_name(req.issue),
+            base: h.workspace.as_ref().map_or_else(|| "main".into(), |p| p.base.clone()),
+            env: emulator_env.iter().map(|(k, _)| k.clone()).collect(),
         },
         sentinel: h.sentinels.prefix().into(),
         notes_file: "$WARD_NOTES".into(),
@@ -267,8 +316,12 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let notes_file = artifacts.join("notes.md");
     let spec = AgentSpec {
         command: req.agent_command.clone().unwrap_or_else(|| h.config.agent.command.clone()),
-        workdir: h.workdir.clone(),
-        env: agent_env(req.issue, stage, role_name, &run, &prompt_file, &notes_file, &h.workdir, h.sentinels.prefix()),
+        workdir: workdir.clone(),
+        // The emulator's variables go to the agent's environment and nowhere else.
+        env: agent_env(req.issue, stage, role_name, &run, &prompt_file, &notes_file, &workdir, h.sentinels.prefix())
+            .into_iter()
+            .chain(emulator_env)
+            .collect(),
         pass_env: h.config.agent.pass_env.clone(),
         prompt_file,
         notes_file: notes_file.clone(),
@@ -286,13 +339,48 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         stage.config.time_limit + Duration::from_secs(60),
         Duration::from_secs(2),
     );
+    let has_workspace = slot.is_some();
+    let run_agent =
+        async {
+            if has_workspace {
+                // A signal (a cancelled Actions job) ends the agent; the caller still tears the workspace down.
+                Cancel::process()?.guard(agent::run(&spec)).await.with_context(|| {
+                format!(
+                    "stage `{}` of issue {number} was cancelled by a signal while the agent ran; no label moved",
+                    stage.name
+                )
+            })?
+            .map_err(anyhow::Error::from)
+            } else {
+                agent::run(&spec).await.map_err(anyhow::Error::from)
+            }
+        };
     let exit = tokio::select! {
-        exit = agent::run(&spec) => exit?,
+        exit = run_agent => exit?,
         (breach, usage) = watch => {
             warn!(%breach, "budget reached; the agent was stopped");
             return send_over_budget(h, req.issue, stage, &run, &breach, usage.as_ref(), true).await;
         }
     };
+    if let Some(ws) = slot.as_mut() {
+        // Durable before any label moves: the next stage starts from it.
+        ws.commit_leftovers().await?;
+        // GitHub mode: the treat stage pushes the branch and opens (or, by the push, updates) the pull request.
+        let push = h.workspace.as_ref().and_then(|p| p.push.as_ref());
+        if let Some(target) = push.filter(|_| stage.mode() == "treat")
+            && ws.push(target).await?
+        {
+            let base = h.workspace.as_ref().map(|p| p.base.clone()).unwrap_or_default();
+            let new = crate::forge::NewPullRequest {
+                head_branch: ws.branch.name.clone(),
+                base_branch: base,
+                title: format!("{} (#{})", issue.title, req.issue),
+                body: format!("Closes #{}.\n\nTreated by ward, stage `{}`, run `{run}`.", req.issue, stage.name),
+            };
+            let pr = h.forge.open_pull_request(new).await?;
+            info!(pull = pr.number, "pull request open");
+        }
+    }
     info!(elapsed_ms = exit.elapsed.as_millis(), end = ?exit.end, "agent ended");
     let stdout = std::fs::read(&exit.stdout).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
     let usage = crate::budget::parse_usage(&stdout, budget);
@@ -342,7 +430,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         let ids: std::collections::HashSet<String> = h.precedents.entries.iter().map(|p| p.id.clone()).collect();
         let after_treatment =
             notes.kinds().any(|k| matches!(k, "TREATMENT_NOTE" | "CODE_REVIEW" | "DISCHARGE_CHECKLIST"));
-        let facts = g::Facts { worktree: &h.workdir, precedents: &ids, after_treatment };
+        let facts = g::Facts { worktree: &workdir, precedents: &ids, after_treatment };
         let score = g::score(notes.notes.iter().map(|n| n.body.as_str()), &facts);
         batch.push(g::groundedness_note(&score, threshold, stage.name, &run, (h.clock)()));
         let earlier = g::earlier_invalid(&chart_notes, stage.name, g::visit_start(&chart_notes));
@@ -386,6 +474,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         dispatched,
         total_ms: started.elapsed().as_millis(),
         agent_ms: exit.elapsed.as_millis(),
+        engine_us: started.elapsed().saturating_sub(exit.elapsed).as_micros(),
         artifacts: artifacts.clone(),
     };
     info!(outcome = %t.outcome, to = %t.to, total_ms = t.total_ms, "label moved");
@@ -558,12 +647,6 @@ fn list<T: std::fmt::Display>(items: &[T]) -> String {
         return "none".into();
     }
     items.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
-}
-
-/// A whole stage run's duration budget for the engine's own work, for the
-/// benchmark's report.
-pub fn engine_overhead(t: &Transition) -> Duration {
-    Duration::from_millis(t.total_ms.saturating_sub(t.agent_ms) as u64)
 }
 
 /// A budget limit was reached: the notes say why, the patient goes to the chiefs.

@@ -436,12 +436,16 @@ async fn the_stage_runner_stops_an_agent_that_overspends_while_it_runs() {
         "{result:?}"
     );
     let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_string();
-    let alive = std::process::Command::new("kill")
-        .args(["-0", &pid])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap()
-        .success();
+    // Killed: gone, or a zombie waiting to be reaped (state `Z` in /proc).
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while running() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let alive = running();
     assert!(!alive, "the agent (pid {pid}) was killed");
     assert_eq!(w.labels(n).await, vec!["ward:chief"]);
     let cost = budget::parse_cost_note(&w.kinds(n, "COST").await[0].body).unwrap();

@@ -1,4 +1,92 @@
+//! Helpers shared by the integration tests. Each test binary uses a part.
 #![allow(dead_code)]
-//! Helpers shared by the integration tests.
 
 pub mod departments;
+pub mod workspace;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The ward binary under test.
+pub fn ward_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ward"))
+}
+
+/// A repository with ward installed (`ward init`), in a temporary folder,
+/// and a scrubbed environment for every command run in it.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        let s = Self { dir };
+        let out = s.ward(&["init"]);
+        assert!(out.status.success(), "ward init failed: {}", stderr(&out));
+        s
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs ward with only PATH and HOME from the outside world.
+    pub fn ward(&self, args: &[&str]) -> Output {
+        self.ward_env(args, &[])
+    }
+
+    pub fn ward_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        Command::new(ward_bin())
+            .args(args)
+            .current_dir(self.root())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.root())
+            .env("USER", "tester")
+            .envs(env.iter().copied())
+            .output()
+            .expect("ward runs")
+    }
+
+    pub fn read(&self, path: &str) -> String {
+        std::fs::read_to_string(self.root().join(path)).unwrap_or_else(|e| panic!("read {path}: {e}"))
+    }
+
+    pub fn write(&self, path: &str, text: &str) {
+        let p = self.root().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    /// Replaces `from` by `to` in the sandbox's `.github/ward.yml`.
+    pub fn edit_config(&self, from: &str, to: &str) {
+        let text = self.read(".github/ward.yml");
+        assert!(text.contains(from), "ward.yml has no `{from}`");
+        self.write(".github/ward.yml", &text.replacen(from, to, 1));
+    }
+
+    /// Makes the agent a shell script (run with `sh -c`).
+    pub fn agent_script(&self, script: &str) {
+        self.write("agent.sh", script);
+        let path = self.root().join("agent.sh");
+        self.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{}"]"#, path.display()));
+    }
+
+    /// The issue as stored by the local forge.
+    pub fn issue_json(&self, n: u64) -> serde_json::Value {
+        serde_json::from_str(&self.read(&format!(".ward/forge/issues/{n}.json"))).unwrap()
+    }
+
+    pub fn labels(&self, n: u64) -> Vec<String> {
+        self.issue_json(n)["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect()
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

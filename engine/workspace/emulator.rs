@@ -1,0 +1,595 @@
+//! The Docker boundary of a workspace: one emulator container per stage run.
+//!
+//! Every bollard call is in [`Docker`], a narrow wrapper whose errors name
+//! the operation and the container (after testcontainers-rs' client). The
+//! lifecycle around it:
+//!
+//! - create with labels that say who owns the container (`ward.run`,
+//!   `ward.issue`, `ward.stage`, `ward.expires`) and a name with the run id;
+//! - publish every port on 127.0.0.1 with a host port Docker picks, read the
+//!   ports back from inspect (two runs never race for one host port);
+//! - wait for readiness, run the seed command, render the agent's variables;
+//! - on the way down, diagnostics first (logs, inspect, exit code), then
+//!   remove by id (never by name: a look-alike container is not ours), then
+//!   inspect again until Docker says the container does not exist.
+//!
+//! Any failure after the container exists tears it down before returning.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use bollard::errors::Error as BollardError;
+use bollard::models::{ContainerCreateBody, ContainerInspectResponse, HostConfig, PortBinding};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder, StartContainerOptions,
+};
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::Cancel;
+use super::config::{EmulatorConfig, Probe, render_expose};
+
+/// Where bollard looks when `DOCKER_HOST` is not set.
+pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
+
+pub const LABEL_RUN: &str = "ward.run";
+pub const LABEL_ISSUE: &str = "ward.issue";
+pub const LABEL_STAGE: &str = "ward.stage";
+pub const LABEL_EXPIRES: &str = "ward.expires";
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmulatorError {
+    #[error(
+        "Docker is not reachable at {socket} ({reason}); start Docker, or set DOCKER_HOST to the socket it listens on"
+    )]
+    Unavailable { socket: String, reason: String },
+    #[error(
+        "image `{image}` is not present on the Docker host and ward never pulls; \
+         build or load it first (e.g. `docker build -t {image} .`)"
+    )]
+    ImageMissing { image: String },
+    #[error("Docker could not {op} {object}: {message}")]
+    Api { op: &'static str, object: String, message: String },
+    #[error(
+        "a container named `{name}` already exists and is not this run's; ward leaves it alone (remove it by hand)"
+    )]
+    NameTaken { name: String },
+    #[error("emulator `{name}` did not become ready ({probe}) within {}; diagnostics in {}", humantime::format_duration(*waited), diagnostics.display())]
+    NotReady { name: String, probe: String, waited: Duration, diagnostics: PathBuf },
+    #[error("emulator `{name}` exited with code {} before it was ready; diagnostics in {}", code.map_or("unknown".into(), |c| c.to_string()), diagnostics.display())]
+    Exited { name: String, code: Option<i64>, diagnostics: PathBuf },
+    #[error("Docker published no host port for container port {port} of `{name}`")]
+    PortMissing { name: String, port: u16 },
+    #[error("variable `{var}` for the agent does not render: {message}")]
+    Template { var: String, message: String },
+    #[error("seed command `{command}` of emulator `{name}` failed ({status}); its output is in {}", log.display())]
+    SeedFailed { name: String, command: String, status: String, log: PathBuf },
+    #[error("emulator `{name}` ({id}) is still there after removal; remove it with `docker rm -f {id}`")]
+    NotRemoved { name: String, id: String },
+    #[error("emulator `{name}` was cancelled by a signal; diagnostics in {}", diagnostics.display())]
+    Cancelled { name: String, diagnostics: PathBuf },
+    #[error("could not {op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{first}; then the cleanup failed too: {cleanup}")]
+    CleanupAfter { first: Box<EmulatorError>, cleanup: Box<EmulatorError> },
+}
+
+type Result<T> = std::result::Result<T, EmulatorError>;
+
+/// Docker's own message, without bollard's wrapping.
+fn message(e: &BollardError) -> String {
+    match e {
+        BollardError::DockerResponseServerError { status_code, message } => format!("{message} (HTTP {status_code})"),
+        other => other.to_string(),
+    }
+}
+
+fn is_not_found(e: &BollardError) -> bool {
+    matches!(e, BollardError::DockerResponseServerError { status_code: 404, .. })
+}
+
+fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EmulatorError {
+    let path = path.to_path_buf();
+    move |source| EmulatorError::Io { op, path, source }
+}
+
+/// A connection to the Docker engine; the only holder of a bollard client.
+#[derive(Clone)]
+pub struct Docker {
+    api: bollard::Docker,
+    socket: String,
+}
+
+impl Docker {
+    /// Connects to `socket` (a path or `unix://` URL), else `DOCKER_HOST`,
+    /// else [`DEFAULT_SOCKET`], and agrees on an API version with the engine.
+    pub async fn connect(socket: Option<&str>) -> Result<Self> {
+        let socket = socket
+            .map(str::to_string)
+            .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| h.starts_with("unix://") || h.starts_with('/')))
+            .unwrap_or_else(|| DEFAULT_SOCKET.to_string());
+        let path = socket.trim_start_matches("unix://").to_string();
+        let unavailable = |reason: String| EmulatorError::Unavailable { socket: path.clone(), reason };
+        let api = bollard::Docker::connect_with_socket(&path, 120, bollard::API_DEFAULT_VERSION).map_err(|e| {
+            unavailable(match e {
+                BollardError::SocketNotFoundError(_) => "no such socket".into(),
+                other => message(&other),
+            })
+        })?;
+        let api = api.negotiate_version().await.map_err(|e| unavailable(message(&e)))?;
+        Ok(Self { api, socket: path })
+    }
+
+    pub fn socket(&self) -> &str {
+        &self.socket
+    }
+
+    pub async fn image_present(&self, image: &str) -> Result<bool> {
+        match self.api.inspect_image(image).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => {
+                Err(EmulatorError::Api { op: "inspect image", object: format!("`{image}`"), message: message(&e) })
+            }
+        }
+    }
+
+    async fn create(&self, name: &str, body: ContainerCreateBody) -> Result<String> {
+        let opts = CreateContainerOptionsBuilder::default().name(name).build();
+        match self.api.create_container(Some(opts), body).await {
+            Ok(r) => Ok(r.id),
+            Err(BollardError::DockerResponseServerError { status_code: 409, .. }) => {
+                Err(EmulatorError::NameTaken { name: name.into() })
+            }
+            Err(e) => {
+                Err(EmulatorError::Api { op: "create container", object: format!("`{name}`"), message: message(&e) })
+            }
+        }
+    }
+
+    async fn start(&self, id: &str, name: &str) -> Result<()> {
+        self.api.start_container(id, None::<StartContainerOptions>).await.map_err(|e| EmulatorError::Api {
+            op: "start container",
+            object: format!("`{name}`"),
+            message: message(&e),
+        })
+    }
+
+    /// `None` when Docker does not know the container.
+    pub async fn inspect(&self, id: &str) -> Result<Option<ContainerInspectResponse>> {
+        match self.api.inspect_container(id, None::<InspectContainerOptions>).await {
+            Ok(r) => Ok(Some(r)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(EmulatorError::Api { op: "inspect container", object: id.into(), message: message(&e) }),
+        }
+    }
+
+    /// Everything the container printed so far, stdout and stderr interleaved.
+    pub async fn logs(&self, id: &str) -> Result<String> {
+        let opts = LogsOptionsBuilder::default().stdout(true).stderr(true).timestamps(false).build();
+        let mut stream = self.api.logs(id, Some(opts));
+        let mut out = String::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| EmulatorError::Api {
+                op: "read the logs of",
+                object: id.into(),
+                message: message(&e),
+            })?;
+            out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        }
+        Ok(out)
+    }
+
+    /// Removes one container by id (killing it if it runs). Already gone is fine.
+    async fn remove(&self, id: &str) -> Result<()> {
+        let opts = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+        match self.api.remove_container(id, Some(opts)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(EmulatorError::Api { op: "remove container", object: id.into(), message: message(&e) }),
+        }
+    }
+
+    /// Containers (running or not) carrying `label=value`: (id, name, labels).
+    pub async fn labelled(
+        &self,
+        label: &str,
+        value: Option<&str>,
+    ) -> Result<Vec<(String, String, HashMap<String, String>)>> {
+        let filter = match value {
+            Some(v) => format!("{label}={v}"),
+            None => label.to_string(),
+        };
+        let filters = HashMap::from([("label".to_string(), vec![filter.clone()])]);
+        let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+        let list = self.api.list_containers(Some(opts)).await.map_err(|e| EmulatorError::Api {
+            op: "list containers labelled",
+            object: filter,
+            message: message(&e),
+        })?;
+        Ok(list
+            .into_iter()
+            .filter_map(|c| {
+                let name = c.names.and_then(|n| n.first().cloned()).unwrap_or_default();
+                Some((c.id?, name.trim_start_matches('/').to_string(), c.labels.unwrap_or_default()))
+            })
+            .collect())
+    }
+}
+
+/// Who a container belongs to; becomes its labels.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Owner {
+    pub run: String,
+    pub issue: u64,
+    pub stage: String,
+    /// After this the charge nurse may reap it ([`reap_expired`]).
+    pub expires: DateTime<Utc>,
+}
+
+impl Owner {
+    /// `ward-<run>-issue-<n>-<stage>`, in the characters Docker allows.
+    pub fn container_name(&self) -> String {
+        let raw = format!("ward-{}-issue-{}-{}", self.run, self.issue, self.stage);
+        raw.chars().map(|c| if c.is_ascii_alphanumeric() || "_.-".contains(c) { c } else { '-' }).collect()
+    }
+
+    fn labels(&self) -> HashMap<String, String> {
+        HashMap::from([
+            (LABEL_RUN.into(), self.run.clone()),
+            (LABEL_ISSUE.into(), self.issue.to_string()),
+            (LABEL_STAGE.into(), self.stage.clone()),
+            (LABEL_EXPIRES.into(), self.expires.to_rfc3339()),
+        ])
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeedResult {
+    pub command: Vec<String>,
+    pub exit_code: Option<i32>,
+    pub log: PathBuf,
+    pub took_ms: u64,
+}
+
+/// A running, ready, seeded emulator this run owns.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Emulator {
+    pub id: String,
+    pub name: String,
+    pub image: String,
+    /// Container port -> host port on 127.0.0.1.
+    pub ports: BTreeMap<u16, u16>,
+    /// The rendered `expose` variables: for the agent's environment only.
+    #[serde(skip)]
+    pub vars: BTreeMap<String, String>,
+    pub ready_ms: u64,
+    pub seed: Option<SeedResult>,
+}
+
+/// What teardown left: diagnostics, and the proof of removal.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Teardown {
+    pub id: String,
+    pub name: String,
+    /// `None` while it still ran when teardown began.
+    pub exit_code: Option<i64>,
+    pub log: PathBuf,
+    pub inspect: PathBuf,
+    pub removed_verified: bool,
+    pub remove_ms: u64,
+}
+
+/// Creates, starts, readies and seeds the emulator of one stage run.
+/// `workdir` is where the seed command runs (the worktree); `artifacts`
+/// receives diagnostics and the seed log.
+pub async fn start(
+    docker: &Docker,
+    config: &EmulatorConfig,
+    owner: &Owner,
+    workdir: &Path,
+    artifacts: &Path,
+    cancel: &Cancel,
+) -> Result<Emulator> {
+    let name = owner.container_name();
+    if !docker.image_present(&config.image).await? {
+        return Err(EmulatorError::ImageMissing { image: config.image.clone() });
+    }
+    std::fs::create_dir_all(artifacts).map_err(io_err("create the artifacts folder", artifacts))?;
+    let started = Instant::now();
+    let id = docker.create(&name, create_body(config, owner)).await?;
+    match bring_up(docker, config, &id, &name, workdir, artifacts, cancel, started).await {
+        Ok(em) => Ok(em),
+        Err(first) => match stop(docker, &id, &name, artifacts).await {
+            Ok(_) => Err(first),
+            Err(cleanup) => Err(EmulatorError::CleanupAfter { first: Box::new(first), cleanup: Box::new(cleanup) }),
+        },
+    }
+}
+
+fn create_body(config: &EmulatorConfig, owner: &Owner) -> ContainerCreateBody {
+    let port_bindings = config
+        .ports
+        .iter()
+        .map(|p| {
+            // Loopback only; an empty host port lets Docker pick a free one.
+            let binding = PortBinding { host_ip: Some("127.0.0.1".into()), host_port: Some(String::new()) };
+            (format!("{p}/tcp"), Some(vec![binding]))
+        })
+        .collect();
+    ContainerCreateBody {
+        image: Some(config.image.clone()),
+        cmd: config.command.clone(),
+        env: Some(config.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        exposed_ports: Some(config.ports.iter().map(|p| format!("{p}/tcp")).collect()),
+        labels: Some(owner.labels()),
+        host_config: Some(HostConfig { port_bindings: Some(port_bindings), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn bring_up(
+    docker: &Docker,
+    config: &EmulatorConfig,
+    id: &str,
+    name: &str,
+    workdir: &Path,
+    artifacts: &Path,
+    cancel: &Cancel,
+    started: Instant,
+) -> Result<Emulator> {
+    docker.start(id, name).await?;
+    let inspect = docker.inspect(id).await?.ok_or_else(|| EmulatorError::Api {
+        op: "inspect container",
+        object: format!("`{name}`"),
+        message: "gone".into(),
+    })?;
+    let ports = host_ports(&inspect, &config.ports, name)?;
+    let probe = config.ready.probe().expect("validated: exactly one probe");
+    wait_ready(docker, id, name, &probe, &ports, config.ready.time_limit, artifacts, cancel).await?;
+    let ready_ms = started.elapsed().as_millis() as u64;
+    let vars =
+        render_expose(&config.expose, &ports).map_err(|(var, message)| EmulatorError::Template { var, message })?;
+    let seed = match &config.seed {
+        Some(seed) => Some(run_seed(name, &seed.command, seed.time_limit, &vars, workdir, artifacts, cancel).await?),
+        None => None,
+    };
+    Ok(Emulator { id: id.into(), name: name.into(), image: config.image.clone(), ports, vars, ready_ms, seed })
+}
+
+/// Container port -> host port, as Docker published them.
+fn host_ports(inspect: &ContainerInspectResponse, wanted: &[u16], name: &str) -> Result<BTreeMap<u16, u16>> {
+    let published = inspect.network_settings.as_ref().and_then(|n| n.ports.as_ref());
+    wanted
+        .iter()
+        .map(|port| {
+            let host = published
+                .and_then(|m| m.get(&format!("{port}/tcp")))
+                .and_then(|b| b.as_ref())
+                .and_then(|b| b.iter().find(|b| b.host_ip.as_deref() == Some("127.0.0.1")))
+                .and_then(|b| b.host_port.as_deref())
+                .and_then(|p| p.parse::<u16>().ok());
+            host.map(|h| (*port, h)).ok_or_else(|| EmulatorError::PortMissing { name: name.into(), port: *port })
+        })
+        .collect()
+}
+
+fn describe(probe: &Probe) -> String {
+    match probe {
+        Probe::Http { port, path } => format!("HTTP GET {path} on port {port}"),
+        Probe::Tcp { port } => format!("TCP connect to port {port}"),
+        Probe::Log { text } => format!("log line `{text}`"),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn wait_ready(
+    docker: &Docker,
+    id: &str,
+    name: &str,
+    probe: &Probe,
+    ports: &BTreeMap<u16, u16>,
+    limit: Duration,
+    artifacts: &Path,
+    cancel: &Cancel,
+) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    let diagnostics = artifacts.join(format!("{name}.log"));
+    loop {
+        let ready = match probe {
+            Probe::Http { port, path } => http_ok(ports[port], path).await,
+            Probe::Tcp { port } => tcp_open(ports[port]).await,
+            Probe::Log { text } => docker.logs(id).await?.contains(text.as_str()),
+        };
+        if ready {
+            return Ok(());
+        }
+        let state = docker.inspect(id).await?.and_then(|i| i.state);
+        if state.as_ref().is_some_and(|s| s.running == Some(false)) {
+            return Err(EmulatorError::Exited {
+                name: name.into(),
+                code: state.and_then(|s| s.exit_code),
+                diagnostics,
+            });
+        }
+        if Instant::now() >= deadline {
+            return Err(EmulatorError::NotReady {
+                name: name.into(),
+                probe: describe(probe),
+                waited: limit,
+                diagnostics,
+            });
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            _ = cancel.cancelled() => return Err(EmulatorError::Cancelled { name: name.into(), diagnostics }),
+        }
+    }
+}
+
+/// One `GET` on loopback: a 2xx status line within a second.
+async fn http_ok(port: u16, path: &str) -> bool {
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut buf = [0u8; 64];
+        let mut got = Vec::new();
+        while got.len() < 12 {
+            let n = s.read(&mut buf).await.ok()?;
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let line = String::from_utf8_lossy(&got).to_string();
+        Some(line.split_whitespace().nth(1).is_some_and(|code| code.starts_with('2')))
+    };
+    tokio::time::timeout(Duration::from_secs(1), attempt).await.ok().flatten().unwrap_or(false)
+}
+
+/// A TCP connection that stays open. Docker's userland proxy accepts on the
+/// host port even when nothing listens in the container, then closes: an
+/// immediate end of stream means "not yet".
+async fn tcp_open(port: u16) -> bool {
+    let Ok(Ok(mut s)) =
+        tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(("127.0.0.1", port))).await
+    else {
+        return false;
+    };
+    let mut buf = [0u8; 1];
+    match tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await {
+        Err(_) => true,      // open and quiet: someone listens
+        Ok(Ok(n)) => n > 0,  // a banner
+        Ok(Err(_)) => false, // reset
+    }
+}
+
+async fn run_seed(
+    name: &str,
+    command: &[String],
+    limit: Duration,
+    vars: &BTreeMap<String, String>,
+    workdir: &Path,
+    artifacts: &Path,
+    cancel: &Cancel,
+) -> Result<SeedResult> {
+    let log = artifacts.join(format!("{name}.seed.log"));
+    let started = Instant::now();
+    let mut cmd = tokio::process::Command::new(&command[0]);
+    cmd.args(&command[1..]).current_dir(workdir).env_clear().kill_on_drop(true);
+    for key in ["PATH", "HOME", "LANG"] {
+        if let Ok(v) = std::env::var(key) {
+            cmd.env(key, v);
+        }
+    }
+    cmd.envs(vars).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let shown = command.join(" ");
+    let failed = |status: String| EmulatorError::SeedFailed {
+        name: name.into(),
+        command: shown.clone(),
+        status,
+        log: log.clone(),
+    };
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            std::fs::write(&log, format!("could not start `{shown}`: {e}\n")).map_err(io_err("write", &log))?;
+            return Err(failed(format!("could not start: {e}")));
+        }
+    };
+    let out = tokio::select! {
+        r = tokio::time::timeout(limit, child.wait_with_output()) => r,
+        _ = cancel.cancelled() => {
+            return Err(EmulatorError::Cancelled { name: name.into(), diagnostics: log });
+        }
+    };
+    let out = match out {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => return Err(failed(format!("could not wait for it: {e}"))),
+        Err(_) => {
+            std::fs::write(&log, "killed: time limit reached\n").map_err(io_err("write", &log))?;
+            return Err(failed(format!("killed after {}", humantime::format_duration(limit))));
+        }
+    };
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    std::fs::write(&log, &text).map_err(io_err("write", &log))?;
+    if !out.status.success() {
+        return Err(failed(out.status.to_string()));
+    }
+    Ok(SeedResult {
+        command: command.to_vec(),
+        exit_code: out.status.code(),
+        log,
+        took_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// Diagnostics, removal by id, verification. Writes `<name>.log` and
+/// `<name>.inspect.json` into `artifacts` before anything is removed.
+pub async fn stop(docker: &Docker, id: &str, name: &str, artifacts: &Path) -> Result<Teardown> {
+    std::fs::create_dir_all(artifacts).map_err(io_err("create the artifacts folder", artifacts))?;
+    let log = artifacts.join(format!("{name}.log"));
+    let inspect_path = artifacts.join(format!("{name}.inspect.json"));
+    // Diagnostics are best effort: a failure to read them is recorded in the
+    // files and never stops the removal.
+    let logs = docker.logs(id).await.unwrap_or_else(|e| format!("(logs unavailable: {e})\n"));
+    std::fs::write(&log, logs).map_err(io_err("write", &log))?;
+    let inspect = docker.inspect(id).await.ok().flatten();
+    let state = inspect.as_ref().and_then(|i| i.state.as_ref());
+    let exit_code = state.filter(|s| s.running != Some(true)).and_then(|s| s.exit_code);
+    let json = inspect.as_ref().and_then(|i| serde_json::to_string_pretty(i).ok()).unwrap_or_else(|| "null".into());
+    std::fs::write(&inspect_path, json).map_err(io_err("write", &inspect_path))?;
+    let started = Instant::now();
+    docker.remove(id).await?;
+    let mut gone = false;
+    for _ in 0..50 {
+        if docker.inspect(id).await?.is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !gone {
+        return Err(EmulatorError::NotRemoved { name: name.into(), id: id.into() });
+    }
+    Ok(Teardown {
+        id: id.into(),
+        name: name.into(),
+        exit_code,
+        log,
+        inspect: inspect_path,
+        removed_verified: true,
+        remove_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// The charge nurse's reaper for containers: removes (with diagnostics into
+/// `artifacts`) every container whose `ward.expires` label is before `now`.
+/// Containers without ward's labels are never listed, so never touched.
+pub async fn reap_expired(docker: &Docker, now: DateTime<Utc>, artifacts: &Path) -> Result<Vec<String>> {
+    let mut reaped = Vec::new();
+    for (id, name, labels) in docker.labelled(LABEL_EXPIRES, None).await? {
+        let expired = labels
+            .get(LABEL_EXPIRES)
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .is_some_and(|t| t.with_timezone(&Utc) < now);
+        if expired && labels.contains_key(LABEL_RUN) {
+            stop(docker, &id, &name, artifacts).await?;
+            reaped.push(name);
+        }
+    }
+    Ok(reaped)
+}

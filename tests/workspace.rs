@@ -1,0 +1,968 @@
+//! Workspaces against real git repositories and the real Docker engine:
+//! worktrees, emulators, the isolation proof, the swarm proof, and every
+//! bad input and fault issue 4 names. Each test proves by label and by path
+//! that it left no container and no worktree behind.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use support::workspace::*;
+use ward::workspace::emulator::{Docker, EmulatorError};
+use ward::workspace::worktree::{GitRepo, Marker, WorktreeError, worktree_name};
+use ward::workspace::{Cancel, Workspace, WorkspaceError, WorkspaceReport};
+
+const DB: &str = "fleetchargetest-agent-isolation";
+const COLL: &str = "dispatchUpdates";
+const DOC: &str = "current-dispatch";
+const PK: &str = "SEA-01";
+
+fn seed_file() -> String {
+    let start = json!({"id": DOC, "partitionKey": PK, "pickupBay": "BAY-2", "updateRef": "dispatch-000"});
+    let control =
+        json!({"id": "control-dispatch", "partitionKey": "PDX-02", "pickupBay": "BAY-99", "updateRef": "dispatch-099"});
+    format!("{DB}\t{COLL}\t{DOC}\t{PK}\t{start}\n{DB}\t{COLL}\tcontrol-dispatch\tPDX-02\t{control}\n")
+}
+
+/// The stand-in agent: edits its own file, then writes its dispatch state
+/// to the emulator it was given (`DOCSTORE_ENDPOINT`), conditionally on the
+/// ETag it read unless told `blind`. `STANDIN_WAIT` pauses it between the
+/// read and the write (the control run uses it to interleave two agents).
+const STANDIN: &str = r#"#!/bin/sh
+set -eu
+task="$1"; bay="$2"; ref="$3"; mode="${4:-conditional}"
+db=fleetchargetest-agent-isolation; coll=dispatchUpdates
+case "$task" in
+  fleet-rules) file=fleet-rules.md ;;
+  *) file="dispatch/$task.md" ;;
+esac
+mkdir -p "$(dirname "$file")"
+printf 'task %s: pickupBay %s, updateRef %s\n' "$task" "$bay" "$ref" >> "$file"
+if [ "$task" = fleet-rules ]; then
+  docstore put "$db" fleetRules rules-v2 "$bay" "{\"id\":\"rules-v2\",\"partitionKey\":\"$bay\",\"maxBays\":12,\"updateRef\":\"$ref\"}" >/dev/null
+  echo "fleet-rules written to $DOCSTORE_ENDPOINT"
+  exit 0
+fi
+current=$(docstore get "$db" "$coll" current-dispatch SEA-01)
+etag=$(printf '%s' "$current" | cut -f1)
+if [ -n "${STANDIN_WAIT:-}" ]; then
+  : > "$STANDIN_WAIT/read-$task"
+  while [ ! -e "$STANDIN_WAIT/go-$task" ]; do sleep 0.02; done
+fi
+body="{\"id\":\"current-dispatch\",\"partitionKey\":\"SEA-01\",\"pickupBay\":\"$bay\",\"updateRef\":\"$ref\"}"
+if [ "$mode" = blind ]; then
+  docstore put "$db" "$coll" current-dispatch SEA-01 "$body" >/dev/null
+else
+  docstore put "$db" "$coll" current-dispatch SEA-01 "$body" "$etag" >/dev/null
+fi
+echo "$task wrote $bay/$ref to $DOCSTORE_ENDPOINT"
+"#;
+
+/// A task's own check against its own emulator and its own file.
+const CHECK: &str = r#"#!/bin/sh
+set -eu
+task="$1"; bay="$2"; ref="$3"
+db=fleetchargetest-agent-isolation; coll=dispatchUpdates
+fail() { echo "check $task FAILED: $*"; exit 1; }
+control=$(docstore get "$db" "$coll" control-dispatch PDX-02)
+case "$control" in *'"pickupBay":"BAY-99"'*'"updateRef":"dispatch-099"'*) ;; *) fail "control document changed: $control" ;; esac
+if [ "$task" = fleet-rules ]; then
+  got=$(docstore get "$db" fleetRules rules-v2 "$bay")
+  case "$got" in *"\"updateRef\":\"$ref\""*) ;; *) fail "rules document is $got" ;; esac
+  grep -q "updateRef $ref" fleet-rules.md || fail "fleet-rules.md lacks the edit"
+else
+  got=$(docstore get "$db" "$coll" current-dispatch SEA-01)
+  case "$got" in *"\"pickupBay\":\"$bay\""*"\"updateRef\":\"$ref\""*) ;; *) fail "dispatch document is $got, expected $bay/$ref" ;; esac
+  grep -q "pickupBay $bay" "dispatch/$task.md" || fail "dispatch/$task.md lacks the edit"
+fi
+echo "check $task: ok"
+"#;
+
+fn proof_repo() -> TestRepo {
+    TestRepo::new(&[
+        ("README.md", "fleet charging\n"),
+        ("fixtures/dispatch.tsv", &seed_file()),
+        ("agents/standin.sh", STANDIN),
+        ("checks/check.sh", CHECK),
+        ("dispatch/.keep", ""),
+        ("fleet-rules.md", "# Fleet rules\n"),
+    ])
+}
+
+/// The emulator section of the proofs: the docstore, seeded from the fixtures.
+fn seeded_emulator() -> ward::workspace::config::EmulatorConfig {
+    let mut config = emulator_config("");
+    config.seed = Some(ward::workspace::config::SeedConfig {
+        command: vec![docstore_bin().display().to_string(), "seed".into(), "fixtures/dispatch.tsv".into()],
+        time_limit: Duration::from_secs(30),
+    });
+    config
+}
+
+/// The agent's environment, built from scratch as the engine does it.
+fn agent_command(ws: &Workspace, program: &str, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(ws.worktree.path.join(program));
+    let path = format!("{}:{}", docstore_bin().parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+    cmd.args(args)
+        .current_dir(&ws.worktree.path)
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", &ws.worktree.path)
+        .envs(ws.agent_env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+async fn run_agent(ws: &Workspace, program: &str, args: &[&str]) -> (bool, String) {
+    let out = agent_command(ws, program, args).output().await.expect("run stand-in");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+fn assert_no_containers(runs: &[&str]) {
+    for run in runs {
+        let left = containers_of_run(run);
+        assert!(left.is_empty(), "containers of run {run} left behind: {left:?}");
+    }
+}
+
+fn assert_no_worktrees(repo: &TestRepo) {
+    let list = run(repo.git().args(["worktree", "list", "--porcelain"]));
+    assert_eq!(list.matches("worktree ").count(), 1, "only the main worktree may remain:\n{list}");
+    let meta = repo.path.join(".git/worktrees");
+    let entries = std::fs::read_dir(&meta).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(entries, 0, "{} still has entries", meta.display());
+}
+
+// ---------------------------------------------------------------- worktrees
+
+#[tokio::test]
+async fn a_task_branch_is_created_reused_committed_to_and_reset() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let base = repo.rev("main").unwrap();
+    let cancel = Cancel::new();
+
+    let ws = Workspace::up(repo.request(7, "treat", "run-1"), &cancel).await.unwrap();
+    assert!(ws.branch.created);
+    assert_eq!(ws.worktree.start, base);
+    assert!(ws.worktree.path.starts_with(repo.home.join("worktrees")));
+    let shown = ws.worktree.path.display().to_string();
+    assert!(shown.contains("issue-7") && shown.contains("run-1"), "{shown}");
+    std::fs::write(ws.worktree.path.join("fix.txt"), "fixed\n").unwrap();
+    std::fs::remove_file(ws.worktree.path.join("README.md")).unwrap();
+    let (path, meta) = (ws.worktree.path.clone(), ws.worktree.metadata.clone());
+    let report = ws.down().await.unwrap();
+    assert!(report.worktree_cleanup_verified && !path.exists() && !meta.exists());
+    let commit = report.commit.clone().expect("the agent's changes are committed");
+    assert_eq!(repo.rev("ward/issue-7").unwrap(), commit);
+    let log = run(repo.git().args(["log", "-1", "--format=%an <%ae>%n%at%n%B", "ward/issue-7"]));
+    assert!(log.starts_with(&format!("ward <ward@users.noreply.github.com>\n{EPOCH}\n")), "{log}");
+    assert!(log.contains("issue #7") && log.contains("stage treat") && log.contains("run run-1"), "{log}");
+    let files = run(repo.git().args(["show", "--name-status", "--format=", "ward/issue-7"]));
+    assert_eq!(files, "D\tREADME.md\nA\tfix.txt\n");
+
+    // The next stage reuses the branch and starts from the commit.
+    let ws = Workspace::up(repo.request(7, "code-review", "run-2"), &cancel).await.unwrap();
+    assert!(!ws.branch.created && !ws.branch.reset);
+    assert_eq!(ws.worktree.start, commit);
+    assert!(ws.worktree.path.join("fix.txt").exists());
+    let report = ws.down().await.unwrap();
+    assert_eq!(report.commit, None, "nothing left uncommitted, nothing committed");
+
+    // `restart` resets the task branch to the base.
+    let mut req = repo.request(7, "diagnose", "run-3");
+    req.restart = true;
+    let ws = Workspace::up(req, &cancel).await.unwrap();
+    assert!(ws.branch.reset);
+    assert_eq!(ws.worktree.start, base);
+    ws.down().await.unwrap();
+    assert_eq!(repo.rev("ward/issue-7").unwrap(), base);
+    assert_no_worktrees(&repo);
+}
+
+#[tokio::test]
+async fn a_worktree_path_that_already_exists_is_refused_and_left_alone() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let taken = repo.home.join("worktrees").join(worktree_name(8, "run-1"));
+    std::fs::create_dir_all(&taken).unwrap();
+    std::fs::write(taken.join("someone-elses.txt"), "mine\n").unwrap();
+    let err = Workspace::up(repo.request(8, "treat", "run-1"), &Cancel::new()).await.err().expect("refused");
+    let text = err.to_string();
+    assert!(matches!(err, WorkspaceError::Worktree(WorktreeError::PathExists { .. })), "{err:?}");
+    assert!(text.contains(&taken.display().to_string()) && text.contains("already exists"), "{text}");
+    assert_eq!(std::fs::read_to_string(taken.join("someone-elses.txt")).unwrap(), "mine\n");
+    assert_no_worktrees(&repo);
+}
+
+#[tokio::test]
+async fn a_missing_base_branch_is_named() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let mut req = repo.request(9, "treat", "run-1");
+    req.base = "trunk".into();
+    let err = Workspace::up(req, &Cancel::new()).await.err().expect("refused");
+    assert!(matches!(err, WorkspaceError::Worktree(WorktreeError::BaseMissing { .. })), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("base branch `trunk` does not exist") && text.contains("refs/remotes/origin/trunk"),
+        "{text}"
+    );
+    assert_eq!(repo.rev("ward/issue-9"), None, "no task branch without a base");
+    assert_no_worktrees(&repo);
+}
+
+#[tokio::test]
+async fn a_branch_held_by_a_live_worktree_is_not_checked_out_twice() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let cancel = Cancel::new();
+    let first = Workspace::up(repo.request(10, "treat", "run-1"), &cancel).await.unwrap();
+    let err = Workspace::up(repo.request(10, "treat", "run-2"), &cancel).await.err().expect("refused");
+    assert!(err.to_string().contains("already checked out"), "{err}");
+    first.down().await.unwrap();
+    assert_no_worktrees(&repo);
+}
+
+#[test]
+fn the_reaper_removes_only_old_ward_worktrees_and_branches_of_closed_issues() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let git = GitRepo::open(&repo.path).unwrap();
+    let now = chrono::DateTime::parse_from_rfc3339("2026-01-02T12:00:00Z").unwrap().to_utc();
+    let old =
+        Marker { issue: 1, stage: "treat".into(), run: "old".into(), created_at: now - chrono::Duration::hours(5) };
+    let young =
+        Marker { issue: 2, stage: "treat".into(), run: "young".into(), created_at: now - chrono::Duration::minutes(5) };
+    let b1 = git.task_branch(1, "main", false).unwrap();
+    let b2 = git.task_branch(2, "main", false).unwrap();
+    let _ = git.task_branch(3, "main", false).unwrap();
+    let old_wt = git.add_worktree(&repo.home, &b1.name, &old).unwrap();
+    let young_wt = git.add_worktree(&repo.home, &b2.name, &young).unwrap();
+    // Somebody's own worktree and branches, with look-alike names.
+    run(repo.git().args(["branch", "ward/issue-1-notes", "main"]));
+    run(repo.git().args(["branch", "feature/x", "main"]));
+    let theirs = repo.tmp.path().join("their-worktree");
+    run(repo.git().args(["worktree", "add", "--quiet"]).arg(&theirs).arg("feature/x"));
+
+    let report = git.reap(Duration::from_secs(3600), now, &[1, 3]).unwrap();
+    assert_eq!(report.removed_worktrees, vec![old_wt.name.clone()]);
+    assert_eq!(report.deleted_branches, vec!["ward/issue-1".to_string(), "ward/issue-3".to_string()]);
+    assert!(!old_wt.path.exists() && !old_wt.metadata.exists());
+    assert!(young_wt.path.exists(), "a young worktree stays");
+    assert!(theirs.join("README.md").exists(), "a worktree ward did not create stays");
+    for kept in ["ward/issue-2", "ward/issue-1-notes", "feature/x", "main"] {
+        assert!(repo.rev(kept).is_some(), "{kept} must stay");
+    }
+    // A closed issue's branch still checked out is kept, not forced.
+    let report = git.reap(Duration::from_secs(3600), now, &[2]).unwrap();
+    assert!(report.deleted_branches.is_empty());
+    assert!(report.kept.iter().any(|(n, why)| n == "ward/issue-2" && why.contains("checked out")), "{report:?}");
+    git.remove_worktree(&young_wt).unwrap();
+    run(repo.git().args(["worktree", "remove"]).arg(&theirs));
+    assert_no_worktrees(&repo);
+}
+
+#[test]
+fn push_sends_the_branch_and_keeps_the_token_out_of_errors() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let git = GitRepo::open(&repo.path).unwrap();
+    git.task_branch(11, "main", false).unwrap();
+    let bare = repo.tmp.path().join("remote.git");
+    run(repo.git().args(["init", "--quiet", "--bare"]).arg(&bare));
+    let url = format!("file://{}", bare.display());
+    ward::workspace::worktree::push_branch(&repo.path, &url, "ward/issue-11", Some("s3cr3t-token"), false).unwrap();
+    let pushed = run(repo.git().arg("--git-dir").arg(&bare).args(["rev-parse", "ward/issue-11"]));
+    assert_eq!(pushed.trim(), repo.rev("ward/issue-11").unwrap());
+    let err = ward::workspace::worktree::push_branch(
+        &repo.path,
+        "file:///nonexistent/s3cr3t-token",
+        "ward/issue-11",
+        Some("s3cr3t-token"),
+        false,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("`git push` of `ward/issue-11` failed") && !err.contains("s3cr3t-token"), "{err}");
+}
+
+// ---------------------------------------------------------------- emulator faults
+
+#[tokio::test]
+async fn docker_not_running_is_one_sentence_naming_the_socket() {
+    let err = Docker::connect(Some("/nonexistent/ward/docker.sock")).await.err().expect("no Docker there");
+    let text = err.to_string();
+    assert!(matches!(err, EmulatorError::Unavailable { .. }));
+    assert!(text.starts_with("Docker is not reachable at /nonexistent/ward/docker.sock"), "{text}");
+    assert_eq!(text.matches(". ").count(), 0, "one sentence: {text}");
+
+    // Through a whole workspace: the worktree made before is removed again.
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let mut req = repo.request(12, "treat", &run_id("no-docker"));
+    req.emulator = Some(emulator_config(""));
+    req.docker_socket = Some("unix:///nonexistent/ward/docker.sock".into());
+    let err = Workspace::up(req, &Cancel::new()).await.err().expect("fails");
+    assert!(err.to_string().contains("/nonexistent/ward/docker.sock"), "{err}");
+    assert_no_worktrees(&repo);
+}
+
+#[tokio::test]
+async fn an_image_that_is_not_present_is_never_pulled() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let run_name = run_id("no-image");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let mut config = emulator_config("");
+    config.image = "ward-test/not-built-here:never".into();
+    let mut req = repo.request(13, "treat", &run_name);
+    req.emulator = Some(config);
+    let err = Workspace::up(req, &Cancel::new()).await.err().expect("fails");
+    let text = err.to_string();
+    assert!(
+        text.contains("image `ward-test/not-built-here:never` is not present") && text.contains("never pulls"),
+        "{text}"
+    );
+    let images = run_docker(&["images", "-q", "ward-test/not-built-here"]);
+    assert!(images.trim().is_empty(), "nothing was pulled");
+    assert_no_containers(&[&run_name]);
+    assert_no_worktrees(&repo);
+}
+
+#[tokio::test]
+async fn a_readiness_probe_that_never_passes_keeps_diagnostics_and_removes_the_container() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let run_name = run_id("never-ready");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let mut config = emulator_config("env: { DOCSTORE_NEVER_READY: \"1\" }");
+    config.ready.time_limit = Duration::from_millis(1500);
+    let mut req = repo.request(14, "treat", &run_name);
+    req.emulator = Some(config);
+    let artifacts = ward::workspace::artifacts_dir(&repo.home, 14, &run_name);
+    let err = Workspace::up(req, &Cancel::new()).await.err().expect("not ready");
+    let text = err.to_string();
+    assert!(matches!(err, WorkspaceError::Emulator(EmulatorError::NotReady { .. })), "{err:?}");
+    assert!(text.contains("did not become ready (HTTP GET /ready on port 8082) within 1s 500ms"), "{text}");
+    let log =
+        std::fs::read_dir(&artifacts).unwrap().flatten().find(|e| e.path().extension().is_some_and(|x| x == "log"));
+    let log = std::fs::read_to_string(log.expect("a log file").path()).unwrap();
+    assert!(log.contains("docstore listening"), "diagnostics hold the container's output: {log}");
+    let inspect = std::fs::read_dir(&artifacts)
+        .unwrap()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().ends_with(".inspect.json"));
+    assert!(inspect, "inspect output kept");
+    assert!(!artifacts.join("report.json").exists(), "no success report");
+    assert_no_containers(&[&run_name]);
+    assert_no_worktrees(&repo);
+}
+
+#[tokio::test]
+async fn a_failing_seed_command_removes_everything_and_keeps_its_output() {
+    let repo = TestRepo::new(&[("README.md", "hello\n"), ("fixtures/bad.tsv", "only\tthree\tfields\n")]);
+    let run_name = run_id("bad-seed");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let mut config = emulator_config("");
+    config.seed = Some(ward::workspace::config::SeedConfig {
+        command: vec![docstore_bin().display().to_string(), "seed".into(), "fixtures/bad.tsv".into()],
+        time_limit: Duration::from_secs(10),
+    });
+    let mut req = repo.request(15, "treat", &run_name);
+    req.emulator = Some(config);
+    let err = Workspace::up(req, &Cancel::new()).await.err().expect("seed fails");
+    let WorkspaceError::Emulator(EmulatorError::SeedFailed { log, .. }) = err else { panic!("{err:?}") };
+    let output = std::fs::read_to_string(&log).unwrap();
+    assert!(output.contains("fixtures/bad.tsv:1: expected DB, COLL, ID, PK, BODY"), "{output}");
+    assert_no_containers(&[&run_name]);
+    assert_no_worktrees(&repo);
+}
+
+#[test]
+fn empty_or_invalid_port_lists_are_refused_with_their_path_and_line() {
+    let shipped = std::fs::read_to_string(manifest_dir().join(".github/ward.yml")).unwrap();
+    let with = |section: &str| format!("{shipped}\n{section}");
+    let parse = |text: &str| ward::config::Config::parse(text, Path::new(".github/ward.yml"), None).unwrap_err();
+
+    let text = with("emulator:\n  image: x:y\n  ports: []\n  ready: { tcp: 8081 }\n");
+    let err = parse(&text);
+    let e = err.0.iter().find(|e| e.path == "emulator.ports").unwrap_or_else(|| panic!("{err}"));
+    assert!(e.message.contains("at least one"), "{err}");
+    assert!(text.lines().nth(e.line - 1).unwrap().contains("ports: []"), "line {}", e.line);
+    assert!(err.0.iter().any(|e| e.path == "emulator.ready.tcp"), "{err}");
+
+    let text = with("emulator:\n  image: x:y\n  ports: [8081, 0, 8081]\n  ready: { tcp: 8081 }\n");
+    let err = parse(&text);
+    assert!(err.0.iter().any(|e| e.path == "emulator.ports.1" && e.message.contains("port 0")), "{err}");
+    assert!(err.0.iter().any(|e| e.path == "emulator.ports.2" && e.message.contains("twice")), "{err}");
+
+    let text = with("emulator:\n  image: x:y\n  ports: [8081, 99999]\n  ready: { tcp: 8081 }\n");
+    let err = parse(&text);
+    assert!(err.0[0].line > 0 && err.to_string().contains("99999"), "{err}");
+
+    let text = shipped.replace(
+        "    time_limit: 60m\n",
+        "    time_limit: 60m\n    emulator:\n      image: x:y\n      ports: [8081]\n      ready: { http: { port: 8082 } }\n",
+    );
+    let err = parse(&text);
+    let e = err.0.iter().find(|e| e.path == "stages.treat.emulator.ready.http.port").unwrap_or_else(|| panic!("{err}"));
+    assert!(e.message.contains("port 8082 is not listed"), "{err}");
+}
+
+// ---------------------------------------------------------------- emulator lifecycle
+
+#[tokio::test]
+async fn ports_are_loopback_only_labels_say_who_owns_it_and_a_look_alike_is_untouched() {
+    let repo = proof_repo();
+    let run_name = run_id("owned");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let image = docstore_image();
+    // Someone else's container whose name starts like ours.
+    let look_alike = format!("ward-{run_name}-issue-16-treat-not-ours");
+    let theirs = run_docker(&["create", "--name", &look_alike, image]).trim().to_string();
+
+    let mut req = repo.request(16, "treat", &run_name);
+    req.emulator = Some(seeded_emulator());
+    let ws = Workspace::up(req, &Cancel::new()).await.unwrap();
+    let em = ws.emulator.clone().unwrap();
+    assert!(em.name.contains(&run_name));
+    assert!(em.ready_ms < 10_000);
+    assert_eq!(em.seed.as_ref().unwrap().exit_code, Some(0));
+    assert_eq!(containers_of_run(&run_name), vec![em.id.clone()]);
+    let bindings = run_docker(&["inspect", "--format", "{{json .HostConfig.PortBindings}}", &em.id]);
+    let bindings: serde_json::Value = serde_json::from_str(&bindings).unwrap();
+    for port in ["8081/tcp", "8082/tcp"] {
+        assert_eq!(bindings[port][0]["HostIp"], "127.0.0.1", "{bindings}");
+    }
+    let published = run_docker(&["port", &em.id]);
+    assert!(published.lines().all(|l| l.contains("-> 127.0.0.1:")), "{published}");
+    let labels = run_docker(&["inspect", "--format", "{{json .Config.Labels}}", &em.id]);
+    let labels: BTreeMap<String, String> = serde_json::from_str(&labels).unwrap();
+    assert_eq!(labels["ward.run"], run_name);
+    assert_eq!(labels["ward.issue"], "16");
+    assert_eq!(labels["ward.stage"], "treat");
+    assert!(chrono::DateTime::parse_from_rfc3339(&labels["ward.expires"]).is_ok());
+    // The variables go to the agent's environment, not the engine's.
+    let env: BTreeMap<String, String> = ws.agent_env().into_iter().collect();
+    assert_eq!(env["DOCSTORE_ENDPOINT"], format!("http://127.0.0.1:{}", em.ports[&8081]));
+    assert_eq!(env["COSMOS_ENDPOINT"], env["DOCSTORE_ENDPOINT"]);
+    assert!(std::env::var_os("DOCSTORE_ENDPOINT").is_none());
+    let seeded = DocClient::new(&env["DOCSTORE_ENDPOINT"]).get(DB, COLL, DOC, PK).unwrap();
+    assert_eq!((seeded.status, seeded.body["pickupBay"].as_str()), (200, Some("BAY-2")));
+
+    let artifacts = ws.artifacts.clone();
+    let report = ws.down().await.unwrap();
+    let path = report.write().unwrap();
+    assert_eq!(path, artifacts.join("report.json"));
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(written["containers"][0]["id"], em.id);
+    assert_eq!(written["emulator_cleanup_verified"], true);
+    assert_eq!(written["worktree_cleanup_verified"], true);
+    assert_eq!(written["containers"][0]["ports"]["8081"], em.ports[&8081]);
+    assert!(written.to_string().find("DOCSTORE_ENDPOINT").is_none(), "variables stay out of the report");
+    assert!(artifacts.join(format!("{}.log", em.name)).exists());
+    assert_no_containers(&[&run_name]);
+    assert_no_worktrees(&repo);
+    let still = run_docker(&["inspect", "--format", "{{.Name}}", &theirs]);
+    assert_eq!(still.trim(), format!("/{look_alike}"), "someone else's container is untouched");
+    run_docker(&["rm", "-f", &theirs]);
+}
+
+// ---------------------------------------------------------------- isolation proof
+
+struct IsolationOutcome {
+    result: Result<serde_json::Value, String>,
+    artifacts: Vec<PathBuf>,
+}
+
+fn check_doc(label: &str, doc: &Doc, id: &str, bay: &str, update: &str) -> Result<(), String> {
+    let got = (doc.status, doc.body["id"].as_str(), doc.body["pickupBay"].as_str(), doc.body["updateRef"].as_str());
+    if got != (200, Some(id), Some(bay), Some(update)) || doc.etag.is_none() {
+        return Err(format!("{label}: expected {id} {bay}/{update} with an ETag, read {got:?} etag {:?}", doc.etag));
+    }
+    Ok(())
+}
+
+/// Two emulators with identical identities; A writes BAY-7, B writes BAY-8.
+/// `expect_b` is what the read-back of B must find.
+async fn isolation(repo: &TestRepo, runs: [&str; 2], expect_b: &str) -> IsolationOutcome {
+    let cancel = Cancel::new();
+    let mut reqs = [repo.request(41, "treat", runs[0]), repo.request(42, "treat", runs[1])];
+    for r in &mut reqs {
+        r.emulator = Some(seeded_emulator());
+    }
+    let [ra, rb] = reqs;
+    let (a, b) = tokio::join!(Workspace::up(ra, &cancel), Workspace::up(rb, &cancel));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let artifacts = vec![a.artifacts.clone(), b.artifacts.clone()];
+    let ends = |ws: &Workspace| endpoint(&ws.emulator.as_ref().unwrap().vars);
+    let (end_a, end_b) = (ends(&a), ends(&b));
+    let mut evidence = json!({"a": {"endpoint": end_a}, "b": {"endpoint": end_b}});
+
+    let checks = || -> Result<(), String> {
+        if end_a == end_b {
+            return Err(format!("A and B share the endpoint {end_a}"));
+        }
+        for (end, bay, update) in [(&end_a, "BAY-7", "agent-a-dispatch"), (&end_b, "BAY-8", "agent-b-dispatch")] {
+            let client = DocClient::new(end);
+            let start = client.get(DB, COLL, DOC, PK).map_err(|e| e.to_string())?;
+            check_doc("seeded start", &start, DOC, "BAY-2", "dispatch-000")?;
+            let body = json!({"id": DOC, "partitionKey": PK, "pickupBay": bay, "updateRef": update});
+            let put = client.put(DB, COLL, DOC, PK, &body, start.etag.as_deref()).map_err(|e| e.to_string())?;
+            if put.status != 200 {
+                return Err(format!("write {bay} to {end}: HTTP {}", put.status));
+            }
+        }
+        for (label, end, bay, update) in
+            [("A", &end_a, "BAY-7", "agent-a-dispatch"), ("B", &end_b, expect_b, "agent-b-dispatch")]
+        {
+            let doc = DocClient::new(end).get(DB, COLL, DOC, PK).map_err(|e| e.to_string())?;
+            check_doc(&format!("read-back {label}"), &doc, DOC, bay, update)?;
+            let control = DocClient::new(end).get(DB, COLL, "control-dispatch", "PDX-02").map_err(|e| e.to_string())?;
+            check_doc(&format!("control {label}"), &control, "control-dispatch", "BAY-99", "dispatch-099")?;
+            // The same id in another partition is another document.
+            let other = DocClient::new(end).get(DB, COLL, DOC, "PDX-02").map_err(|e| e.to_string())?;
+            if other.status != 404 {
+                return Err(format!("{label}: {DOC} exists in partition PDX-02"));
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = checks() {
+        // Clean up anyway; no success report.
+        let (da, db) = tokio::join!(a.down(), b.down());
+        da.unwrap();
+        db.unwrap();
+        return IsolationOutcome { result: Err(e), artifacts };
+    }
+
+    // Remove A, verify it is gone, then B still holds B's write.
+    let a_id = a.emulator.as_ref().unwrap().id.clone();
+    let report_a = a.down().await.unwrap();
+    let docker = Docker::connect(None).await.unwrap();
+    assert!(docker.inspect(&a_id).await.unwrap().is_none(), "A is gone");
+    if let Ok(gone) = DocClient::new(&end_a).get(DB, COLL, DOC, PK) {
+        assert_ne!(gone.body["updateRef"], "agent-a-dispatch", "A's endpoint no longer serves A's data");
+    }
+    let after = DocClient::new(&end_b).get(DB, COLL, DOC, PK).unwrap();
+    let still = check_doc("B after A's removal", &after, DOC, "BAY-8", "agent-b-dispatch");
+    let report_b = b.down().await.unwrap();
+    if let Err(e) = still {
+        return IsolationOutcome { result: Err(e), artifacts };
+    }
+    evidence["a"]["report"] = json!(report_a.write().unwrap());
+    evidence["b"]["report"] = json!(report_b.write().unwrap());
+    evidence["b"]["after_a_removed"] = after.body;
+    IsolationOutcome { result: Ok(evidence), artifacts }
+}
+
+#[tokio::test]
+async fn isolation_proof_two_emulators_with_identical_identities_do_not_see_each_other() {
+    let repo = proof_repo();
+    let runs = [run_id("iso-a"), run_id("iso-b")];
+    let _janitor = DockerJanitor(runs.to_vec());
+    let outcome = isolation(&repo, [&runs[0], &runs[1]], "BAY-8").await;
+    let evidence = outcome.result.unwrap();
+    for dir in &outcome.artifacts {
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+        assert_eq!(report["emulator_cleanup_verified"], true);
+        assert_eq!(report["worktree_cleanup_verified"], true);
+        assert!(report["readiness_ms"].as_u64().is_some());
+        assert_eq!(report["seed"]["exit_code"], 0);
+    }
+    let out = evidence_dir("isolation-proof");
+    std::fs::write(out.join("isolation.json"), serde_json::to_string_pretty(&evidence).unwrap()).unwrap();
+    for (i, dir) in outcome.artifacts.iter().enumerate() {
+        for f in std::fs::read_dir(dir).unwrap().flatten() {
+            std::fs::copy(f.path(), out.join(format!("{}-{}", ["a", "b"][i], f.file_name().to_string_lossy())))
+                .unwrap();
+        }
+    }
+    assert_no_containers(&[&runs[0], &runs[1]]);
+    assert_no_worktrees(&repo);
+}
+
+#[tokio::test]
+async fn a_failed_read_back_cleans_up_and_writes_no_success_report() {
+    let repo = proof_repo();
+    let runs = [run_id("iso-bad-a"), run_id("iso-bad-b")];
+    let _janitor = DockerJanitor(runs.to_vec());
+    let outcome = isolation(&repo, [&runs[0], &runs[1]], "BAY-9").await;
+    let err = outcome.result.unwrap_err();
+    assert!(err.contains("read-back B: expected current-dispatch BAY-9/agent-b-dispatch"), "{err}");
+    for dir in &outcome.artifacts {
+        assert!(!dir.join("report.json").exists(), "no success report in {}", dir.display());
+        assert!(std::fs::read_dir(dir).unwrap().flatten().any(|f| f.file_name().to_string_lossy().ends_with(".log")));
+    }
+    assert_no_containers(&[&runs[0], &runs[1]]);
+    assert_no_worktrees(&repo);
+}
+
+// ---------------------------------------------------------------- swarm proof
+
+struct Task {
+    name: &'static str,
+    issue: u64,
+    bay: &'static str,
+    update: &'static str,
+}
+
+const TASKS: [Task; 3] = [
+    Task { name: "dispatch-a", issue: 101, bay: "BAY-7", update: "agent-a-dispatch" },
+    Task { name: "dispatch-b", issue: 102, bay: "BAY-8", update: "agent-b-dispatch" },
+    Task { name: "fleet-rules", issue: 103, bay: "SEA-01", update: "fleet-rules-v2" },
+];
+
+/// One task: its own worktree and emulator, the stand-in, its own check,
+/// teardown; logs, patch and report kept in `evidence`.
+async fn task_run(repo: &TestRepo, task: &Task, run_name: &str, evidence: &Path) -> Result<WorkspaceReport, String> {
+    let mut req = repo.request(task.issue, "treat", run_name);
+    req.emulator = Some(seeded_emulator());
+    let ws = Workspace::up(req, &Cancel::new()).await.map_err(|e| e.to_string())?;
+    let (agent_ok, agent_log) = run_agent(&ws, "agents/standin.sh", &[task.name, task.bay, task.update]).await;
+    let (check_ok, check_log) = run_agent(&ws, "checks/check.sh", &[task.name, task.bay, task.update]).await;
+    std::fs::write(evidence.join(format!("{}.agent.log", task.name)), &agent_log).unwrap();
+    std::fs::write(evidence.join(format!("{}.check.log", task.name)), &check_log).unwrap();
+    let report = ws.down().await.map_err(|e| e.to_string())?;
+    for f in std::fs::read_dir(&report.artifacts).unwrap().flatten() {
+        std::fs::copy(f.path(), evidence.join(format!("{}.{}", task.name, f.file_name().to_string_lossy()))).unwrap();
+    }
+    if !(agent_ok && check_ok) {
+        return Err(format!("{}: agent ok {agent_ok}, check ok {check_ok}: {agent_log}{check_log}", task.name));
+    }
+    let patch = run(repo.git().args(["format-patch", "--stdout", &format!("main..ward/issue-{}", task.issue)]));
+    std::fs::write(evidence.join(format!("{}.patch", task.name)), patch).unwrap();
+    let path = report.write().map_err(|e| e.to_string())?;
+    std::fs::copy(&path, evidence.join(format!("{}.report.json", task.name))).unwrap();
+    Ok(report)
+}
+
+#[tokio::test]
+async fn swarm_proof_three_tasks_in_parallel_then_a_lost_write_on_a_shared_emulator_then_integration() {
+    let repo = proof_repo();
+    let evidence = evidence_dir("swarm-proof");
+    let runs: Vec<String> =
+        ["swarm-a", "swarm-b", "swarm-rules", "swarm-control", "swarm-integration"].iter().map(|n| run_id(n)).collect();
+    let _janitor = DockerJanitor(runs.clone());
+    let base = repo.rev("main").unwrap();
+
+    // Three worktrees from the same revision, three emulators, in parallel.
+    let (ra, rb, rr) = tokio::join!(
+        task_run(&repo, &TASKS[0], &runs[0], &evidence),
+        task_run(&repo, &TASKS[1], &runs[1], &evidence),
+        task_run(&repo, &TASKS[2], &runs[2], &evidence),
+    );
+    let reports = [ra.unwrap(), rb.unwrap(), rr.unwrap()];
+    let ports: std::collections::BTreeSet<u16> = reports.iter().map(|r| r.containers[0].ports[&8081]).collect();
+    assert_eq!(ports.len(), 3, "three emulators, three host ports");
+    for (task, report) in TASKS.iter().zip(&reports) {
+        assert!(report.commit.is_some(), "{} committed", task.name);
+        let parent = run(repo.git().args(["rev-parse", &format!("ward/issue-{}^", task.issue)]));
+        assert_eq!(parent.trim(), base, "{} starts from the same revision", task.name);
+        let files = run(repo.git().args(["diff", "--name-only", "main", &format!("ward/issue-{}", task.issue)]));
+        let own = if task.name == "fleet-rules" {
+            "fleet-rules.md".to_string()
+        } else {
+            format!("dispatch/{}.md", task.name)
+        };
+        assert_eq!(files.trim(), own, "{} touched only its own file", task.name);
+    }
+
+    // Control: two dispatch stand-ins on ONE shared emulator. Both read, then
+    // both write without a condition: the first write is lost.
+    let mut req = repo.request(110, "treat", &runs[3]);
+    req.emulator = Some(seeded_emulator());
+    let shared = Workspace::up(req, &Cancel::new()).await.unwrap();
+    let gate = repo.tmp.path().join("gate");
+    std::fs::create_dir_all(&gate).unwrap();
+    let interleave = |mode: &'static str| {
+        let shared = &shared;
+        let gate = gate.clone();
+        async move {
+            for f in std::fs::read_dir(&gate).unwrap().flatten() {
+                std::fs::remove_file(f.path()).unwrap();
+            }
+            let spawn = |t: &Task| {
+                let mut cmd = agent_command(shared, "agents/standin.sh", &[t.name, t.bay, t.update, mode]);
+                cmd.env("STANDIN_WAIT", &gate);
+                cmd.spawn().unwrap()
+            };
+            let (a, b) = (spawn(&TASKS[0]), spawn(&TASKS[1]));
+            for t in ["dispatch-a", "dispatch-b"] {
+                while !gate.join(format!("read-{t}")).exists() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            std::fs::write(gate.join("go-dispatch-a"), "").unwrap();
+            let a = a.wait_with_output().await.unwrap();
+            std::fs::write(gate.join("go-dispatch-b"), "").unwrap();
+            let b = b.wait_with_output().await.unwrap();
+            let text = |o: &std::process::Output| {
+                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+            };
+            ((a.status.success(), text(&a)), (b.status.success(), text(&b)))
+        }
+    };
+    let ((a_ok, a_log), (b_ok, b_log)) = interleave("blind").await;
+    assert!(a_ok && b_ok, "{a_log}{b_log}");
+    let (a_check, a_check_log) =
+        run_agent(&shared, "checks/check.sh", &["dispatch-a", "BAY-7", "agent-a-dispatch"]).await;
+    let (b_check, _) = run_agent(&shared, "checks/check.sh", &["dispatch-b", "BAY-8", "agent-b-dispatch"]).await;
+    assert!(!a_check && b_check, "A's write is lost on a shared emulator: {a_check_log}");
+    assert!(a_check_log.contains("expected BAY-7/agent-a-dispatch") && a_check_log.contains("BAY-8"), "{a_check_log}");
+    // The same interleaving with If-Match: the store refuses the stale write (412).
+    let ((c_ok, c_log), (d_ok, d_log)) = interleave("conditional").await;
+    assert!(c_ok && !d_ok && d_log.contains("HTTP 412"), "{c_log}{d_log}");
+    let control = json!({
+        "blind": {"a": a_log, "b": b_log, "a_check": a_check_log, "lost_write": !a_check},
+        "conditional": {"a": c_log, "b": d_log, "stale_write_refused": !d_ok},
+    });
+    std::fs::write(evidence.join("control.json"), serde_json::to_string_pretty(&control).unwrap()).unwrap();
+    shared.down().await.unwrap();
+
+    // Integration: merge the task branches, run every task on a fresh emulator.
+    let mut req = repo.request(100, "integration", &runs[4]);
+    req.emulator = Some(seeded_emulator());
+    let integ = Workspace::up(req, &Cancel::new()).await.unwrap();
+    let branches: Vec<String> = TASKS.iter().map(|t| format!("ward/issue-{}", t.issue)).collect();
+    run(git(&integ.worktree.path, &repo.git_home).args(["merge", "--quiet", "--no-edit"]).args(&branches));
+    let mut integration_log = String::new();
+    for t in &TASKS {
+        let (ok, log) = run_agent(&integ, "agents/standin.sh", &[t.name, t.bay, t.update]).await;
+        assert!(ok, "{log}");
+        integration_log.push_str(&log);
+    }
+    for t in &TASKS[1..] {
+        let (ok, log) = run_agent(&integ, "checks/check.sh", &[t.name, t.bay, t.update]).await;
+        assert!(ok, "integration check {}: {log}", t.name);
+        integration_log.push_str(&log);
+    }
+    let merged = std::fs::read_to_string(integ.worktree.path.join("dispatch/dispatch-a.md")).unwrap();
+    assert_eq!(merged.lines().count(), 2, "the task's edit merged, plus the integration run's: {merged}");
+    std::fs::write(evidence.join("integration.log"), &integration_log).unwrap();
+    let report = integ.down().await.unwrap();
+    std::fs::copy(report.write().unwrap(), evidence.join("integration.report.json")).unwrap();
+
+    // Temporary branches go through the reaper, as the charge nurse would.
+    let reaped = GitRepo::open(&repo.path)
+        .unwrap()
+        .reap(Duration::from_secs(3600), chrono::Utc::now(), &[100, 101, 102, 103, 110])
+        .unwrap();
+    assert_eq!(reaped.deleted_branches.len(), 5, "{reaped:?}");
+    assert_eq!(run(repo.git().args(["branch", "--list", "ward/*"])), "");
+    let all: Vec<&str> = runs.iter().map(String::as_str).collect();
+    assert_no_containers(&all);
+    assert_no_worktrees(&repo);
+    std::fs::write(
+        evidence.join("results.json"),
+        serde_json::to_string_pretty(&json!({
+            "tasks": TASKS.iter().zip(&reports).map(|(t, r)| json!({"task": t.name, "commit": r.commit, "port": r.containers[0].ports[&8081]})).collect::<Vec<_>>(),
+            "control_lost_write": !a_check,
+            "integration_commit": report.commit,
+            "branches_deleted": reaped.deleted_branches,
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+}
+
+/// One task of the swarm on its own (the CI matrix runs one per job):
+/// `WARD_PROOF_TASK` names it; without it, every task runs in turn.
+#[tokio::test]
+async fn swarm_task_proof() {
+    let only = std::env::var("WARD_PROOF_TASK").ok();
+    let tasks: Vec<&Task> = TASKS.iter().filter(|t| only.as_deref().is_none_or(|o| o == t.name)).collect();
+    assert!(!tasks.is_empty(), "WARD_PROOF_TASK={only:?} names no task");
+    for task in tasks {
+        let repo = proof_repo();
+        let run_name = run_id(&format!("task-{}", task.name));
+        let _janitor = DockerJanitor(vec![run_name.clone()]);
+        let evidence = evidence_dir(&format!("task-{}", task.name));
+        let report = task_run(&repo, task, &run_name, &evidence).await.unwrap();
+        assert!(report.emulator_cleanup_verified && report.worktree_cleanup_verified);
+        assert!(evidence.join(format!("{}.patch", task.name)).exists());
+        assert_no_containers(&[&run_name]);
+        assert_no_worktrees(&repo);
+    }
+}
+
+// ---------------------------------------------------------------- signals
+
+/// The child half of the signal test: brings a workspace up, waits for a
+/// signal, tears down. Does nothing unless the parent test started it.
+#[tokio::test]
+async fn signal_child() {
+    let Some(dir) = std::env::var_os("WARD_SIGNAL_CHILD").map(PathBuf::from) else { return };
+    let cancel = Cancel::on_signals().unwrap();
+    let repo = proof_repo();
+    let mut req = repo.request(17, "treat", &std::env::var("WARD_SIGNAL_RUN").unwrap());
+    req.emulator = Some(seeded_emulator());
+    // The parent reads the artifacts after this process (and its temporary repository) is gone.
+    req.home = dir.join("ward-home");
+    req.artifacts = ward::workspace::artifacts_dir(&req.home, req.issue, &req.run);
+    let ws = Workspace::up(req, &cancel).await.unwrap();
+    let em = ws.emulator.as_ref().unwrap();
+    let up = json!({"id": em.id, "name": em.name, "artifacts": ws.artifacts, "worktree": ws.worktree.path});
+    std::fs::write(dir.join("up.json"), up.to_string()).unwrap();
+    // The "agent": runs until a signal comes.
+    let finished = cancel.guard(std::future::pending::<()>()).await;
+    assert!(finished.is_none());
+    let report = ws.down().await.unwrap();
+    // Cancelled: teardown verified, but no success report.
+    std::fs::write(
+        dir.join("down.json"),
+        json!({"verified": report.emulator_cleanup_verified && report.worktree_cleanup_verified}).to_string(),
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn sigterm_still_runs_diagnostics_and_cleanup() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_name = run_id("sigterm");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "signal_child", "--nocapture", "--test-threads=1"])
+        .env("WARD_SIGNAL_CHILD", dir.path())
+        .env("WARD_SIGNAL_RUN", &run_name)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = dir.path().join("up.json");
+    for _ in 0..600 {
+        if up.exists() {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the child ended before it was up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let up: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&up).unwrap()).unwrap();
+    assert_eq!(containers_of_run(&run_name).len(), 1, "the emulator is up");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the child tore down and ended normally: {status}");
+    let down: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("down.json")).unwrap()).unwrap();
+    assert_eq!(down["verified"], true);
+    let artifacts = PathBuf::from(up["artifacts"].as_str().unwrap());
+    let log = std::fs::read_to_string(artifacts.join(format!("{}.log", up["name"].as_str().unwrap()))).unwrap();
+    assert!(log.contains("docstore ready"), "diagnostics captured before removal: {log}");
+    assert!(!artifacts.join("report.json").exists());
+    assert!(!PathBuf::from(up["worktree"].as_str().unwrap()).exists());
+    assert_no_containers(&[&run_name]);
+}
+
+// ---------------------------------------------------------------- through a stage run
+
+/// `ward stage` end to end on the local forge: the stage's emulator comes
+/// up, its variables reach the agent (and only the agent), the agent runs
+/// in its own worktree, and everything is gone afterwards with a report.
+/// A repository with ward installed (plus `extra` appended to its
+/// pipeline), committed on `main`, and a hospital over the local forge.
+fn stage_repo(
+    tmp: &Path,
+    extra: &str,
+) -> (PathBuf, PathBuf, std::sync::Arc<ward::forge::local::LocalForge>, ward::stage::Hospital) {
+    let root = tmp.join("repo");
+    std::fs::create_dir_all(&root).unwrap();
+    ward::defaults::install(&root).unwrap();
+    std::fs::write(root.join(".gitignore"), "/.ward\n").unwrap();
+    let mut pipeline = std::fs::read_to_string(root.join(".github/ward.yml")).unwrap();
+    pipeline.push_str(extra);
+    std::fs::write(root.join(".github/ward.yml"), pipeline).unwrap();
+    let git_home = tmp.join("git-home");
+    std::fs::create_dir_all(&git_home).unwrap();
+    run(git(&root, &git_home).args(["init", "--quiet", "--initial-branch=main"]));
+    run(git(&root, &git_home).args(["add", "-A"]));
+    run(git(&root, &git_home).args(["commit", "--quiet", "-m", "install ward"]));
+    let forge = std::sync::Arc::new(ward::forge::local::LocalForge::new(&root, "ward-engine").with_actor("chief"));
+    let mut h = ward::stage::Hospital::load(&root, forge.clone()).unwrap();
+    h.ward_exe = PathBuf::from(env!("CARGO_BIN_EXE_ward"));
+    let plan = h.workspace.as_mut().expect("a git repository on a branch gets workspaces");
+    assert_eq!(plan.base, "main");
+    plan.home = tmp.join("ward-home");
+    plan.push = None;
+    (root, git_home, forge, h)
+}
+
+#[tokio::test]
+async fn a_stage_run_brings_its_workspace_up_for_the_agent_and_down_after() {
+    let tmp = tempfile::tempdir().unwrap();
+    let section = format!(
+        "\nemulator:\n  image: {}\n  ports: [8081, 8082]\n  ready: {{ tcp: 8081, time_limit: 10s }}\n  expose:\n    DOCSTORE_ENDPOINT: \"http://127.0.0.1:{{{{ ports[8081] }}}}\"\n",
+        docstore_image()
+    );
+    let (root, git_home, forge, h) = stage_repo(tmp.path(), &section);
+    let issue = forge
+        .admit(ward::forge::NewIssue { title: "t".into(), body: "b".into(), labels: vec![h.config.admission.clone()] })
+        .unwrap();
+    let run_name = run_id("stage");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let seen = tmp.path().join("seen");
+    let script = format!("env > {0}.env && pwd > {0}.pwd && exec {{ward}} stand-in", seen.display());
+    let req = ward::stage::StageRequest {
+        issue: issue.number.0,
+        label: None,
+        agent_command: Some(vec!["sh".into(), "-c".into(), script]),
+        run_id: Some(run_name.clone()),
+    };
+    let result = ward::stage::run_stage(&h, &req).await.unwrap();
+    let ward::stage::StageResult::Moved(t) = result else { panic!("{result:?}") };
+
+    let env = std::fs::read_to_string(seen.with_extension("env")).unwrap();
+    let endpoint = env.lines().find_map(|l| l.strip_prefix("DOCSTORE_ENDPOINT=")).expect("the agent got the endpoint");
+    assert!(endpoint.starts_with("http://127.0.0.1:"), "{endpoint}");
+    assert!(std::env::var_os("DOCSTORE_ENDPOINT").is_none(), "never in the engine's own environment");
+    let pwd = std::fs::read_to_string(seen.with_extension("pwd")).unwrap();
+    assert!(pwd.trim().starts_with(&tmp.path().join("ward-home/worktrees").display().to_string()), "{pwd}");
+    assert!(env.contains(&format!("WARD_WORKTREE={}", pwd.trim())), "{env}");
+    assert!(!Path::new(pwd.trim()).exists(), "the worktree is gone");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(t.artifacts.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["run"], run_name.as_str());
+    assert_eq!(report["emulator_cleanup_verified"], true);
+    assert_eq!(report["worktree_cleanup_verified"], true);
+    let port = report["containers"][0]["ports"]["8081"].as_u64().unwrap();
+    assert_eq!(endpoint, format!("http://127.0.0.1:{port}"));
+    assert!(t.artifacts.join(format!("{}.log", report["containers"][0]["name"].as_str().unwrap())).exists());
+    assert_no_containers(&[&run_name]);
+    let list = run(git(&root, &git_home).args(["worktree", "list", "--porcelain"]));
+    assert_eq!(list.matches("worktree ").count(), 1, "{list}");
+    assert!(run(git(&root, &git_home).args(["branch", "--list", "ward/issue-1"])).contains("ward/issue-1"));
+}
+
+/// GitHub mode's treat stage: the agent's work is committed, the task
+/// branch pushed with the token, and a pull request opened for it.
+#[tokio::test]
+async fn the_treat_stage_pushes_the_task_branch_and_opens_a_pull_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, git_home, forge, mut h) = stage_repo(tmp.path(), "");
+    let bare = tmp.path().join("origin.git");
+    run(git(tmp.path(), &git_home).args(["init", "--quiet", "--bare"]).arg(&bare));
+    h.workspace.as_mut().unwrap().push = Some(ward::workspace::PushTarget {
+        url: format!("file://{}", bare.display()),
+        token: Some("not-a-real-token".into()),
+    });
+    let issue = forge
+        .admit(ward::forge::NewIssue { title: "fix it".into(), body: "b".into(), labels: vec!["ward:treat".into()] })
+        .unwrap();
+    let req = ward::stage::StageRequest {
+        issue: issue.number.0,
+        label: None,
+        agent_command: Some(vec!["sh".into(), "-c".into(), "echo fixed > fix.txt && exec {ward} stand-in".into()]),
+        run_id: Some(run_id("treat")),
+    };
+    let result = ward::stage::run_stage(&h, &req).await.unwrap();
+    assert!(matches!(result, ward::stage::StageResult::Moved(_)), "{result:?}");
+    let local = run(git(&root, &git_home).args(["rev-parse", "ward/issue-1"]));
+    let pushed = run(git(tmp.path(), &git_home).arg("--git-dir").arg(&bare).args(["rev-parse", "ward/issue-1"]));
+    assert_eq!(local, pushed);
+    let files = run(git(&root, &git_home).args(["show", "--name-only", "--format=", "ward/issue-1"]));
+    assert!(files.contains("fix.txt"), "{files}");
+    use ward::forge::Forge;
+    let pr = forge.pull_request_for_branch("ward/issue-1").await.unwrap().expect("a pull request");
+    assert_eq!((pr.base_branch.as_str(), pr.title.as_str()), ("main", "fix it (#1)"));
+}
