@@ -94,6 +94,10 @@ pub enum Command {
         /// Ping the Docker daemon and lock down when it does not answer.
         #[arg(long)]
         probe_docker: bool,
+        /// Also remove what crashed runs left: expired containers, old
+        /// worktrees, `ward/` branches of closed issues.
+        #[arg(long)]
+        reap: bool,
     },
     /// Infection control: lock every stage, or lift the lock.
     Lockdown {
@@ -306,10 +310,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Sweep { now, probe_docker } => {
+        Command::Sweep { now, probe_docker, reap } => {
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
-            crate::departments::commands::sweep(&*forge, &config, now.as_deref(), *probe_docker).await
+            let now = now.as_deref();
+            crate::departments::commands::sweep(&*forge, &config, &cli.root, now, *probe_docker, *reap).await
         }
         Command::Lockdown { command } => {
             use crate::departments::commands as dept;

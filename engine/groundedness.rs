@@ -120,7 +120,9 @@ pub fn extract_claims(text: &str) -> Vec<Claim> {
                 let path = c["path"].to_string();
                 let is_known_ext = EXTENSIONS.contains(&c["ext"].to_ascii_lowercase().as_str());
                 let was_ticked = ticked.contains(&raw);
-                if !(path.contains('/') || (is_known_ext && was_ticked)) || !is_known_ext && !path.contains('/') {
+                // A known extension, and a slash or code formatting: prose like
+                // `e.g./i.e.` or `v1.2` is not a path.
+                if !is_known_ext || !(path.contains('/') || was_ticked) {
                     continue;
                 }
                 let lines = c.name("from").map(|f| {
@@ -367,7 +369,7 @@ mod tests {
     #[test]
     fn claims_are_found_and_prose_is_not() {
         let text = "## Diagnosis\nThe bug is in `engine/chart.rs:40-42` and engine/forge/local.rs.\n\
-                    See https://example.com/a/b.rs, e.g. v1.2, and `Cargo.toml`. Per P-0003.\n\
+                    See https://example.com/a/b.rs, e.g./i.e. v1.2, and `Cargo.toml`. Per P-0003.\n\
                     Create `engine/new.rs`.\n## Tests\n- `sweep_revives_once`\n- `a`\n";
         let claims = extract_claims(text);
         let texts: Vec<&str> = claims.iter().map(|c| c.text.as_str()).collect();

@@ -428,6 +428,15 @@ pub fn assess(
     };
     let run_id = run.meta.run.clone();
     let started = run.meta.at;
+    if last_retrigger.is_some_and(|t| t >= started) {
+        // The sweep already re-triggered after this run; what counts now is
+        // whether a new run started since, which it did not.
+        return if now >= stall_at {
+            Verdict::Stalled { why: Stall::NoRun { since }, retries }
+        } else {
+            Verdict::Healthy { next_check: stall_at }
+        };
+    }
     // A run ends with its OUTCOME, or with a REFUSAL when the engine found it invalid.
     let outcome = notes.iter().find(|n| (n.kind == "OUTCOME" || n.kind == "REFUSAL") && n.meta.run == run_id);
     let ends = started + limit;
@@ -1228,6 +1237,21 @@ mod tests {
         assert_eq!(v, Verdict::Healthy { next_check: t("2026-11-29T13:00:00Z") });
         let v = assess(stage, t("2026-11-29T09:00:00Z"), &notes, t("2026-11-29T13:00:00Z"), Duration::ZERO);
         assert!(matches!(v, Verdict::Stalled { retries: 1, .. }), "{v:?}");
+    }
+
+    #[test]
+    fn a_crashed_run_already_retriggered_waits_for_the_retrigger_to_take() {
+        let c = config();
+        let stage = c.stage("diagnose").unwrap(); // 45m, stall 2h
+        let notes = [
+            note("ADMISSION", "r1", "diagnose", "2026-11-29T10:00:00Z", ""),
+            note("SWEEP", "s1", "diagnose", "2026-11-29T11:00:00Z", ""),
+        ];
+        let since = t("2026-11-29T09:00:00Z");
+        let v = assess(stage, since, &notes, t("2026-11-29T11:05:00Z"), Duration::ZERO);
+        assert_eq!(v, Verdict::Healthy { next_check: t("2026-11-29T13:00:00Z") });
+        let v = assess(stage, since, &notes, t("2026-11-29T13:00:00Z"), Duration::ZERO);
+        assert!(matches!(v, Verdict::Stalled { why: Stall::NoRun { .. }, retries: 1 }), "{v:?}");
     }
 
     #[test]

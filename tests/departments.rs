@@ -199,6 +199,27 @@ async fn contradictory_labels_are_repaired_or_escalated() {
     assert_eq!(a_labels.len(), 1, "one defined state: {a_labels:?}");
 }
 
+/// Records that it was asked to reap, and reports one thing removed.
+struct FakeReaper(std::sync::Mutex<Vec<chrono::DateTime<chrono::Utc>>>);
+
+#[async_trait::async_trait]
+impl sweep::Reaper for FakeReaper {
+    async fn reap(&self, _forge: &dyn Forge, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<String>, String> {
+        self.0.lock().unwrap().push(now);
+        Ok(vec!["container `ward-7-x` (past its `ward.expires`)".into()])
+    }
+}
+
+#[tokio::test]
+async fn the_sweep_calls_the_reaper_and_reports_what_it_removed() {
+    let w = Ward::new(config_with(|t| t));
+    let reaper = FakeReaper(Default::default());
+    let r = sweep::sweep(&*w.local, &w.config, w.now(), &Facilities::default(), Some(&reaper)).await.unwrap();
+    assert_eq!(reaper.0.lock().unwrap().as_slice(), &[w.now()]);
+    assert_eq!(r.reaped, vec!["container `ward-7-x` (past its `ward.expires`)".to_string()]);
+    assert!(r.to_string().contains("- reaped: container `ward-7-x`"), "{r}");
+}
+
 #[tokio::test]
 async fn two_sweeps_never_act_at_once() {
     let w = Ward::new(config_with(|t| t));
