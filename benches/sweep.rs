@@ -63,12 +63,8 @@ fn populate(w: &Ward) {
 }
 
 async fn run() {
-    let w = Ward::new(config_with(|t| {
-        t.replace(
-            "human_approval: false\n",
-            "human_approval: false\ndepartments:\n  sweep:\n    max_actions: 100\n    max_inspections: 200\n",
-        )
-    }));
+    let w = Ward::new(config_with(|t| t.replace("    max_actions: 50 ", "    max_actions: 100 ")));
+    assert_eq!(w.config.departments.sweep.max_actions, 100);
     populate(&w);
     let forge = Counting::new(Shared(w.local.clone()));
 

@@ -839,18 +839,24 @@ impl Walk<'_> {
         report: &mut SweepReport,
     ) -> Result<Option<SweepOutcome>, SweepError> {
         let fc = &self.config.departments.sweep.facilities;
-        let ci = self
-            .forge
-            .ci_status(&fc.base_branch)
-            .await
-            .map_err(forge_err(format!("read the CI status of branch `{}`", fc.base_branch)))?;
-        match ci.state {
-            CiState::Failure => {
-                state.base_red_since.get_or_insert(self.now);
+        // A CI status that cannot be read is a problem to report, not a reason
+        // to stop walking the wards.
+        let checks = match self.forge.ci_status(&fc.base_branch).await {
+            Ok(ci) => {
+                match ci.state {
+                    CiState::Failure => {
+                        state.base_red_since.get_or_insert(self.now);
+                    }
+                    CiState::Success => state.base_red_since = None,
+                    CiState::Pending | CiState::Missing => {}
+                }
+                ci.checks
             }
-            CiState::Success => state.base_red_since = None,
-            CiState::Pending | CiState::Missing => {}
-        }
+            Err(e) => {
+                report.problems.push(format!("could not read the CI status of branch `{}`: {e}", fc.base_branch));
+                Vec::new()
+            }
+        };
         let active = lockdown::active_lockdown(self.forge).await?;
         if let Some(l) = active {
             return Ok(Some(SweepOutcome::Lockdown { issue: l.issue, reason: l.reason, declared_now: false }));
@@ -883,7 +889,7 @@ impl Walk<'_> {
                 "CI on `{}` has been red since {} ({})",
                 fc.base_branch,
                 since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                ci.checks.join(", ")
+                checks.join(", ")
             ));
         }
         if failures.is_empty() {

@@ -144,9 +144,8 @@ async fn a_patient_that_moves_on_while_the_sweep_decides_is_left_alone() {
 
 #[tokio::test]
 async fn a_thousand_stalled_patients_with_a_cap_of_fifty_are_all_seen_none_starves() {
-    let w = Ward::new(config_with(|t| {
-        t.replace("human_approval: false\n", "human_approval: false\ndepartments:\n  sweep:\n    max_actions: 50\n")
-    }));
+    let w = Ward::new(config_with(|t| t));
+    assert_eq!(w.config.departments.sweep.max_actions, 50);
     let patients: Vec<IssueNumber> = (0..1000).map(|i| w.admit(&format!("p{i}"), &["ward:admit"])).collect();
     let r = sweep_once(&w).await;
     assert_eq!((r.listed, r.actions.len()), (1000, 0));
@@ -434,11 +433,11 @@ async fn a_budget_exceeded_mid_run_stops_the_agent_and_sends_the_patient_to_the_
 async fn the_stage_runner_stops_an_agent_that_overspends_while_it_runs() {
     let w = Ward::new(config_with(|t| t));
     let h = w.hospital(|t| {
-        t.replace(
-            "human_approval: false\n",
-            "human_approval: false\ndepartments:\n  budget:\n    run_usd: 1\n    prices: { input: 3, output: 15 }\n",
-        )
+        t.replace("    run_usd: 10\n", "    run_usd: 1\n")
+            .replace("    # prices: { input: 3, output: 15 }", "    prices: { input: 3, output: 15 }")
     });
+    assert_eq!(h.config.departments.budget.run_usd, 1.0);
+    assert!(h.config.departments.budget.prices.is_some());
     let n = w.admit("expensive", &["ward:treat"]);
     let pid_file = w.dir.path().join("agent.pid");
     let script = format!(
