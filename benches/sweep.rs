@@ -13,6 +13,9 @@
 #[path = "../tests/support/departments.rs"]
 #[allow(dead_code)]
 mod departments;
+#[path = "../tests/support/fake_github/mod.rs"]
+#[allow(dead_code)]
+mod fake_github;
 
 use std::time::{Duration, Instant};
 
@@ -27,8 +30,59 @@ const HEALTHY_LABELS: &[&str] =
     &["ward:diagnose", "ward:plan-review", "ward:treat", "ward:consult", "ward:code-review"];
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(run());
+    rt.block_on(on_fake_github());
+}
+
+/// The same ward on the fake GitHub (HTTP on loopback): every request counted
+/// by the fake itself.
+async fn on_fake_github() {
+    let gh = fake_github::FakeGitHub::start().await;
+    let config = config_with(|t| t.replace("    max_actions: 50 ", "    max_actions: 100 "));
+    {
+        let mut s = gh.state();
+        for i in 1..=PATIENTS {
+            let stalled = i <= STALLED;
+            let label = if stalled { "ward:admit" } else { HEALTHY_LABELS[(i % HEALTHY_LABELS.len() as u64) as usize] };
+            s.add_issue(&format!("patient {i}"), "", "chief-ana", &[label]);
+        }
+    }
+    // The fake's label events are at 2026-11-29T12:00:00Z plus a second per event.
+    let noon = chrono::DateTime::parse_from_rfc3339("2026-11-29T12:00:00Z").unwrap().with_timezone(&chrono::Utc);
+    let forge = gh.forge();
+    let requests = |gh: &fake_github::FakeGitHub| gh.state().counts().values().sum::<usize>();
+
+    let t = Instant::now();
+    let cold =
+        sweep::sweep(&forge, &config, noon + chrono::Duration::hours(3), &Facilities::default(), None).await.unwrap();
+    let cold_time = t.elapsed();
+    let cold_calls = requests(&gh);
+
+    // 26 minutes on: the stalled are due (first look after 25m); the healthy
+    // are not (their first look is 30m or more after the cold sweep).
+    let t = Instant::now();
+    let now = noon + chrono::Duration::hours(3) + chrono::Duration::minutes(26);
+    let steady = sweep::sweep(&forge, &config, now, &Facilities::default(), None).await.unwrap();
+    let steady_time = t.elapsed();
+    let calls = requests(&gh) - cold_calls;
+    let counts = gh.state().counts();
+    println!("\nsweep over {PATIENTS} open patients (fake GitHub over HTTP on loopback; every request counted)");
+    println!(
+        "  cold sweep:   {} listed, {} actions, {cold_calls} requests, {:.2?}",
+        cold.listed,
+        cold.actions.len(),
+        cold_time
+    );
+    println!(
+        "  steady sweep: {} listed, {} due, {} revived, {calls} requests, {:.2?}",
+        steady.listed,
+        steady.due,
+        steady.actions.len(),
+        steady_time
+    );
+    println!("  requests by route (both sweeps): {counts:#?}");
+    assert_eq!(steady.actions.len() as u64, STALLED, "{steady}");
 }
 
 /// Writes the issue files directly (creating 10,000 issues one by one

@@ -55,13 +55,29 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run the stage named by an issue's ward label.
+    /// Run the stage named by an issue's ward label (`--issue`), or the one
+    /// an Actions event asks for (`--event "$GITHUB_EVENT_PATH"`).
     Stage {
-        #[arg(long)]
-        issue: u64,
+        #[arg(long, required_unless_present = "event", conflicts_with = "event")]
+        issue: Option<u64>,
         /// The label in the trigger saw; the run is a no-op if it is gone.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "event")]
         label: Option<String>,
+        /// The event payload file of a workflow run.
+        #[arg(long)]
+        event: Option<PathBuf>,
+        /// The event's name (`issues`, `repository_dispatch`, ...); without
+        /// it the payload's shape decides.
+        #[arg(long, env = "GITHUB_EVENT_NAME")]
+        event_name: Option<String>,
+    },
+    /// Print the trigger an Actions event file holds, as JSON (exit 0 with a
+    /// one-line reason when it is not a ward event).
+    Event {
+        #[arg(long, env = "GITHUB_EVENT_PATH")]
+        event: PathBuf,
+        #[arg(long, env = "GITHUB_EVENT_NAME")]
+        event_name: Option<String>,
     },
     /// Admit a patient on the local forge.
     Admit {
@@ -213,7 +229,11 @@ fn forge_kind(cli: &Cli) -> ForgeKind {
 pub async fn open_forge(cli: &Cli, config: &Config) -> anyhow::Result<Arc<dyn Forge>> {
     match forge_kind(cli) {
         ForgeKind::Local => Ok(Arc::new(LocalForge::new(&cli.root, &config.engine_account))),
-        ForgeKind::Github => anyhow::bail!("the GitHub forge is not available in this build; use --forge local"),
+        ForgeKind::Github => Ok(Arc::new(crate::forge::github::GitHubForge::from_env(
+            cli.repo.as_deref(),
+            &config.charts_branch,
+            &config.engine_account,
+        )?)),
     }
 }
 
@@ -234,11 +254,36 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(if run.discharged { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Simulate { scenarios, json } => simulate(&cli.root, scenarios, *json).await,
-        Command::Stage { issue, label } => {
+        Command::Event { event, event_name } => {
+            let parsed = crate::event::read_event(event, event_name.as_deref()).map_err(|e| BadInput(e.to_string()))?;
+            if let crate::event::Parsed::NotOurs { reason } = &parsed {
+                eprintln!("not a ward event: {reason}");
+            }
+            println!("{}", serde_json::to_string(&parsed)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stage { event: Some(event), event_name, .. } => {
+            // The event first: a foreign event costs no config, no forge, no call.
+            let trigger =
+                match crate::event::read_event(event, event_name.as_deref()).map_err(|e| BadInput(e.to_string()))? {
+                    crate::event::Parsed::NotOurs { reason } => {
+                        println!("not a ward event: {reason}");
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    crate::event::Parsed::Ours(trigger) => trigger,
+                };
+            let config = load_config(&cli.root)?;
+            let forge = open_forge(&cli, &config).await?;
+            let repository = forge.describe();
+            let h = Hospital::load(&cli.root, forge)?;
+            stage_from_event(&h, &trigger, &repository).await
+        }
+        Command::Stage { issue, label, .. } => {
+            let issue = issue.context("--issue or --event is required")?;
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
             let h = Hospital::load(&cli.root, forge)?;
-            let req = StageRequest { issue: *issue, label: label.clone(), ..Default::default() };
+            let req = StageRequest { issue, label: label.clone(), ..Default::default() };
             let result = crate::stage::run_stage(&h, &req).await?;
             println!("{}", describe_result(&result));
             Ok(if result.is_failure() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
@@ -352,6 +397,35 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         },
     }
+}
+
+/// `ward stage --event FILE` after the event parsed: prints one line,
+/// reports to Actions, exits 0 unless the run failed (1) or the input is bad (2).
+async fn stage_from_event(h: &Hospital, trigger: &crate::event::Trigger, repository: &str) -> anyhow::Result<ExitCode> {
+    use crate::actions::EventRun;
+    let run = crate::actions::stage_from_event(h, trigger).await.map_err(|e| {
+        if e.is::<crate::actions::GuardError>() { anyhow::Error::new(BadInput(e.to_string())) } else { e }
+    })?;
+    let result = match run {
+        EventRun::Ignored(reason) => {
+            println!("nothing to do: {reason}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        EventRun::Refused { issue, reason } => {
+            println!("{issue} refused: {reason}");
+            crate::actions::report_refusal(issue, trigger.label.as_deref(), &reason, repository)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        EventRun::Sweep => {
+            return Err(BadInput("a `schedule` event runs `ward sweep`, not `ward stage`".into()).into());
+        }
+        EventRun::Ran(result) => *result,
+    };
+    println!("{}", describe_result(&result));
+    if let Some(annotation) = crate::actions::report_to_actions(&result, &h.config, repository)? {
+        println!("{annotation}");
+    }
+    Ok(if result.is_failure() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 /// One line per result, for people and for workflow logs.

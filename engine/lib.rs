@@ -1,6 +1,7 @@
 //! ward: a teaching-hospital pipeline for coding agents on GitHub issues.
 //! `stage` sequences one run; everything else is a boundary it calls.
 
+pub mod actions;
 pub mod agent;
 pub mod budget;
 pub mod chart;
@@ -9,6 +10,7 @@ pub mod config;
 pub mod defaults;
 pub mod demo;
 pub mod departments;
+pub mod event;
 pub mod forge;
 pub mod groundedness;
 pub mod lockdown;

@@ -392,8 +392,11 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         ok: exit.success(),
         at: (h.clock)(),
     };
-    if let Err(e) = crate::sweep::record_agent_run(&*h.forge, health).await {
-        warn!("could not record the agent's health for the sweep: {e}");
+    // Only failures cost calls; the sweep sees successes as patients moving.
+    if !health.ok
+        && let Err(e) = crate::sweep::record_agent_run(&*h.forge, health).await
+    {
+        warn!("could not record the agent's failure for the sweep: {e}");
     }
     if let Some(breach) = crate::budget::check_run(budget, Duration::MAX, Duration::ZERO, usage.as_ref()) {
         return send_over_budget(h, req.issue, stage, &run, &breach, usage.as_ref(), false).await;
@@ -461,7 +464,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     let dispatched =
         h.config.stage_by_label(&label_out).is_some() && h.config.dispatch == DispatchMode::RepositoryDispatch;
     if dispatched {
-        h.forge.dispatch_stage(number).await?;
+        h.forge.dispatch_stage(number, &label_out).await?;
     }
     let t = Transition {
         issue: req.issue,
@@ -704,7 +707,7 @@ async fn ungrounded(
             ),
         });
         chart::store_notes(&*h.forge, &h.sentinels, number, stored, &batch).await?;
-        h.forge.dispatch_stage(number).await?;
+        h.forge.dispatch_stage(number, &stage.config.label).await?;
         return Ok(StageResult::Invalid {
             issue: number.0,
             stage: stage.name.into(),

@@ -230,7 +230,8 @@ pub struct SweepLock {
 #[serde(deny_unknown_fields)]
 pub struct AgentHealth {
     pub consecutive_failures: u32,
-    /// The last runs, newest last (at most [`AgentHealth::KEEP`]).
+    /// The failed runs of the current streak, newest last (at most
+    /// [`AgentHealth::KEEP`]), named in the lockdown's reason.
     #[serde(default)]
     pub recent: Vec<AgentRun>,
 }
@@ -334,21 +335,30 @@ pub async fn update_state<T, E>(
     Err(SweepError::Contended)
 }
 
-/// Called by the stage runner after each agent run: keeps the failure
-/// streak that lets the sweep lock the building when the agent is broken.
+/// Called by the stage runner when an agent run fails (a success may be
+/// recorded too, and resets the streak): keeps the failure streak that lets
+/// the sweep lock the building when the agent is broken. Successful runs
+/// need not call it: the sweep counts patients moving between two sweeps as
+/// progress, which ends the streak. Returns the streak.
 pub async fn record_agent_run(forge: &dyn Forge, run: AgentRun) -> Result<u32, SweepError> {
     let out = update_state(forge, |s| {
-        if s.agent.recent.iter().any(|r| r.run == run.run) {
-            return Ok::<_, ()>(s.agent.consecutive_failures);
+        let streak = s.agent.consecutive_failures;
+        if (run.ok && streak == 0) || s.agent.recent.iter().any(|r| r.run == run.run) {
+            return Err(streak); // nothing changes: no write
         }
-        s.agent.consecutive_failures = if run.ok { 0 } else { s.agent.consecutive_failures + 1 };
-        s.agent.recent.push(run.clone());
-        let excess = s.agent.recent.len().saturating_sub(AgentHealth::KEEP);
-        s.agent.recent.drain(..excess);
+        if run.ok {
+            s.agent.consecutive_failures = 0;
+            s.agent.recent.clear();
+        } else {
+            s.agent.consecutive_failures += 1;
+            s.agent.recent.push(run.clone());
+            let excess = s.agent.recent.len().saturating_sub(AgentHealth::KEEP);
+            s.agent.recent.drain(..excess);
+        }
         Ok(s.agent.consecutive_failures)
     })
     .await?;
-    Ok(out.unwrap_or_default())
+    Ok(out.unwrap_or_else(|unchanged| unchanged))
 }
 
 // ---------------------------------------------------------------------------
@@ -678,7 +688,14 @@ pub async fn sweep(
         Ok(state) => state,
         Err((holder, expires)) => return Ok(SweepReport::new(SweepOutcome::Busy { holder, expires })),
     };
-    let mut walk = Walk { forge, config, now, run: run.clone(), sentinels: Sentinels::new(&config.sentinel_prefix) };
+    let mut walk = Walk {
+        forge,
+        config,
+        now,
+        run: run.clone(),
+        sentinels: Sentinels::new(&config.sentinel_prefix),
+        consumed: None,
+    };
     let result = walk.run(state, facilities, reaper).await;
     // Release the lock (and save what was learnt) even when the walk failed.
     let (report, new_state) = match result {
@@ -694,7 +711,7 @@ pub async fn sweep(
             return Err(e);
         }
     };
-    let consumed_streak = matches!(report.outcome, SweepOutcome::Lockdown { declared_now: true, .. });
+    let consumed = walk.consumed.take();
     let saved = update_state(forge, |s| {
         match &s.lock {
             Some(l) if l.holder != run => return Err(l.holder.clone()),
@@ -704,9 +721,9 @@ pub async fn sweep(
         s.cursor = new_state.cursor;
         s.watch = new_state.watch.clone();
         s.base_red_since = new_state.base_red_since;
-        if consumed_streak {
-            // The declaration consumed the streak; a lifted lockdown starts afresh.
-            s.agent.consecutive_failures = 0;
+        if let Some((streak, runs)) = &consumed {
+            s.agent.consecutive_failures = s.agent.consecutive_failures.saturating_sub(*streak);
+            s.agent.recent.retain(|r| !runs.contains(&r.run));
         }
         Ok(())
     })
@@ -730,6 +747,10 @@ struct Walk<'a> {
     now: DateTime<Utc>,
     run: String,
     sentinels: Sentinels,
+    /// Agent failures this sweep accounted for (the streak as read, and its
+    /// runs): progress seen, or a lockdown declared. Failures stage runs
+    /// record while the sweep runs are kept.
+    consumed: Option<(u32, Vec<String>)>,
 }
 
 impl Walk<'_> {
@@ -747,7 +768,6 @@ impl Walk<'_> {
                 Err(e) => report.problems.push(format!("reaping failed: {e}")),
             }
         }
-        let locked = self.check_facilities(&mut state, facilities, &mut report).await?;
 
         // The listing: one paginated query per stage label.
         let mut listed: BTreeMap<u64, Issue> = BTreeMap::new();
@@ -762,6 +782,16 @@ impl Walk<'_> {
             }
         }
         report.listed = listed.len();
+
+        // Progress since the last sweep (a watched patient changed label or
+        // left the stages, not by the sweep's hand) means agent runs
+        // succeeded: the failures recorded so far were not consecutive.
+        let progressed =
+            state.watch.iter().any(|(n, (key, _))| listed.get(n).is_none_or(|i| self.state_key(i) != *key));
+        if progressed && state.agent.consecutive_failures > 0 {
+            self.consume_streak(&mut state);
+        }
+        let locked = self.check_facilities(&mut state, facilities, &mut report).await?;
 
         // Who is due for a closer look.
         let mut watch: BTreeMap<u64, (String, i64)> = BTreeMap::new();
@@ -833,7 +863,7 @@ impl Walk<'_> {
     /// Docker, the agent's failure streak, the base branch's CI: any failure
     /// declares a lockdown (or finds one in force).
     async fn check_facilities(
-        &self,
+        &mut self,
         state: &mut SweepState,
         facilities: &Facilities,
         report: &mut SweepReport,
@@ -898,10 +928,18 @@ impl Walk<'_> {
         let reason = failures.join("; ");
         let (declared, _) = lockdown::declare(self.forge, &reason, self.forge.engine_account(), self.now).await?;
         // The declaration consumed these signals; a lifted lockdown starts afresh.
-        state.agent.consecutive_failures = 0;
+        self.consume_streak(state);
         state.base_red_since = None;
         report.problems.push(format!("declared lockdown {}: {reason}", declared.issue));
         Ok(Some(SweepOutcome::Lockdown { issue: declared.issue, reason, declared_now: true }))
+    }
+
+    fn consume_streak(&mut self, state: &mut SweepState) {
+        let (streak, runs) = self.consumed.get_or_insert_with(|| (0, Vec::new()));
+        *streak += state.agent.consecutive_failures;
+        runs.extend(state.agent.recent.iter().map(|r| r.run.clone()));
+        state.agent.consecutive_failures = 0;
+        state.agent.recent.clear();
     }
 
     /// The ward labels of a patient, sorted and joined: its "where".
@@ -1003,7 +1041,7 @@ impl Walk<'_> {
                 ));
             }
             self.forge
-                .dispatch_stage(n)
+                .dispatch_stage(n, &stage.config.label)
                 .await
                 .with_context(|| format!("could not dispatch stage `{}` for {n}", stage.name))?;
             let next = self.now + chrono_of(stage.config.stall_after);

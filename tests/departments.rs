@@ -354,6 +354,23 @@ async fn the_sweep_declares_a_lockdown_when_a_facility_fails() {
     let (state, _) = sweep::load_state(&*w.local).await.unwrap();
     assert_eq!(state.agent.consecutive_failures, 0, "the declaration consumed the streak");
 
+    // Failures with progress in between (a patient moved on) are not consecutive.
+    let w = Ward::new(config_with(|t| t));
+    let moving = w.admit("moving", &["ward:admit"]);
+    sweep_once(&w).await;
+    for i in 0..5 {
+        let run =
+            AgentRun { issue: IssueNumber(i), stage: "treat".into(), run: format!("f{i}"), ok: false, at: w.now() };
+        sweep::record_agent_run(&*w.local, run).await.unwrap();
+    }
+    w.start_run(moving, "admit", "ok-run").await;
+    w.finish_run(moving, "admit", "ok-run", "ready").await;
+    let r = sweep_once(&w).await;
+    assert_eq!(r.outcome, SweepOutcome::Done, "a patient moved: the agent works: {r}");
+    assert_eq!(sweep::load_state(&*w.local).await.unwrap().0.agent.consecutive_failures, 0);
+    let run = AgentRun { issue: IssueNumber(9), stage: "treat".into(), run: "f9".into(), ok: false, at: w.now() };
+    assert_eq!(sweep::record_agent_run(&*w.local, run).await.unwrap(), 1, "a new streak starts");
+
     // The base branch red for longer than configured (6h).
     let w = Ward::new(config_with(|t| t));
     let red = CiStatus { state: CiState::Failure, checks: vec!["test: failure".into()] };
@@ -707,4 +724,79 @@ async fn the_html_report_renders_its_charts_in_headless_chromium() {
     assert!(ink > total / 50, "the page is blank: {ink} non-white pixels of {total}");
     assert!(blue > 3_000, "the flow chart's stage boxes did not render ({blue} blue pixels)");
     assert!(orange > 3_000, "the cost chart's bars did not render ({orange} orange pixels)");
+}
+
+// ---------------------------------------------------------------------------
+// Against the fake GitHub
+// ---------------------------------------------------------------------------
+
+mod on_github {
+    use super::support::fake_github::{ENGINE, FakeGitHub};
+    use super::*;
+
+    fn at(minutes_after_noon: i64) -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::parse_from_rfc3339("2026-11-29T12:00:00Z").unwrap().with_timezone(&chrono::Utc)
+            + chrono::Duration::minutes(minutes_after_noon)
+    }
+
+    #[tokio::test]
+    async fn the_sweep_revives_repairs_and_keeps_its_state_on_github() {
+        let gh = FakeGitHub::start().await;
+        let config = config_with(|t| t);
+        let (stalled, healthy, twice) = {
+            let mut s = gh.state();
+            (
+                s.add_issue("stalled", "b", "alice", &["ward:admit", "bug"]),
+                s.add_issue("healthy", "b", "alice", &["ward:treat"]),
+                s.add_issue("two labels", "b", "alice", &["ward:treat", "ward:code-review"]),
+            )
+        };
+        let forge = gh.forge();
+        let first = sweep::sweep(&forge, &config, at(1), &Facilities::default(), None).await.unwrap();
+        assert_eq!((first.listed, first.actions.len()), (3, 1), "{first}");
+        assert!(matches!(&first.actions[0], sweep::Action::Escalated { issue, .. } if issue.0 == twice));
+        assert_eq!(gh.state().labels_of(twice), vec!["ward:chief".to_string()]);
+        assert!(gh.state().file("ward-charts", "charts/0.md").unwrap().contains("ward-sweep-state v1"));
+
+        let r = sweep::sweep(&forge, &config, at(65), &Facilities::default(), None).await.unwrap();
+        assert_eq!(r.actions.len(), 1, "{r}");
+        assert!(matches!(&r.actions[0], sweep::Action::Retriggered { issue, .. } if issue.0 == stalled));
+        assert_eq!(gh.state().dispatches.len(), 1);
+        let chart = gh.state().file("ward-charts", &format!("charts/{stalled}.md")).unwrap();
+        assert!(chart.contains("<!-- WARD:SWEEP run=sweep-") && chart.contains("role=engine"), "{chart}");
+        assert_eq!(gh.state().labels_of(stalled), vec!["ward:admit".to_string(), "bug".to_string()]);
+        assert_eq!(gh.state().labels_of(healthy), vec!["ward:treat".to_string()]);
+        let (state, _) = sweep::load_state(&forge).await.unwrap();
+        assert_eq!(state.lock, None);
+        gh.assert_known_routes();
+    }
+
+    #[tokio::test]
+    async fn lockdown_and_the_report_work_on_github() {
+        let gh = FakeGitHub::start().await;
+        gh.state().add_collaborator("chief-ana", "maintain");
+        gh.state().add_collaborator("dev-bo", "write");
+        let config = config_with(|t| t);
+        let forge = gh.forge();
+        let (l, new) = lockdown::declare(&forge, "Docker host down", "dev-bo", at(0)).await.unwrap();
+        assert!(new);
+        assert_eq!(gh.state().labels_of(l.issue.0), vec!["ward:lockdown".to_string()]);
+        let active = lockdown::active_lockdown(&forge).await.unwrap().unwrap();
+        assert_eq!((active.reason.as_str(), active.declared_by.as_str()), ("Docker host down", "dev-bo"));
+        assert!(matches!(lockdown::lift(&forge, "dev-bo", at(1)).await, Err(LockdownError::LiftNotAllowed { .. })));
+        assert_eq!(lockdown::lift(&forge, "chief-ana", at(2)).await.unwrap(), vec![l.issue]);
+        assert!(!gh.state().issue(l.issue.0).open);
+        assert_eq!(lockdown::active_lockdown(&forge).await.unwrap(), None);
+
+        let n = gh.state().add_issue("patient", "b", "alice", &["ward:admit"]);
+        sweep::sweep(&forge, &config, at(1), &Facilities::default(), None).await.unwrap();
+        sweep::sweep(&forge, &config, at(70), &Facilities::default(), None).await.unwrap();
+        let (patients, problems) = report::gather(&forge, &config).await.unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        let r = report::compute(&config, &patients, at(-60 * 24 * 7), at(80));
+        assert_eq!((r.admitted, r.stalled_patients), (1, 1), "{}", report::render_markdown(&r));
+        assert_eq!(patients.len(), 1, "the lockdown issue is no patient");
+        assert_eq!(patients[0].issue.number.0, n);
+        let _ = ENGINE;
+    }
 }

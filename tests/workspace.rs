@@ -229,6 +229,27 @@ async fn a_branch_held_by_a_live_worktree_is_not_checked_out_twice() {
     assert_no_worktrees(&repo);
 }
 
+#[tokio::test]
+async fn an_agent_that_rewrites_git_pointers_cannot_make_cleanup_delete_or_commit_elsewhere() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let victim = repo.tmp.path().join("victim");
+    std::fs::create_dir_all(victim.join(".git")).unwrap();
+    std::fs::write(victim.join("precious.txt"), "keep me\n").unwrap();
+    let other = TestRepo::new(&[("README.md", "other\n")]);
+    let ws = Workspace::up(repo.request(18, "treat", "run-1"), &Cancel::new()).await.unwrap();
+    // What a hostile agent can reach: its `.git` file and the metadata's `gitdir`.
+    std::fs::write(ws.worktree.metadata.join("gitdir"), format!("{}\n", victim.join(".git").display())).unwrap();
+    std::fs::write(ws.worktree.path.join(".git"), format!("gitdir: {}\n", other.path.join(".git").display())).unwrap();
+    std::fs::write(ws.worktree.path.join("evil.txt"), "x\n").unwrap();
+    let (path, meta) = (ws.worktree.path.clone(), ws.worktree.metadata.clone());
+    let err = ws.down().await.expect_err("the teardown reports the tampering");
+    assert!(err.to_string().contains("will not commit there"), "{err}");
+    assert_eq!(std::fs::read_to_string(victim.join("precious.txt")).unwrap(), "keep me\n");
+    assert_eq!(run(other.git().args(["rev-list", "--count", "HEAD"])).trim(), "1", "nothing committed elsewhere");
+    assert!(!path.exists() && !meta.exists(), "ward's own folder and metadata are still removed");
+    assert_no_worktrees(&repo);
+}
+
 #[test]
 fn the_reaper_removes_only_old_ward_worktrees_and_branches_of_closed_issues() {
     let repo = TestRepo::new(&[("README.md", "hello\n")]);
@@ -360,6 +381,27 @@ async fn a_readiness_probe_that_never_passes_keeps_diagnostics_and_removes_the_c
 }
 
 #[tokio::test]
+async fn an_emulator_that_exits_before_it_is_ready_reports_its_exit_code() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let run_name = run_id("exits");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let mut config = emulator_config("command: [\"no-such-subcommand\"]");
+    config.ready = serde_yaml::from_str("{ log: docstore ready, time_limit: 10s }").unwrap();
+    let mut req = repo.request(19, "treat", &run_name);
+    req.emulator = Some(config);
+    let artifacts = req.artifacts.clone();
+    let err = Workspace::up(req, &Cancel::new()).await.err().expect("exits");
+    assert!(matches!(err, WorkspaceError::Emulator(EmulatorError::Exited { code: Some(2), .. })), "{err:?}");
+    assert!(err.to_string().contains("exited with code 2 before it was ready"), "{err}");
+    let log =
+        std::fs::read_dir(&artifacts).unwrap().flatten().find(|e| e.path().extension().is_some_and(|x| x == "log"));
+    let log = std::fs::read_to_string(log.expect("a log").path()).unwrap();
+    assert!(log.contains("usage: docstore"), "{log}");
+    assert_no_containers(&[&run_name]);
+    assert_no_worktrees(&repo);
+}
+
+#[tokio::test]
 async fn a_failing_seed_command_removes_everything_and_keeps_its_output() {
     let repo = TestRepo::new(&[("README.md", "hello\n"), ("fixtures/bad.tsv", "only\tthree\tfields\n")]);
     let run_name = run_id("bad-seed");
@@ -467,6 +509,39 @@ async fn ports_are_loopback_only_labels_say_who_owns_it_and_a_look_alike_is_unto
     let still = run_docker(&["inspect", "--format", "{{.Name}}", &theirs]);
     assert_eq!(still.trim(), format!("/{look_alike}"), "someone else's container is untouched");
     run_docker(&["rm", "-f", &theirs]);
+}
+
+#[tokio::test]
+async fn the_container_reaper_removes_only_expired_ward_containers() {
+    let image = docstore_image();
+    let run_name = run_id("reap");
+    let _janitor = DockerJanitor(vec![run_name.clone(), format!("{run_name}-young")]);
+    let create = |name: &str, labels: &[String]| {
+        let mut args: Vec<String> = vec!["create".into(), "--name".into(), name.into()];
+        for l in labels {
+            args.extend(["--label".into(), l.clone()]);
+        }
+        args.push(image.into());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_docker(&args).trim().to_string()
+    };
+    let past = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    let future = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let expired =
+        create(&format!("{run_name}-expired"), &[format!("ward.run={run_name}"), format!("ward.expires={past}")]);
+    let young =
+        create(&format!("{run_name}-young"), &[format!("ward.run={run_name}-young"), format!("ward.expires={future}")]);
+    // Not ward's: an expiry label alone does not make a container ours.
+    let foreign = create(&format!("{run_name}-foreign"), &[format!("ward.expires={past}")]);
+    let dir = tempfile::tempdir().unwrap();
+    let docker = Docker::connect(None).await.unwrap();
+    let reaped = ward::workspace::emulator::reap_expired(&docker, chrono::Utc::now(), dir.path()).await.unwrap();
+    assert!(reaped.contains(&format!("{run_name}-expired")), "{reaped:?}");
+    assert!(docker.inspect(&expired).await.unwrap().is_none());
+    assert!(docker.inspect(&young).await.unwrap().is_some());
+    assert!(docker.inspect(&foreign).await.unwrap().is_some());
+    assert!(dir.path().join(format!("{run_name}-expired.inspect.json")).exists(), "diagnostics before removal");
+    run_docker(&["rm", "-f", &young, &foreign]);
 }
 
 // ---------------------------------------------------------------- isolation proof
@@ -798,7 +873,9 @@ async fn signal_child() {
     let cancel = Cancel::on_signals().unwrap();
     let repo = proof_repo();
     let mut req = repo.request(17, "treat", &std::env::var("WARD_SIGNAL_RUN").unwrap());
-    req.emulator = Some(seeded_emulator());
+    let mut config = seeded_emulator();
+    config.ready = serde_yaml::from_str("{ log: docstore ready, time_limit: 10s }").unwrap();
+    req.emulator = Some(config);
     // The parent reads the artifacts after this process (and its temporary repository) is gone.
     req.home = dir.join("ward-home");
     req.artifacts = ward::workspace::artifacts_dir(&req.home, req.issue, &req.run);

@@ -57,6 +57,9 @@ pub struct PullRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Dispatch {
     pub issue: IssueNumber,
+    /// The label the dispatched stage starts on (absent in older queues).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     pub at: DateTime<Utc>,
 }
 
@@ -416,10 +419,12 @@ impl Forge for LocalForge {
         Ok(StoredChart { text: text.to_string(), version: content_version(text) })
     }
 
-    async fn dispatch_stage(&self, number: IssueNumber) -> ForgeResult<()> {
+    async fn dispatch_stage(&self, number: IssueNumber, label: &str) -> ForgeResult<()> {
         let _guard = self.lock("dispatches")?;
         let path = self.forge_dir().join("dispatches.jsonl");
-        let line = serde_json::to_string(&Dispatch { issue: number, at: (self.clock)() }).expect("dispatch serialises");
+        let line =
+            serde_json::to_string(&Dispatch { issue: number, label: Some(label.to_string()), at: (self.clock)() })
+                .expect("dispatch serialises");
         let mut file = OpenOptions::new()
             .create(true)
             .append(true)

@@ -2,7 +2,9 @@
 //! embedded default); `github` talks to the REST API. The engine above this
 //! line never knows which one it has.
 
+pub mod github;
 pub mod local;
+pub mod retry;
 
 use std::fmt;
 
@@ -250,8 +252,10 @@ pub trait Forge: Send + Sync {
     async fn write_chart(&self, number: IssueNumber, text: &str, expected: Option<&str>) -> ForgeResult<StoredChart>;
 
     /// Start the next stage for `number` (repository_dispatch on GitHub, a
-    /// queue entry locally).
-    async fn dispatch_stage(&self, number: IssueNumber) -> ForgeResult<()>;
+    /// queue entry locally). `label` is the label that stage starts on: a
+    /// run of the dispatch finds it gone when the delivery is repeated, and
+    /// does nothing (one event, one transition).
+    async fn dispatch_stage(&self, number: IssueNumber, label: &str) -> ForgeResult<()>;
 
     /// The open (or merged) pull request whose head is `branch`, if any.
     async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>>;

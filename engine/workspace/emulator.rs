@@ -114,10 +114,14 @@ impl Docker {
     /// Connects to `socket` (a path or `unix://` URL), else `DOCKER_HOST`,
     /// else [`DEFAULT_SOCKET`], and agrees on an API version with the engine.
     pub async fn connect(socket: Option<&str>) -> Result<Self> {
-        let socket = socket
-            .map(str::to_string)
-            .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| h.starts_with("unix://") || h.starts_with('/')))
-            .unwrap_or_else(|| DEFAULT_SOCKET.to_string());
+        let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
+        if socket.is_none()
+            && let Some(h) = host.as_ref().filter(|h| !(h.starts_with("unix://") || h.starts_with('/')))
+        {
+            let reason = "ward talks to Docker over a unix socket only".to_string();
+            return Err(EmulatorError::Unavailable { socket: format!("DOCKER_HOST={h}"), reason });
+        }
+        let socket = socket.map(str::to_string).or(host).unwrap_or_else(|| DEFAULT_SOCKET.to_string());
         let path = socket.trim_start_matches("unix://").to_string();
         let unavailable = |reason: String| EmulatorError::Unavailable { socket: path.clone(), reason };
         let api = bollard::Docker::connect_with_socket(&path, 120, bollard::API_DEFAULT_VERSION).map_err(|e| {
@@ -355,6 +359,16 @@ async fn bring_up(
         object: format!("`{name}`"),
         message: "gone".into(),
     })?;
+    let state = inspect.state.as_ref();
+    if state.is_some_and(|s| s.running == Some(false)) {
+        // Gone already: Docker no longer lists its ports, so say why.
+        let code = state.and_then(|s| s.exit_code);
+        return Err(EmulatorError::Exited {
+            name: name.into(),
+            code,
+            diagnostics: artifacts.join(format!("{name}.log")),
+        });
+    }
     let ports = host_ports(&inspect, &config.ports, name)?;
     let probe = config.ready.probe().expect("validated: exactly one probe");
     wait_ready(docker, id, name, &probe, &ports, config.ready.time_limit, artifacts, cancel).await?;

@@ -188,7 +188,14 @@ impl WorkspacePlan {
     /// branch is `WARD_BASE`, else the branch checked out at `root`.
     pub fn detect(root: &Path, get: impl Fn(&str) -> Option<String>) -> Option<Self> {
         let git = GitRepo::open(root).ok()?;
-        let base = get("WARD_BASE").filter(|b| !b.is_empty()).or_else(|| git.current_branch().ok().flatten())?;
+        let base = get("WARD_BASE").filter(|b| !b.is_empty()).or_else(|| git.current_branch().ok().flatten());
+        let Some(base) = base else {
+            tracing::warn!(
+                root = %root.display(),
+                "no worktrees: HEAD is detached or unborn; set WARD_BASE to the branch task branches start from"
+            );
+            return None;
+        };
         let home = ward_home(&get).unwrap_or_else(|| root.join(".ward").join("home"));
         let push = PushTarget::detect(&get);
         Some(Self { home, base, docker_socket: None, identity: CommitIdentity::default(), push })
@@ -517,6 +524,19 @@ mod tests {
         assert_eq!(ward_home(env(&[("RUNNER_TEMP", "/rt"), ("HOME", "/h")])), Some("/h/.cache/ward".into()));
         assert_eq!(ward_home(env(&[("XDG_CACHE_HOME", "/c"), ("HOME", "/h")])), Some("/c/ward".into()));
         assert_eq!(ward_home(env(&[])), None);
+    }
+
+    #[test]
+    fn a_push_target_exists_only_in_actions_and_never_shows_its_token() {
+        assert!(PushTarget::detect(env(&[("GITHUB_REPOSITORY", "o/n"), ("GITHUB_TOKEN", "t")])).is_none());
+        let actions = [("GITHUB_ACTIONS", "true"), ("GITHUB_REPOSITORY", "o/n"), ("GITHUB_TOKEN", "gh-secret")];
+        let t = PushTarget::detect(env(&actions)).unwrap();
+        assert_eq!(t.url, "https://github.com/o/n.git");
+        assert_eq!(t.token.as_deref(), Some("gh-secret"));
+        assert!(!format!("{t:?}").contains("gh-secret"));
+        let with_ward =
+            [("GITHUB_ACTIONS", "true"), ("GITHUB_REPOSITORY", "o/n"), ("WARD_TOKEN", "w"), ("GITHUB_TOKEN", "g")];
+        assert_eq!(PushTarget::detect(env(&with_ward)).unwrap().token.as_deref(), Some("w"));
     }
 
     #[tokio::test]

@@ -60,6 +60,12 @@ pub enum WorktreeError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "the `.git` file of worktree {} now points to {}, not to its metadata; ward will not commit there",
+        path.display(),
+        points_to.display()
+    )]
+    Tampered { path: PathBuf, points_to: PathBuf },
     #[error("`git push` of `{branch}` failed ({status}): {stderr}")]
     Push { branch: String, status: String, stderr: String },
 }
@@ -130,6 +136,15 @@ pub struct Marker {
     pub stage: String,
     pub run: String,
     pub created_at: DateTime<Utc>,
+}
+
+/// The marker as written: what ward knows, and the folder it created.
+/// Removal trusts this path, never the `gitdir` file an agent could rewrite.
+#[derive(Serialize, Deserialize)]
+struct Recorded {
+    #[serde(flatten)]
+    marker: Marker,
+    path: PathBuf,
 }
 
 /// Proof that a worktree is gone.
@@ -307,7 +322,8 @@ impl GitRepo {
             let _ = std::fs::remove_dir(&path);
             return Err(git("add worktree", path.display().to_string())(e));
         }
-        let text = serde_json::to_string_pretty(marker).unwrap_or_default();
+        let recorded = Recorded { marker: marker.clone(), path: path.clone() };
+        let text = serde_json::to_string_pretty(&recorded).unwrap_or_default();
         std::fs::write(metadata.join(MARKER), text).map_err(io_err("write the ward marker in", &metadata))?;
         Ok(Worktree { name, path, branch: branch.into(), start, metadata })
     }
@@ -317,6 +333,12 @@ impl GitRepo {
     pub fn commit_all(&self, wt: &Worktree, who: &CommitIdentity, message: &str) -> Result<Option<String>> {
         let object = wt.path.display().to_string();
         let repo = Repository::open(&wt.path).map_err(git("open worktree", &object))?;
+        // The agent owns the folder, `.git` file included: commit only if it
+        // still leads to this worktree's metadata in this repository.
+        let same = |a: &Path, b: &Path| a.canonicalize().ok().is_some_and(|a| b.canonicalize().is_ok_and(|b| a == b));
+        if !same(repo.path(), &wt.metadata) || !same(repo.commondir(), &self.root) {
+            return Err(WorktreeError::Tampered { path: wt.path.clone(), points_to: repo.path().to_path_buf() });
+        }
         let mut index = repo.index().map_err(git("read the index of", &object))?;
         index.add_all(["*"], IndexAddOption::DEFAULT, None).map_err(git("stage the changes in", &object))?;
         index.update_all(["*"], None).map_err(git("stage the deletions in", &object))?;
@@ -346,14 +368,14 @@ impl GitRepo {
     fn remove_worktree_locked(&self, wt: &Worktree) -> Result<WorktreeCleanup> {
         let handle = found(self.repo.find_worktree(&wt.name)).map_err(git("open worktree", &wt.name))?;
         if let Some(handle) = handle {
+            // Metadata only: libgit2 would delete the folder named in the
+            // `gitdir` file, which the agent could have rewritten. The folder
+            // ward created is removed below, by the path ward recorded.
             let mut opts = WorktreePruneOptions::new();
-            opts.valid(true).working_tree(true).locked(false);
+            opts.valid(true).working_tree(false).locked(false);
             handle.prune(Some(&mut opts)).map_err(git("remove worktree", wt.path.display().to_string()))?;
         }
-        // The metadata may be gone while the folder is not (its `.git` file
-        // was deleted): the folder was still made by ward, at a path only a
-        // ward run uses.
-        if wt.path.exists() {
+        if wt.path.symlink_metadata().is_ok() {
             std::fs::remove_dir_all(&wt.path).map_err(io_err("remove worktree folder", &wt.path))?;
         }
         self.verify_removed(wt)
@@ -389,19 +411,21 @@ impl GitRepo {
         for name in names {
             let metadata = self.root.join("worktrees").join(&name);
             let marker = std::fs::read_to_string(metadata.join(MARKER)).ok();
-            let Some(marker) = marker.and_then(|t| serde_json::from_str::<Marker>(&t).ok()) else {
+            let Some(Recorded { marker, path }) = marker.and_then(|t| serde_json::from_str(&t).ok()) else {
                 report.kept.push((name, "not created by ward".into()));
                 continue;
             };
+            let ward_shaped = path.file_name().is_some_and(|f| f == name.as_str())
+                && path.parent().and_then(Path::file_name).is_some_and(|p| p == "worktrees");
+            if !ward_shaped {
+                report.kept.push((name, format!("recorded path {} is not a ward worktree path", path.display())));
+                continue;
+            }
             let age = now.signed_duration_since(marker.created_at).to_std().unwrap_or_default();
             if age <= ttl {
                 report.kept.push((name, format!("younger than {}", humantime::format_duration(ttl))));
                 continue;
             }
-            let Some(handle) = found(self.repo.find_worktree(&name)).map_err(git("open worktree", &name))? else {
-                continue;
-            };
-            let path = handle.path().to_path_buf();
             let head = std::fs::read_to_string(metadata.join("HEAD")).unwrap_or_default();
             let branch = head.trim().trim_start_matches("ref: refs/heads/").to_string();
             let wt = Worktree { name: name.clone(), path, branch, start: String::new(), metadata };

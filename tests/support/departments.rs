@@ -258,9 +258,9 @@ impl<F: Forge> Forge for Counting<F> {
         self.count("write_chart");
         self.inner.write_chart(number, text, expected).await
     }
-    async fn dispatch_stage(&self, number: IssueNumber) -> ForgeResult<()> {
+    async fn dispatch_stage(&self, number: IssueNumber, label: &str) -> ForgeResult<()> {
         self.count("dispatch_stage");
-        self.inner.dispatch_stage(number).await
+        self.inner.dispatch_stage(number, label).await
     }
     async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>> {
         self.count("pull_request_for_branch");
@@ -342,8 +342,8 @@ impl Forge for Shared {
     async fn write_chart(&self, n: IssueNumber, text: &str, expected: Option<&str>) -> ForgeResult<StoredChart> {
         self.0.write_chart(n, text, expected).await
     }
-    async fn dispatch_stage(&self, n: IssueNumber) -> ForgeResult<()> {
-        self.0.dispatch_stage(n).await
+    async fn dispatch_stage(&self, n: IssueNumber, label: &str) -> ForgeResult<()> {
+        self.0.dispatch_stage(n, label).await
     }
     async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>> {
         self.0.pull_request_for_branch(branch).await

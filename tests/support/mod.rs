@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod departments;
+pub mod fake_github;
 pub mod workspace;
 
 use std::path::{Path, PathBuf};

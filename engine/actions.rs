@@ -1,0 +1,585 @@
+//! What a stage run needs from GitHub Actions around the forge: who may
+//! start a stage, and what the run tells people (the job summary and
+//! `::error::` annotations). The chart's compare-and-swap append is
+//! [`crate::chart::store_notes`]; the label arithmetic is
+//! [`crate::stage::next_labels`].
+//!
+//! The decisions are pure functions over (trigger, configuration, facts);
+//! the few functions that do I/O take a `&dyn Forge` and are thin.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde::Serialize;
+
+use crate::config::{Config, DispatchMode};
+use crate::event::{Trigger, TriggerKind};
+use crate::forge::{Forge, IssueNumber, Permission};
+use crate::stage::{Hospital, StageRequest, StageResult, run_stage};
+
+/// What to do with a trigger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Admission {
+    /// Run a stage on `issue`. `label` is the label in when the event names
+    /// it; `None` means "the stage whose label the issue carries now".
+    Run { issue: IssueNumber, label: Option<String> },
+    /// Run the charge nurse's sweep.
+    Sweep,
+    /// Not for ward: exit 0, change nothing.
+    Ignore { reason: String },
+    /// Someone may not do this: say so on the issue, move nothing.
+    Refuse { issue: IssueNumber, reason: String },
+}
+
+/// The first look at a trigger: decided, or a permission lookup is needed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check {
+    Decided(Admission),
+    /// A person applied the admission label: look up their permission
+    /// and call [`decide_with_permission`].
+    NeedsPermission {
+        login: String,
+        needed: Permission,
+    },
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GuardError {
+    #[error(
+        "stage `{stage}` asked for by the workflow_dispatch of {issue} is not in .github/ward.yml (stages: {known})"
+    )]
+    UnknownStage { issue: IssueNumber, stage: String, known: String },
+}
+
+/// Who may start a stage, before any lookup. Pure.
+///
+/// - `schedule` runs the sweep.
+/// - A label that starts no stage is ignored, whoever applied it.
+/// - A stage label applied by the engine account starts the stage only
+///   with `dispatch: label`; with repository_dispatch the engine's own
+///   dispatch starts it, and the labeled event (if an app token makes one)
+///   is ignored, so a transition never runs twice.
+/// - The admission label applied by a person needs `admit_permission`.
+/// - Any other stage label applied by a person is refused: only the
+///   engine moves a patient between stages.
+/// - repository_dispatch and workflow_dispatch need write access on GitHub
+///   to send at all, so they are accepted.
+pub fn check_trigger(trigger: &Trigger, config: &Config) -> Result<Check, GuardError> {
+    let decided = |a| Ok(Check::Decided(a));
+    let Some(issue) = trigger.issue else {
+        return decided(match trigger.kind {
+            TriggerKind::Schedule => Admission::Sweep,
+            _ => Admission::Ignore { reason: "the event names no issue".into() },
+        });
+    };
+    match trigger.kind {
+        TriggerKind::Schedule => decided(Admission::Sweep),
+        TriggerKind::RepositoryDispatch => decided(Admission::Run { issue, label: trigger.label.clone() }),
+        TriggerKind::WorkflowDispatch => match &trigger.stage {
+            None => decided(Admission::Run { issue, label: None }),
+            Some(name) => match config.stage(name) {
+                Some(stage) => decided(Admission::Run { issue, label: Some(stage.config.label.clone()) }),
+                None => Err(GuardError::UnknownStage {
+                    issue,
+                    stage: name.clone(),
+                    known: config.stages().map(|s| s.name).collect::<Vec<_>>().join(", "),
+                }),
+            },
+        },
+        TriggerKind::Labeled => {
+            let label = trigger.label.clone().unwrap_or_default();
+            if config.stage_by_label(&label).is_none() {
+                return decided(Admission::Ignore { reason: format!("label `{label}` starts no ward stage") });
+            }
+            if trigger.actor == config.engine_account {
+                return decided(match config.dispatch {
+                    DispatchMode::Label => Admission::Run { issue, label: Some(label) },
+                    DispatchMode::RepositoryDispatch => Admission::Ignore {
+                        reason: format!(
+                            "`{label}` was set by the engine; with `dispatch: repository_dispatch` its dispatch starts the stage"
+                        ),
+                    },
+                });
+            }
+            if label == config.admission {
+                return Ok(Check::NeedsPermission { login: trigger.actor.clone(), needed: config.admit_permission });
+            }
+            decided(Admission::Refuse {
+                issue,
+                reason: format!(
+                    "@{actor} applied `{label}`, but only ward moves a patient between stages; a person admits a \
+                     patient with `{admission}`. To re-run a stage, run the ward-stage workflow by hand with the \
+                     inputs `issue` and `stage`.",
+                    actor = trigger.actor,
+                    admission = config.admission,
+                ),
+            })
+        }
+    }
+}
+
+/// The admission of a person whose permission is now known. Pure.
+pub fn decide_with_permission(trigger: &Trigger, config: &Config, have: Permission) -> Admission {
+    let issue = trigger.issue.unwrap_or(IssueNumber(0));
+    let label = trigger.label.clone().unwrap_or_default();
+    if have >= config.admit_permission {
+        Admission::Run { issue, label: Some(label) }
+    } else {
+        Admission::Refuse {
+            issue,
+            reason: format!(
+                "@{actor} has `{have}` access to this repository; admitting a patient with `{label}` needs at least \
+                 `{needed}`. Ask a maintainer to apply the label.",
+                actor = trigger.actor,
+                have = permission_name(have),
+                needed = permission_name(config.admit_permission),
+            ),
+        }
+    }
+}
+
+fn permission_name(p: Permission) -> &'static str {
+    match p {
+        Permission::None => "no",
+        Permission::Read => "read",
+        Permission::Triage => "triage",
+        Permission::Write => "write",
+        Permission::Maintain => "maintain",
+        Permission::Admin => "admin",
+    }
+}
+
+/// [`check_trigger`], the permission lookup when it is needed, and the
+/// refusal comment when it is refused. Returns the final admission.
+pub async fn admit(forge: &dyn Forge, trigger: &Trigger, config: &Config) -> anyhow::Result<Admission> {
+    let admission = match check_trigger(trigger, config)? {
+        Check::Decided(a) => a,
+        Check::NeedsPermission { login, .. } => {
+            let have = forge.permission(&login).await.with_context(|| {
+                format!("could not decide whether @{login} may admit a patient in {}", forge.describe())
+            })?;
+            decide_with_permission(trigger, config, have)
+        }
+    };
+    if let Admission::Refuse { issue, reason } = &admission {
+        forge
+            .add_comment(*issue, &refusal_comment(reason))
+            .await
+            .with_context(|| format!("could not tell {issue} why its stage was refused"))?;
+    }
+    Ok(admission)
+}
+
+/// The comment posted on a refused issue.
+pub fn refusal_comment(reason: &str) -> String {
+    format!("**ward** did not start a stage.\n\n{reason}\n")
+}
+
+/// How a stage run started by an Actions event ended.
+#[derive(Debug)]
+pub enum EventRun {
+    /// A ward event that asks for nothing (exit 0).
+    Ignored(String),
+    /// Refused, with a comment on the issue (exit 0: the guard did its job).
+    Refused { issue: IssueNumber, reason: String },
+    /// A `schedule` event: that is `ward sweep`'s.
+    Sweep,
+    /// The stage ran (or found nothing to do).
+    Ran(Box<StageResult>),
+}
+
+/// `ward stage --event FILE` once the event is parsed: who may start what,
+/// the missing ward labels on admission (created once, with colours and
+/// descriptions), then the stage run. Nothing changes on GitHub before the
+/// guard passes, except the refusal comment.
+pub async fn stage_from_event(h: &Hospital, trigger: &Trigger) -> anyhow::Result<EventRun> {
+    tracing::info!(kind = ?trigger.kind, issue = ?trigger.issue, label = ?trigger.label, actor = %trigger.actor, "event");
+    let (issue, label) = match admit(&*h.forge, trigger, &h.config).await? {
+        Admission::Ignore { reason } => return Ok(EventRun::Ignored(reason)),
+        Admission::Refuse { issue, reason } => return Ok(EventRun::Refused { issue, reason }),
+        Admission::Sweep => return Ok(EventRun::Sweep),
+        Admission::Run { issue, label } => (issue, label),
+    };
+    if label.as_deref() == Some(h.config.admission.as_str()) {
+        h.forge
+            .ensure_labels(&h.config.label_specs())
+            .await
+            .with_context(|| format!("could not create ward's labels in {}", h.forge.describe()))?;
+    }
+    let req = StageRequest { issue: issue.0, label, ..StageRequest::default() };
+    Ok(EventRun::Ran(Box::new(run_stage(h, &req).await?)))
+}
+
+/// The summary of a finished stage run (`repository` is `owner/name`,
+/// `server` e.g. `https://github.com`, `run_url` the Actions run).
+pub fn summary_for(
+    result: &StageResult,
+    config: &Config,
+    repository: &str,
+    server: &str,
+    run_url: Option<&str>,
+) -> RunSummary {
+    let mut s = RunSummary { repository: repository.into(), next: "none".into(), ..RunSummary::default() };
+    let role_of = |stage: &str| config.stage(stage).map(|st| st.config.role.clone()).unwrap_or_default();
+    let label_of = |stage: &str| config.stage(stage).map(|st| st.config.label.clone()).unwrap_or_default();
+    match result {
+        StageResult::Moved(t) => {
+            s.issue = t.issue;
+            s.stage = t.stage.clone();
+            s.role = t.role.clone();
+            s.run_id = t.run.clone();
+            s.label_in = t.from.clone();
+            s.outcome = Some(t.outcome.clone());
+            s.label_out = Some(t.to.clone());
+            s.next = match (t.dispatched, config.stage_by_label(&t.to).is_some()) {
+                (true, _) => "repository_dispatch".into(),
+                (false, true) => "the labeled event (dispatch: label)".into(),
+                (false, false) => "none (the patient rests here)".into(),
+            };
+            let engine = t.total_ms.saturating_sub(t.agent_ms);
+            s.timings = vec![
+                ("agent".into(), Duration::from_millis(t.agent_ms as u64)),
+                ("engine".into(), Duration::from_millis(engine as u64)),
+            ];
+        }
+        StageResult::NoOp { issue, reason } => {
+            s.issue = *issue;
+            s.stage = "none".into();
+            s.label_in = "—".into();
+            s.next = format!("nothing to do: {reason}");
+        }
+        StageResult::Refused { issue, stage, reason, to } => {
+            s.issue = *issue;
+            s.stage = stage.clone();
+            s.role = role_of(stage);
+            s.label_in = label_of(stage);
+            s.label_out = to.clone();
+            s.next = format!("refused: {reason}");
+        }
+        StageResult::Invalid { issue, stage, run, reason, .. } => {
+            s.issue = *issue;
+            s.stage = stage.clone();
+            s.role = role_of(stage);
+            s.run_id = run.clone();
+            s.label_in = label_of(stage);
+            s.error = Some(reason.clone());
+        }
+    }
+    s.links.push(("issue".into(), format!("{server}/{repository}/issues/{}", s.issue)));
+    if let Some(url) = run_url {
+        s.links.push(("workflow run".into(), url.into()));
+    }
+    s
+}
+
+/// Inside GitHub Actions: appends the job summary, sets the step outputs
+/// `issue` and `stage` (the artifact's name uses them) and returns the
+/// `::error::` line to print when the run failed. Without the variables
+/// (outside Actions) nothing is written; the annotation is still returned.
+pub fn report_to_actions(result: &StageResult, config: &Config, repository: &str) -> anyhow::Result<Option<String>> {
+    let (server, run_url) = actions_links(repository);
+    report_summary(&summary_for(result, config, repository, &server, run_url.as_deref()))
+}
+
+/// A refused event, reported like a run: the summary says who was refused
+/// and why (the same words as the comment on the issue).
+pub fn report_refusal(issue: IssueNumber, label: Option<&str>, reason: &str, repository: &str) -> anyhow::Result<()> {
+    let (server, run_url) = actions_links(repository);
+    let mut summary = RunSummary {
+        repository: repository.into(),
+        issue: issue.0,
+        stage: "none".into(),
+        label_in: label.unwrap_or("—").into(),
+        next: format!("refused: {reason}"),
+        ..RunSummary::default()
+    };
+    summary.links.push(("issue".into(), format!("{server}/{repository}/issues/{}", issue.0)));
+    summary.links.extend(run_url.map(|u| ("workflow run".to_string(), u)));
+    report_summary(&summary).map(drop)
+}
+
+/// `GITHUB_SERVER_URL` and the URL of this workflow run, if in one.
+fn actions_links(repository: &str) -> (String, Option<String>) {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let server = var("GITHUB_SERVER_URL").unwrap_or_else(|| "https://github.com".into());
+    let run_url = var("GITHUB_RUN_ID").map(|id| format!("{server}/{repository}/actions/runs/{id}"));
+    (server, run_url)
+}
+
+fn report_summary(summary: &RunSummary) -> anyhow::Result<Option<String>> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if let Some(path) = var("GITHUB_STEP_SUMMARY") {
+        append_step_summary(Path::new(&path), &render_summary(summary))
+            .with_context(|| format!("could not append the job summary to {path}"))?;
+    }
+    if let Some(path) = var("GITHUB_OUTPUT") {
+        let stage = if summary.stage.is_empty() { "none" } else { summary.stage.as_str() };
+        append_step_summary(Path::new(&path), &format!("issue={}\nstage={stage}\n", summary.issue))
+            .with_context(|| format!("could not write the step outputs to {path}"))?;
+    }
+    Ok(summary.error.as_ref().map(|e| error_annotation(&format!("ward: {} of #{}", summary.stage, summary.issue), e)))
+}
+
+/// One stage run, as the job summary shows it.
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    pub repository: String,
+    pub issue: u64,
+    pub stage: String,
+    pub role: String,
+    pub run_id: String,
+    pub label_in: String,
+    pub outcome: Option<String>,
+    pub label_out: Option<String>,
+    /// How the next stage starts ("repository_dispatch", "labeled event", "none").
+    pub next: String,
+    /// Step name and its wall time, in order.
+    pub timings: Vec<(String, Duration)>,
+    /// Link text and URL.
+    pub links: Vec<(String, String)>,
+    /// What went wrong, when the run failed.
+    pub error: Option<String>,
+}
+
+/// Markdown for `$GITHUB_STEP_SUMMARY`. Pure.
+pub fn render_summary(s: &RunSummary) -> String {
+    let mut md = String::new();
+    let verdict = match (&s.error, &s.outcome) {
+        (Some(_), _) => "failed",
+        (None, Some(_)) => "done",
+        (None, None) => "no transition",
+    };
+    let _ = writeln!(md, "### ward: {} of #{} — {verdict}\n", cell(&s.stage), s.issue);
+    let _ = writeln!(md, "| | |\n|---|---|");
+    let row = |md: &mut String, k: &str, v: &str| {
+        let _ = writeln!(md, "| {k} | {} |", cell(v));
+    };
+    row(&mut md, "repository", &s.repository);
+    row(&mut md, "issue", &format!("#{}", s.issue));
+    row(&mut md, "stage", &format!("{} (role {})", s.stage, s.role));
+    row(&mut md, "run", &s.run_id);
+    row(&mut md, "label in", &format!("`{}`", s.label_in));
+    row(&mut md, "outcome", s.outcome.as_deref().unwrap_or("—"));
+    row(&mut md, "label out", &s.label_out.as_deref().map(|l| format!("`{l}`")).unwrap_or_else(|| "—".into()));
+    row(&mut md, "next", &s.next);
+    if !s.timings.is_empty() {
+        let total: Duration = s.timings.iter().map(|(_, d)| *d).sum();
+        let steps: Vec<String> = s.timings.iter().map(|(n, d)| format!("{n} {}", seconds(*d))).collect();
+        row(&mut md, "time", &format!("{} ({})", seconds(total), steps.join(", ")));
+    }
+    if let Some(e) = &s.error {
+        let _ = writeln!(md, "\n**Error:** {}", cell(e));
+    }
+    if !s.links.is_empty() {
+        let links: Vec<String> = s.links.iter().map(|(t, u)| format!("[{}]({u})", cell(t))).collect();
+        let _ = writeln!(md, "\n{}", links.join(" · "));
+    }
+    md
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// A table cell: no pipes, no line breaks, no HTML (reasons can quote
+/// what an agent wrote, and summaries render HTML).
+fn cell(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// A workflow command line that GitHub shows as an error annotation:
+/// `::error title=T::message`, with `%`, CR and LF escaped as the runner
+/// expects (and `:` `,` in properties), so a message cannot inject another
+/// workflow command.
+pub fn error_annotation(title: &str, message: &str) -> String {
+    format!("::error title={}::{}", escape_property(title), escape_data(message))
+}
+
+fn escape_data(s: &str) -> String {
+    s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
+}
+
+fn escape_property(s: &str) -> String {
+    escape_data(s).replace(':', "%3A").replace(',', "%2C")
+}
+
+/// Appends to `$GITHUB_STEP_SUMMARY` (the runner sets it to a file).
+pub fn append_step_summary(path: &Path, markdown: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    file.write_all(markdown.as_bytes())?;
+    if !markdown.ends_with('\n') {
+        file.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.github/ward.yml")).unwrap();
+        let text = format!("{text}\n{extra}");
+        let text = if extra.contains("dispatch:") { text.replace("dispatch: repository_dispatch\n", "") } else { text };
+        Config::parse(&text, Path::new(".github/ward.yml"), None).unwrap()
+    }
+
+    fn labeled(label: &str, actor: &str) -> Trigger {
+        Trigger {
+            kind: TriggerKind::Labeled,
+            issue: Some(IssueNumber(4)),
+            label: Some(label.into()),
+            stage: None,
+            actor: actor.into(),
+            repository: Some("octo/hello".into()),
+        }
+    }
+
+    #[test]
+    fn who_may_start_a_stage() {
+        let c = config("");
+        let run = |label: &str| Check::Decided(Admission::Run { issue: IssueNumber(4), label: Some(label.into()) });
+        // A person with the admission label: look up the permission.
+        assert_eq!(
+            check_trigger(&labeled("ward:admit", "alice"), &c),
+            Ok(Check::NeedsPermission { login: "alice".into(), needed: Permission::Triage })
+        );
+        // Non-ward labels are ignored, from people and from the engine.
+        for actor in ["alice", "github-actions[bot]"] {
+            assert!(matches!(check_trigger(&labeled("bug", actor), &c), Ok(Check::Decided(Admission::Ignore { .. }))));
+        }
+        // Resting labels start nothing either.
+        assert!(matches!(
+            check_trigger(&labeled("ward:discharged", "github-actions[bot]"), &c),
+            Ok(Check::Decided(Admission::Ignore { .. }))
+        ));
+        // The engine's own stage label: ignored in dispatch mode (its dispatch starts the stage) ...
+        assert!(matches!(
+            check_trigger(&labeled("ward:treat", "github-actions[bot]"), &c),
+            Ok(Check::Decided(Admission::Ignore { .. }))
+        ));
+        // ... and the trigger in label mode.
+        let label_mode = config("dispatch: label");
+        assert_eq!(check_trigger(&labeled("ward:treat", "github-actions[bot]"), &label_mode), Ok(run("ward:treat")));
+        // A person moving a patient between stages is refused.
+        let Ok(Check::Decided(Admission::Refuse { reason, .. })) = check_trigger(&labeled("ward:treat", "mallory"), &c)
+        else {
+            panic!("a person's stage label must be refused");
+        };
+        insta::assert_snapshot!(refusal_comment(&reason), @r"
+        **ward** did not start a stage.
+
+        @mallory applied `ward:treat`, but only ward moves a patient between stages; a person admits a patient with `ward:admit`. To re-run a stage, run the ward-stage workflow by hand with the inputs `issue` and `stage`.
+        ");
+    }
+
+    #[test]
+    fn admission_needs_the_configured_permission() {
+        let c = config("");
+        let t = labeled("ward:admit", "alice");
+        for ok in [Permission::Triage, Permission::Write, Permission::Admin] {
+            assert_eq!(
+                decide_with_permission(&t, &c, ok),
+                Admission::Run { issue: IssueNumber(4), label: Some("ward:admit".into()) }
+            );
+        }
+        let Admission::Refuse { reason, .. } = decide_with_permission(&t, &c, Permission::Read) else {
+            panic!("read is below triage");
+        };
+        insta::assert_snapshot!(reason, @"@alice has `read` access to this repository; admitting a patient with `ward:admit` needs at least `triage`. Ask a maintainer to apply the label.");
+    }
+
+    #[test]
+    fn dispatches_and_schedules() {
+        let c = config("");
+        let mut t = labeled("x", "github-actions[bot]");
+        t.kind = TriggerKind::RepositoryDispatch;
+        t.label = None;
+        assert_eq!(check_trigger(&t, &c), Ok(Check::Decided(Admission::Run { issue: IssueNumber(4), label: None })));
+        t.kind = TriggerKind::WorkflowDispatch;
+        t.stage = Some("treat".into());
+        assert_eq!(
+            check_trigger(&t, &c),
+            Ok(Check::Decided(Admission::Run { issue: IssueNumber(4), label: Some("ward:treat".into()) }))
+        );
+        t.stage = Some("surgery".into());
+        insta::assert_snapshot!(check_trigger(&t, &c).unwrap_err(), @"stage `surgery` asked for by the workflow_dispatch of #4 is not in .github/ward.yml (stages: admit, diagnose, plan-review, treat, consult, code-review, discharge)");
+        let sweep = Trigger {
+            kind: TriggerKind::Schedule,
+            issue: None,
+            label: None,
+            stage: None,
+            actor: String::new(),
+            repository: None,
+        };
+        assert_eq!(check_trigger(&sweep, &c), Ok(Check::Decided(Admission::Sweep)));
+    }
+
+    #[test]
+    fn job_summary_and_annotations() {
+        let s = RunSummary {
+            repository: "octo/hello".into(),
+            issue: 4,
+            stage: "diagnose".into(),
+            role: "fellow".into(),
+            run_id: "r-12-1".into(),
+            label_in: "ward:diagnose".into(),
+            outcome: Some("plan-posted".into()),
+            label_out: Some("ward:plan-review".into()),
+            next: "repository_dispatch".into(),
+            timings: vec![("agent".into(), Duration::from_millis(1500)), ("forge".into(), Duration::from_millis(250))],
+            links: vec![("issue".into(), "https://github.com/octo/hello/issues/4".into())],
+            error: None,
+        };
+        insta::assert_snapshot!(render_summary(&s), @r"
+        ### ward: diagnose of #4 — done
+
+        | | |
+        |---|---|
+        | repository | octo/hello |
+        | issue | #4 |
+        | stage | diagnose (role fellow) |
+        | run | r-12-1 |
+        | label in | `ward:diagnose` |
+        | outcome | plan-posted |
+        | label out | `ward:plan-review` |
+        | next | repository_dispatch |
+        | time | 1.8s (agent 1.5s, forge 0.2s) |
+
+        [issue](https://github.com/octo/hello/issues/4)
+        ");
+        let failed = RunSummary {
+            outcome: None,
+            label_out: None,
+            next: "none".into(),
+            timings: vec![],
+            links: vec![],
+            error: Some("the agent wrote no OUTCOME | line 3\nsee <img src=x> notes".into()),
+            ..s
+        };
+        insta::assert_snapshot!(render_summary(&failed), @r"
+        ### ward: diagnose of #4 — failed
+
+        | | |
+        |---|---|
+        | repository | octo/hello |
+        | issue | #4 |
+        | stage | diagnose (role fellow) |
+        | run | r-12-1 |
+        | label in | `ward:diagnose` |
+        | outcome | — |
+        | label out | — |
+        | next | none |
+
+        **Error:** the agent wrote no OUTCOME \| line 3 see &lt;img src=x> notes
+        ");
+        insta::assert_snapshot!(
+            error_annotation("ward: stage diagnose, #4", "50% done\n::warning::injected"),
+            @"::error title=ward%3A stage diagnose%2C #4::50%25 done%0A::warning::injected"
+        );
+    }
+}

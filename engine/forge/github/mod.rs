@@ -1,0 +1,654 @@
+//! The GitHub forge: the REST API (and one GraphQL query) through octocrab.
+//!
+//! The client is built in exactly one function, [`build_client`], from the
+//! API base URL and a token; tests pass the URL of the fake GitHub. Every
+//! request goes through [`GitHubForge::send`], the one place that retries
+//! (see [`super::retry`]), and every answer is turned into the small types of
+//! [`super`] at this boundary, with `TryFrom`, never by unwrapping API data.
+//!
+//! Calls per stage transition (see `docs/github.md`): read the issue, read the
+//! chart, write the chart twice, set the labels, dispatch: six.
+//!
+//! `transport` sends (and retries) requests and names refusals; `wire`
+//! holds the API's shapes and their conversions.
+
+mod transport;
+mod wire;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use http::Method;
+use octocrab::Octocrab;
+use serde_json::{Value, json};
+
+use self::transport::{Call, Reply, percent};
+use self::wire::*;
+use super::retry::RetryPolicy;
+use super::{
+    CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, NewIssue,
+    NewPullRequest, Permission, PullRequest, PullState, Review, StoredChart,
+};
+
+/// The public API; `GITHUB_API_URL` overrides it (GitHub Enterprise, tests).
+pub const DEFAULT_API_URL: &str = "https://api.github.com";
+/// `repository_dispatch` event type that starts a stage.
+pub const DISPATCH_EVENT: &str = "ward-stage";
+/// The git object id of the empty tree, the root of the charts branch.
+const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+/// Longest pagination the engine follows (100 items a page).
+const MAX_PAGES: usize = 50;
+
+/// Builds the one octocrab client: `api_url` is the REST base
+/// (`https://api.github.com`, or the fake GitHub's loopback URL in tests).
+/// octocrab's retry layer is not compiled in; [`GitHubForge`] retries.
+pub fn build_client(api_url: &str, token: &str) -> ForgeResult<Octocrab> {
+    let action = format!("set up the GitHub client for {api_url}");
+    if token.trim().is_empty() {
+        return Err(ForgeError::Forbidden {
+            action,
+            message: "no token".into(),
+            help: "set WARD_TOKEN or GITHUB_TOKEN (in a workflow: `env: GITHUB_TOKEN: ${{ github.token }}`)".into(),
+        });
+    }
+    Octocrab::builder()
+        .base_uri(api_url.trim_end_matches('/'))
+        .map_err(|e| ForgeError::io(&action, format!("`{api_url}` is not a URL ({e})")))?
+        .personal_token(token.to_string())
+        .set_connect_timeout(Some(Duration::from_secs(10)))
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .set_write_timeout(Some(Duration::from_secs(60)))
+        .build()
+        .map_err(|e| ForgeError::io(&action, e))
+}
+
+/// `owner/name`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoName {
+    pub owner: String,
+    pub name: String,
+}
+
+impl std::str::FromStr for RepoName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let ok = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        match s.split_once('/') {
+            Some((owner, name)) if ok(owner) && ok(name) => Ok(Self { owner: owner.into(), name: name.into() }),
+            _ => Err(format!("`{s}` is not a repository like `owner/name` (set --repo or GITHUB_REPOSITORY)")),
+        }
+    }
+}
+
+impl std::fmt::Display for RepoName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.owner, self.name)
+    }
+}
+
+/// The permission a request needs, named the way a workflow grants it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Metadata,
+    IssuesRead,
+    IssuesWrite,
+    ContentsRead,
+    ContentsWrite,
+    PullsRead,
+    PullsWrite,
+    ChecksRead,
+    StatusesRead,
+}
+
+impl Access {
+    /// What to do when GitHub refuses: one small function for all help text.
+    pub fn help(self) -> String {
+        let (what, grant) = match self {
+            Access::Metadata => ("see the repository", "metadata: read"),
+            Access::IssuesRead => ("read issues", "issues: read"),
+            Access::IssuesWrite => ("write issues", "issues: write"),
+            Access::ContentsRead => ("read contents", "contents: read"),
+            Access::ContentsWrite => ("write contents (the charts branch, dispatches)", "contents: write"),
+            Access::PullsRead => ("read pull requests", "pull-requests: read"),
+            Access::PullsWrite => ("write pull requests", "pull-requests: write"),
+            Access::ChecksRead => ("read check runs", "checks: read"),
+            Access::StatusesRead => ("read commit statuses", "statuses: read"),
+        };
+        format!("the token cannot {what}: give the workflow `{grant}` (or the app token that permission)")
+    }
+}
+
+/// Settings of one [`GitHubForge`].
+#[derive(Clone)]
+pub struct GitHubSettings {
+    pub api_url: String,
+    pub repo: RepoName,
+    pub charts_branch: String,
+    pub engine_account: String,
+}
+
+pub struct GitHubForge {
+    client: Octocrab,
+    settings: GitHubSettings,
+    retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for GitHubForge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No token in here: octocrab keeps it, and it is never printed.
+        f.debug_struct("GitHubForge").field("repo", &self.settings.repo.to_string()).finish_non_exhaustive()
+    }
+}
+
+impl GitHubForge {
+    /// The forge a workflow run uses: repository from `repo` (`--repo`) or
+    /// `GITHUB_REPOSITORY`, API from `GITHUB_API_URL` (default
+    /// api.github.com), token from `WARD_TOKEN`, else `GITHUB_TOKEN` (an
+    /// empty `WARD_TOKEN`, as an unset secret gives, counts as unset).
+    pub fn from_env(repo: Option<&str>, charts_branch: &str, engine_account: &str) -> ForgeResult<Self> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let repo = repo.map(str::to_string).or_else(|| var("GITHUB_REPOSITORY")).ok_or_else(|| {
+            ForgeError::io(
+                "find the repository",
+                "no repository named: pass --repo OWNER/NAME or set GITHUB_REPOSITORY",
+            )
+        })?;
+        let repo: RepoName = repo.parse().map_err(|e: String| ForgeError::io("find the repository", e))?;
+        let token = var("WARD_TOKEN").or_else(|| var("GITHUB_TOKEN")).unwrap_or_default();
+        let settings = GitHubSettings {
+            api_url: var("GITHUB_API_URL").unwrap_or_else(|| DEFAULT_API_URL.into()),
+            repo,
+            charts_branch: charts_branch.into(),
+            engine_account: engine_account.into(),
+        };
+        Self::new(settings, &token)
+    }
+
+    pub fn new(settings: GitHubSettings, token: &str) -> ForgeResult<Self> {
+        let client = build_client(&settings.api_url, token)?;
+        Ok(Self { client, settings, retry: RetryPolicy::default() })
+    }
+
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    pub fn repo(&self) -> &RepoName {
+        &self.settings.repo
+    }
+
+    fn repo_path(&self, rest: &str) -> String {
+        format!("/repos/{}/{}{rest}", self.settings.repo.owner, self.settings.repo.name)
+    }
+
+    fn call(&self, method: Method, rest: &str, action: String, access: Access) -> Call {
+        Call { method, path: self.repo_path(rest), body: None, action, access }
+    }
+
+    fn chart_path(number: IssueNumber) -> String {
+        format!("charts/{}.md", number.0)
+    }
+
+    /// Creates the charts branch from an empty tree: one orphan commit, one ref.
+    async fn create_charts_branch(&self) -> ForgeResult<()> {
+        let branch = &self.settings.charts_branch;
+        let action = format!("create the charts branch `{branch}` in {}", self.settings.repo);
+        let mut commit = self.call(Method::POST, "/git/commits", action.clone(), Access::ContentsWrite);
+        commit.body = Some(json!({
+            "message": "ward: charts branch (patient charts live here, one file per issue)",
+            "tree": EMPTY_TREE,
+            "parents": [],
+        }));
+        let reply = self.send_ok(&commit).await?;
+        let created: WireSha = reply.json(&action)?;
+        let mut reference = self.call(Method::POST, "/git/refs", action.clone(), Access::ContentsWrite);
+        reference.body = Some(json!({ "ref": format!("refs/heads/{branch}"), "sha": created.sha }));
+        let reply = self.send(&reference).await?;
+        match reply.status.as_u16() {
+            201 => Ok(()),
+            // Another run created it first: that is what we wanted.
+            422 if reply.message().to_lowercase().contains("already exists") => Ok(()),
+            _ => Err(self.refusal(&reference, &reply)),
+        }
+    }
+
+    async fn charts_branch_exists(&self) -> ForgeResult<bool> {
+        let branch = &self.settings.charts_branch;
+        let action = format!("look up the charts branch `{branch}` in {}", self.settings.repo);
+        let call = self.call(Method::GET, &format!("/git/ref/heads/{branch}"), action, Access::ContentsRead);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => Ok(true),
+            404 => Ok(false),
+            _ => Err(self.refusal(&call, &reply)),
+        }
+    }
+
+    async fn put_chart(&self, number: IssueNumber, text: &str, expected: Option<&str>) -> ForgeResult<Reply> {
+        let action = format!(
+            "write the chart of {number} to `{}` on branch `{}` of {}",
+            Self::chart_path(number),
+            self.settings.charts_branch,
+            self.settings.repo
+        );
+        let mut call =
+            self.call(Method::PUT, &format!("/contents/{}", Self::chart_path(number)), action, Access::ContentsWrite);
+        let mut body = json!({
+            "message": format!("ward: chart of {number}"),
+            "content": base64::engine::general_purpose::STANDARD.encode(text),
+            "branch": self.settings.charts_branch,
+        });
+        if let Some(sha) = expected {
+            body["sha"] = json!(sha);
+        }
+        call.body = Some(body);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 | 201 => Ok(reply),
+            // The sha we hold is not the file's any more (409), or the file
+            // exists and we held none (422 "sha wasn't supplied"): someone
+            // else wrote first. Any other 422 is not a race.
+            409 => Err(ForgeError::ChartConflict(number)),
+            422 if reply.message().contains("sha") => Err(ForgeError::ChartConflict(number)),
+            _ => Err(self.refusal(&call, &reply)),
+        }
+    }
+}
+
+#[async_trait]
+impl Forge for GitHubForge {
+    fn describe(&self) -> String {
+        self.settings.repo.to_string()
+    }
+
+    fn engine_account(&self) -> &str {
+        &self.settings.engine_account
+    }
+
+    async fn issue(&self, number: IssueNumber) -> ForgeResult<Issue> {
+        let action = format!("read issue {number} of {}", self.settings.repo);
+        let call = self.call(Method::GET, &format!("/issues/{}", number.0), action.clone(), Access::IssuesRead);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => {}
+            // 404 is a missing issue only when the repository is there.
+            404 | 410 => {
+                let repo = self.call(Method::GET, "", format!("read {}", self.settings.repo), Access::Metadata);
+                let answer = self.send(&repo).await?;
+                return Err(if answer.status.is_success() {
+                    ForgeError::IssueNotFound(number, self.describe())
+                } else {
+                    self.refusal(&repo, &answer)
+                });
+            }
+            _ => return Err(self.refusal(&call, &reply)),
+        }
+        let wire: WireIssue = reply.json(&action)?;
+        Issue::try_from(wire).map_err(|e| bad_shape(&action, e))
+    }
+
+    async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue> {
+        let action = format!("open an issue `{}` in {}", new.title, self.settings.repo);
+        let mut call = self.call(Method::POST, "/issues", action.clone(), Access::IssuesWrite);
+        call.body = Some(json!({ "title": new.title, "body": new.body, "labels": new.labels }));
+        let wire: WireIssue = self.send_ok(&call).await?.json(&action)?;
+        Issue::try_from(wire).map_err(|e| bad_shape(&action, e))
+    }
+
+    async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>> {
+        let action = format!("list open issues labeled `{label}` in {}", self.settings.repo);
+        let rest = format!("/issues?state=open&labels={}&per_page=100", percent(label));
+        let items = self.get_all(self.call(Method::GET, &rest, action.clone(), Access::IssuesRead), array).await?;
+        let wires: Vec<Value> = items.into_iter().filter(|i| i.get("pull_request").is_none()).collect();
+        convert::<WireIssue, Issue>(wires, &action)
+    }
+
+    async fn all_issues(&self) -> ForgeResult<Vec<Issue>> {
+        let action = format!("list the issues of {}", self.settings.repo);
+        let call = self.call(Method::GET, "/issues?state=all&per_page=100", action.clone(), Access::IssuesRead);
+        let items = self.get_all(call, array).await?;
+        let wires: Vec<Value> = items.into_iter().filter(|i| i.get("pull_request").is_none()).collect();
+        convert::<WireIssue, Issue>(wires, &action)
+    }
+
+    async fn close_issue(&self, number: IssueNumber) -> ForgeResult<()> {
+        let action = format!("close issue {number} of {}", self.settings.repo);
+        let mut call = self.call(Method::PATCH, &format!("/issues/{}", number.0), action, Access::IssuesWrite);
+        call.body = Some(json!({ "state": "closed", "state_reason": "completed" }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()> {
+        let action = format!("set the labels of {number} to [{}]", labels.join(", "));
+        let rest = format!("/issues/{}/labels", number.0);
+        let call = if labels.is_empty() {
+            // PUT needs at least one label; removing all is its own call.
+            self.call(Method::DELETE, &rest, action, Access::IssuesWrite)
+        } else {
+            let mut call = self.call(Method::PUT, &rest, action, Access::IssuesWrite);
+            call.body = Some(json!({ "labels": labels }));
+            call
+        };
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn ensure_labels(&self, specs: &[LabelSpec]) -> ForgeResult<()> {
+        let action = format!("list the labels of {}", self.settings.repo);
+        let existing = self
+            .get_all(self.call(Method::GET, "/labels?per_page=100", action.clone(), Access::IssuesRead), array)
+            .await?;
+        let names: Vec<String> = convert::<WireLabel, LabelName>(existing, &action)?.into_iter().map(|l| l.0).collect();
+        for spec in specs.iter().filter(|s| !names.iter().any(|n| n.eq_ignore_ascii_case(&s.name))) {
+            let action = format!("create label `{}` in {}", spec.name, self.settings.repo);
+            let mut call = self.call(Method::POST, "/labels", action, Access::IssuesWrite);
+            call.body = Some(json!({ "name": spec.name, "color": spec.color, "description": spec.description }));
+            let reply = self.send(&call).await?;
+            // 422 "already_exists": a concurrent run created it.
+            if !(reply.status.is_success() || reply.status.as_u16() == 422 && reply.body.contains("already_exists")) {
+                return Err(self.refusal(&call, &reply));
+            }
+        }
+        Ok(())
+    }
+
+    async fn label_events(&self, number: IssueNumber) -> ForgeResult<Vec<LabelEvent>> {
+        let action = format!("read the label history of {number}");
+        let call = self.call(
+            Method::GET,
+            &format!("/issues/{}/events?per_page=100", number.0),
+            action.clone(),
+            Access::IssuesRead,
+        );
+        let items = self.get_all(call, array).await?;
+        Ok(convert::<WireIssueEvent, MaybeLabelEvent>(items, &action)?.into_iter().filter_map(|e| e.0).collect())
+    }
+
+    async fn comments(&self, number: IssueNumber) -> ForgeResult<Vec<Comment>> {
+        let action = format!("read the comments of {number}");
+        let call = self.call(
+            Method::GET,
+            &format!("/issues/{}/comments?per_page=100", number.0),
+            action.clone(),
+            Access::IssuesRead,
+        );
+        convert::<WireComment, Comment>(self.get_all(call, array).await?, &action)
+    }
+
+    async fn add_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<()> {
+        let action = format!("comment on {number}");
+        let mut call = self.call(Method::POST, &format!("/issues/{}/comments", number.0), action, Access::IssuesWrite);
+        call.body = Some(json!({ "body": body }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn permission(&self, login: &str) -> ForgeResult<Permission> {
+        let action = format!("look up the permission of `{login}` on {}", self.settings.repo);
+        let rest = format!("/collaborators/{}/permission", percent(login));
+        let call = self.call(Method::GET, &rest, action.clone(), Access::Metadata);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => {
+                let wire: WirePermission = reply.json(&action)?;
+                Permission::try_from(wire).map_err(|e| bad_shape(&action, e))
+            }
+            // Not a user GitHub knows: no permission at all.
+            404 if reply.message().contains("not a user") => Ok(Permission::None),
+            _ => Err(self.refusal(&call, &reply)),
+        }
+    }
+
+    async fn read_chart(&self, number: IssueNumber) -> ForgeResult<Option<StoredChart>> {
+        let path = Self::chart_path(number);
+        let branch = &self.settings.charts_branch;
+        let action = format!("read the chart of {number} (`{path}` on branch `{branch}` of {})", self.settings.repo);
+        let rest = format!("/contents/{path}?ref={}", percent(branch));
+        let call = self.call(Method::GET, &rest, action.clone(), Access::ContentsRead);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => {
+                let wire: WireContent = reply.json(&action)?;
+                StoredChart::try_from(wire).map(Some).map_err(|e| bad_shape(&action, e))
+            }
+            // No such file, or no charts branch yet: no chart.
+            404 => Ok(None),
+            _ => Err(self.refusal(&call, &reply)),
+        }
+    }
+
+    async fn write_chart(&self, number: IssueNumber, text: &str, expected: Option<&str>) -> ForgeResult<StoredChart> {
+        let reply = match self.put_chart(number, text, expected).await {
+            // The branch is created on first use, then the write is tried once more.
+            Err(ForgeError::Forbidden { .. } | ForgeError::Api { status: 422, .. })
+                if !self.charts_branch_exists().await? =>
+            {
+                self.create_charts_branch().await?;
+                self.put_chart(number, text, expected).await?
+            }
+            other => other?,
+        };
+        let action = format!("write the chart of {number}");
+        let commit: WireFileCommit = reply.json(&action)?;
+        let sha = commit.content.ok_or_else(|| bad_shape(&action, "no `content` in the answer"))?.sha;
+        Ok(StoredChart { text: text.to_string(), version: sha })
+    }
+
+    async fn dispatch_stage(&self, number: IssueNumber, label: &str) -> ForgeResult<()> {
+        let action = format!("dispatch `{DISPATCH_EVENT}` for {number} in {}", self.settings.repo);
+        let mut call = self.call(Method::POST, "/dispatches", action, Access::ContentsWrite);
+        call.body = Some(json!({
+            "event_type": DISPATCH_EVENT,
+            "client_payload": { "issue": number.0, "label": label },
+        }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>> {
+        let action = format!("find the pull request of branch `{branch}` in {}", self.settings.repo);
+        let head = percent(&format!("{}:{branch}", self.settings.repo.owner));
+        let call = self.call(
+            Method::GET,
+            &format!("/pulls?state=all&head={head}&per_page=100"),
+            action.clone(),
+            Access::PullsRead,
+        );
+        let pulls = convert::<WirePull, PullRequest>(self.get_all(call, array).await?, &action)?;
+        // As locally: the open one, else the merged one; closed ones do not count.
+        let mut live: Vec<PullRequest> = pulls.into_iter().filter(|p| p.state != PullState::Closed).collect();
+        live.sort_by_key(|p| (p.state == PullState::Open, p.number));
+        Ok(live.pop())
+    }
+
+    async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest> {
+        let action = format!("open a pull request from `{}` in {}", new.head_branch, self.settings.repo);
+        let mut call = self.call(Method::POST, "/pulls", action.clone(), Access::PullsWrite);
+        call.body = Some(json!({
+            "title": new.title, "body": new.body, "head": new.head_branch, "base": new.base_branch,
+        }));
+        let reply = self.send(&call).await?;
+        if reply.status.is_success() {
+            let wire: WirePull = reply.json(&action)?;
+            return PullRequest::try_from(wire).map_err(|e| bad_shape(&action, e));
+        }
+        if reply.status.as_u16() == 422
+            && reply.body.contains("already exists")
+            && let Some(existing) = self.pull_request_for_branch(&new.head_branch).await?
+        {
+            return Ok(existing);
+        }
+        Err(self.refusal(&call, &reply))
+    }
+
+    async fn reviews(&self, pull: u64) -> ForgeResult<Vec<Review>> {
+        let action = format!("read the reviews of pull request #{pull}");
+        let call =
+            self.call(Method::GET, &format!("/pulls/{pull}/reviews?per_page=100"), action.clone(), Access::PullsRead);
+        convert::<WireReview, Review>(self.get_all(call, array).await?, &action)
+    }
+
+    async fn unresolved_review_threads(&self, pull: u64) -> ForgeResult<usize> {
+        let action = format!("count the unresolved review threads of pull request #{pull}");
+        let mut after: Option<String> = None;
+        let mut unresolved = 0;
+        for _ in 0..MAX_PAGES {
+            let call = Call {
+                method: Method::POST,
+                path: "/graphql".into(),
+                body: Some(json!({
+                    "query": THREADS_QUERY,
+                    "variables": {
+                        "owner": self.settings.repo.owner, "name": self.settings.repo.name,
+                        "number": pull, "after": after,
+                    },
+                })),
+                action: action.clone(),
+                access: Access::PullsRead,
+            };
+            let answer: WireGraphql = self.send_ok(&call).await?.json(&action)?;
+            if let Some(e) = answer.errors.first() {
+                return Err(ForgeError::Api { action, status: 200, message: e.message.clone() });
+            }
+            let threads = answer
+                .data
+                .as_ref()
+                .and_then(|d| d.pointer("/repository/pullRequest/reviewThreads"))
+                .ok_or_else(|| bad_shape(&action, format!("pull request #{pull} has no review threads")))?;
+            let threads: WireThreads = serde_json::from_value(threads.clone()).map_err(|e| bad_shape(&action, e))?;
+            unresolved += threads.nodes.iter().filter(|t| !t.is_resolved).count();
+            match (threads.page_info.has_next_page, threads.page_info.end_cursor) {
+                (true, Some(cursor)) => after = Some(cursor),
+                _ => return Ok(unresolved),
+            }
+        }
+        Err(ForgeError::io(&action, format!("more than {MAX_PAGES} pages of review threads")))
+    }
+
+    async fn pull_request_commits(&self, pull: u64) -> ForgeResult<Vec<CommitInfo>> {
+        let action = format!("read the commits of pull request #{pull}");
+        let call =
+            self.call(Method::GET, &format!("/pulls/{pull}/commits?per_page=100"), action.clone(), Access::PullsRead);
+        convert::<WireCommitItem, CommitInfo>(self.get_all(call, array).await?, &action)
+    }
+
+    async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus> {
+        let action = format!("read the check runs of commit {sha}");
+        let call = self.call(
+            Method::GET,
+            &format!("/commits/{}/check-runs?per_page=100", percent(sha)),
+            action.clone(),
+            Access::ChecksRead,
+        );
+        let mut checks = convert::<WireCheckRun, Check>(self.get_all(call, check_runs).await?, &action)?;
+        let action = format!("read the commit statuses of {sha}");
+        let call = self.call(
+            Method::GET,
+            &format!("/commits/{}/status?per_page=100", percent(sha)),
+            action.clone(),
+            Access::StatusesRead,
+        );
+        let combined: WireCombinedStatus = self.send_ok(&call).await?.json(&action)?;
+        for status in combined.statuses {
+            checks.push(Check::try_from(status).map_err(|e| bad_shape(&action, e))?);
+        }
+        Ok(fold_ci(&checks))
+    }
+
+    async fn merge_pull_request(&self, pull: u64) -> ForgeResult<()> {
+        let action = format!("squash-merge pull request #{pull} of {}", self.settings.repo);
+        let mut call = self.call(Method::PUT, &format!("/pulls/{pull}/merge"), action, Access::ContentsWrite);
+        call.body = Some(json!({ "merge_method": "squash" }));
+        self.send_ok(&call).await.map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transport::next_link;
+    use super::*;
+    use crate::forge::CiState;
+
+    #[test]
+    fn repository_names_are_validated() {
+        assert_eq!("octo/hello".parse::<RepoName>().unwrap().to_string(), "octo/hello");
+        for bad in ["", "octo", "octo/", "/x", "a/b/c", "a b/c"] {
+            assert!(bad.parse::<RepoName>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn next_links_are_found() {
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            http::header::LINK,
+            "<https://api.github.com/x?page=2>; rel=\"next\", <https://api.github.com/x?page=5>; rel=\"last\""
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(next_link(&h).as_deref(), Some("https://api.github.com/x?page=2"));
+        h.insert(http::header::LINK, "<https://api.github.com/x?page=1>; rel=\"prev\"".parse().unwrap());
+        assert_eq!(next_link(&h), None);
+    }
+
+    #[test]
+    fn ci_folds_failures_over_pending_over_success() {
+        let c = |state, name: &str| Check { name: name.into(), state, detail: "x".into() };
+        assert_eq!(fold_ci(&[]).state, CiState::Missing);
+        assert_eq!(fold_ci(&[c(CiState::Success, "a")]).state, CiState::Success);
+        assert_eq!(fold_ci(&[c(CiState::Success, "a"), c(CiState::Pending, "b")]).state, CiState::Pending);
+        assert_eq!(fold_ci(&[c(CiState::Pending, "a"), c(CiState::Failure, "b")]).state, CiState::Failure);
+    }
+
+    #[test]
+    fn permissions_prefer_the_role_name() {
+        let p = |permission: &str, role: Option<&str>| {
+            Permission::try_from(WirePermission { permission: permission.into(), role_name: role.map(Into::into) })
+        };
+        assert_eq!(p("read", Some("triage")), Ok(Permission::Triage));
+        assert_eq!(p("write", Some("maintain")), Ok(Permission::Maintain));
+        assert_eq!(p("write", Some("custom-role")), Ok(Permission::Write));
+        assert_eq!(p("none", None), Ok(Permission::None));
+        assert!(p("weird", None).is_err());
+    }
+
+    #[test]
+    fn chart_contents_decode_and_refuse_non_files() {
+        let wire = |kind: &str, content: &str| WireContent {
+            kind: kind.into(),
+            sha: "abc".into(),
+            content: Some(content.into()),
+            encoding: Some("base64".into()),
+        };
+        let chart = StoredChart::try_from(wire("file", "aGVs\nbG8=\n")).unwrap();
+        assert_eq!((chart.text.as_str(), chart.version.as_str()), ("hello", "abc"));
+        assert!(StoredChart::try_from(wire("dir", "")).is_err());
+        assert!(StoredChart::try_from(wire("file", "%%%")).is_err());
+    }
+
+    #[tokio::test]
+    async fn next_pages_stay_on_the_api_host() {
+        let settings = |api_url: &str| GitHubSettings {
+            api_url: api_url.into(),
+            repo: "o/r".parse().unwrap(),
+            charts_branch: "ward-charts".into(),
+            engine_account: "bot".into(),
+        };
+        let forge = GitHubForge::new(settings("https://api.github.com"), "t").unwrap();
+        assert_eq!(forge.same_host_path("https://api.github.com/x?page=2", "a").unwrap(), "/x?page=2");
+        assert!(forge.same_host_path("https://evil.example/x?page=2", "a").is_err(), "the token stays home");
+        assert!(forge.same_host_path("http://api.github.com/x", "a").is_err(), "no downgrade to http");
+        let ghes = GitHubForge::new(settings("https://ghe.example/api/v3"), "t").unwrap();
+        assert_eq!(
+            ghes.same_host_path("https://ghe.example/api/v3/repos/o/r?page=2", "a").unwrap(),
+            "/repos/o/r?page=2"
+        );
+    }
+
+    #[test]
+    fn help_names_the_permission() {
+        assert_eq!(
+            Access::IssuesWrite.help(),
+            "the token cannot write issues: give the workflow `issues: write` (or the app token that permission)"
+        );
+    }
+}

@@ -1,0 +1,409 @@
+//! The API's shapes, only the fields ward reads, and their conversion to
+//! the forge's small types with `TryFrom`: API data is never unwrapped.
+
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::forge::{
+    CiState, CiStatus, Comment, CommitInfo, ForgeError, ForgeResult, Issue, IssueNumber, IssueState, LabelAction,
+    LabelEvent, Permission, PullRequest, PullState, Review, ReviewState, StoredChart,
+};
+
+#[derive(Deserialize)]
+pub(super) struct WireUser {
+    pub(super) login: String,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum WireLabelRef {
+    Name(String),
+    Object { name: String },
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireIssue {
+    pub(super) number: u64,
+    pub(super) title: String,
+    pub(super) body: Option<String>,
+    pub(super) user: Option<WireUser>,
+    pub(super) state: String,
+    #[serde(default)]
+    pub(super) labels: Vec<WireLabelRef>,
+}
+
+impl TryFrom<WireIssue> for Issue {
+    type Error = String;
+    fn try_from(w: WireIssue) -> Result<Self, String> {
+        let state = match w.state.as_str() {
+            "open" => IssueState::Open,
+            "closed" => IssueState::Closed,
+            other => return Err(format!("issue #{} has state `{other}`", w.number)),
+        };
+        Ok(Issue {
+            number: IssueNumber(w.number),
+            title: w.title,
+            body: w.body.unwrap_or_default(),
+            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
+            state,
+            labels: w
+                .labels
+                .into_iter()
+                .map(|l| match l {
+                    WireLabelRef::Name(n) | WireLabelRef::Object { name: n } => n,
+                })
+                .collect(),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireLabel {
+    pub(super) name: String,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireIssueEvent {
+    pub(super) event: String,
+    pub(super) actor: Option<WireUser>,
+    pub(super) created_at: DateTime<Utc>,
+    pub(super) label: Option<WireLabel>,
+}
+
+/// Issue events that are not label changes convert to `None`.
+pub(super) struct MaybeLabelEvent(pub(super) Option<LabelEvent>);
+
+impl TryFrom<WireIssueEvent> for MaybeLabelEvent {
+    type Error = String;
+    fn try_from(w: WireIssueEvent) -> Result<Self, String> {
+        let action = match w.event.as_str() {
+            "labeled" => LabelAction::Added,
+            "unlabeled" => LabelAction::Removed,
+            _ => return Ok(Self(None)),
+        };
+        let label = w.label.ok_or("a label event without its label")?.name;
+        let actor = w.actor.map(|a| a.login).unwrap_or_else(|| "ghost".into());
+        Ok(Self(Some(LabelEvent { label, action, actor, at: w.created_at })))
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireComment {
+    pub(super) id: u64,
+    pub(super) user: Option<WireUser>,
+    pub(super) body: Option<String>,
+    pub(super) created_at: DateTime<Utc>,
+}
+
+impl TryFrom<WireComment> for Comment {
+    type Error = String;
+    fn try_from(w: WireComment) -> Result<Self, String> {
+        Ok(Comment {
+            id: w.id,
+            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
+            body: w.body.unwrap_or_default(),
+            at: w.created_at,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct WirePermission {
+    pub(super) permission: String,
+    #[serde(default)]
+    pub(super) role_name: Option<String>,
+}
+
+impl TryFrom<WirePermission> for Permission {
+    type Error = String;
+    fn try_from(w: WirePermission) -> Result<Self, String> {
+        // `permission` only knows admin/write/read/none; `role_name` also
+        // knows triage and maintain. Custom roles fall back to `permission`.
+        w.role_name.as_deref().and_then(|r| r.parse().ok()).map_or_else(|| w.permission.parse::<Permission>(), Ok)
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireContent {
+    #[serde(rename = "type")]
+    pub(super) kind: String,
+    pub(super) sha: String,
+    #[serde(default)]
+    pub(super) content: Option<String>,
+    #[serde(default)]
+    pub(super) encoding: Option<String>,
+}
+
+impl TryFrom<WireContent> for StoredChart {
+    type Error = String;
+    fn try_from(w: WireContent) -> Result<Self, String> {
+        if w.kind != "file" {
+            return Err(format!("the chart path holds a {}, not a file", w.kind));
+        }
+        if w.encoding.as_deref().is_some_and(|e| e != "base64") {
+            return Err(format!("the chart comes in encoding `{}`", w.encoding.unwrap_or_default()));
+        }
+        let packed: String = w.content.unwrap_or_default().chars().filter(|c| !c.is_ascii_whitespace()).collect();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(packed)
+            .map_err(|e| format!("the chart's content is not base64 ({e})"))?;
+        let text = String::from_utf8(bytes).map_err(|_| "the chart is not UTF-8 text".to_string())?;
+        Ok(StoredChart { text, version: w.sha })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireFileCommit {
+    pub(super) content: Option<WireSha>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireSha {
+    pub(super) sha: String,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireRef {
+    #[serde(rename = "ref")]
+    pub(super) name: String,
+    pub(super) sha: String,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WirePull {
+    pub(super) number: u64,
+    pub(super) title: String,
+    pub(super) body: Option<String>,
+    pub(super) user: Option<WireUser>,
+    pub(super) state: String,
+    #[serde(default)]
+    pub(super) merged_at: Option<String>,
+    pub(super) html_url: String,
+    pub(super) head: WireRef,
+    pub(super) base: WireRef,
+}
+
+impl TryFrom<WirePull> for PullRequest {
+    type Error = String;
+    fn try_from(w: WirePull) -> Result<Self, String> {
+        let state = match (w.state.as_str(), w.merged_at.is_some()) {
+            ("open", _) => PullState::Open,
+            ("closed", true) => PullState::Merged,
+            ("closed", false) => PullState::Closed,
+            (other, _) => return Err(format!("pull request #{} has state `{other}`", w.number)),
+        };
+        Ok(PullRequest {
+            number: w.number,
+            title: w.title,
+            body: w.body.unwrap_or_default(),
+            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
+            head_branch: w.head.name,
+            head_sha: w.head.sha,
+            base_branch: w.base.name,
+            state,
+            url: w.html_url,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireReview {
+    pub(super) user: Option<WireUser>,
+    pub(super) state: String,
+    #[serde(default)]
+    pub(super) commit_id: Option<String>,
+    #[serde(default)]
+    pub(super) body: Option<String>,
+}
+
+impl TryFrom<WireReview> for Review {
+    type Error = String;
+    fn try_from(w: WireReview) -> Result<Self, String> {
+        let state = match w.state.as_str() {
+            "APPROVED" => ReviewState::Approved,
+            "CHANGES_REQUESTED" => ReviewState::ChangesRequested,
+            "COMMENTED" => ReviewState::Commented,
+            "DISMISSED" => ReviewState::Dismissed,
+            "PENDING" => ReviewState::Pending,
+            other => return Err(format!("review state `{other}` is unknown")),
+        };
+        Ok(Review {
+            author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
+            state,
+            commit_sha: w.commit_id.unwrap_or_default(),
+            body: w.body.unwrap_or_default(),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireCommitItem {
+    pub(super) sha: String,
+    pub(super) commit: WireCommitDetail,
+    #[serde(default)]
+    pub(super) parents: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireCommitDetail {
+    pub(super) message: String,
+}
+
+impl TryFrom<WireCommitItem> for CommitInfo {
+    type Error = String;
+    fn try_from(w: WireCommitItem) -> Result<Self, String> {
+        Ok(CommitInfo { sha: w.sha, message: w.commit.message, parent_count: w.parents.len() })
+    }
+}
+
+/// One check run or one commit status, reduced to a verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Check {
+    pub(super) name: String,
+    pub(super) state: CiState,
+    pub(super) detail: String,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireCheckRun {
+    pub(super) name: String,
+    pub(super) status: String,
+    pub(super) conclusion: Option<String>,
+}
+
+impl TryFrom<WireCheckRun> for Check {
+    type Error = String;
+    fn try_from(w: WireCheckRun) -> Result<Self, String> {
+        let (state, detail) = match (w.status.as_str(), w.conclusion.as_deref()) {
+            ("completed", Some(c @ ("success" | "neutral" | "skipped"))) => (CiState::Success, c.to_string()),
+            ("completed", Some(c)) => (CiState::Failure, c.to_string()),
+            ("completed", None) => return Err(format!("check run `{}` is completed without a conclusion", w.name)),
+            (status, _) => (CiState::Pending, status.to_string()),
+        };
+        Ok(Check { name: w.name, state, detail })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireCombinedStatus {
+    pub(super) statuses: Vec<WireStatus>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireStatus {
+    pub(super) context: String,
+    pub(super) state: String,
+}
+
+impl TryFrom<WireStatus> for Check {
+    type Error = String;
+    fn try_from(w: WireStatus) -> Result<Self, String> {
+        let state = match w.state.as_str() {
+            "success" => CiState::Success,
+            "pending" => CiState::Pending,
+            "failure" | "error" => CiState::Failure,
+            other => return Err(format!("commit status `{}` has state `{other}`", w.context)),
+        };
+        Ok(Check { name: w.context, state, detail: w.state })
+    }
+}
+
+/// Folds check runs and statuses: any failure fails, then any pending is
+/// pending, nothing at all is missing, else success.
+pub(super) fn fold_ci(checks: &[Check]) -> CiStatus {
+    let state = if checks.is_empty() {
+        CiState::Missing
+    } else if checks.iter().any(|c| c.state == CiState::Failure) {
+        CiState::Failure
+    } else if checks.iter().any(|c| c.state == CiState::Pending) {
+        CiState::Pending
+    } else {
+        CiState::Success
+    };
+    CiStatus { state, checks: checks.iter().map(|c| format!("{}: {}", c.name, c.detail)).collect() }
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireGraphql {
+    pub(super) data: Option<Value>,
+    #[serde(default)]
+    pub(super) errors: Vec<WireGraphqlError>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireGraphqlError {
+    pub(super) message: String,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireThreads {
+    pub(super) nodes: Vec<WireThread>,
+    #[serde(rename = "pageInfo")]
+    pub(super) page_info: WirePageInfo,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireThread {
+    #[serde(rename = "isResolved")]
+    pub(super) is_resolved: bool,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WirePageInfo {
+    #[serde(rename = "hasNextPage")]
+    pub(super) has_next_page: bool,
+    #[serde(rename = "endCursor")]
+    pub(super) end_cursor: Option<String>,
+}
+
+pub(super) const THREADS_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!, $after: String) { \
+repository(owner: $owner, name: $name) { pullRequest(number: $number) { \
+reviewThreads(first: 100, after: $after) { nodes { isResolved } pageInfo { hasNextPage endCursor } } } } }";
+
+pub(super) struct LabelName(pub(super) String);
+
+impl TryFrom<WireLabel> for LabelName {
+    type Error = String;
+    fn try_from(w: WireLabel) -> Result<Self, String> {
+        Ok(Self(w.name))
+    }
+}
+
+pub(super) fn array(v: Value) -> Option<Vec<Value>> {
+    match v {
+        Value::Array(a) => Some(a),
+        _ => None,
+    }
+}
+
+pub(super) fn check_runs(v: Value) -> Option<Vec<Value>> {
+    match v {
+        Value::Object(mut m) => array(m.remove("check_runs")?),
+        _ => None,
+    }
+}
+
+/// Converts each API item with `TryFrom`, naming the action on failure.
+pub(super) fn convert<W, T>(items: Vec<Value>, action: &str) -> ForgeResult<Vec<T>>
+where
+    W: for<'de> Deserialize<'de>,
+    T: TryFrom<W, Error = String>,
+{
+    items
+        .into_iter()
+        .map(|v| {
+            let wire: W = serde_json::from_value(v).map_err(|e| bad_shape(action, e))?;
+            T::try_from(wire).map_err(|e| bad_shape(action, e))
+        })
+        .collect()
+}
+
+pub(super) fn bad_shape(action: &str, e: impl std::fmt::Display) -> ForgeError {
+    ForgeError::Api {
+        action: action.into(),
+        status: 200,
+        message: format!("the answer is not what the API documents ({e})"),
+    }
+}
