@@ -230,47 +230,124 @@ fn is_result(v: &Value) -> bool {
     v.get("type").and_then(Value::as_str) == Some("result")
 }
 
-/// Claude Code's output: a result object, an array holding one, or a
-/// stream of lines. Mid-stream, token usage of the assistant messages so
-/// far (each message counted once), priced when `prices` is given.
+/// Claude Code's output: a result object (possibly pretty-printed), an
+/// array holding one, or a stream of lines. Mid-stream, token usage of the
+/// assistant messages so far (each message counted once), priced when
+/// `prices` is given.
 pub fn parse_claude(stdout: &str, prices: Option<&Prices>) -> Option<Usage> {
-    let whole = stdout.trim();
-    if let Ok(v) = serde_json::from_str::<Value>(whole) {
-        if is_result(&v) {
-            return Some(from_result(&v));
-        }
-        if let Some(last) = v.as_array().and_then(|a| a.iter().rev().find(|m| is_result(m))) {
-            return Some(from_result(last));
+    if let Ok(v) = serde_json::from_str::<Value>(stdout.trim())
+        && let Some(u) = result_in(&v)
+    {
+        return Some(u);
+    }
+    let config = BudgetConfig { usage: UsageFormat::ClaudeJson, prices: prices.cloned(), ..BudgetConfig::default() };
+    let mut meter = Meter::new(&config);
+    meter.feed(stdout.as_bytes());
+    meter.finish();
+    meter.usage()
+}
+
+/// The result object in a parsed value: the value itself or the last
+/// result in an array.
+fn result_in(v: &Value) -> Option<Usage> {
+    if is_result(v) {
+        return Some(from_result(v));
+    }
+    v.as_array().and_then(|a| a.iter().rev().find(|m| is_result(m))).map(from_result)
+}
+
+/// Reads usage from the agent's output as it grows, line by line, so a
+/// long run costs the watcher only its new bytes.
+pub struct Meter {
+    format: UsageFormat,
+    regex: Option<Regex>,
+    prices: Option<Prices>,
+    /// The last line, until its newline arrives.
+    carry: Vec<u8>,
+    stream: Usage,
+    seen_messages: HashSet<String>,
+    any_stream: bool,
+    result: Option<Usage>,
+    last_match: Option<Usage>,
+}
+
+impl Meter {
+    pub fn new(budget: &BudgetConfig) -> Self {
+        Self {
+            format: budget.usage,
+            regex: budget.usage_regex.as_deref().and_then(|r| Regex::new(r).ok()),
+            prices: budget.prices.clone(),
+            carry: Vec::new(),
+            stream: Usage { source: "claude-stream".into(), ..Usage::default() },
+            seen_messages: HashSet::new(),
+            any_stream: false,
+            result: None,
+            last_match: None,
         }
     }
-    let mut stream = Usage { source: "claude-stream".into(), ..Usage::default() };
-    let mut seen_messages = HashSet::new();
-    let mut any = false;
-    for line in stdout.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line.trim()) else { continue };
-        if is_result(&v) {
-            return Some(from_result(&v));
-        }
-        if v.get("type").and_then(Value::as_str) != Some("assistant") {
-            continue;
-        }
-        let Some(message) = v.get("message") else { continue };
-        let id = message.get("id").and_then(Value::as_str).map(str::to_string);
-        if let Some(id) = id
-            && !seen_messages.insert(id)
-        {
-            continue;
-        }
-        if let Some(usage) = message.get("usage") {
-            stream.add_tokens(usage);
-            any = true;
+
+    /// New bytes of the output.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.carry.extend_from_slice(bytes);
+        while let Some(end) = self.carry.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.carry.drain(..=end).collect();
+            self.line(&String::from_utf8_lossy(&line));
         }
     }
-    if !any {
-        return None;
+
+    /// The output ended: its last line counts even without a newline.
+    pub fn finish(&mut self) {
+        let rest = std::mem::take(&mut self.carry);
+        if !rest.is_empty() {
+            self.line(&String::from_utf8_lossy(&rest));
+        }
     }
-    stream.cost_usd = prices.map(|p| stream.estimate(p));
-    Some(stream)
+
+    fn line(&mut self, line: &str) {
+        match self.format {
+            UsageFormat::None => {}
+            UsageFormat::Regex => {
+                if let Some(u) = self.regex.as_ref().and_then(|re| parse_regex(line, re)) {
+                    self.last_match = Some(u);
+                }
+            }
+            UsageFormat::ClaudeJson => {
+                let Ok(v) = serde_json::from_str::<Value>(line.trim()) else { return };
+                if let Some(u) = result_in(&v) {
+                    self.result = Some(u);
+                    return;
+                }
+                if v.get("type").and_then(Value::as_str) != Some("assistant") {
+                    return;
+                }
+                let Some(message) = v.get("message") else { return };
+                if let Some(id) = message.get("id").and_then(Value::as_str)
+                    && !self.seen_messages.insert(id.to_string())
+                {
+                    return;
+                }
+                if let Some(usage) = message.get("usage") {
+                    self.stream.add_tokens(usage);
+                    self.any_stream = true;
+                }
+            }
+        }
+    }
+
+    /// What the output says so far: the final result when there is one.
+    pub fn usage(&self) -> Option<Usage> {
+        if let Some(r) = &self.result {
+            return Some(r.clone());
+        }
+        if let Some(m) = &self.last_match {
+            return Some(m.clone());
+        }
+        self.any_stream.then(|| {
+            let mut u = self.stream.clone();
+            u.cost_usd = self.prices.as_ref().map(|p| u.estimate(p));
+            u
+        })
+    }
 }
 
 /// The last match of `re` in `stdout`: groups `cost`, `input_tokens`, `output_tokens`.
@@ -463,17 +540,29 @@ pub fn parse_cost_note(body: &str) -> Option<Usage> {
 /// Polls the agent's stdout file every `poll` until a run limit is reached,
 /// and returns it with the usage seen. Never returns while the run stays
 /// within its limits: the stage runner races it against the agent and kills
-/// the agent (its process tree) when this wins.
+/// the agent (its process tree) when this wins. Only the bytes added since
+/// the last poll are read.
 pub async fn watch(
     stdout: &Path,
     budget: &BudgetConfig,
     time_limit: Duration,
     poll: Duration,
 ) -> (Breach, Option<Usage>) {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
     let started = tokio::time::Instant::now();
+    let mut meter = Meter::new(budget);
+    let mut offset = 0u64;
     loop {
-        let text = tokio::fs::read(stdout).await.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
-        let usage = parse_usage(&text, budget);
+        if let Ok(mut file) = tokio::fs::File::open(stdout).await
+            && file.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
+        {
+            let mut fresh = Vec::new();
+            if let Ok(n) = file.read_to_end(&mut fresh).await {
+                offset += n as u64;
+                meter.feed(&fresh);
+            }
+        }
+        let usage = meter.usage();
         if let Some(breach) = check_run(budget, time_limit, started.elapsed(), usage.as_ref()) {
             return (breach, usage);
         }
@@ -562,6 +651,25 @@ mod tests {
         let done = format!("{text}{RESULT}\n");
         assert_eq!(parse_claude(&done, Some(&prices)).unwrap().cost_usd, Some(0.4321), "the result wins");
         assert_eq!(parse_claude("plain text output", None), None);
+    }
+
+    #[test]
+    fn the_meter_reads_a_growing_output_in_pieces() {
+        let budget = BudgetConfig {
+            prices: Some(Prices { input: 3.0, output: 15.0, cache_write: None, cache_read: None }),
+            ..BudgetConfig::default()
+        };
+        let line = r#"{"type":"assistant","message":{"id":"m1","usage":{"output_tokens":100000}}}"#;
+        let mut meter = Meter::new(&budget);
+        let (a, b) = line.split_at(30);
+        meter.feed(a.as_bytes());
+        assert_eq!(meter.usage(), None, "half a line is not read");
+        meter.feed(format!("{b}\n").as_bytes());
+        assert_eq!(meter.usage().unwrap().cost_usd, Some(1.5));
+        meter.feed(format!("{line}\n{RESULT}").as_bytes());
+        assert_eq!(meter.usage().unwrap().cost_usd, Some(1.5), "the same message counts once; no newline yet");
+        meter.finish();
+        assert_eq!(meter.usage().unwrap().cost_usd, Some(0.4321));
     }
 
     #[test]
