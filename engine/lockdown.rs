@@ -7,6 +7,12 @@
 //! moving the label. The sweep declares one itself when a facility fails.
 //! Only a person lifts it: `ward lockdown off` by someone with maintain
 //! permission, or closing the issue.
+//!
+//! Who can do what, and why that is acceptable: anyone who may label issues
+//! (triage) can open a lockdown, since a false alarm only stops work. Lifting
+//! through ward needs maintain; closing the issue in GitHub's interface needs
+//! only triage, which ward cannot prevent, so the issue's footer names who
+//! declared it and the closing stays visible in the issue's history.
 
 use std::fmt;
 
