@@ -800,3 +800,59 @@ mod on_github {
         let _ = ENGINE;
     }
 }
+
+// ---------------------------------------------------------------------------
+// The commands
+// ---------------------------------------------------------------------------
+
+#[test]
+fn the_department_commands_work_from_the_command_line() {
+    use support::{Sandbox, stderr, stdout};
+    let sb = Sandbox::new();
+    let out = sb.ward(&["admit", "--title", "stuck patient"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let admitted_at = sb.issue_json(1)["created_at"].as_str().unwrap().to_string();
+    let t0 = sweep::parse_now(&admitted_at).unwrap();
+    let at = |minutes: i64| (t0 + chrono::Duration::minutes(minutes)).to_rfc3339();
+
+    let out = sb.ward(&["sweep", "--now", &at(1)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("listed 1 patients, 0 due"), "{}", stdout(&out));
+    let out = sb.ward(&["sweep", "--now", &at(90)]);
+    assert!(stdout(&out).contains("#1: re-triggered stage `admit` (attempt 1)"), "{}", stdout(&out));
+    let out = sb.ward(&["sweep", "--now", "yesterday"]);
+    assert_eq!(out.status.code(), Some(2), "bad input: {}", stderr(&out));
+    assert!(stderr(&out).contains("--now: `yesterday` is not a time"), "{}", stderr(&out));
+
+    let out = sb.ward(&["lockdown", "on", "--reason", "Docker host down"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = sb.ward(&["lockdown", "status"]);
+    assert_eq!(out.status.code(), Some(3), "a lockdown is in force");
+    assert!(
+        stdout(&out).contains("Docker host down") && stdout(&out).contains("declared by tester"),
+        "{}",
+        stdout(&out)
+    );
+    let out = sb.ward(&["stage", "--issue", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("refused") && stdout(&out).contains("Docker host down"), "{}", stdout(&out));
+    assert_eq!(sb.labels(1), vec!["ward:admit"]);
+    let out = sb.ward(&["lockdown", "off", "--actor", "somebody-else"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("needs maintain permission"), "{}", stderr(&out));
+    let out = sb.ward(&["lockdown", "off"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sb.ward(&["lockdown", "status"]).status.code(), Some(0));
+    let out = sb.ward(&["stage", "--issue", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(sb.labels(1), vec!["ward:diagnose"]);
+
+    let html = sb.root().join("report.html");
+    let out = sb.ward(&["report", "--since", "30d", "--html", html.to_str().unwrap(), "--post"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("# ward safety report"), "{}", stdout(&out));
+    assert!(std::fs::read_to_string(&html).unwrap().contains("<svg id=\"chart-flow\""));
+    assert!(stderr(&out).contains("posted the report as #3"), "{}", stderr(&out));
+    let out = sb.ward(&["report", "--since", "a while"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
