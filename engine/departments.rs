@@ -214,7 +214,7 @@ pub mod commands {
             .ok()
             .and_then(|d| to.checked_sub_signed(d))
             .unwrap_or(DateTime::<Utc>::MIN_UTC);
-        let (patients, problems) = report::gather(forge, config).await?;
+        let (patients, problems) = report::gather(forge, config, Some(from)).await?;
         let mut r = report::compute(config, &patients, from, to);
         r.problems = problems;
         let markdown = report::render_markdown(&r);

@@ -46,10 +46,16 @@ pub struct PatientRecord {
     pub notes: Vec<Note>,
 }
 
-/// Reads every patient (an issue that ever carried a ward label); a chart
+/// Reads every patient (an issue that ever carried a ward label): its label
+/// events, and its chart unless the patient is closed and nothing happened
+/// to its labels since `since` (a closed chart gets no new notes). A chart
 /// that cannot be parsed is reported in the second value and its patient
 /// counted without notes.
-pub async fn gather(forge: &dyn Forge, config: &Config) -> Result<(Vec<PatientRecord>, Vec<String>), ReportError> {
+pub async fn gather(
+    forge: &dyn Forge,
+    config: &Config,
+    since: Option<DateTime<Utc>>,
+) -> Result<(Vec<PatientRecord>, Vec<String>), ReportError> {
     let err = |action: String| move |source| ReportError::Forge { action, source };
     let sentinels = Sentinels::new(&config.sentinel_prefix);
     let issues = forge.all_issues().await.map_err(err("list the issues".into()))?;
@@ -62,6 +68,11 @@ pub async fn gather(forge: &dyn Forge, config: &Config) -> Result<(Vec<PatientRe
         let n = issue.number;
         let events = forge.label_events(n).await.map_err(err(format!("read the label events of {n}")))?;
         if !events.iter().any(|e| config.is_ward_label(&e.label)) {
+            continue;
+        }
+        let quiet = since.is_some_and(|from| events.iter().all(|e| e.at < from));
+        if quiet && issue.state == crate::forge::IssueState::Closed {
+            out.push(PatientRecord { issue, events, notes: Vec::new() });
             continue;
         }
         let notes = match forge.read_chart(n).await.map_err(err(format!("read the chart of {n}")))? {

@@ -635,7 +635,7 @@ async fn busy_week(w: &Ward) {
 async fn the_safety_report_counts_what_happened() {
     let w = Ward::new(config_with(|t| t));
     busy_week(&w).await;
-    let (patients, problems) = report::gather(&*w.local, &w.config).await.unwrap();
+    let (patients, problems) = report::gather(&*w.local, &w.config, None).await.unwrap();
     assert!(problems.is_empty(), "{problems:?}");
     let from = w.now() - chrono::Duration::days(7);
     let r = report::compute(&w.config, &patients, from, w.now());
@@ -662,13 +662,18 @@ async fn the_safety_report_counts_what_happened() {
     let later = w.now() + chrono::Duration::days(30);
     let r = report::compute(&w.config, &patients, later - chrono::Duration::days(7), later);
     assert_eq!((r.admitted, r.total_cost), (0, 0.0));
+    // And its charts are not even read for the closed patient (a): only b's and c's.
+    let counting = Counting::new(Shared(w.local.clone()));
+    let (quiet, _) = report::gather(&counting, &w.config, Some(later - chrono::Duration::days(7))).await.unwrap();
+    assert_eq!(quiet.len(), 3);
+    assert_eq!(counting.of("read_chart"), 2, "{:?}", counting.calls.lock().unwrap());
 }
 
 #[tokio::test]
 async fn the_html_report_renders_its_charts_in_headless_chromium() {
     let w = Ward::new(config_with(|t| t));
     busy_week(&w).await;
-    let (patients, _) = report::gather(&*w.local, &w.config).await.unwrap();
+    let (patients, _) = report::gather(&*w.local, &w.config, None).await.unwrap();
     let r = report::compute(&w.config, &patients, w.now() - chrono::Duration::days(7), w.now());
     let html = report::render_html(&r);
     assert!(!html.contains("<script") && !html.contains("http://") && !html.contains("https://"), "self-contained");
@@ -791,7 +796,7 @@ mod on_github {
         let n = gh.state().add_issue("patient", "b", "alice", &["ward:admit"]);
         sweep::sweep(&forge, &config, at(1), &Facilities::default(), None).await.unwrap();
         sweep::sweep(&forge, &config, at(70), &Facilities::default(), None).await.unwrap();
-        let (patients, problems) = report::gather(&forge, &config).await.unwrap();
+        let (patients, problems) = report::gather(&forge, &config, None).await.unwrap();
         assert!(problems.is_empty(), "{problems:?}");
         let r = report::compute(&config, &patients, at(-60 * 24 * 7), at(80));
         assert_eq!((r.admitted, r.stalled_patients), (1, 1), "{}", report::render_markdown(&r));

@@ -128,8 +128,11 @@ impl Ward {
         let issue = self.local.issue(n).await.unwrap();
         let target = st.config.outcomes[outcome].clone();
         let mut labels: Vec<String> = issue.labels.into_iter().filter(|l| *l != st.config.label).collect();
-        labels.push(target);
+        labels.push(target.clone());
         self.local.set_labels(n, &labels).await.unwrap();
+        if target == "ward:discharged" {
+            self.local.close_issue(n).await.unwrap(); // as the stage runner does
+        }
     }
 
     /// The stage runner over this ward's forge and clock: the default
