@@ -188,6 +188,44 @@ async fn a_task_branch_is_created_reused_committed_to_and_reset() {
     assert_no_worktrees(&repo);
 }
 
+/// GitHub mode on a fresh checkout (only the default branch, as
+/// actions/checkout leaves it): the task continues from the branch an
+/// earlier stage pushed, not from the base.
+#[tokio::test]
+async fn a_fresh_checkout_continues_the_task_branch_an_earlier_stage_pushed() {
+    let origin = TestRepo::new(&[("README.md", "hello\n")]);
+    run(origin.git().args(["checkout", "--quiet", "-b", "ward/issue-21"]));
+    std::fs::write(origin.path.join("treated.txt"), "earlier stage\n").unwrap();
+    run(origin.git().args(["add", "-A"]));
+    run(origin.git().args(["commit", "--quiet", "-m", "earlier stage"]));
+    run(origin.git().args(["checkout", "--quiet", "main"]));
+    let pushed = origin.rev("ward/issue-21").unwrap();
+    let url = format!("file://{}", origin.path.display());
+    let work = TestRepo::new(&[("placeholder", "")]);
+    std::fs::remove_dir_all(&work.path).unwrap();
+    run(git(work.tmp.path(), &work.git_home)
+        .args(["clone", "--quiet", "--single-branch", "--branch", "main", &url])
+        .arg(&work.path));
+    assert_eq!(work.rev("ward/issue-21"), None);
+
+    let mut req = work.request(21, "code-review", "run-1");
+    req.remote = Some(ward::workspace::PushTarget { url: url.clone(), token: None });
+    let ws = Workspace::up(req, &Cancel::new()).await.unwrap();
+    assert!(ws.branch.from_remote, "{:?}", ws.branch);
+    assert_eq!(ws.worktree.start, pushed);
+    assert!(ws.worktree.path.join("treated.txt").exists());
+    ws.down().await.unwrap();
+
+    // A task the remote never saw starts from the base.
+    let mut req = work.request(22, "treat", "run-2");
+    req.remote = Some(ward::workspace::PushTarget { url, token: None });
+    let ws = Workspace::up(req, &Cancel::new()).await.unwrap();
+    assert!(ws.branch.created && !ws.branch.from_remote);
+    assert_eq!(ws.worktree.start, work.rev("main").unwrap());
+    ws.down().await.unwrap();
+    assert_no_worktrees(&work);
+}
+
 #[tokio::test]
 async fn a_worktree_path_that_already_exists_is_refused_and_left_alone() {
     let repo = TestRepo::new(&[("README.md", "hello\n")]);
@@ -296,7 +334,25 @@ fn push_sends_the_branch_and_keeps_the_token_out_of_errors() {
     let bare = repo.tmp.path().join("remote.git");
     run(repo.git().args(["init", "--quiet", "--bare"]).arg(&bare));
     let url = format!("file://{}", bare.display());
+    // What an agent could plant in the repository it works in: a hook that
+    // would see the push's environment, and a rewrite of the remote's URL.
+    let leak = repo.tmp.path().join("leaked-env");
+    std::fs::write(repo.path.join(".git/hooks/pre-push"), format!("#!/bin/sh\nenv > {}\n", leak.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(repo.path.join(".git/hooks/pre-push"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let decoy = repo.tmp.path().join("decoy.git");
+    run(repo.git().args(["init", "--quiet", "--bare"]).arg(&decoy));
+    run(repo.git().args(["config", &format!("url.file://{}.insteadOf", decoy.display()), &url]));
     ward::workspace::worktree::push_branch(&repo.path, &url, "ward/issue-11", Some("s3cr3t-token"), false).unwrap();
+    assert!(!leak.exists(), "no hook of the repository ran during the push");
+    let decoyed = repo
+        .git()
+        .arg("--git-dir")
+        .arg(&decoy)
+        .args(["rev-parse", "--verify", "--quiet", "ward/issue-11"])
+        .output()
+        .unwrap();
+    assert!(!decoyed.status.success(), "the repository's config did not redirect the push");
     let pushed = run(repo.git().arg("--git-dir").arg(&bare).args(["rev-parse", "ward/issue-11"]));
     assert_eq!(pushed.trim(), repo.rev("ward/issue-11").unwrap());
     let err = ward::workspace::worktree::push_branch(
@@ -308,7 +364,7 @@ fn push_sends_the_branch_and_keeps_the_token_out_of_errors() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("`git push` of `ward/issue-11` failed") && !err.contains("s3cr3t-token"), "{err}");
+    assert!(err.contains("git could not push or fetch `ward/issue-11`") && !err.contains("s3cr3t-token"), "{err}");
 }
 
 // ---------------------------------------------------------------- emulator faults
@@ -417,6 +473,38 @@ async fn a_failing_seed_command_removes_everything_and_keeps_its_output() {
     let WorkspaceError::Emulator(EmulatorError::SeedFailed { log, .. }) = err else { panic!("{err:?}") };
     let output = std::fs::read_to_string(&log).unwrap();
     assert!(output.contains("fixtures/bad.tsv:1: expected DB, COLL, ID, PK, BODY"), "{output}");
+    assert_no_containers(&[&run_name]);
+    assert_no_worktrees(&repo);
+}
+
+#[tokio::test]
+async fn a_seed_command_past_its_time_limit_is_killed_with_everything_it_started() {
+    let repo =
+        TestRepo::new(&[("README.md", "hello\n"), ("seed.sh", "#!/bin/sh\nsleep 60 &\necho $! > \"$1\"\nsleep 60\n")]);
+    let run_name = run_id("slow-seed");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let pid_file = repo.tmp.path().join("background.pid");
+    let mut config = emulator_config("");
+    config.seed = Some(ward::workspace::config::SeedConfig {
+        command: vec!["./seed.sh".into(), pid_file.display().to_string()],
+        time_limit: Duration::from_secs(1),
+    });
+    let mut req = repo.request(20, "treat", &run_name);
+    req.emulator = Some(config);
+    let err = Workspace::up(req, &Cancel::new()).await.err().expect("seed times out");
+    assert!(err.to_string().contains("failed (killed after 1s)"), "{err}");
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let mut alive = true;
+    for _ in 0..50 {
+        // Gone, or a zombie waiting for init to reap it.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        alive = stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z'));
+        if !alive {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive, "the seed's background process {pid} was killed with it");
     assert_no_containers(&[&run_name]);
     assert_no_worktrees(&repo);
 }

@@ -502,7 +502,8 @@ async fn run_seed(
     let log = artifacts.join(format!("{name}.seed.log"));
     let started = Instant::now();
     let mut cmd = tokio::process::Command::new(&command[0]);
-    cmd.args(&command[1..]).current_dir(workdir).env_clear().kill_on_drop(true);
+    // Its own process group: a time limit or a signal ends everything it started.
+    cmd.args(&command[1..]).current_dir(workdir).env_clear().kill_on_drop(true).process_group(0);
     for key in ["PATH", "HOME", "LANG"] {
         if let Ok(v) = std::env::var(key) {
             cmd.env(key, v);
@@ -523,6 +524,7 @@ async fn run_seed(
             return Err(failed(format!("could not start: {e}")));
         }
     };
+    let _group = ProcessGroup(child.id().map(|p| p as i32));
     let out = tokio::select! {
         r = tokio::time::timeout(limit, child.wait_with_output()) => r,
         _ = cancel.cancelled() => {
@@ -549,6 +551,21 @@ async fn run_seed(
         log,
         took_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// Kills a seed command's whole process group when dropped: nothing it
+/// started outlives it (a finished seed included).
+struct ProcessGroup(Option<i32>);
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            // SAFETY: kill(2) with a negative pid signals the group we created.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 /// Diagnostics, removal by id, verification. Writes `<name>.log` and

@@ -217,6 +217,7 @@ impl WorkspacePlan {
             expires_after: Duration::from_secs(2 * 60 * 60),
             identity: self.identity.clone(),
             artifacts: artifacts.to_path_buf(),
+            remote: self.push.clone(),
         }
     }
 }
@@ -244,6 +245,9 @@ pub struct WorkspaceRequest {
     /// The run's artifacts folder: diagnostics, seed log, report.json
     /// ([`artifacts_dir`] when the caller has none of its own).
     pub artifacts: PathBuf,
+    /// GitHub mode: fetch the task branch from here first, so a fresh
+    /// checkout continues where the last stage's push left it.
+    pub remote: Option<PushTarget>,
 }
 
 /// A workspace that is up.
@@ -361,7 +365,11 @@ impl Workspace {
             Marker { issue: req.issue, stage: req.stage.clone(), run: req.run.clone(), created_at: Utc::now() };
         let (repo, home, base, issue, restart) =
             (req.repo.clone(), req.home.clone(), req.base.clone(), req.issue, req.restart);
+        let remote = req.remote.clone();
         let (branch, worktree) = blocking(move || {
+            if let Some(remote) = remote.filter(|_| !restart) {
+                worktree::fetch_branch(&repo, &remote.url, &worktree::branch_name(issue), remote.token.as_deref())?;
+            }
             let git = GitRepo::open(&repo)?;
             let branch = git.task_branch(issue, &base, restart)?;
             let wt = git.add_worktree(&home, &branch.name, &marker)?;

@@ -66,7 +66,7 @@ pub enum WorktreeError {
         points_to.display()
     )]
     Tampered { path: PathBuf, points_to: PathBuf },
-    #[error("`git push` of `{branch}` failed ({status}): {stderr}")]
+    #[error("git could not push or fetch `{branch}` ({status}): {stderr}")]
     Push { branch: String, status: String, stderr: String },
 }
 
@@ -115,6 +115,9 @@ pub struct TaskBranch {
     pub base: String,
     pub created: bool,
     pub reset: bool,
+    /// Created locally from `refs/remotes/origin/ward/issue-<n>` (an earlier
+    /// stage's push, on a runner that starts from a fresh checkout).
+    pub from_remote: bool,
 }
 
 /// One stage run's worktree.
@@ -264,11 +267,21 @@ impl GitRepo {
             }
             None => (true, false),
         };
-        if created || reset {
+        let mut from_remote = false;
+        if created && !restart {
+            let remote = format!("refs/remotes/origin/{name}");
+            let r = found(self.repo.find_reference(&remote)).map_err(git("look up", remote.clone()))?;
+            if let Some(r) = r {
+                let commit = r.peel_to_commit().map_err(git("read the commit of", remote))?;
+                self.repo.branch(&name, &commit, false).map_err(git("create branch", &name))?;
+                from_remote = true;
+            }
+        }
+        if (created && !from_remote) || reset {
             self.repo.branch(&name, &base_commit, reset).map_err(git("create branch", &name))?;
         }
         let head = self.branch_head(&name)?.unwrap_or_default();
-        Ok(TaskBranch { name, head, base: base_commit.id().to_string(), created, reset })
+        Ok(TaskBranch { name, head, base: base_commit.id().to_string(), created, reset, from_remote })
     }
 
     /// The worktree folder that has `refname` checked out, if any. Reads
@@ -465,22 +478,97 @@ impl GitRepo {
 /// Why the CLI and not git2: ward builds git2 without its `https` feature,
 /// which would pull OpenSSL (a C build dependency on every machine that
 /// builds ward, and a second TLS stack next to rustls); every runner has
-/// `git`, and it honours the runner's proxy and CA settings. The token never
-/// reaches argv or logs: it goes to git through `GIT_CONFIG_*` environment
-/// variables as an `http.extraheader`, and is scrubbed from any error text.
+/// `git`, and it honours the runner's proxy settings.
+///
+/// The token never reaches argv or logs: it goes to git through `GIT_CONFIG_*`
+/// environment variables as an `http.<remote_url>.extraheader`, and is
+/// scrubbed from any error text. The repository's own configuration and
+/// hooks are writable by the agent, so git never reads them here: the push
+/// runs from a throwaway bare clone that shares the repository's objects
+/// (`--shared`), with no system or global configuration and no hooks.
 pub fn push_branch(repo: &Path, remote_url: &str, branch: &str, token: Option<&str>, force: bool) -> Result<()> {
-    use base64::Engine as _;
+    let scratch = Scratch::new()?;
+    let bare = scratch.0.join("push.git");
+    let mut clone = Command::new("git");
+    clone.args(["clone", "--quiet", "--bare", "--shared", "--no-tags", "--single-branch", "--branch", branch]);
+    clone.arg(repo).arg(&bare);
+    clean_git_env(&mut clone, &scratch.0);
+    run_git(clone, branch, None, "run `git clone --shared` of", repo)?;
     let refspec = format!("{}refs/heads/{branch}:refs/heads/{branch}", if force { "+" } else { "" });
     let mut cmd = Command::new("git");
-    cmd.arg("-C").arg(repo).args(["push", "--porcelain", remote_url, &refspec]);
-    cmd.env("GIT_TERMINAL_PROMPT", "0");
+    cmd.arg("--git-dir").arg(&bare).args(["-c", "core.hooksPath=/dev/null", "push", "--no-verify", "--porcelain"]);
+    cmd.args([remote_url, &refspec]);
+    clean_git_env(&mut cmd, &scratch.0);
+    authorize(&mut cmd, remote_url, token);
+    run_git(cmd, branch, token, "run `git push` in", repo)
+}
+
+/// Fetches `branch` from `remote_url` into `refs/remotes/origin/<branch>`,
+/// so a run on a fresh checkout continues the task where the last stage's
+/// push left it. `false` when the remote has no such branch. Runs before the
+/// agent, with the same clean environment and scoped token as the push.
+pub fn fetch_branch(repo: &Path, remote_url: &str, branch: &str, token: Option<&str>) -> Result<bool> {
+    let scratch = Scratch::new()?;
+    let refspec = format!("+refs/heads/{branch}:refs/remotes/origin/{branch}");
+    let mut cmd = Command::new("git");
+    cmd.arg("-C").arg(repo).args(["-c", "core.hooksPath=/dev/null", "fetch", "--quiet", "--no-tags", remote_url]);
+    cmd.arg(&refspec);
+    clean_git_env(&mut cmd, &scratch.0);
+    authorize(&mut cmd, remote_url, token);
+    match run_git(cmd, branch, token, "run `git fetch` in", repo) {
+        Ok(()) => Ok(true),
+        Err(WorktreeError::Push { stderr, .. }) if stderr.contains("couldn't find remote ref") => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// A private temporary folder, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Self> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let dir = std::env::temp_dir().join(format!("ward-git-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// No system or global git configuration, no prompts; proxies pass through.
+fn clean_git_env(cmd: &mut Command, home: &Path) {
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0");
+    for proxy in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"] {
+        if let Some(v) = std::env::var_os(proxy) {
+            cmd.env(proxy, v);
+        }
+    }
+}
+
+/// The token as an `http.<remote_url>.extraheader`, through the environment.
+fn authorize(cmd: &mut Command, remote_url: &str, token: Option<&str>) {
+    use base64::Engine as _;
     if let Some(token) = token {
         let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
         cmd.env("GIT_CONFIG_COUNT", "1")
-            .env("GIT_CONFIG_KEY_0", "http.extraheader")
+            .env("GIT_CONFIG_KEY_0", format!("http.{remote_url}.extraheader"))
             .env("GIT_CONFIG_VALUE_0", format!("AUTHORIZATION: basic {basic}"));
     }
-    let out = cmd.output().map_err(io_err("run `git push` in", repo))?;
+}
+
+/// Runs git; a failure is an error with git's own words, the token scrubbed.
+fn run_git(mut cmd: Command, branch: &str, token: Option<&str>, op: &'static str, repo: &Path) -> Result<()> {
+    let out = cmd.output().map_err(io_err(op, repo))?;
     if out.status.success() {
         return Ok(());
     }

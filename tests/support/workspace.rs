@@ -188,6 +188,7 @@ impl TestRepo {
             expires_after: Duration::from_secs(3600),
             identity: identity(),
             artifacts: ward::workspace::artifacts_dir(&self.home, issue, run),
+            remote: None,
         }
     }
 }
