@@ -108,6 +108,39 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The charge nurse: revive stalled patients, repair labels, declare a
+    /// lockdown when a facility fails.
+    Sweep {
+        /// Sweep as if it were this time (RFC 3339 or unix seconds).
+        #[arg(long, env = "WARD_NOW")]
+        now: Option<String>,
+        /// Ping the Docker daemon and lock down when it does not answer.
+        #[arg(long)]
+        probe_docker: bool,
+        /// Also remove what crashed runs left: expired containers, old
+        /// worktrees, `ward/` branches of closed issues.
+        #[arg(long)]
+        reap: bool,
+    },
+    /// Infection control: lock every stage, or lift the lock.
+    Lockdown {
+        #[command(subcommand)]
+        command: LockdownCommand,
+    },
+    /// The safety department's report: Markdown on stdout.
+    Report {
+        /// The period covered, ending now: `7d`, `24h`, `30d`.
+        #[arg(long, default_value = "7d")]
+        since: String,
+        /// Also write a self-contained HTML page with charts.
+        #[arg(long)]
+        html: Option<PathBuf>,
+        /// Also post the report as a new issue.
+        #[arg(long)]
+        post: bool,
+        #[arg(long, env = "WARD_NOW")]
+        now: Option<String>,
+    },
     /// Write the default pipeline, roles, skills and precedent log into --root.
     Init,
     /// The built-in deterministic agent (run by the engine, not by people).
@@ -116,6 +149,25 @@ pub enum Command {
         #[arg(long)]
         script: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LockdownCommand {
+    /// Declare a lockdown (triage permission).
+    On {
+        #[arg(long)]
+        reason: String,
+        /// Who declares it (in Actions, the workflow's actor).
+        #[arg(long, env = "GITHUB_ACTOR")]
+        actor: Option<String>,
+    },
+    /// Lift every lockdown (maintain permission).
+    Off {
+        #[arg(long, env = "GITHUB_ACTOR")]
+        actor: Option<String>,
+    },
+    /// Print the lockdown in force; exit 3 while there is one.
+    Status,
 }
 
 #[derive(Debug, Subcommand)]
@@ -353,6 +405,35 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Sweep { now, probe_docker, reap } => {
+            let config = load_config(&cli.root)?;
+            let forge = open_forge(&cli, &config).await?;
+            let now = now.as_deref();
+            crate::departments::commands::sweep(&*forge, &config, &cli.root, now, *probe_docker, *reap).await
+        }
+        Command::Lockdown { command } => {
+            use crate::departments::commands as dept;
+            let config = load_config(&cli.root)?;
+            let forge = open_forge(&cli, &config).await?;
+            // Who acts: --actor / GITHUB_ACTOR, else the local person (as the local forge records it).
+            let person = |a: &Option<String>| {
+                a.clone()
+                    .or_else(|| std::env::var("USER").ok())
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| "local-user".into())
+            };
+            match command {
+                LockdownCommand::On { reason, actor } => dept::lockdown_on(&*forge, reason, &person(actor), None).await,
+                LockdownCommand::Off { actor } => dept::lockdown_off(&*forge, &person(actor), None).await,
+                LockdownCommand::Status => dept::lockdown_status(&*forge).await,
+            }
+        }
+        Command::Report { since, html, post, now } => {
+            let config = load_config(&cli.root)?;
+            let forge = open_forge(&cli, &config).await?;
+            let (html, now) = (html.as_deref(), now.as_deref());
+            crate::departments::commands::report(&*forge, &config, since, html, *post, now).await
         }
         Command::Init => {
             let written = crate::defaults::install(&cli.root)?;

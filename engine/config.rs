@@ -67,6 +67,11 @@ pub struct Config {
     /// Labels and permissions of discharge (merge) and human approval.
     #[serde(default)]
     pub discharge: DischargeConfig,
+    /// The departments outside the patient flow: the charge nurse's sweep
+    /// (`max_retries` 2, `max_actions` 50, ...), budgets and groundedness.
+    /// Every field has a default; see [`crate::departments::Departments`].
+    #[serde(default)]
+    pub departments: crate::departments::Departments,
     /// The emulator every stage run gets (a stage's own `emulator` replaces
     /// it). Default: none. See [`crate::workspace::config`].
     #[serde(default)]
@@ -554,6 +559,7 @@ impl Config {
                 "must be `maintain` or `admin`: approving a merge is a chief's decision".into(),
             ));
         }
+        p.extend(self.departments.validate(self));
         if let Some(e) = &self.emulator {
             p.extend(crate::workspace::config::validate(e, "emulator"));
         }

@@ -10,7 +10,7 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -232,6 +232,13 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     let run = req.run_id.clone().unwrap_or_else(|| new_run_id(now));
     let span = info_span!("stage", repo = %h.forge.describe(), issue = req.issue, stage = stage.name, run = %run);
     let _enter = span.enter();
+    // Infection control first: while a lockdown is open nothing runs and no label moves.
+    if let Some(lockdown) = crate::lockdown::active_lockdown(&*h.forge).await? {
+        let note = crate::lockdown::lockdown_note(&lockdown, stage.name, &run, now);
+        chart::store_notes(&*h.forge, &h.sentinels, number, None, &[note]).await?;
+        let reason = lockdown.to_string();
+        return Ok(StageResult::Refused { issue: req.issue, stage: stage.name.into(), reason, to: None });
+    }
     let artifacts = h.artifacts.join(req.issue.to_string()).join(&run);
     std::fs::create_dir_all(&artifacts).with_context(|| format!("could not create {}", artifacts.display()))?;
 
@@ -252,6 +259,12 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     if let Err(refusal) = rules::guard(&guard) {
         return refuse(h, &issue, &label_in, stage, stored, engine_note("REFUSAL", refusal.note_body()), &refusal)
             .await;
+    }
+    // Budget left? A patient over its limits goes to the chiefs before any agent starts.
+    let budget = &h.config.departments.budget;
+    let spend = crate::budget::patient_spend(&chart_notes, &budget.send_back_set(&h.config));
+    if let Some(breach) = crate::budget::check_patient(budget, &spend) {
+        return send_over_budget(h, req.issue, stage, &run, &breach, None, false).await;
     }
 
     // Admission to the stage: durable before the agent starts, so a crash
@@ -348,15 +361,37 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         ward_exe: h.ward_exe.clone(),
     };
     info!(command = ?spec.command.first(), "agent starts");
-    let exit = match slot {
-        // A signal (a cancelled Actions job) ends the agent; the caller still tears the workspace down.
-        Some(_) => Cancel::process()?.guard(agent::run(&spec)).await.with_context(|| {
-            format!(
-                "stage `{}` of issue {number} was cancelled by a signal while the agent ran; no label moved",
-                stage.name
-            )
-        })??,
-        None => agent::run(&spec).await?,
+    // The engine enforces the run's dollars while it goes (the wall clock is
+    // agent.rs's); dropping the agent's future kills its process group.
+    let agent_stdout = artifacts.join("agent.stdout.log");
+    let watch = crate::budget::watch(
+        &agent_stdout,
+        budget,
+        stage.config.time_limit + Duration::from_secs(60),
+        Duration::from_secs(2),
+    );
+    let has_workspace = slot.is_some();
+    let run_agent =
+        async {
+            if has_workspace {
+                // A signal (a cancelled Actions job) ends the agent; the caller still tears the workspace down.
+                Cancel::process()?.guard(agent::run(&spec)).await.with_context(|| {
+                format!(
+                    "stage `{}` of issue {number} was cancelled by a signal while the agent ran; no label moved",
+                    stage.name
+                )
+            })?
+            .map_err(anyhow::Error::from)
+            } else {
+                agent::run(&spec).await.map_err(anyhow::Error::from)
+            }
+        };
+    let exit = tokio::select! {
+        exit = run_agent => exit?,
+        (breach, usage) = watch => {
+            warn!(%breach, "budget reached; the agent was stopped");
+            return send_over_budget(h, req.issue, stage, &run, &breach, usage.as_ref(), true).await;
+        }
     };
     if let Some(ws) = slot.as_mut() {
         // Durable before any label moves: the next stage starts from it.
@@ -378,6 +413,25 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         }
     }
     info!(elapsed_ms = exit.elapsed.as_millis(), end = ?exit.end, "agent ended");
+    let stdout = std::fs::read(&exit.stdout).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    let usage = crate::budget::parse_usage(&stdout, budget);
+    let cost = crate::budget::cost_note(usage.as_ref(), stage.name, &run, (h.clock)());
+    let health = crate::sweep::AgentRun {
+        issue: number,
+        stage: stage.name.into(),
+        run: run.clone(),
+        ok: exit.success(),
+        at: (h.clock)(),
+    };
+    // Only failures cost calls; the sweep sees successes as patients moving.
+    if !health.ok
+        && let Err(e) = crate::sweep::record_agent_run(&*h.forge, health).await
+    {
+        warn!("could not record the agent's failure for the sweep: {e}");
+    }
+    if let Some(breach) = crate::budget::check_run(budget, Duration::MAX, Duration::ZERO, usage.as_ref()) {
+        return send_over_budget(h, req.issue, stage, &run, &breach, usage.as_ref(), false).await;
+    }
 
     // Validate: the notes contract, then the hospital's rules.
     let mut turned_back = None;
@@ -413,7 +467,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
                     stage.name
                 ),
             );
-            chart::store_notes(&*h.forge, &h.sentinels, number, stored, &[refusal]).await?;
+            chart::store_notes(&*h.forge, &h.sentinels, number, stored, &[cost, refusal]).await?;
             write_run_json(
                 &artifacts,
                 &serde_json::json!({"issue": req.issue, "stage": stage.name, "run": run, "result": "invalid", "reason": reason}),
@@ -444,8 +498,25 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         None => (outcome, None),
     };
 
+    // Groundedness: the notes' checkable claims against the worktree and the log.
+    let threshold = h.config.departments.groundedness.threshold;
+    let mut batch = vec![cost];
+    if threshold > 0.0 {
+        use crate::groundedness as g;
+        let ids: std::collections::HashSet<String> = h.precedents.entries.iter().map(|p| p.id.clone()).collect();
+        let after_treatment =
+            notes.kinds().any(|k| matches!(k, "TREATMENT_NOTE" | "CODE_REVIEW" | "DISCHARGE_CHECKLIST"));
+        let facts = g::Facts { worktree: &workdir, precedents: &ids, after_treatment };
+        let score = g::score(notes.notes.iter().map(|n| n.body.as_str()), &facts);
+        batch.push(g::groundedness_note(&score, threshold, stage.name, &run, (h.clock)()));
+        let earlier = g::earlier_invalid(&chart_notes, stage.name, g::visit_start(&chart_notes));
+        let decision = g::decide(score.value(), threshold, earlier);
+        if decision != g::Decision::Accept {
+            return ungrounded(h, &issue, stage, &run, stored, batch, &score, decision, &artifacts).await;
+        }
+    }
+
     // Chart: the agent's notes, stamped, then the outcome. Durable before labels move.
-    let mut batch = Vec::new();
     batch.extend(notes.notes.iter().map(|d| Note {
         kind: d.kind.clone(),
         meta: meta(role_name),
@@ -714,4 +785,83 @@ fn list<T: std::fmt::Display>(items: &[T]) -> String {
         return "none".into();
     }
     items.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
+}
+
+/// A budget limit was reached: the notes say why, the patient goes to the chiefs.
+async fn send_over_budget(
+    h: &Hospital,
+    issue: u64,
+    stage: Stage<'_>,
+    run: &str,
+    breach: &crate::budget::Breach,
+    usage: Option<&crate::budget::Usage>,
+    agent_stopped: bool,
+) -> anyhow::Result<StageResult> {
+    let number = IssueNumber(issue);
+    crate::budget::send_to_chief(
+        &*h.forge,
+        &h.config,
+        number,
+        stage.name,
+        run,
+        breach,
+        usage,
+        agent_stopped,
+        (h.clock)(),
+    )
+    .await?;
+    let to = Some(crate::sweep::chief_label(&h.config).to_string());
+    Ok(StageResult::Refused { issue, stage: stage.name.into(), reason: breach.to_string(), to })
+}
+
+/// An ungrounded run: the label stays and the stage runs once more, or,
+/// when a rerun was already ungrounded, the patient goes to the chiefs.
+#[allow(clippy::too_many_arguments)]
+async fn ungrounded(
+    h: &Hospital,
+    issue: &Issue,
+    stage: Stage<'_>,
+    run: &str,
+    stored: Option<crate::forge::StoredChart>,
+    mut batch: Vec<Note>,
+    score: &crate::groundedness::Score,
+    decision: crate::groundedness::Decision,
+    artifacts: &Path,
+) -> anyhow::Result<StageResult> {
+    let number = issue.number;
+    let meta = NoteMeta { run: run.into(), stage: stage.name.into(), role: ENGINE_ROLE.into(), at: (h.clock)() };
+    let chief = crate::sweep::chief_label(&h.config).to_string();
+    let reason = format!("its notes are not grounded (score {score}; see the GROUNDEDNESS note)");
+    if decision == crate::groundedness::Decision::Rerun {
+        batch.push(Note {
+            kind: "REFUSAL".into(),
+            meta,
+            body: format!(
+                "The run of stage `{}` was invalid: {reason}. The stage runs once more; the label stays.",
+                stage.name
+            ),
+        });
+        chart::store_notes(&*h.forge, &h.sentinels, number, stored, &batch).await?;
+        h.forge.dispatch_stage(number, &stage.config.label).await?;
+        return Ok(StageResult::Invalid {
+            issue: number.0,
+            stage: stage.name.into(),
+            run: run.into(),
+            reason,
+            artifacts: artifacts.to_path_buf(),
+        });
+    }
+    batch.push(Note {
+        kind: "ESCALATION".into(),
+        meta,
+        body: format!(
+            "Stage `{}` ran twice and both runs were ungrounded ({reason}). Moved to `{chief}`.\n\n\
+             What to do: read the GROUNDEDNESS notes, then put `{}` back or take over.",
+            stage.name, stage.config.label
+        ),
+    });
+    chart::store_notes(&*h.forge, &h.sentinels, number, stored, &batch).await?;
+    let label_in = stage.config.label.as_str();
+    h.forge.set_labels(number, &next_labels(issue, label_in, &chief)).await?;
+    Ok(StageResult::Refused { issue: number.0, stage: stage.name.into(), reason, to: Some(chief) })
 }

@@ -965,6 +965,8 @@ const CHART_GET: &str = "GET /repos/{owner}/{repo}/contents/{path}";
 const CHART_PUT: &str = "PUT /repos/{owner}/{repo}/contents/{path}";
 const LABELS_PUT: &str = "PUT /repos/{owner}/{repo}/issues/{issue_number}/labels";
 const DISPATCH: &str = "POST /repos/{owner}/{repo}/dispatches";
+/// Every stage run checks for a lockdown first: open issues labeled `ward:lockdown`.
+const LOCKDOWN_LIST: &str = "GET /repos/{owner}/{repo}/issues";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatches() {
@@ -988,6 +990,7 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
             ("GET /repos/{owner}/{repo}/labels", 1),
             ("POST /repos/{owner}/{repo}/labels", specs - 1), // ward:admit exists: a person applied it
             (ISSUE_GET, 1),
+            (LOCKDOWN_LIST, 1),
             // `chart::store_notes` cannot tell "read, no chart" from "not read"
             // (`known: None`), so a new chart is read twice.
             (CHART_GET, 2),
@@ -1014,12 +1017,12 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
         assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
         let calls = calls_since(&gh, mark);
         let total: usize = calls.values().sum();
-        assert!(total <= 6, "at most 6 calls per transition, got {total}: {calls:#?}");
+        assert!(total <= 7, "at most 7 calls per transition, got {total}: {calls:#?}");
         let last = !gh.state().issue(n).open;
         let tail = if last { ("PATCH /repos/{owner}/{repo}/issues/{issue_number}", 1) } else { (DISPATCH, 1) };
         assert_eq!(
             calls,
-            expect(&[(ISSUE_GET, 1), (CHART_GET, 1), (CHART_PUT, 2), (LABELS_PUT, 1), tail]),
+            expect(&[(ISSUE_GET, 1), (LOCKDOWN_LIST, 1), (CHART_GET, 1), (CHART_PUT, 2), (LABELS_PUT, 1), tail]),
             "{}",
             ran.stdout
         );
@@ -1457,9 +1460,9 @@ async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pul
     // The treat transition costs one call more: the pull request.
     let (_, treat) = per_stage.iter().find(|(label, _)| label == "ward:treat").unwrap();
     assert_eq!(treat.get("POST /repos/{owner}/{repo}/pulls"), Some(&1), "{treat:#?}");
-    assert_eq!(treat.values().sum::<usize>(), 7, "{treat:#?}");
+    assert_eq!(treat.values().sum::<usize>(), 8, "{treat:#?}");
     for (label, calls) in per_stage.iter().filter(|(label, _)| label != "ward:treat") {
-        assert!(calls.values().sum::<usize>() <= 6, "{label}: {calls:#?}");
+        assert!(calls.values().sum::<usize>() <= 7, "{label}: {calls:#?}");
     }
     drop(s);
     // The branch is on the "server", with the treatment's commit.

@@ -305,12 +305,24 @@ impl State {
 
     /// `per_page`/`page` pagination with a `Link` header, as GitHub does.
     fn page(&self, items: Vec<Value>, q: &BTreeMap<String, String>) -> Answer {
+        self.page_by(items.len(), q, |start, end| items[start..end].to_vec())
+    }
+
+    /// Pagination over `total` items of which only the requested page is
+    /// built (`slice(start, end)`), so listing thousands of issues page by
+    /// page costs the fake per page, not per issue per page.
+    fn page_by(
+        &self,
+        total: usize,
+        q: &BTreeMap<String, String>,
+        slice: impl FnOnce(usize, usize) -> Vec<Value>,
+    ) -> Answer {
         let per_page = q.get("per_page").and_then(|v| v.parse::<usize>().ok()).unwrap_or(30).clamp(1, 100);
         let page = q.get("page").and_then(|v| v.parse::<usize>().ok()).unwrap_or(1).max(1);
-        let start = (page - 1) * per_page;
-        let slice: Vec<Value> = items.iter().skip(start).take(per_page).cloned().collect();
-        let mut a = answer(200, Value::Array(slice));
-        if start + per_page < items.len() {
+        let start = ((page - 1) * per_page).min(total);
+        let end = (start + per_page).min(total);
+        let mut a = answer(200, Value::Array(slice(start, end)));
+        if start + per_page < total {
             let mut next = q.clone();
             next.insert("page".into(), (page + 1).to_string());
             let qs: Vec<String> = next.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
@@ -399,9 +411,8 @@ impl State {
                 _ => true,
             })
             .filter(|i| wanted.iter().all(|w| w.is_empty() || i.labels.iter().any(|l| l.to_lowercase() == *w)))
-            .map(|i| self.issue_json(i))
-            .collect();
-        self.page(items, q)
+            .collect::<Vec<_>>();
+        self.page_by(items.len(), q, |start, end| items[start..end].iter().map(|i| self.issue_json(i)).collect())
     }
 
     fn get_issue(&self, n: u64) -> Answer {

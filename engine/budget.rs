@@ -1,0 +1,703 @@
+//! Budgets and cost: what a run spent, read from the agent's own output,
+//! and the limits per stage run and per patient that the engine enforces
+//! (agent flags do not count).
+//!
+//! Claude Code's result is built in: `--output-format json` prints one
+//! object (or, with `--verbose`, an array whose last element is it),
+//! `stream-json` prints one object per line and ends with it:
+//!
+//! ```json
+//! {"type":"result","subtype":"success","is_error":false,"total_cost_usd":0.0123,
+//!  "usage":{"input_tokens":12,"output_tokens":345,"cache_creation_input_tokens":0,"cache_read_input_tokens":678}}
+//! ```
+//!
+//! While a stream-json run is going, `assistant` messages carry token
+//! usage but no dollars; with `prices` configured the engine estimates the
+//! spend so far and can stop a run before it ends. Other agents report
+//! through a configured regex with named groups.
+//!
+//! Everything here is pure, except [`watch`] (polls the agent's stdout file)
+//! and [`send_to_chief`] (writes the notes and moves the label).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::chart::{ChartStoreError, ENGINE_ROLE, Note, NoteMeta, Sentinels, store_notes};
+use crate::config::Config;
+use crate::forge::{Forge, ForgeError, IssueNumber};
+
+/// How the agent reports what it spent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UsageFormat {
+    /// Claude Code's JSON or stream-JSON result (default).
+    #[default]
+    ClaudeJson,
+    /// `usage_regex` with named groups `cost`, `input_tokens`, `output_tokens`.
+    Regex,
+    /// The agent reports nothing; dollar limits cannot be enforced.
+    None,
+}
+
+/// Dollars per million tokens, to estimate spend while a run is going.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prices {
+    pub input: f64,
+    pub output: f64,
+    /// Default: the input price.
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+    /// Default: a tenth of the input price.
+    #[serde(default)]
+    pub cache_read: Option<f64>,
+}
+
+/// `departments.budget`. A limit of 0 turns that limit off.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// How usage is read from the agent's stdout. Default `claude-json`.
+    #[serde(default)]
+    pub usage: UsageFormat,
+    /// With `usage: regex`: e.g. `cost: \$(?P<cost>[0-9.]+)`; the last match wins.
+    #[serde(default)]
+    pub usage_regex: Option<String>,
+    /// Dollars one stage run may spend. Default 10.
+    #[serde(default = "default_run_usd")]
+    pub run_usd: f64,
+    /// Dollars one patient may spend over all its runs. Default 150.
+    #[serde(default = "default_patient_usd")]
+    pub patient_usd: f64,
+    /// Stage runs one patient may have. Default 40.
+    #[serde(default = "default_stage_visits")]
+    pub patient_stage_visits: u32,
+    /// Times one patient may be sent back. Default 10.
+    #[serde(default = "default_send_backs")]
+    pub patient_send_backs: u32,
+    /// Outcomes that send a patient back, as `stage.outcome`. Default
+    /// [`DEFAULT_SEND_BACKS`] (those of them the pipeline has).
+    #[serde(default)]
+    pub send_backs: Option<Vec<String>>,
+    /// Token prices for estimates while a run is going. Default: none.
+    #[serde(default)]
+    pub prices: Option<Prices>,
+}
+
+fn default_run_usd() -> f64 {
+    10.0
+}
+fn default_patient_usd() -> f64 {
+    150.0
+}
+fn default_stage_visits() -> u32 {
+    40
+}
+fn default_send_backs() -> u32 {
+    10
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        Self {
+            usage: UsageFormat::default(),
+            usage_regex: None,
+            run_usd: default_run_usd(),
+            patient_usd: default_patient_usd(),
+            patient_stage_visits: default_stage_visits(),
+            patient_send_backs: default_send_backs(),
+            send_backs: None,
+            prices: None,
+        }
+    }
+}
+
+impl BudgetConfig {
+    pub fn validate(&self, config: &Config) -> Vec<(String, String)> {
+        let mut p = Vec::new();
+        let base = "departments.budget";
+        for (name, v) in [("run_usd", self.run_usd), ("patient_usd", self.patient_usd)] {
+            if !v.is_finite() || v < 0.0 {
+                p.push((format!("{base}.{name}"), format!("`{v}` must be a number of dollars, 0 or more")));
+            }
+        }
+        match (&self.usage, &self.usage_regex) {
+            (UsageFormat::Regex, None) => {
+                p.push((format!("{base}.usage_regex"), "`usage: regex` needs `usage_regex`".into()));
+            }
+            (UsageFormat::Regex, Some(re)) => match Regex::new(re) {
+                Ok(r) if r.capture_names().flatten().any(|n| n == "cost") => {}
+                Ok(_) => p.push((format!("{base}.usage_regex"), "needs a named group `(?P<cost>...)`".into())),
+                Err(e) => p.push((format!("{base}.usage_regex"), format!("is not a valid regex: {e}"))),
+            },
+            (_, Some(_)) => {
+                p.push((format!("{base}.usage_regex"), "is only read with `usage: regex`".into()));
+            }
+            _ => {}
+        }
+        if let Some(list) = &self.send_backs {
+            for (i, item) in list.iter().enumerate() {
+                let ok = item
+                    .split_once('.')
+                    .and_then(|(stage, outcome)| config.stage(stage).map(|s| s.config.outcomes.contains_key(outcome)))
+                    .unwrap_or(false);
+                if !ok {
+                    p.push((
+                        format!("{base}.send_backs.{i}"),
+                        format!("`{item}` is not `stage.outcome` of a stage in this pipeline"),
+                    ));
+                }
+            }
+        }
+        p
+    }
+
+    /// The (stage, outcome) pairs that count as send-backs.
+    pub fn send_back_set(&self, config: &Config) -> HashSet<(String, String)> {
+        if let Some(list) = &self.send_backs {
+            return list
+                .iter()
+                .filter_map(|i| i.split_once('.'))
+                .map(|(s, o)| (s.to_string(), o.to_string()))
+                .collect();
+        }
+        DEFAULT_SEND_BACKS
+            .iter()
+            .filter_map(|i| i.split_once('.'))
+            .filter(|(s, o)| config.stage(s).is_some_and(|st| st.config.outcomes.contains_key(*o)))
+            .map(|(s, o)| (s.to_string(), o.to_string()))
+            .collect()
+    }
+}
+
+/// Send-backs of the shipped pipeline: plan rejects, change requests, audit
+/// failures. Entries naming outcomes a pipeline lacks are ignored.
+pub const DEFAULT_SEND_BACKS: &[&str] =
+    &["plan-review.reject", "code-review.changes-requested", "discharge.audit-failed"];
+
+/// What a run spent, as far as its output says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    pub cost_usd: Option<f64>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    /// Where the figures came from: `claude-result`, `claude-stream`
+    /// (estimated from prices mid-run), `regex`.
+    pub source: String,
+}
+
+impl Usage {
+    fn add_tokens(&mut self, usage: &Value) {
+        let get = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+        self.input_tokens += get("input_tokens");
+        self.output_tokens += get("output_tokens");
+        self.cache_creation_input_tokens += get("cache_creation_input_tokens");
+        self.cache_read_input_tokens += get("cache_read_input_tokens");
+    }
+
+    fn estimate(&self, p: &Prices) -> f64 {
+        let m = 1_000_000.0;
+        (self.input_tokens as f64 * p.input
+            + self.output_tokens as f64 * p.output
+            + self.cache_creation_input_tokens as f64 * p.cache_write.unwrap_or(p.input)
+            + self.cache_read_input_tokens as f64 * p.cache_read.unwrap_or(p.input / 10.0))
+            / m
+    }
+}
+
+fn from_result(obj: &Value) -> Usage {
+    let mut u = Usage {
+        cost_usd: obj.get("total_cost_usd").and_then(Value::as_f64),
+        source: "claude-result".into(),
+        ..Usage::default()
+    };
+    if let Some(usage) = obj.get("usage") {
+        u.add_tokens(usage);
+    }
+    u
+}
+
+fn is_result(v: &Value) -> bool {
+    v.get("type").and_then(Value::as_str) == Some("result")
+}
+
+/// Claude Code's output: a result object (possibly pretty-printed), an
+/// array holding one, or a stream of lines. Mid-stream, token usage of the
+/// assistant messages so far (each message counted once), priced when
+/// `prices` is given.
+pub fn parse_claude(stdout: &str, prices: Option<&Prices>) -> Option<Usage> {
+    if let Ok(v) = serde_json::from_str::<Value>(stdout.trim())
+        && let Some(u) = result_in(&v)
+    {
+        return Some(u);
+    }
+    let config = BudgetConfig { usage: UsageFormat::ClaudeJson, prices: prices.cloned(), ..BudgetConfig::default() };
+    let mut meter = Meter::new(&config);
+    meter.feed(stdout.as_bytes());
+    meter.finish();
+    meter.usage()
+}
+
+/// The result object in a parsed value: the value itself or the last
+/// result in an array.
+fn result_in(v: &Value) -> Option<Usage> {
+    if is_result(v) {
+        return Some(from_result(v));
+    }
+    v.as_array().and_then(|a| a.iter().rev().find(|m| is_result(m))).map(from_result)
+}
+
+/// Reads usage from the agent's output as it grows, line by line, so a
+/// long run costs the watcher only its new bytes.
+pub struct Meter {
+    format: UsageFormat,
+    regex: Option<Regex>,
+    prices: Option<Prices>,
+    /// The last line, until its newline arrives.
+    carry: Vec<u8>,
+    stream: Usage,
+    seen_messages: HashSet<String>,
+    any_stream: bool,
+    result: Option<Usage>,
+    last_match: Option<Usage>,
+}
+
+impl Meter {
+    pub fn new(budget: &BudgetConfig) -> Self {
+        Self {
+            format: budget.usage,
+            regex: budget.usage_regex.as_deref().and_then(|r| Regex::new(r).ok()),
+            prices: budget.prices.clone(),
+            carry: Vec::new(),
+            stream: Usage { source: "claude-stream".into(), ..Usage::default() },
+            seen_messages: HashSet::new(),
+            any_stream: false,
+            result: None,
+            last_match: None,
+        }
+    }
+
+    /// New bytes of the output.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.carry.extend_from_slice(bytes);
+        while let Some(end) = self.carry.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.carry.drain(..=end).collect();
+            self.line(&String::from_utf8_lossy(&line));
+        }
+    }
+
+    /// The output ended: its last line counts even without a newline.
+    pub fn finish(&mut self) {
+        let rest = std::mem::take(&mut self.carry);
+        if !rest.is_empty() {
+            self.line(&String::from_utf8_lossy(&rest));
+        }
+    }
+
+    fn line(&mut self, line: &str) {
+        match self.format {
+            UsageFormat::None => {}
+            UsageFormat::Regex => {
+                if let Some(u) = self.regex.as_ref().and_then(|re| parse_regex(line, re)) {
+                    self.last_match = Some(u);
+                }
+            }
+            UsageFormat::ClaudeJson => {
+                let Ok(v) = serde_json::from_str::<Value>(line.trim()) else { return };
+                if let Some(u) = result_in(&v) {
+                    self.result = Some(u);
+                    return;
+                }
+                if v.get("type").and_then(Value::as_str) != Some("assistant") {
+                    return;
+                }
+                let Some(message) = v.get("message") else { return };
+                if let Some(id) = message.get("id").and_then(Value::as_str)
+                    && !self.seen_messages.insert(id.to_string())
+                {
+                    return;
+                }
+                if let Some(usage) = message.get("usage") {
+                    self.stream.add_tokens(usage);
+                    self.any_stream = true;
+                }
+            }
+        }
+    }
+
+    /// What the output says so far: the final result when there is one.
+    pub fn usage(&self) -> Option<Usage> {
+        if let Some(r) = &self.result {
+            return Some(r.clone());
+        }
+        if let Some(m) = &self.last_match {
+            return Some(m.clone());
+        }
+        self.any_stream.then(|| {
+            let mut u = self.stream.clone();
+            u.cost_usd = self.prices.as_ref().map(|p| u.estimate(p));
+            u
+        })
+    }
+}
+
+/// The last match of `re` in `stdout`: groups `cost`, `input_tokens`, `output_tokens`.
+pub fn parse_regex(stdout: &str, re: &Regex) -> Option<Usage> {
+    let caps = re.captures_iter(stdout).last()?;
+    let num = |k: &str| caps.name(k).and_then(|m| m.as_str().replace(',', "").parse::<u64>().ok()).unwrap_or(0);
+    Some(Usage {
+        cost_usd: caps.name("cost").and_then(|m| m.as_str().replace(',', "").parse().ok()),
+        input_tokens: num("input_tokens"),
+        output_tokens: num("output_tokens"),
+        source: "regex".into(),
+        ..Usage::default()
+    })
+}
+
+/// Usage from the agent's stdout as configured; `None` when it says nothing.
+pub fn parse_usage(stdout: &str, budget: &BudgetConfig) -> Option<Usage> {
+    match budget.usage {
+        UsageFormat::ClaudeJson => parse_claude(stdout, budget.prices.as_ref()),
+        UsageFormat::Regex => {
+            let re = Regex::new(budget.usage_regex.as_deref()?).ok()?;
+            parse_regex(stdout, &re)
+        }
+        UsageFormat::None => None,
+    }
+}
+
+/// A limit that was reached.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Breach {
+    pub limit: Limit,
+    /// What was measured, in the limit's unit.
+    pub actual: f64,
+    pub allowed: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    RunWallClock,
+    RunDollars,
+    PatientDollars,
+    PatientStageVisits,
+    PatientSendBacks,
+}
+
+impl fmt::Display for Breach {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (a, l) = (self.actual, self.allowed);
+        match self.limit {
+            Limit::RunWallClock => {
+                write!(f, "the run took {a:.0}s, over the stage's `time_limit` of {l:.0}s")
+            }
+            Limit::RunDollars => {
+                write!(f, "the run spent ${a:.2}, over the per-run limit of ${l:.2} (`departments.budget.run_usd`)")
+            }
+            Limit::PatientDollars => write!(
+                f,
+                "the patient has cost ${a:.2}, over the per-patient limit of ${l:.2} (`departments.budget.patient_usd`)"
+            ),
+            Limit::PatientStageVisits => write!(
+                f,
+                "the patient has had {a:.0} stage runs, the per-patient limit is {l:.0} \
+                 (`departments.budget.patient_stage_visits`)"
+            ),
+            Limit::PatientSendBacks => write!(
+                f,
+                "the patient was sent back {a:.0} times, the per-patient limit is {l:.0} \
+                 (`departments.budget.patient_send_backs`)"
+            ),
+        }
+    }
+}
+
+/// Checks one run, while it goes or after: wall clock and dollars.
+pub fn check_run(
+    budget: &BudgetConfig,
+    time_limit: Duration,
+    elapsed: Duration,
+    usage: Option<&Usage>,
+) -> Option<Breach> {
+    if elapsed >= time_limit {
+        return Some(Breach {
+            limit: Limit::RunWallClock,
+            actual: elapsed.as_secs_f64(),
+            allowed: time_limit.as_secs_f64(),
+        });
+    }
+    let spent = usage.and_then(|u| u.cost_usd)?;
+    (budget.run_usd > 0.0 && spent >= budget.run_usd).then_some(Breach {
+        limit: Limit::RunDollars,
+        actual: spent,
+        allowed: budget.run_usd,
+    })
+}
+
+/// What a patient has used so far, from its chart.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PatientSpend {
+    pub dollars: f64,
+    /// Stage runs (ADMISSION notes).
+    pub stage_visits: u32,
+    pub send_backs: u32,
+}
+
+pub fn patient_spend(notes: &[Note], send_backs: &HashSet<(String, String)>) -> PatientSpend {
+    let mut s = PatientSpend::default();
+    for n in notes {
+        match n.kind.as_str() {
+            "COST" => s.dollars += parse_cost_note(&n.body).and_then(|u| u.cost_usd).unwrap_or(0.0),
+            "ADMISSION" => s.stage_visits += 1,
+            "OUTCOME" if send_backs.contains(&(n.meta.stage.clone(), n.body.trim().to_string())) => {
+                s.send_backs += 1;
+            }
+            _ => {}
+        }
+    }
+    s
+}
+
+/// Checks a patient's totals; the stage runner calls it before a run
+/// starts and again after the run's COST note.
+pub fn check_patient(budget: &BudgetConfig, spend: &PatientSpend) -> Option<Breach> {
+    let over = |actual: f64, allowed: f64| allowed > 0.0 && actual >= allowed;
+    if over(spend.dollars, budget.patient_usd) {
+        return Some(Breach { limit: Limit::PatientDollars, actual: spend.dollars, allowed: budget.patient_usd });
+    }
+    if over(spend.stage_visits as f64, budget.patient_stage_visits as f64) {
+        return Some(Breach {
+            limit: Limit::PatientStageVisits,
+            actual: spend.stage_visits as f64,
+            allowed: budget.patient_stage_visits as f64,
+        });
+    }
+    if over(spend.send_backs as f64, budget.patient_send_backs as f64) {
+        return Some(Breach {
+            limit: Limit::PatientSendBacks,
+            actual: spend.send_backs as f64,
+            allowed: budget.patient_send_backs as f64,
+        });
+    }
+    None
+}
+
+/// The COST note of one run. `None` usage: the agent reported nothing.
+pub fn cost_note(usage: Option<&Usage>, stage: &str, run: &str, at: DateTime<Utc>) -> Note {
+    let body = match usage {
+        Some(u) => format!(
+            "cost_usd: {}\ninput_tokens: {}\noutput_tokens: {}\ncache_creation_input_tokens: {}\n\
+             cache_read_input_tokens: {}\nsource: {}",
+            u.cost_usd.map_or("unknown".to_string(), |c| format!("{c:.6}")),
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_creation_input_tokens,
+            u.cache_read_input_tokens,
+            u.source
+        ),
+        None => "cost_usd: unknown\nsource: none (the agent's output reported no usage)".into(),
+    };
+    Note {
+        kind: "COST".into(),
+        meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at },
+        body,
+    }
+}
+
+/// Reads a COST note back.
+pub fn parse_cost_note(body: &str) -> Option<Usage> {
+    let mut u = Usage::default();
+    let mut any = false;
+    for line in body.lines() {
+        let Some((k, v)) = line.split_once(':') else { continue };
+        let v = v.trim();
+        let n = || v.parse::<u64>().unwrap_or(0);
+        match k.trim() {
+            "cost_usd" => {
+                u.cost_usd = v.parse().ok();
+                any = true;
+            }
+            "input_tokens" => u.input_tokens = n(),
+            "output_tokens" => u.output_tokens = n(),
+            "cache_creation_input_tokens" => u.cache_creation_input_tokens = n(),
+            "cache_read_input_tokens" => u.cache_read_input_tokens = n(),
+            "source" => u.source = v.to_string(),
+            _ => {}
+        }
+    }
+    any.then_some(u)
+}
+
+/// Polls the agent's stdout file every `poll` until a run limit is reached,
+/// and returns it with the usage seen. Never returns while the run stays
+/// within its limits: the stage runner races it against the agent and kills
+/// the agent (its process tree) when this wins. Only the bytes added since
+/// the last poll are read.
+pub async fn watch(
+    stdout: &Path,
+    budget: &BudgetConfig,
+    time_limit: Duration,
+    poll: Duration,
+) -> (Breach, Option<Usage>) {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let started = tokio::time::Instant::now();
+    let mut meter = Meter::new(budget);
+    let mut offset = 0u64;
+    loop {
+        if let Ok(mut file) = tokio::fs::File::open(stdout).await
+            && file.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
+        {
+            let mut fresh = Vec::new();
+            if let Ok(n) = file.read_to_end(&mut fresh).await {
+                offset += n as u64;
+                meter.feed(&fresh);
+            }
+        }
+        let usage = meter.usage();
+        if let Some(breach) = check_run(budget, time_limit, started.elapsed(), usage.as_ref()) {
+            return (breach, usage);
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetError {
+    #[error(transparent)]
+    Chart(#[from] ChartStoreError),
+    #[error("could not move {issue} to `{label}` after its budget was reached: {source}")]
+    Labels {
+        issue: IssueNumber,
+        label: String,
+        #[source]
+        source: ForgeError,
+    },
+}
+
+/// A limit was reached: records the run's COST and an ESCALATION saying
+/// why, then moves the patient to the chiefs (keeping labels that are not
+/// ward's). The COST note goes first so the spend is never lost.
+#[allow(clippy::too_many_arguments)]
+pub async fn send_to_chief(
+    forge: &dyn Forge,
+    config: &Config,
+    issue: IssueNumber,
+    stage: &str,
+    run: &str,
+    breach: &Breach,
+    usage: Option<&Usage>,
+    agent_stopped: bool,
+    now: DateTime<Utc>,
+) -> Result<(), BudgetError> {
+    let sentinels = Sentinels::new(&config.sentinel_prefix);
+    let chief = crate::sweep::chief_label(config).to_string();
+    let what = if agent_stopped { "The engine stopped the agent" } else { "The stage did not start" };
+    let escalation = Note {
+        kind: "ESCALATION".into(),
+        meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at: now },
+        body: format!(
+            "Budget reached in stage `{stage}`: {breach}. {what} and moved the patient to `{chief}`.\n\n\
+             What to do: decide whether this patient is worth more; raise the limit in \
+             `.github/ward.yml` (`departments.budget`) or split the work, then put the stage label back."
+        ),
+    };
+    let mut notes = Vec::new();
+    if agent_stopped || usage.is_some() {
+        notes.push(cost_note(usage, stage, run, now));
+    }
+    notes.push(escalation);
+    store_notes(forge, &sentinels, issue, None, &notes).await?;
+    let current =
+        forge.issue(issue).await.map_err(|source| BudgetError::Labels { issue, label: chief.clone(), source })?;
+    let mut labels: Vec<String> = current.labels.into_iter().filter(|l| !config.is_ward_label(l)).collect();
+    labels.push(chief.clone());
+    forge.set_labels(issue, &labels).await.map_err(|source| BudgetError::Labels { issue, label: chief, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RESULT: &str = r#"{"type":"result","subtype":"success","is_error":false,"duration_ms":1234,"num_turns":3,"result":"done","session_id":"abc","total_cost_usd":0.4321,"usage":{"input_tokens":10,"cache_creation_input_tokens":200,"cache_read_input_tokens":3000,"output_tokens":400,"server_tool_use":{"web_search_requests":0},"service_tier":"standard"}}"#;
+
+    #[test]
+    fn claude_json_result_is_read() {
+        let u = parse_claude(RESULT, None).unwrap();
+        assert_eq!(u.cost_usd, Some(0.4321));
+        assert_eq!((u.input_tokens, u.output_tokens, u.cache_read_input_tokens), (10, 400, 3000));
+        let verbose = format!(r#"[{{"type":"system","subtype":"init"}},{RESULT}]"#);
+        assert_eq!(parse_claude(&verbose, None).unwrap().cost_usd, Some(0.4321));
+    }
+
+    #[test]
+    fn stream_json_counts_each_message_once_and_prices_it() {
+        let a = r#"{"type":"assistant","message":{"id":"m1","usage":{"input_tokens":1000000,"output_tokens":0}}}"#;
+        let b = r#"{"type":"assistant","message":{"id":"m2","usage":{"input_tokens":0,"output_tokens":1000000}}}"#;
+        let text = format!("{a}\n{a}\n{b}\nnot json\n");
+        let prices = Prices { input: 3.0, output: 15.0, cache_write: None, cache_read: None };
+        let u = parse_claude(&text, Some(&prices)).unwrap();
+        assert_eq!((u.input_tokens, u.output_tokens), (1_000_000, 1_000_000));
+        assert_eq!(u.cost_usd, Some(18.0));
+        assert_eq!(parse_claude(&text, None).unwrap().cost_usd, None);
+        let done = format!("{text}{RESULT}\n");
+        assert_eq!(parse_claude(&done, Some(&prices)).unwrap().cost_usd, Some(0.4321), "the result wins");
+        assert_eq!(parse_claude("plain text output", None), None);
+    }
+
+    #[test]
+    fn the_meter_reads_a_growing_output_in_pieces() {
+        let budget = BudgetConfig {
+            prices: Some(Prices { input: 3.0, output: 15.0, cache_write: None, cache_read: None }),
+            ..BudgetConfig::default()
+        };
+        let line = r#"{"type":"assistant","message":{"id":"m1","usage":{"output_tokens":100000}}}"#;
+        let mut meter = Meter::new(&budget);
+        let (a, b) = line.split_at(30);
+        meter.feed(a.as_bytes());
+        assert_eq!(meter.usage(), None, "half a line is not read");
+        meter.feed(format!("{b}\n").as_bytes());
+        assert_eq!(meter.usage().unwrap().cost_usd, Some(1.5));
+        meter.feed(format!("{line}\n{RESULT}").as_bytes());
+        assert_eq!(meter.usage().unwrap().cost_usd, Some(1.5), "the same message counts once; no newline yet");
+        meter.finish();
+        assert_eq!(meter.usage().unwrap().cost_usd, Some(0.4321));
+    }
+
+    #[test]
+    fn a_regex_reads_other_agents() {
+        let re = Regex::new(r"Total cost: \$(?P<cost>[0-9.]+), tokens in (?P<input_tokens>[0-9,]+)").unwrap();
+        let u = parse_regex("Total cost: $0.10, tokens in 5\nTotal cost: $1.25, tokens in 1,200\n", &re).unwrap();
+        assert_eq!((u.cost_usd, u.input_tokens), (Some(1.25), 1200));
+    }
+
+    #[test]
+    fn cost_notes_round_trip() {
+        let u = parse_claude(RESULT, None).unwrap();
+        let note = cost_note(Some(&u), "treat", "r1", Utc::now());
+        assert_eq!(parse_cost_note(&note.body).unwrap(), u);
+        let none = cost_note(None, "treat", "r1", Utc::now());
+        assert_eq!(parse_cost_note(&none.body).unwrap().cost_usd, None);
+    }
+
+    #[test]
+    fn limits_trip_at_the_line_and_zero_turns_them_off() {
+        let b = BudgetConfig::default();
+        let spent = Usage { cost_usd: Some(10.0), ..Usage::default() };
+        let hour = Duration::from_secs(3600);
+        assert_eq!(check_run(&b, hour, Duration::ZERO, Some(&spent)).unwrap().limit, Limit::RunDollars);
+        assert_eq!(check_run(&b, hour, hour, None).unwrap().limit, Limit::RunWallClock);
+        let off = BudgetConfig { run_usd: 0.0, ..BudgetConfig::default() };
+        assert_eq!(check_run(&off, hour, Duration::ZERO, Some(&spent)), None);
+        let spend = PatientSpend { dollars: 20.0, stage_visits: 40, send_backs: 0 };
+        assert_eq!(check_patient(&b, &spend).unwrap().limit, Limit::PatientStageVisits);
+    }
+}

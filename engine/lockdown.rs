@@ -1,0 +1,199 @@
+//! Infection control: `ward lockdown on --reason R | off | status`.
+//!
+//! A lockdown is an open issue labeled [`LOCKDOWN_LABEL`] whose body holds
+//! the reason, so people see it where they already look and no admin token
+//! is needed. Every stage run calls [`active_lockdown`] first and, while one
+//! is open, records a LOCKDOWN note ([`lockdown_note`]) and stops without
+//! moving the label. The sweep declares one itself when a facility fails.
+//! Only a person lifts it: `ward lockdown off` by someone with maintain
+//! permission, or closing the issue.
+//!
+//! Who can do what, and why that is acceptable: anyone who may label issues
+//! (triage) can open a lockdown, since a false alarm only stops work. Lifting
+//! through ward needs maintain; closing the issue in GitHub's interface needs
+//! only triage, which ward cannot prevent, so the issue's footer names who
+//! declared it and the closing stays visible in the issue's history.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+
+use crate::chart::{ENGINE_ROLE, Note, NoteMeta};
+use crate::forge::{Forge, ForgeError, IssueNumber, LabelSpec, NewIssue, Permission};
+
+pub const LOCKDOWN_LABEL: &str = "ward:lockdown";
+
+/// Separates the reason from ward's footer in the issue body.
+const FOOTER: &str = "\n\n---\n";
+
+/// A lockdown in force.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lockdown {
+    pub issue: IssueNumber,
+    pub reason: String,
+    /// Who opened the issue.
+    pub declared_by: String,
+}
+
+impl fmt::Display for Lockdown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "lockdown {} (declared by {}): {}", self.issue, self.declared_by, self.reason)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockdownError {
+    #[error("could not {action}: {source}")]
+    Forge {
+        action: String,
+        #[source]
+        source: ForgeError,
+    },
+    #[error(
+        "`{login}` may not lift the lockdown: that needs maintain permission and `{login}` has `{has:?}`; ask a \
+         maintainer to run `ward lockdown off` or to close {issue}"
+    )]
+    LiftNotAllowed { login: String, has: Permission, issue: IssueNumber },
+    #[error("`{login}` may not declare a lockdown: that needs triage permission and `{login}` has `{has:?}`")]
+    DeclareNotAllowed { login: String, has: Permission },
+    #[error("a lockdown needs a reason people can act on, e.g. `ward lockdown on --reason \"Docker host down\"`")]
+    NoReason,
+}
+
+fn forge_err(action: impl Into<String>) -> impl FnOnce(ForgeError) -> LockdownError {
+    let action = action.into();
+    move |source| LockdownError::Forge { action, source }
+}
+
+/// The reason part of a lockdown issue's body (people may edit it).
+fn reason_of(body: &str) -> String {
+    body.split(FOOTER).next().unwrap_or_default().trim().to_string()
+}
+
+/// Who declared it, from ward's footer (the issue's author is the engine's
+/// account when the engine opened it on someone's behalf).
+fn declarer_of(body: &str) -> Option<String> {
+    let footer = body.split(FOOTER).nth(1)?;
+    let rest = footer.strip_prefix("Declared by @")?;
+    rest.split_whitespace().next().map(str::to_string)
+}
+
+/// The lockdown in force, if any (the oldest when several are open). The
+/// stage runner calls this before anything else.
+pub async fn active_lockdown(forge: &dyn Forge) -> Result<Option<Lockdown>, LockdownError> {
+    let open = forge
+        .open_issues_with_label(LOCKDOWN_LABEL)
+        .await
+        .map_err(forge_err(format!("list the open issues labeled `{LOCKDOWN_LABEL}`")))?;
+    Ok(open.into_iter().min_by_key(|i| i.number).map(|i| Lockdown {
+        issue: i.number,
+        reason: reason_of(&i.body),
+        declared_by: declarer_of(&i.body).unwrap_or(i.author),
+    }))
+}
+
+/// Declares a lockdown as `actor` (the engine account when the sweep
+/// declares it). Returns the lockdown in force and whether it is new; a
+/// second declaration while one is open changes nothing.
+pub async fn declare(
+    forge: &dyn Forge,
+    reason: &str,
+    actor: &str,
+    now: DateTime<Utc>,
+) -> Result<(Lockdown, bool), LockdownError> {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err(LockdownError::NoReason);
+    }
+    if actor != forge.engine_account() {
+        let has = forge.permission(actor).await.map_err(forge_err(format!("read the permission of `{actor}`")))?;
+        if has < Permission::Triage {
+            return Err(LockdownError::DeclareNotAllowed { login: actor.into(), has });
+        }
+    }
+    if let Some(existing) = active_lockdown(forge).await? {
+        return Ok((existing, false));
+    }
+    forge
+        .ensure_labels(&[LabelSpec {
+            name: LOCKDOWN_LABEL.into(),
+            color: "000000".into(),
+            description: "Infection control: every stage is locked".into(),
+        }])
+        .await
+        .map_err(forge_err(format!("create the label `{LOCKDOWN_LABEL}`")))?;
+    let headline: String = reason.lines().next().unwrap_or(reason).chars().take(80).collect();
+    let body = format!(
+        "{reason}{FOOTER}Declared by @{actor} at {} with `ward lockdown on`. While this issue is open, every ward \
+         stage refuses to run and records a LOCKDOWN note; no label moves. Lift it with `ward lockdown off` \
+         (maintain permission) or by closing this issue once the cause is fixed.",
+        now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    let issue = forge
+        .create_issue(NewIssue {
+            title: format!("ward lockdown: {headline}"),
+            body,
+            labels: vec![LOCKDOWN_LABEL.into()],
+        })
+        .await
+        .map_err(forge_err("open the lockdown issue"))?;
+    Ok((Lockdown { issue: issue.number, reason: reason.into(), declared_by: issue.author }, true))
+}
+
+/// Lifts every open lockdown, as `actor`, who needs maintain permission.
+/// Returns the issues closed (empty: there was no lockdown).
+pub async fn lift(forge: &dyn Forge, actor: &str, now: DateTime<Utc>) -> Result<Vec<IssueNumber>, LockdownError> {
+    let open = forge
+        .open_issues_with_label(LOCKDOWN_LABEL)
+        .await
+        .map_err(forge_err(format!("list the open issues labeled `{LOCKDOWN_LABEL}`")))?;
+    let Some(first) = open.iter().map(|i| i.number).min() else { return Ok(Vec::new()) };
+    let has = forge.permission(actor).await.map_err(forge_err(format!("read the permission of `{actor}`")))?;
+    if has < Permission::Maintain {
+        return Err(LockdownError::LiftNotAllowed { login: actor.into(), has, issue: first });
+    }
+    let mut closed = Vec::new();
+    for issue in open {
+        let n = issue.number;
+        forge
+            .add_comment(
+                n,
+                &format!(
+                    "Lifted by @{actor} at {} with `ward lockdown off`. Stages run again; the charge nurse \
+                     re-triggers the patients that were refused meanwhile.",
+                    now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+            )
+            .await
+            .map_err(forge_err(format!("comment on the lockdown issue {n}")))?;
+        forge.close_issue(n).await.map_err(forge_err(format!("close the lockdown issue {n}")))?;
+        closed.push(n);
+    }
+    Ok(closed)
+}
+
+/// The LOCKDOWN note a refused stage run appends to the patient's chart.
+pub fn lockdown_note(lockdown: &Lockdown, stage: &str, run: &str, now: DateTime<Utc>) -> Note {
+    Note {
+        kind: "LOCKDOWN".into(),
+        meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at: now },
+        body: format!(
+            "Infection control: lockdown {} is in force, so stage `{stage}` did not run and the label stays.\n\n\
+             Reason: {}\n\nThe charge nurse re-triggers this stage after the lockdown is lifted.",
+            lockdown.issue, lockdown.reason
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reason_survives_the_footer_and_human_edits() {
+        assert_eq!(reason_of("Docker down\n\n---\nDeclared by @x"), "Docker down");
+        assert_eq!(reason_of("  edited by a person  "), "edited by a person");
+        assert_eq!(declarer_of("x\n\n---\nDeclared by @chief-ana at 2026"), Some("chief-ana".into()));
+        assert_eq!(declarer_of("no footer"), None);
+    }
+}

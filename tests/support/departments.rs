@@ -1,0 +1,372 @@
+//! Helpers for the departments' tests: a hospital on the local forge with
+//! a clock the test moves, a forge wrapper that counts API calls and can
+//! make a patient move on at the worst moment, and chart shortcuts.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use ward::chart::{ENGINE_ROLE, Note, NoteMeta, Sentinels, store_notes};
+use ward::config::Config;
+use ward::forge::local::{Clock, LocalForge};
+use ward::forge::{
+    CiStatus, Comment, CommitInfo, Forge, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, NewIssue,
+    NewPullRequest, Permission, PullRequest, Review, StoredChart,
+};
+
+pub const START: &str = "2026-11-29T08:00:00Z";
+
+/// A clock the test moves by hand.
+#[derive(Clone)]
+pub struct TestClock(Arc<Mutex<DateTime<Utc>>>);
+
+impl TestClock {
+    pub fn at(rfc3339: &str) -> Self {
+        Self(Arc::new(Mutex::new(DateTime::parse_from_rfc3339(rfc3339).unwrap().with_timezone(&Utc))))
+    }
+    pub fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap()
+    }
+    pub fn advance(&self, by: Duration) -> DateTime<Utc> {
+        let mut t = self.0.lock().unwrap();
+        *t += chrono::Duration::from_std(by).unwrap();
+        *t
+    }
+    pub fn as_clock(&self) -> Clock {
+        let me = self.clone();
+        Arc::new(move || me.now())
+    }
+}
+
+pub fn minutes(m: u64) -> Duration {
+    Duration::from_secs(m * 60)
+}
+
+/// The shipped pipeline, with `edit` applied to its text first.
+pub fn config_with(edit: impl Fn(String) -> String) -> Config {
+    let text = edit(include_str!("../../.github/ward.yml").to_string());
+    Config::parse(&text, Path::new(".github/ward.yml"), None).unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
+/// A hospital on the local forge in a temporary folder.
+pub struct Ward {
+    pub dir: tempfile::TempDir,
+    pub clock: TestClock,
+    pub local: Arc<LocalForge>,
+    pub config: Config,
+    pub sentinels: Sentinels,
+}
+
+impl Ward {
+    pub fn new(config: Config) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = TestClock::at(START);
+        let local = Arc::new(
+            LocalForge::new(dir.path(), &config.engine_account).with_clock(clock.as_clock()).with_actor("chief-ana"),
+        );
+        let sentinels = Sentinels::new(&config.sentinel_prefix);
+        Self { dir, clock, local, config, sentinels }
+    }
+
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// A person opens an issue carrying `labels` (now, on the test clock).
+    pub fn admit(&self, title: &str, labels: &[&str]) -> IssueNumber {
+        self.local
+            .admit(NewIssue {
+                title: title.into(),
+                body: format!("{title}: body"),
+                labels: labels.iter().map(|l| l.to_string()).collect(),
+            })
+            .unwrap()
+            .number
+    }
+
+    pub async fn labels(&self, n: IssueNumber) -> Vec<String> {
+        self.local.issue(n).await.unwrap().labels
+    }
+
+    pub async fn notes(&self, n: IssueNumber) -> Vec<Note> {
+        match self.local.read_chart(n).await.unwrap() {
+            None => Vec::new(),
+            Some(c) => self.sentinels.parse_chart(&c.text).unwrap(),
+        }
+    }
+
+    pub async fn kinds(&self, n: IssueNumber, kind: &str) -> Vec<Note> {
+        self.notes(n).await.into_iter().filter(|x| x.kind == kind).collect()
+    }
+
+    pub async fn write(&self, n: IssueNumber, notes: &[Note]) {
+        store_notes(&*self.local, &self.sentinels, n, None, notes).await.unwrap();
+    }
+
+    pub fn note(&self, kind: &str, stage: &str, run: &str, role: &str, body: &str) -> Note {
+        Note {
+            kind: kind.into(),
+            meta: NoteMeta { run: run.into(), stage: stage.into(), role: role.into(), at: self.now() },
+            body: body.into(),
+        }
+    }
+
+    /// What a stage run writes when it starts.
+    pub async fn start_run(&self, n: IssueNumber, stage: &str, run: &str) {
+        self.write(n, &[self.note("ADMISSION", stage, run, ENGINE_ROLE, "started")]).await;
+    }
+
+    /// What a stage run does when it ends with `outcome`: the OUTCOME note,
+    /// then the label moves to the outcome's target.
+    pub async fn finish_run(&self, n: IssueNumber, stage: &str, run: &str, outcome: &str) {
+        let st = self.config.stage(stage).unwrap();
+        self.write(n, &[self.note("OUTCOME", stage, run, &st.config.role, outcome)]).await;
+        let issue = self.local.issue(n).await.unwrap();
+        let target = st.config.outcomes[outcome].clone();
+        let mut labels: Vec<String> = issue.labels.into_iter().filter(|l| *l != st.config.label).collect();
+        labels.push(target.clone());
+        self.local.set_labels(n, &labels).await.unwrap();
+        if target == "ward:discharged" {
+            self.local.close_issue(n).await.unwrap(); // as the stage runner does
+        }
+    }
+
+    /// The stage runner over this ward's forge and clock: the default
+    /// installation in the ward's folder, with `edit` applied to ward.yml,
+    /// and the real `ward` binary as the stand-in agent.
+    pub fn hospital(&self, edit: impl Fn(String) -> String) -> ward::stage::Hospital {
+        let root = self.dir.path();
+        if !root.join(".github/ward.yml").exists() {
+            ward::defaults::install(root).unwrap();
+        }
+        let pipeline = include_str!("../../.github/ward.yml");
+        std::fs::write(root.join(".github/ward.yml"), edit(pipeline.to_string())).unwrap();
+        let forge: Arc<dyn Forge> = self.local.clone();
+        let mut h = ward::stage::Hospital::load(root, forge).unwrap();
+        h.ward_exe = env!("CARGO_BIN_EXE_ward").into();
+        h.clock = self.clock.as_clock();
+        h
+    }
+
+    pub fn dispatched(&self) -> Vec<IssueNumber> {
+        self.local.dispatches().unwrap().into_iter().map(|d| d.issue).collect()
+    }
+
+    pub fn set_permissions(&self, perms: &[(&str, Permission)]) {
+        let map: BTreeMap<String, Permission> = perms.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        self.local.set_collaborators(&map).unwrap();
+    }
+}
+
+/// Something a test wants to happen inside a forge call.
+pub type Hook = Box<dyn Fn(IssueNumber) + Send + Sync>;
+
+/// Wraps a forge: counts every call by method, and can run a hook when the
+/// engine re-reads an issue (to make a patient move on mid-sweep).
+pub struct Counting<F: Forge> {
+    pub inner: F,
+    pub calls: Mutex<BTreeMap<&'static str, usize>>,
+    pub total: AtomicUsize,
+    pub on_issue: Mutex<Option<Hook>>,
+}
+
+impl<F: Forge> Counting<F> {
+    pub fn new(inner: F) -> Self {
+        Self { inner, calls: Mutex::new(BTreeMap::new()), total: AtomicUsize::new(0), on_issue: Mutex::new(None) }
+    }
+    fn count(&self, what: &'static str) {
+        *self.calls.lock().unwrap().entry(what).or_insert(0) += 1;
+        self.total.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn total(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+    pub fn reset(&self) {
+        self.calls.lock().unwrap().clear();
+        self.total.store(0, Ordering::Relaxed);
+    }
+    pub fn of(&self, what: &str) -> usize {
+        self.calls.lock().unwrap().get(what).copied().unwrap_or(0)
+    }
+}
+
+#[async_trait]
+impl<F: Forge> Forge for Counting<F> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn engine_account(&self) -> &str {
+        self.inner.engine_account()
+    }
+    async fn issue(&self, number: IssueNumber) -> ForgeResult<Issue> {
+        self.count("issue");
+        if let Some(hook) = self.on_issue.lock().unwrap().as_ref() {
+            hook(number);
+        }
+        self.inner.issue(number).await
+    }
+    async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue> {
+        self.count("create_issue");
+        self.inner.create_issue(new).await
+    }
+    async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>> {
+        let issues = self.inner.open_issues_with_label(label).await?;
+        // One call per page of 100, as on GitHub.
+        for _ in 0..issues.len().div_ceil(100).max(1) {
+            self.count("open_issues_with_label (pages)");
+        }
+        Ok(issues)
+    }
+    async fn all_issues(&self) -> ForgeResult<Vec<Issue>> {
+        self.count("all_issues");
+        self.inner.all_issues().await
+    }
+    async fn close_issue(&self, number: IssueNumber) -> ForgeResult<()> {
+        self.count("close_issue");
+        self.inner.close_issue(number).await
+    }
+    async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()> {
+        self.count("set_labels");
+        self.inner.set_labels(number, labels).await
+    }
+    async fn ensure_labels(&self, specs: &[LabelSpec]) -> ForgeResult<()> {
+        self.count("ensure_labels");
+        self.inner.ensure_labels(specs).await
+    }
+    async fn label_events(&self, number: IssueNumber) -> ForgeResult<Vec<LabelEvent>> {
+        self.count("label_events");
+        self.inner.label_events(number).await
+    }
+    async fn comments(&self, number: IssueNumber) -> ForgeResult<Vec<Comment>> {
+        self.count("comments");
+        self.inner.comments(number).await
+    }
+    async fn add_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<()> {
+        self.count("add_comment");
+        self.inner.add_comment(number, body).await
+    }
+    async fn permission(&self, login: &str) -> ForgeResult<Permission> {
+        self.count("permission");
+        self.inner.permission(login).await
+    }
+    async fn read_chart(&self, number: IssueNumber) -> ForgeResult<Option<StoredChart>> {
+        self.count("read_chart");
+        self.inner.read_chart(number).await
+    }
+    async fn write_chart(&self, number: IssueNumber, text: &str, expected: Option<&str>) -> ForgeResult<StoredChart> {
+        self.count("write_chart");
+        self.inner.write_chart(number, text, expected).await
+    }
+    async fn dispatch_stage(&self, number: IssueNumber, label: &str) -> ForgeResult<()> {
+        self.count("dispatch_stage");
+        self.inner.dispatch_stage(number, label).await
+    }
+    async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>> {
+        self.count("pull_request_for_branch");
+        self.inner.pull_request_for_branch(branch).await
+    }
+    async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest> {
+        self.count("open_pull_request");
+        self.inner.open_pull_request(new).await
+    }
+    async fn reviews(&self, pull: u64) -> ForgeResult<Vec<Review>> {
+        self.count("reviews");
+        self.inner.reviews(pull).await
+    }
+    async fn unresolved_review_threads(&self, pull: u64) -> ForgeResult<usize> {
+        self.count("unresolved_review_threads");
+        self.inner.unresolved_review_threads(pull).await
+    }
+    async fn pull_request_commits(&self, pull: u64) -> ForgeResult<Vec<CommitInfo>> {
+        self.count("pull_request_commits");
+        self.inner.pull_request_commits(pull).await
+    }
+    async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus> {
+        self.count("ci_status");
+        self.inner.ci_status(sha).await
+    }
+    async fn merge_pull_request(&self, pull: u64) -> ForgeResult<()> {
+        self.count("merge_pull_request");
+        self.inner.merge_pull_request(pull).await
+    }
+}
+
+/// Lets `Arc<LocalForge>` sit inside [`Counting`].
+pub struct Shared(pub Arc<LocalForge>);
+
+#[async_trait]
+impl Forge for Shared {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+    fn engine_account(&self) -> &str {
+        self.0.engine_account()
+    }
+    async fn issue(&self, n: IssueNumber) -> ForgeResult<Issue> {
+        self.0.issue(n).await
+    }
+    async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue> {
+        self.0.create_issue(new).await
+    }
+    async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>> {
+        self.0.open_issues_with_label(label).await
+    }
+    async fn all_issues(&self) -> ForgeResult<Vec<Issue>> {
+        self.0.all_issues().await
+    }
+    async fn close_issue(&self, n: IssueNumber) -> ForgeResult<()> {
+        self.0.close_issue(n).await
+    }
+    async fn set_labels(&self, n: IssueNumber, labels: &[String]) -> ForgeResult<()> {
+        self.0.set_labels(n, labels).await
+    }
+    async fn ensure_labels(&self, specs: &[LabelSpec]) -> ForgeResult<()> {
+        self.0.ensure_labels(specs).await
+    }
+    async fn label_events(&self, n: IssueNumber) -> ForgeResult<Vec<LabelEvent>> {
+        self.0.label_events(n).await
+    }
+    async fn comments(&self, n: IssueNumber) -> ForgeResult<Vec<Comment>> {
+        self.0.comments(n).await
+    }
+    async fn add_comment(&self, n: IssueNumber, body: &str) -> ForgeResult<()> {
+        self.0.add_comment(n, body).await
+    }
+    async fn permission(&self, login: &str) -> ForgeResult<Permission> {
+        self.0.permission(login).await
+    }
+    async fn read_chart(&self, n: IssueNumber) -> ForgeResult<Option<StoredChart>> {
+        self.0.read_chart(n).await
+    }
+    async fn write_chart(&self, n: IssueNumber, text: &str, expected: Option<&str>) -> ForgeResult<StoredChart> {
+        self.0.write_chart(n, text, expected).await
+    }
+    async fn dispatch_stage(&self, n: IssueNumber, label: &str) -> ForgeResult<()> {
+        self.0.dispatch_stage(n, label).await
+    }
+    async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>> {
+        self.0.pull_request_for_branch(branch).await
+    }
+    async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest> {
+        self.0.open_pull_request(new).await
+    }
+    async fn reviews(&self, pull: u64) -> ForgeResult<Vec<Review>> {
+        self.0.reviews(pull).await
+    }
+    async fn unresolved_review_threads(&self, pull: u64) -> ForgeResult<usize> {
+        self.0.unresolved_review_threads(pull).await
+    }
+    async fn pull_request_commits(&self, pull: u64) -> ForgeResult<Vec<CommitInfo>> {
+        self.0.pull_request_commits(pull).await
+    }
+    async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus> {
+        self.0.ci_status(sha).await
+    }
+    async fn merge_pull_request(&self, pull: u64) -> ForgeResult<()> {
+        self.0.merge_pull_request(pull).await
+    }
+}
