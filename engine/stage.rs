@@ -224,7 +224,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     let role = h.config.role(role_name).context("validated config names a known role")?;
 
     // One run per issue at a time: a concurrent delivery is a no-op.
-    let Some(_lock) = try_lock_issue(&h.root, number)? else {
+    let Some(_lock) = try_lock_issue(&h.root, number).await? else {
         return no_op(format!("another run is already working on issue {number}"));
     };
 
@@ -756,7 +756,24 @@ fn precedent_lookup_body(found: &[crate::precedent::Match<'_>]) -> String {
     body
 }
 
-pub(crate) fn try_lock_issue(root: &Path, number: IssueNumber) -> anyhow::Result<Option<File>> {
+/// How long [`try_lock_issue`] keeps trying a busy lock before it concludes
+/// that another run holds it, and how often it tries.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Takes the per-issue stage lock (`.ward/locks/stage-<n>.lock`), or `None`
+/// when another run is working on the issue.
+///
+/// The lock is an `flock` on an open file description. The file is opened
+/// close-on-exec, but a child forked by another thread of this process (an
+/// agent, git, docker) holds a copy of every descriptor between `fork` and
+/// `exec`, and with it the lock: a run that released the lock an instant
+/// before can then find it still held, though no run is working. Std gives
+/// no way to keep a descriptor out of a child before its `exec`, so a busy
+/// lock is tried again for a short, bounded time ([`LOCK_GRACE`]): a child's
+/// copy goes at its `exec`, within that time; a real run holds the lock for
+/// the length of a stage and is still reported as working.
+pub(crate) async fn try_lock_issue(root: &Path, number: IssueNumber) -> anyhow::Result<Option<File>> {
     let dir = root.join(".ward").join("locks");
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     let path = dir.join(format!("stage-{}.lock", number.0));
@@ -766,10 +783,16 @@ pub(crate) fn try_lock_issue(root: &Path, number: IssueNumber) -> anyhow::Result
         .write(true)
         .open(&path)
         .with_context(|| format!("could not open {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("could not lock {}", path.display())),
+    let deadline = std::time::Instant::now() + LOCK_GRACE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() >= deadline => return Ok(None),
+            Err(std::fs::TryLockError::WouldBlock) => tokio::time::sleep(LOCK_RETRY).await,
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("could not lock {}", path.display()));
+            }
+        }
     }
 }
 
