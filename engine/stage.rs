@@ -888,3 +888,37 @@ async fn ungrounded(
     h.forge.set_labels(number, &next_labels(issue, label_in, &chief)).await?;
     Ok(StageResult::Refused { issue: number.0, stage: stage.name.into(), reason, to: Some(chief) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(root: &Path, number: IssueNumber) -> File {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(root.join(".ward/locks").join(format!("stage-{}.lock", number.0)))
+            .unwrap();
+        file.try_lock().unwrap();
+        file
+    }
+
+    #[tokio::test]
+    async fn a_lock_held_an_instant_longer_is_taken_a_lock_held_by_a_run_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = IssueNumber(7);
+        drop(try_lock_issue(dir.path(), n).await.unwrap().expect("free"));
+        // Another descriptor holds it briefly, as a forked child does until its exec.
+        let brief = holder(dir.path(), n);
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(brief);
+        });
+        assert!(try_lock_issue(dir.path(), n).await.unwrap().is_some(), "taken once the copy is gone");
+        release.join().unwrap();
+        // A run holds it for its whole stage: after the grace, another run is working.
+        let _run = try_lock_issue(dir.path(), n).await.unwrap().expect("free again");
+        let started = std::time::Instant::now();
+        assert!(try_lock_issue(dir.path(), n).await.unwrap().is_none());
+        assert!(started.elapsed() >= LOCK_GRACE && started.elapsed() < LOCK_GRACE * 4, "{:?}", started.elapsed());
+    }
+}
