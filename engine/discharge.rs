@@ -61,7 +61,7 @@ pub async fn approve(h: &Hospital, issue: &Issue, run: Option<String>) -> anyhow
     let Some(stage) = audit_stage(&h.config) else {
         anyhow::bail!("`{}` is on {number}, but no stage of .github/ward.yml audits discharge", d.approved_label);
     };
-    let Some(_lock) = try_lock_issue(&h.root, number)? else {
+    let Some(_lock) = try_lock_issue(&h.root, number).await? else {
         return Ok(StageResult::NoOp {
             issue: number.0,
             reason: format!("another run is already working on {number}"),

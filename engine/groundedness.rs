@@ -1,9 +1,12 @@
 //! Groundedness: scores a run's notes against reality. The claims a note
 //! makes that can be checked are checked:
 //!
-//! - file paths it names exist in the worktree (a path on a line that says
-//!   the file is new, e.g. "create `engine/x.rs`", may be missing before
-//!   treatment, not after);
+//! - file paths it names exist in the worktree. A path on a line that marks
+//!   the file as new (`(new)` after the path, as `skills/plan-format.md`
+//!   asks, or words like "create `engine/x.rs`") may be missing before
+//!   treatment, not after; in a plan (TREATMENT_PLAN, REVISED_PLAN) it may
+//!   always be missing, since a plan names files treatment will create,
+//!   even when it is rewritten in the middle of treatment;
 //! - line references (`path:line`, `path:from-to`) are within the file;
 //! - tests it names under a "Tests" heading exist after treatment;
 //! - precedent ids it cites (`P-0007`) exist in the log.
@@ -238,16 +241,33 @@ fn source_texts(root: &Path) -> Vec<String> {
     out
 }
 
+/// Note kinds that are plans: what they name is still to be done, so the
+/// files they mark new may be missing even after treatment began.
+pub const PLAN_KINDS: &[&str] = &["TREATMENT_PLAN", "REVISED_PLAN"];
+
 /// Checks every claim of `bodies` against `facts`.
 pub fn score<'a>(bodies: impl IntoIterator<Item = &'a str>, facts: &Facts<'_>) -> Score {
-    let claims: Vec<Claim> = {
+    score_notes(bodies.into_iter().map(|b| ("", b)), facts)
+}
+
+/// Checks every claim of the `(kind, body)` notes against `facts`; in a
+/// plan ([`PLAN_KINDS`]) a path marked new need not exist yet.
+pub fn score_notes<'a>(notes: impl IntoIterator<Item = (&'a str, &'a str)>, facts: &Facts<'_>) -> Score {
+    let claims: Vec<(Claim, bool)> = {
         let mut seen = HashSet::new();
-        bodies.into_iter().flat_map(extract_claims).filter(|c| seen.insert((c.kind, c.text.clone()))).collect()
+        notes
+            .into_iter()
+            .flat_map(|(kind, body)| {
+                let plan = PLAN_KINDS.contains(&kind);
+                extract_claims(body).into_iter().map(move |c| (c, plan))
+            })
+            .filter(|(c, _)| seen.insert((c.kind, c.text.clone())))
+            .collect()
     };
-    let needs_sources = facts.after_treatment && claims.iter().any(|c| c.kind == ClaimKind::Test);
+    let needs_sources = facts.after_treatment && claims.iter().any(|(c, _)| c.kind == ClaimKind::Test);
     let sources = if needs_sources { source_texts(facts.worktree) } else { Vec::new() };
     let mut checked = Vec::new();
-    for claim in claims {
+    for (claim, in_plan) in claims {
         let problem = match claim.kind {
             ClaimKind::Precedent => {
                 (!facts.precedents.contains(&claim.text)).then(|| "is not in the precedent log".to_string())
@@ -265,7 +285,7 @@ pub fn score<'a>(bodies: impl IntoIterator<Item = &'a str>, facts: &Facts<'_>) -
                 match inside(facts.worktree, path) {
                     Err(e) => Some(e),
                     Ok(full) if !full.exists() => {
-                        if claim.planned_new && !facts.after_treatment && claim.kind == ClaimKind::Path {
+                        if claim.planned_new && (in_plan || !facts.after_treatment) && claim.kind == ClaimKind::Path {
                             None
                         } else {
                             Some("does not exist in the worktree".into())
@@ -386,6 +406,36 @@ mod tests {
         );
         assert_eq!(claims[0].lines, Some((40, 42)));
         assert!(claims[4].planned_new);
+    }
+
+    #[test]
+    fn a_path_marked_new_may_be_missing_in_a_plan_but_an_unmarked_one_may_not() {
+        let tree = tempfile::tempdir().unwrap();
+        std::fs::write(tree.path().join("CHANGELOG.md"), "# Changelog\n").unwrap();
+        let precedents = HashSet::new();
+        let plan = "## Files to change\n- `src/audit.rs` (new): the audit writer.\n- `src/export.rs`\n\
+                    - `CHANGELOG.md`: note the fix.\n";
+        let problems = |s: &Score| -> Vec<(String, bool)> {
+            s.checked.iter().map(|c| (c.claim.text.clone(), c.problem.is_some())).collect()
+        };
+        let expected = vec![
+            ("src/audit.rs".to_string(), false),
+            ("src/export.rs".to_string(), true),
+            ("CHANGELOG.md".to_string(), false),
+        ];
+        // Before treatment, as a plan or as any note: `(new)` marks a file to create.
+        let before = Facts { worktree: tree.path(), precedents: &precedents, after_treatment: false };
+        assert!(extract_claims(plan)[0].planned_new && !extract_claims(plan)[1].planned_new);
+        assert_eq!(problems(&score([plan], &before)), expected);
+        assert_eq!(problems(&score_notes([("TREATMENT_PLAN", plan)], &before)), expected);
+        // A plan rewritten during treatment still names files to create.
+        let during = Facts { after_treatment: true, ..before };
+        assert_eq!(problems(&score_notes([("REVISED_PLAN", plan)], &during)), expected);
+        // A treatment note after treatment claims the new file exists by now.
+        let note = "## Treatment\n- `src/audit.rs` (new): the audit writer.\n";
+        let s = score_notes([("TREATMENT_NOTE", note)], &during);
+        assert_eq!(problems(&s), vec![("src/audit.rs".to_string(), true)]);
+        assert_eq!(s.checked[0].problem.as_deref(), Some("does not exist in the worktree"));
     }
 
     #[test]

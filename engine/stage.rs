@@ -224,7 +224,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     let role = h.config.role(role_name).context("validated config names a known role")?;
 
     // One run per issue at a time: a concurrent delivery is a no-op.
-    let Some(_lock) = try_lock_issue(&h.root, number)? else {
+    let Some(_lock) = try_lock_issue(&h.root, number).await? else {
         return no_op(format!("another run is already working on issue {number}"));
     };
 
@@ -507,7 +507,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         let after_treatment =
             notes.kinds().any(|k| matches!(k, "TREATMENT_NOTE" | "CODE_REVIEW" | "DISCHARGE_CHECKLIST"));
         let facts = g::Facts { worktree: &workdir, precedents: &ids, after_treatment };
-        let score = g::score(notes.notes.iter().map(|n| n.body.as_str()), &facts);
+        let score = g::score_notes(notes.notes.iter().map(|n| (n.kind.as_str(), n.body.as_str())), &facts);
         batch.push(g::groundedness_note(&score, threshold, stage.name, &run, (h.clock)()));
         let earlier = g::earlier_invalid(&chart_notes, stage.name, g::visit_start(&chart_notes));
         let decision = g::decide(score.value(), threshold, earlier);
@@ -756,7 +756,24 @@ fn precedent_lookup_body(found: &[crate::precedent::Match<'_>]) -> String {
     body
 }
 
-pub(crate) fn try_lock_issue(root: &Path, number: IssueNumber) -> anyhow::Result<Option<File>> {
+/// How long [`try_lock_issue`] keeps trying a busy lock before it concludes
+/// that another run holds it, and how often it tries.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Takes the per-issue stage lock (`.ward/locks/stage-<n>.lock`), or `None`
+/// when another run is working on the issue.
+///
+/// The lock is an `flock` on an open file description. The file is opened
+/// close-on-exec, but a child forked by another thread of this process (an
+/// agent, git, docker) holds a copy of every descriptor between `fork` and
+/// `exec`, and with it the lock: a run that released the lock an instant
+/// before can then find it still held, though no run is working. Std gives
+/// no way to keep a descriptor out of a child before its `exec`, so a busy
+/// lock is tried again for a short, bounded time ([`LOCK_GRACE`]): a child's
+/// copy goes at its `exec`, within that time; a real run holds the lock for
+/// the length of a stage and is still reported as working.
+pub(crate) async fn try_lock_issue(root: &Path, number: IssueNumber) -> anyhow::Result<Option<File>> {
     let dir = root.join(".ward").join("locks");
     std::fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
     let path = dir.join(format!("stage-{}.lock", number.0));
@@ -766,10 +783,16 @@ pub(crate) fn try_lock_issue(root: &Path, number: IssueNumber) -> anyhow::Result
         .write(true)
         .open(&path)
         .with_context(|| format!("could not open {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("could not lock {}", path.display())),
+    let deadline = std::time::Instant::now() + LOCK_GRACE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() >= deadline => return Ok(None),
+            Err(std::fs::TryLockError::WouldBlock) => tokio::time::sleep(LOCK_RETRY).await,
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("could not lock {}", path.display()));
+            }
+        }
     }
 }
 
@@ -864,4 +887,38 @@ async fn ungrounded(
     let label_in = stage.config.label.as_str();
     h.forge.set_labels(number, &next_labels(issue, label_in, &chief)).await?;
     Ok(StageResult::Refused { issue: number.0, stage: stage.name.into(), reason, to: Some(chief) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(root: &Path, number: IssueNumber) -> File {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(root.join(".ward/locks").join(format!("stage-{}.lock", number.0)))
+            .unwrap();
+        file.try_lock().unwrap();
+        file
+    }
+
+    #[tokio::test]
+    async fn a_lock_held_an_instant_longer_is_taken_a_lock_held_by_a_run_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = IssueNumber(7);
+        drop(try_lock_issue(dir.path(), n).await.unwrap().expect("free"));
+        // Another descriptor holds it briefly, as a forked child does until its exec.
+        let brief = holder(dir.path(), n);
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(brief);
+        });
+        assert!(try_lock_issue(dir.path(), n).await.unwrap().is_some(), "taken once the copy is gone");
+        release.join().unwrap();
+        // A run holds it for its whole stage: after the grace, another run is working.
+        let _run = try_lock_issue(dir.path(), n).await.unwrap().expect("free again");
+        let started = std::time::Instant::now();
+        assert!(try_lock_issue(dir.path(), n).await.unwrap().is_none());
+        assert!(started.elapsed() >= LOCK_GRACE && started.elapsed() < LOCK_GRACE * 4, "{:?}", started.elapsed());
+    }
 }

@@ -456,6 +456,8 @@ async fn the_stage_runner_stops_an_agent_that_overspends_while_it_runs() {
     assert_eq!(h.config.departments.budget.run_usd, 1.0);
     assert!(h.config.departments.budget.prices.is_some());
     let n = w.admit("expensive", &["ward:treat"]);
+    // Treatment starts only after an approved plan (the plan gate).
+    support::seed_approved_plan(&h, n).await;
     let pid_file = w.dir.path().join("agent.pid");
     let script = format!(
         r#"echo $$ > {}; i=0; while true; do i=$((i+1)); printf '{{"type":"assistant","message":{{"id":"m%s","usage":{{"output_tokens":20000}}}}}}\n' "$i"; sleep 0.2; done"#,
@@ -499,7 +501,11 @@ async fn the_stage_runner_reruns_an_ungrounded_run_once_then_escalates() {
     let w = Ward::new(config_with(|t| t));
     let h = w.hospital(|t| t);
     let n = w.admit("invented facts", &["ward:diagnose"]);
-    let notes = "<!-- WARD:TREATMENT_PLAN -->\n## Diagnosis\nThe bug is in `engine/ghost.rs:12` (see P-0999).\n\
+    // A plan complete in form (the plan gate wants all five sections) whose
+    // only fact, a file and line, is invented: groundedness alone rejects it.
+    let notes = "<!-- WARD:TREATMENT_PLAN -->\n## Diagnosis\nThe bug is in `engine/ghost.rs:12`.\n\
+                 ## Files to change\n- the file above\n## Tests to add\n- a regression test\n\
+                 ## Risks\nNone known.\n## Open questions\nNone.\n\
                  <!-- /WARD:TREATMENT_PLAN -->\n<!-- WARD:OUTCOME plan-posted -->\n";
     let script = format!("cat > \"$WARD_NOTES\" <<'EOF'\n{notes}EOF\n");
     let req = StageRequest {

@@ -971,7 +971,11 @@ const LOCKDOWN_LIST: &str = "GET /repos/{owner}/{repo}/issues";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatches() {
     let gh = FakeGitHub::start().await;
-    let repo = installed_repo();
+    // A git repository: treatment commits on the patient's branch, pushes it
+    // and opens the pull request the discharge audit reads.
+    let (repo, server) = installed_git_repo();
+    let env = git_env(repo.path(), server.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let n = {
         let mut s = gh.state();
         s.add_collaborator("alice", "triage");
@@ -980,7 +984,7 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
 
     // The person's label starts it.
     let mark = gh.state().log.len();
-    let first = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "alice"), &[]).await;
+    let first = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "alice"), &env).await;
     assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
     let specs = config().label_specs().len();
     assert_eq!(
@@ -1012,20 +1016,34 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
     while handled < gh.state().dispatches.len() {
         let client_payload = gh.state().dispatches[handled]["client_payload"].clone();
         handled += 1;
+        let label = client_payload["label"].as_str().unwrap_or_default().to_string();
+        if label == "ward:discharge" {
+            people_review_and_ci_passes(&gh, repo.path(), server.path(), n);
+        }
         let mark = gh.state().log.len();
-        let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&client_payload), &[]).await;
+        let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&client_payload), &env).await;
         assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
         let calls = calls_since(&gh, mark);
         let total: usize = calls.values().sum();
-        assert!(total <= 7, "at most 7 calls per transition, got {total}: {calls:#?}");
         let last = !gh.state().issue(n).open;
         let tail = if last { ("PATCH /repos/{owner}/{repo}/issues/{issue_number}", 1) } else { (DISPATCH, 1) };
-        assert_eq!(
-            calls,
-            expect(&[(ISSUE_GET, 1), (LOCKDOWN_LIST, 1), (CHART_GET, 1), (CHART_PUT, 2), (LABELS_PUT, 1), tail]),
-            "{}",
-            ran.stdout
-        );
+        let mut expected =
+            vec![(ISSUE_GET, 1), (LOCKDOWN_LIST, 1), (CHART_GET, 1), (CHART_PUT, 2), (LABELS_PUT, 1), tail];
+        match label.as_str() {
+            // Treatment also opens the pull request of the branch it pushed.
+            "ward:treat" => {
+                expected.push(("POST /repos/{owner}/{repo}/pulls", 1));
+                assert_eq!(total, 8, "a treat transition: 7 calls and the pull request: {calls:#?}");
+            }
+            // Discharge also audits the pull request and merges it (13 calls,
+            // see DISCHARGE_AUDIT_AND_MERGE).
+            "ward:discharge" => {
+                expected.extend_from_slice(DISCHARGE_AUDIT_AND_MERGE);
+                assert_eq!(total, 7 + 13, "a discharge: 7 calls, the audit's reads and the merge: {calls:#?}");
+            }
+            _ => assert!(total <= 7, "at most 7 calls per transition, got {total}: {calls:#?}"),
+        }
+        assert_eq!(calls, expect(&expected), "{}", ran.stdout);
         walls.push(ran.wall);
         engine.push(engine_ms(&ran.stdout));
         if handled == 3 {
@@ -1033,7 +1051,7 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
             let old = gh.state().dispatches[0]["client_payload"].clone();
             assert_eq!(old, json!({ "issue": n, "label": "ward:diagnose" }));
             let mark = gh.state().log.len();
-            let again = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&old), &[]).await;
+            let again = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&old), &env).await;
             assert_eq!(again.code, 0, "{}", again.stderr);
             assert_eq!(
                 again.stdout.trim(),
@@ -1052,6 +1070,7 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
         "admit, diagnose, plan-review, treat and code-review each dispatched the next; discharge ends it"
     );
     assert!(s.dispatches.iter().all(|d| d["event_type"] == "ward-stage"));
+    assert!(s.pulls.values().all(|p| p.merged), "the audited pull request is merged");
     let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
     let notes = Sentinels::default().parse_chart(&chart).unwrap();
     let stages: Vec<&str> = notes.iter().filter(|n| n.kind == "OUTCOME").map(|n| n.meta.stage.as_str()).collect();
@@ -1092,7 +1111,7 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
 
     let mean = walls.iter().sum::<Duration>() / walls.len() as u32;
     eprintln!(
-        "MEASURE transitions={} api_calls_per_transition=6 (first: {} with permission lookup and setup) \
+        "MEASURE transitions={} api_calls_per_transition=7 (first: {} with permission lookup and setup) \
          wall_per_transition_mean_ms={} engine_ms={engine:?}",
         walls.len(),
         calls_first,
@@ -1259,7 +1278,11 @@ async fn ward_event_prints_the_trigger_as_json() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_an_app_token_the_labeled_event_starts_the_next_stage_and_nothing_is_dispatched() {
     let gh = FakeGitHub::start().await;
-    let repo = installed_repo();
+    // A git repository, so that treatment opens the pull request the
+    // discharge audit reads.
+    let (repo, server) = installed_git_repo();
+    let env = git_env(repo.path(), server.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let yml = repo.path().join(".github/ward.yml");
     let text = std::fs::read_to_string(&yml).unwrap();
     assert!(text.contains("\ndispatch: repository_dispatch\n"));
@@ -1272,7 +1295,10 @@ async fn with_an_app_token_the_labeled_event_starts_the_next_stage_and_nothing_i
     let mut label = "ward:admit".to_string();
     let mut actor = "alice";
     for _ in 0..10 {
-        let ran = ward_step(&gh, repo.path(), "issues", &labeled_event(&label, n, actor), &[]).await;
+        if label == "ward:discharge" {
+            people_review_and_ci_passes(&gh, repo.path(), server.path(), n);
+        }
+        let ran = ward_step(&gh, repo.path(), "issues", &labeled_event(&label, n, actor), &env).await;
         assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
         // What GitHub would deliver next: the labeled event of the label ward set.
         let added =
@@ -1288,6 +1314,7 @@ async fn with_an_app_token_the_labeled_event_starts_the_next_stage_and_nothing_i
     let s = gh.state();
     assert_eq!(s.labels_of(n), strings(&["ward:discharged"]));
     assert!(s.dispatches.is_empty(), "never both: no dispatch in label mode");
+    assert!(s.pulls.values().all(|p| p.merged), "the audited pull request is merged");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1425,6 +1452,62 @@ fn installed_git_repo() -> (tempfile::TempDir, tempfile::TempDir) {
     (repo, server)
 }
 
+/// The `GITHUB_SERVER_URL` (the bare repositories of [`installed_git_repo`])
+/// and `WARD_HOME` a stage run of `repo` needs to push its branch.
+fn git_env(repo: &Path, server: &Path) -> [(&'static str, String); 2] {
+    [
+        ("GITHUB_SERVER_URL", format!("file://{}", server.display())),
+        ("WARD_HOME", repo.join(".ward/home").to_str().unwrap().to_string()),
+    ]
+}
+
+/// What people and CI do once treatment pushed the patient's branch, before
+/// the discharge nurse audits it: GitHub sees the pushed head and commits
+/// (read from the "server" of [`installed_git_repo`], on top of `main`),
+/// a reviewer other than the author and the engine approves that head
+/// commit, and a green check run reports on it.
+fn people_review_and_ci_passes(gh: &FakeGitHub, repo: &Path, server: &Path, n: u64) {
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(server.join(OWNER).join(format!("{REPO}.git")))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let base = std::process::Command::new("git").arg("-C").arg(repo).args(["rev-parse", "main"]).output().unwrap();
+    let base = String::from_utf8_lossy(&base.stdout).trim().to_string();
+    let branch = format!("ward/issue-{n}");
+    let head = git(&["rev-parse", &branch]);
+    let commits: Vec<(String, String)> = git(&["log", "--reverse", "--format=%H %s", &branch, &format!("^{base}")])
+        .lines()
+        .map(|l| {
+            let (sha, subject) = l.split_once(' ').unwrap();
+            (sha.to_string(), subject.to_string())
+        })
+        .collect();
+    assert_eq!(commits.last().map(|c| c.0.as_str()), Some(head.as_str()), "the branch has the treatment's commits");
+    gh.state().approve_and_pass_ci(&branch, &head, &commits, "maria");
+}
+
+/// The calls of a discharge that passes its audit and merges, beyond a
+/// normal transition's: the audit gathers its facts twice (before the nurse,
+/// and again after her, so a commit pushed meanwhile is not merged
+/// unaudited), each time the pull request of the branch, its reviews, its
+/// review threads (GraphQL), its commits and the head's check runs and
+/// statuses; then the merge.
+const DISCHARGE_AUDIT_AND_MERGE: &[(&str, usize)] = &[
+    ("GET /repos/{owner}/{repo}/pulls", 2),
+    ("GET /repos/{owner}/{repo}/pulls/{pull_number}/reviews", 2),
+    ("POST /graphql", 2),
+    ("GET /repos/{owner}/{repo}/pulls/{pull_number}/commits", 2),
+    ("GET /repos/{owner}/{repo}/commits/{ref}/check-runs", 2),
+    ("GET /repos/{owner}/{repo}/commits/{ref}/status", 2),
+    ("PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge", 1),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pull_request() {
     let gh = FakeGitHub::start().await;
@@ -1447,6 +1530,9 @@ async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pul
         }
         let client_payload = gh.state().dispatches[handled]["client_payload"].clone();
         handled += 1;
+        if client_payload["label"] == "ward:discharge" {
+            people_review_and_ci_passes(&gh, repo.path(), server.path(), n);
+        }
         let mark = gh.state().log.len();
         ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&client_payload), &env).await;
         per_stage.push((client_payload["label"].as_str().unwrap_or_default().to_string(), calls_since(&gh, mark)));
@@ -1461,9 +1547,20 @@ async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pul
     let (_, treat) = per_stage.iter().find(|(label, _)| label == "ward:treat").unwrap();
     assert_eq!(treat.get("POST /repos/{owner}/{repo}/pulls"), Some(&1), "{treat:#?}");
     assert_eq!(treat.values().sum::<usize>(), 8, "{treat:#?}");
-    for (label, calls) in per_stage.iter().filter(|(label, _)| label != "ward:treat") {
+    for (label, calls) in
+        per_stage.iter().filter(|(label, _)| !["ward:treat", "ward:discharge"].contains(&label.as_str()))
+    {
         assert!(calls.values().sum::<usize>() <= 7, "{label}: {calls:#?}");
     }
+    // The discharge: a normal transition's calls (closing the issue instead
+    // of dispatching), plus the audit's reads and the merge.
+    let (_, discharge) = per_stage.iter().find(|(label, _)| label == "ward:discharge").unwrap();
+    let mut expected = DISCHARGE_AUDIT_AND_MERGE.to_vec();
+    expected.extend([(ISSUE_GET, 1), (LOCKDOWN_LIST, 1), (CHART_GET, 1), (CHART_PUT, 2), (LABELS_PUT, 1)]);
+    expected.push(("PATCH /repos/{owner}/{repo}/issues/{issue_number}", 1));
+    assert_eq!(discharge, &expect(&expected), "{discharge:#?}");
+    assert_eq!(discharge.values().sum::<usize>(), 7 + 13, "{discharge:#?}");
+    assert!(s.pulls.values().all(|p| p.merged && p.merge_method.is_some()), "the audited pull request is merged");
     drop(s);
     // The branch is on the "server", with the treatment's commit.
     let out = std::process::Command::new("git")

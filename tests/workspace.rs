@@ -1114,6 +1114,8 @@ async fn the_treat_stage_pushes_the_task_branch_and_opens_a_pull_request() {
     let issue = forge
         .admit(ward::forge::NewIssue { title: "fix it".into(), body: "b".into(), labels: vec!["ward:treat".into()] })
         .unwrap();
+    // Treatment starts only after an approved plan (the plan gate).
+    support::seed_approved_plan(&h, issue.number).await;
     let req = ward::stage::StageRequest {
         issue: issue.number.0,
         label: None,

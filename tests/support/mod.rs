@@ -92,3 +92,32 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Seeds issue `n`'s chart with what diagnosis and plan review leave when a
+/// plan is approved, for tests that start a patient directly at a treating
+/// stage (the plan gate lets treatment start only after an approved plan):
+/// a diagnose run's TREATMENT_PLAN with the five sections, then a later
+/// plan-review run's PLAN_REVIEW whose OUTCOME is `approve`, each written by
+/// the role its stage names in the hospital's pipeline.
+pub async fn seed_approved_plan(h: &ward::stage::Hospital, n: ward::forge::IssueNumber) {
+    use ward::chart::{Note, NoteMeta, store_notes};
+    let at = (h.clock)();
+    let note = |kind: &str, stage: &str, run: &str, body: &str| {
+        let role = h.config.stage(stage).unwrap_or_else(|| panic!("stage `{stage}`")).config.role.clone();
+        Note { kind: kind.into(), meta: NoteMeta { run: run.into(), stage: stage.into(), role, at }, body: body.into() }
+    };
+    let plan = "## Diagnosis\nThe fix is missing.\n\n## Files to change\n- fix.txt (new)\n\n## Tests to add\n- \
+                the fix is present\n\n## Risks\nNone known.\n\n## Open questions\nNone.\n";
+    let notes = [
+        note("TREATMENT_PLAN", "diagnose", "seed-diagnose", plan),
+        note("OUTCOME", "diagnose", "seed-diagnose", "plan-posted"),
+        note(
+            "PLAN_REVIEW",
+            "plan-review",
+            "seed-plan-review",
+            "## Findings\nThe plan is sound.\n\n## Verdict\napprove\n",
+        ),
+        note("OUTCOME", "plan-review", "seed-plan-review", "approve"),
+    ];
+    store_notes(&*h.forge, &h.sentinels, n, None, &notes).await.expect("the approved plan is stored");
+}

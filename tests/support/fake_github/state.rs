@@ -306,6 +306,34 @@ impl State {
         self.collaborators.insert(login.into(), role.into());
     }
 
+    /// What GitHub learns from a push of `branch` (its head now `head`,
+    /// `commits` on top of the base, oldest first, as `(sha, subject)`),
+    /// then what people and CI do with the open pull request of that branch:
+    /// `reviewer`, a collaborator with write access, approves the head
+    /// commit, and a `test` check run completes successfully on it.
+    pub fn approve_and_pass_ci(&mut self, branch: &str, head: &str, commits: &[(String, String)], reviewer: &str) {
+        self.add_collaborator(reviewer, "write");
+        let id = self.id();
+        let pull = self
+            .pulls
+            .values_mut()
+            .find(|p| p.open && p.head == branch)
+            .unwrap_or_else(|| panic!("an open pull request for `{branch}`"));
+        pull.head_sha = head.to_string();
+        pull.commits = commits
+            .iter()
+            .map(|(sha, message)| FakeCommit { sha: sha.clone(), message: message.clone(), parents: 1 })
+            .collect();
+        pull.reviews.push(FakeReview {
+            id,
+            author: reviewer.into(),
+            state: "APPROVED".into(),
+            commit: head.to_string(),
+            body: "Looks good.".into(),
+        });
+        self.check_runs.insert(head.to_string(), vec![("test".into(), "completed".into(), Some("success".into()))]);
+    }
+
     pub fn issue(&self, number: u64) -> &FakeIssue {
         self.issues.get(&number).unwrap_or_else(|| panic!("the fake has no issue #{number}"))
     }
