@@ -19,11 +19,22 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let home = tempfile::tempdir()?;
+    // SAFETY: set before the runtime starts any thread. Worktrees go under
+    // this temporary WARD_HOME, not the user's cache.
+    unsafe { std::env::set_var("WARD_HOME", home.path()) };
+    tokio::runtime::Runtime::new()?.block_on(bench())
+}
+
+async fn bench() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let root = dir.path();
     ward::defaults::install(root)?;
+    // A real repository, as the demo has: every stage run gets its own
+    // worktree, and the discharge audit reads the task branch.
+    std::fs::write(root.join(".gitignore"), "/.ward\n/prepared\n/scratch\n")?;
+    ward::demo::init_repository(root)?;
 
     // The no-op agent: copy the prepared notes for its mode.
     let notes_dir = root.join("prepared");

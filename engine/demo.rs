@@ -76,6 +76,10 @@ pub fn render(run: &DemoRun) -> String {
             run.trace.final_label.as_deref().unwrap_or("no ward label")
         ));
     }
+    out.push_str(
+        "(The local forge has no people and no CI: the demo plays them, as `ward simulate` does. `chief` \
+         approves the pull request and CI reports success on its head; the discharge audit checks both.)\n",
+    );
     out.push_str(&format!("Repository: {}\n", run.dir.display()));
     out.push_str(&format!("Chart:      {}\n", run.trace.chart.display()));
     out.push_str(&format!("Artifacts:  {}\n", run.trace.artifacts.display()));
@@ -84,7 +88,7 @@ pub fn render(run: &DemoRun) -> String {
 
 /// `git init` and a first commit with a fixed identity and date, so the
 /// demo repository is the same on every machine.
-fn init_repository(dir: &Path) -> anyhow::Result<()> {
+pub fn init_repository(dir: &Path) -> anyhow::Result<()> {
     let mut opts = git2::RepositoryInitOptions::new();
     opts.initial_head("main");
     let repo = git2::Repository::init_opts(dir, &opts).context("could not create the demo git repository")?;

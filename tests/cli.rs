@@ -37,6 +37,7 @@ fn demo_discharges_the_sample_patient() {
       6  discharge    discharge-nurse   discharged         ward:discharged [ms]
 
     Patient #1 discharged after 6 stage runs in [ms] ms.
+    (The local forge has no people and no CI: the demo plays them, as `ward simulate` does. `chief` approves the pull request and CI reports success on its head; the discharge audit checks both.)
     Repository: [DIR]
     Chart:      [DIR]/charts/1.md
     Artifacts:  [DIR]/.ward/runs/1
