@@ -34,9 +34,9 @@ pub async fn merge(forge: &dyn Forge, pull: &PullRequest) -> anyhow::Result<()> 
         return Ok(());
     }
     forge
-        .merge_pull_request(pull.number)
+        .merge_pull_request(pull.number, &pull.head_sha)
         .await
-        .with_context(|| format!("could not merge pull request #{}", pull.number))
+        .with_context(|| format!("could not merge pull request #{} at the audited head {}", pull.number, pull.head_sha))
 }
 
 /// Labels the patient discharged (keeping labels that are not ward's),

@@ -344,14 +344,18 @@ async fn pull_requests_reviews_threads_commits_ci_and_merge() {
     assert_eq!(forge.ci_status("c3").await.unwrap().state, CiState::Pending);
     assert_eq!(forge.ci_status("c4").await.unwrap().state, CiState::Failure);
     assert_eq!(forge.ci_status("nothing").await.unwrap().state, CiState::Missing);
-    forge.merge_pull_request(2).await.unwrap();
+    // A head that moved since the audit is never merged.
+    let err = forge.merge_pull_request(2, "0000000000000000000000000000000000000000").await.unwrap_err();
+    assert!(err.to_string().contains("Head branch was modified"), "{err}");
+    assert!(!gh.state().pulls[&2].merged);
+    forge.merge_pull_request(2, &pr.head_sha).await.unwrap();
     {
         let s = gh.state();
         assert!(s.pulls[&2].merged);
         assert_eq!(s.pulls[&2].merge_method.as_deref(), Some("squash"));
     }
     assert_eq!(forge.pull_request_for_branch("ward/issue-1").await.unwrap().unwrap().state, PullState::Merged);
-    let err = forge.merge_pull_request(2).await.unwrap_err();
+    let err = forge.merge_pull_request(2, &pr.head_sha).await.unwrap_err();
     assert!(err.to_string().contains("squash-merge pull request #2"), "{err}");
     let err = forge.unresolved_review_threads(99).await.unwrap_err();
     assert!(err.to_string().contains("Could not resolve to a PullRequest"), "{err}");
@@ -786,7 +790,7 @@ async fn tour(gh: &FakeGitHub) {
     forge.pull_request_commits(pr.number).await.unwrap();
     forge.unresolved_review_threads(pr.number).await.unwrap();
     forge.ci_status("c1").await.unwrap();
-    forge.merge_pull_request(pr.number).await.unwrap();
+    forge.merge_pull_request(pr.number, &pr.head_sha).await.unwrap();
     forge.pull_request_for_branch("ward/issue-1").await.unwrap();
 }
 

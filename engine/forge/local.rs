@@ -484,12 +484,22 @@ impl Forge for LocalForge {
         }
     }
 
-    async fn merge_pull_request(&self, pull: u64) -> ForgeResult<()> {
-        self.update_pull(pull, |rec| {
-            if let Some(p) = rec.pull.as_mut() {
+    async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()> {
+        let moved = self.update_pull(pull, |rec| match rec.pull.as_mut() {
+            Some(p) if p.head_sha == head_sha => {
                 p.state = PullState::Merged;
+                None
             }
-        })
+            Some(p) => Some(p.head_sha.clone()),
+            None => Some(String::new()),
+        })?;
+        match moved {
+            None => Ok(()),
+            Some(head) => Err(ForgeError::io(
+                format!("merge pull request {pull} at {head_sha}"),
+                format!("its head is now `{head}`; audit the new head before merging"),
+            )),
+        }
     }
 }
 

@@ -266,6 +266,8 @@ pub trait Forge: Send + Sync {
     async fn unresolved_review_threads(&self, pull: u64) -> ForgeResult<usize>;
     async fn pull_request_commits(&self, pull: u64) -> ForgeResult<Vec<CommitInfo>>;
     async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus>;
-    /// Squash-merges the pull request.
-    async fn merge_pull_request(&self, pull: u64) -> ForgeResult<()>;
+    /// Squash-merges the pull request, only while its head is still
+    /// `head_sha` (the commit the audit checked): a commit pushed after the
+    /// audit makes the merge fail instead of landing unaudited.
+    async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()>;
 }

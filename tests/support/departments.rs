@@ -289,9 +289,9 @@ impl<F: Forge> Forge for Counting<F> {
         self.count("ci_status");
         self.inner.ci_status(sha).await
     }
-    async fn merge_pull_request(&self, pull: u64) -> ForgeResult<()> {
+    async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()> {
         self.count("merge_pull_request");
-        self.inner.merge_pull_request(pull).await
+        self.inner.merge_pull_request(pull, head_sha).await
     }
 }
 
@@ -366,7 +366,7 @@ impl Forge for Shared {
     async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus> {
         self.0.ci_status(sha).await
     }
-    async fn merge_pull_request(&self, pull: u64) -> ForgeResult<()> {
-        self.0.merge_pull_request(pull).await
+    async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()> {
+        self.0.merge_pull_request(pull, head_sha).await
     }
 }

@@ -554,10 +554,11 @@ impl Forge for GitHubForge {
         Ok(fold_ci(&checks))
     }
 
-    async fn merge_pull_request(&self, pull: u64) -> ForgeResult<()> {
-        let action = format!("squash-merge pull request #{pull} of {}", self.settings.repo);
+    async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()> {
+        let action = format!("squash-merge pull request #{pull} of {} at {head_sha}", self.settings.repo);
         let mut call = self.call(Method::PUT, &format!("/pulls/{pull}/merge"), action, Access::ContentsWrite);
-        call.body = Some(json!({ "merge_method": "squash" }));
+        // `sha`: GitHub refuses (409) when the head moved since the audit.
+        call.body = Some(json!({ "merge_method": "squash", "sha": head_sha }));
         self.send_ok(&call).await.map(drop)
     }
 }

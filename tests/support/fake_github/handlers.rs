@@ -897,6 +897,11 @@ impl State {
         if !p.open {
             return error(405, "Pull Request is not mergeable");
         }
+        if let Some(sha) = body.get("sha").and_then(Value::as_str)
+            && sha != p.head_sha
+        {
+            return error(409, "Head branch was modified. Review and try the merge again.");
+        }
         p.open = false;
         p.merged = true;
         p.merge_method = body.get("merge_method").and_then(Value::as_str).map(String::from);
