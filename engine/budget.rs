@@ -618,8 +618,7 @@ pub async fn send_to_chief(
     store_notes(forge, &sentinels, issue, None, &notes).await?;
     let current =
         forge.issue(issue).await.map_err(|source| BudgetError::Labels { issue, label: chief.clone(), source })?;
-    let mut labels: Vec<String> = current.labels.into_iter().filter(|l| !config.is_ward_label(l)).collect();
-    labels.push(chief.clone());
+    let labels = config.labels_at(&current.labels, &chief);
     forge.set_labels(issue, &labels).await.map_err(|source| BudgetError::Labels { issue, label: chief, source })
 }
 

@@ -550,10 +550,23 @@ pub async fn store_notes(
     known: Option<crate::forge::StoredChart>,
     notes: &[Note],
 ) -> Result<Option<crate::forge::StoredChart>, ChartStoreError> {
-    let mut current = match known {
+    let current = match known {
         Some(c) => Some(c),
         None => forge.read_chart(issue).await?,
     };
+    store_notes_on(forge, sentinels, issue, current, notes).await
+}
+
+/// [`store_notes`] when the chart was just read: `current` is what is
+/// stored now, and `None` means no chart yet (no second read to find out).
+pub async fn store_notes_on(
+    forge: &dyn crate::forge::Forge,
+    sentinels: &Sentinels,
+    issue: IssueNumber,
+    current: Option<crate::forge::StoredChart>,
+    notes: &[Note],
+) -> Result<Option<crate::forge::StoredChart>, ChartStoreError> {
+    let mut current = current;
     for _ in 0..CHART_WRITE_ATTEMPTS {
         let text = current.as_ref().map(|c| c.text.as_str());
         let next =

@@ -616,6 +616,14 @@ impl Config {
         self.labels.contains_key(label)
     }
 
+    /// `labels` with every ward label replaced by `place`: the patient is in
+    /// one place, and labels that are not ward's stay as they are.
+    pub fn labels_at(&self, labels: &[String], place: &str) -> Vec<String> {
+        let mut out: Vec<String> = labels.iter().filter(|l| !self.is_ward_label(l)).cloned().collect();
+        out.push(place.to_string());
+        out
+    }
+
     /// Labels that start no stage: where a patient rests.
     pub fn is_resting_label(&self, label: &str) -> bool {
         self.is_ward_label(label) && self.stage_by_label(label).is_none()

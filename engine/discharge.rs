@@ -42,8 +42,7 @@ pub async fn merge(forge: &dyn Forge, pull: &PullRequest) -> anyhow::Result<()> 
 /// Labels the patient discharged (keeping labels that are not ward's),
 /// closes it, and releases its family. Returns what else moved.
 pub async fn discharge(h: &Hospital, issue: &Issue, run: &str) -> anyhow::Result<Vec<String>> {
-    let mut labels: Vec<String> = issue.labels.iter().filter(|l| !h.config.is_ward_label(l)).cloned().collect();
-    labels.push(h.config.discharge.discharged_label.clone());
+    let labels = h.config.labels_at(&issue.labels, &h.config.discharge.discharged_label);
     h.forge.set_labels(issue.number, &labels).await?;
     h.forge.close_issue(issue.number).await?;
     let now = (h.clock)();
@@ -120,8 +119,7 @@ pub async fn approve(h: &Hospital, issue: &Issue, run: Option<String>) -> anyhow
     } else {
         let back =
             stage.config.outcomes.get(discharge_audit::FAILED).cloned().unwrap_or_else(|| stage.config.label.clone());
-        let mut labels: Vec<String> = issue.labels.iter().filter(|l| !h.config.is_ward_label(l)).cloned().collect();
-        labels.push(back.clone());
+        let labels = h.config.labels_at(&issue.labels, &back);
         h.forge.set_labels(number, &labels).await?;
         let dispatch =
             h.config.stage_by_label(&back).is_some() && h.config.dispatch == DispatchMode::RepositoryDispatch;

@@ -295,7 +295,8 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     if let Some((_, checklist)) = &audit {
         before_agent.push(engine_note("DISCHARGE_CHECKLIST", checklist.render()));
     }
-    let stored = chart::store_notes(&*h.forge, &h.sentinels, number, stored, &before_agent).await?;
+    // `stored` was read just above, so an absent chart needs no second read.
+    let stored = chart::store_notes_on(&*h.forge, &h.sentinels, number, stored, &before_agent).await?;
     let mut chart_notes = chart_notes;
     chart_notes.extend(before_agent);
 

@@ -999,9 +999,8 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
             ("POST /repos/{owner}/{repo}/labels", specs - 1), // ward:admit exists: a person applied it
             (ISSUE_GET, 1),
             (LOCKDOWN_LIST, 1),
-            // `chart::store_notes` cannot tell "read, no chart" from "not read"
-            // (`known: None`), so a new chart is read twice.
-            (CHART_GET, 2),
+            // Read once: the admission note is stored on what that read found.
+            (CHART_GET, 1),
             ("GET /repos/{owner}/{repo}/git/ref/{ref}", 1),
             ("POST /repos/{owner}/{repo}/git/commits", 1),
             ("POST /repos/{owner}/{repo}/git/refs", 1),
