@@ -74,7 +74,7 @@ fn chart_text(rng: &mut Lcg, vocab: &[String]) -> String {
                 (0..6).map(|_| rng.sentence(vocab, 12)).collect::<Vec<_>>().join("\n")
             };
             Note {
-                kind: kind.into(),
+                kind: kind.parse().expect("a known note kind"),
                 meta: NoteMeta {
                     run: format!("run-{}", i / kinds.len()),
                     stage: "treat".into(),

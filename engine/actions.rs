@@ -1,7 +1,7 @@
 //! What a stage run needs from GitHub Actions around the forge: who may
 //! start a stage, and what the run tells people (the job summary and
 //! `::error::` annotations). The chart's compare-and-swap append is
-//! [`crate::chart::store_notes`]; the label arithmetic is
+//! [`crate::chart::append`]; the label arithmetic is
 //! [`crate::stage::next_labels`].
 //!
 //! The decisions are pure functions over (trigger, configuration, facts);

@@ -231,7 +231,7 @@ pub fn render_notes(sentinel: &str, notes: &[ScriptedNote], outcome: &str) -> St
 
 /// The happy-path visit of the default pipeline for `mode`.
 pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
-    let note = |kind: &str, body: String| ScriptedNote { kind: kind.into(), body };
+    let note = |kind: &str, body: String| ScriptedNote { kind: kind.parse().expect("a known note kind"), body };
     let issue = &env.issue;
     let visit = |outcome: &str, notes: Vec<ScriptedNote>| ScriptedVisit { outcome: outcome.into(), notes };
     Ok(match env.mode.as_str() {

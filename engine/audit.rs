@@ -98,7 +98,7 @@ mod tests {
 
     fn note(kind: &str, run: &str, role: &str, body: &str) -> Note {
         Note {
-            kind: kind.into(),
+            kind: kind.parse().expect("a known note kind"),
             meta: NoteMeta {
                 run: run.into(),
                 stage: "code-review".into(),

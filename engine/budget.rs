@@ -26,161 +26,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use regex::Regex;
-use serde::Deserialize;
 use serde_json::Value;
 
-use crate::chart::{ChartStoreError, ENGINE_ROLE, Note, NoteMeta, Sentinels, store_notes};
-use crate::config::Config;
+use crate::chart::{ChartStoreError, ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen, Sentinels};
+use crate::config::{BudgetConfig, Config, Prices, UsageFormat};
 use crate::forge::{Forge, ForgeError, IssueNumber};
-
-/// How the agent reports what it spent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum UsageFormat {
-    /// Claude Code's JSON or stream-JSON result (default).
-    #[default]
-    ClaudeJson,
-    /// `usage_regex` with named groups `cost`, `input_tokens`, `output_tokens`.
-    Regex,
-    /// The agent reports nothing; dollar limits cannot be enforced.
-    None,
-}
-
-/// Dollars per million tokens, to estimate spend while a run is going.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Prices {
-    pub input: f64,
-    pub output: f64,
-    /// Default: the input price.
-    #[serde(default)]
-    pub cache_write: Option<f64>,
-    /// Default: a tenth of the input price.
-    #[serde(default)]
-    pub cache_read: Option<f64>,
-}
-
-/// `departments.budget`. A limit of 0 turns that limit off.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BudgetConfig {
-    /// How usage is read from the agent's stdout. Default `claude-json`.
-    #[serde(default)]
-    pub usage: UsageFormat,
-    /// With `usage: regex`: e.g. `cost: \$(?P<cost>[0-9.]+)`; the last match wins.
-    #[serde(default)]
-    pub usage_regex: Option<String>,
-    /// Dollars one stage run may spend. Default 10.
-    #[serde(default = "default_run_usd")]
-    pub run_usd: f64,
-    /// Dollars one patient may spend over all its runs. Default 150.
-    #[serde(default = "default_patient_usd")]
-    pub patient_usd: f64,
-    /// Stage runs one patient may have. Default 40.
-    #[serde(default = "default_stage_visits")]
-    pub patient_stage_visits: u32,
-    /// Times one patient may be sent back. Default 10.
-    #[serde(default = "default_send_backs")]
-    pub patient_send_backs: u32,
-    /// Outcomes that send a patient back, as `stage.outcome`. Default
-    /// [`DEFAULT_SEND_BACKS`] (those of them the pipeline has).
-    #[serde(default)]
-    pub send_backs: Option<Vec<String>>,
-    /// Token prices for estimates while a run is going. Default: none.
-    #[serde(default)]
-    pub prices: Option<Prices>,
-}
-
-fn default_run_usd() -> f64 {
-    10.0
-}
-fn default_patient_usd() -> f64 {
-    150.0
-}
-fn default_stage_visits() -> u32 {
-    40
-}
-fn default_send_backs() -> u32 {
-    10
-}
-
-impl Default for BudgetConfig {
-    fn default() -> Self {
-        Self {
-            usage: UsageFormat::default(),
-            usage_regex: None,
-            run_usd: default_run_usd(),
-            patient_usd: default_patient_usd(),
-            patient_stage_visits: default_stage_visits(),
-            patient_send_backs: default_send_backs(),
-            send_backs: None,
-            prices: None,
-        }
-    }
-}
-
-impl BudgetConfig {
-    pub fn validate(&self, config: &Config) -> Vec<(String, String)> {
-        let mut p = Vec::new();
-        let base = "departments.budget";
-        for (name, v) in [("run_usd", self.run_usd), ("patient_usd", self.patient_usd)] {
-            if !v.is_finite() || v < 0.0 {
-                p.push((format!("{base}.{name}"), format!("`{v}` must be a number of dollars, 0 or more")));
-            }
-        }
-        match (&self.usage, &self.usage_regex) {
-            (UsageFormat::Regex, None) => {
-                p.push((format!("{base}.usage_regex"), "`usage: regex` needs `usage_regex`".into()));
-            }
-            (UsageFormat::Regex, Some(re)) => match Regex::new(re) {
-                Ok(r) if r.capture_names().flatten().any(|n| n == "cost") => {}
-                Ok(_) => p.push((format!("{base}.usage_regex"), "needs a named group `(?P<cost>...)`".into())),
-                Err(e) => p.push((format!("{base}.usage_regex"), format!("is not a valid regex: {e}"))),
-            },
-            (_, Some(_)) => {
-                p.push((format!("{base}.usage_regex"), "is only read with `usage: regex`".into()));
-            }
-            _ => {}
-        }
-        if let Some(list) = &self.send_backs {
-            for (i, item) in list.iter().enumerate() {
-                let ok = item
-                    .split_once('.')
-                    .and_then(|(stage, outcome)| config.stage(stage).map(|s| s.config.outcomes.contains_key(outcome)))
-                    .unwrap_or(false);
-                if !ok {
-                    p.push((
-                        format!("{base}.send_backs.{i}"),
-                        format!("`{item}` is not `stage.outcome` of a stage in this pipeline"),
-                    ));
-                }
-            }
-        }
-        p
-    }
-
-    /// The (stage, outcome) pairs that count as send-backs.
-    pub fn send_back_set(&self, config: &Config) -> HashSet<(String, String)> {
-        if let Some(list) = &self.send_backs {
-            return list
-                .iter()
-                .filter_map(|i| i.split_once('.'))
-                .map(|(s, o)| (s.to_string(), o.to_string()))
-                .collect();
-        }
-        DEFAULT_SEND_BACKS
-            .iter()
-            .filter_map(|i| i.split_once('.'))
-            .filter(|(s, o)| config.stage(s).is_some_and(|st| st.config.outcomes.contains_key(*o)))
-            .map(|(s, o)| (s.to_string(), o.to_string()))
-            .collect()
-    }
-}
-
-/// Send-backs of the shipped pipeline: plan rejects, change requests, audit
-/// failures. Entries naming outcomes a pipeline lacks are ignored.
-pub const DEFAULT_SEND_BACKS: &[&str] =
-    &["plan-review.reject", "code-review.changes-requested", "discharge.audit-failed"];
 
 /// What a run spent, as far as its output says.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -507,7 +357,7 @@ pub fn cost_note(usage: Option<&Usage>, stage: &str, run: &str, at: DateTime<Utc
         None => "cost_usd: unknown\nsource: none (the agent's output reported no usage)".into(),
     };
     Note {
-        kind: "COST".into(),
+        kind: NoteKind::Cost,
         meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at },
         body,
     }
@@ -599,10 +449,10 @@ pub async fn send_to_chief(
     now: DateTime<Utc>,
 ) -> Result<(), BudgetError> {
     let sentinels = Sentinels::new(&config.sentinel_prefix);
-    let chief = crate::sweep::chief_label(config).to_string();
+    let chief = config.chief_label().to_string();
     let what = if agent_stopped { "The engine stopped the agent" } else { "The stage did not start" };
     let escalation = Note {
-        kind: "ESCALATION".into(),
+        kind: NoteKind::Escalation,
         meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at: now },
         body: format!(
             "Budget reached in stage `{stage}`: {breach}. {what} and moved the patient to `{chief}`.\n\n\
@@ -615,7 +465,7 @@ pub async fn send_to_chief(
         notes.push(cost_note(usage, stage, run, now));
     }
     notes.push(escalation);
-    store_notes(forge, &sentinels, issue, None, &notes).await?;
+    crate::chart::append(forge, &sentinels, issue, Seen::NotRead, &notes).await?;
     let current =
         forge.issue(issue).await.map_err(|source| BudgetError::Labels { issue, label: chief.clone(), source })?;
     let labels = config.labels_at(&current.labels, &chief);

@@ -13,7 +13,7 @@ use anyhow::Context;
 use tracing::{info, info_span, warn};
 
 use crate::audit;
-use crate::chart::{ENGINE_ROLE, Note, NoteMeta};
+use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta};
 use crate::config::{Config, DispatchMode};
 use crate::forge::{Forge, Issue, PullRequest, PullState};
 use crate::rules::approval::{self, applied_by};
@@ -25,7 +25,7 @@ pub const AUDIT_MODE: &str = "discharge";
 
 /// The stage that audits (mode `discharge`), if the pipeline has one.
 pub fn audit_stage(config: &Config) -> Option<crate::config::Stage<'_>> {
-    config.stages().find(|s| s.mode() == AUDIT_MODE)
+    config.audit_stage()
 }
 
 /// Squash-merges the pull request unless it is merged already (a rerun).
@@ -70,7 +70,7 @@ pub async fn approve(h: &Hospital, issue: &Issue, run: Option<String>) -> anyhow
     let span = info_span!("approval", issue = number.0, run = %run);
     let _enter = span.enter();
     let meta = || NoteMeta { run: run.clone(), stage: stage.name.into(), role: ENGINE_ROLE.into(), at: (h.clock)() };
-    let note = |kind: &str, body: String| Note { kind: kind.into(), meta: meta(), body };
+    let note = |kind: NoteKind, body: String| Note { kind, meta: meta(), body };
 
     let events = h.forge.label_events(number).await?;
     let approver = applied_by(&events, &d.approved_label);
@@ -82,8 +82,14 @@ pub async fn approve(h: &Hospital, issue: &Issue, run: Option<String>) -> anyhow
         approval::may_merge(&h.config, &issue.labels, approver.as_ref().map(|(who, p)| (who.as_str(), *p)))
     {
         warn!(%refusal, "approval refused");
-        crate::chart::store_notes(&*h.forge, &h.sentinels, number, None, &[note("REFUSAL", refusal.note_body())])
-            .await?;
+        crate::chart::append(
+            &*h.forge,
+            &h.sentinels,
+            number,
+            crate::chart::Seen::NotRead,
+            &[note(NoteKind::Refusal, refusal.note_body())],
+        )
+        .await?;
         let labels: Vec<String> = issue.labels.iter().filter(|l| **l != d.approved_label).cloned().collect();
         h.forge.set_labels(number, &labels).await?;
         return Ok(StageResult::Refused {
@@ -106,8 +112,8 @@ pub async fn approve(h: &Hospital, issue: &Issue, run: Option<String>) -> anyhow
         d.approved_label,
         checklist.render()
     );
-    let notes = [note("DISCHARGE_CHECKLIST", body), note("OUTCOME", outcome.to_string())];
-    crate::chart::store_notes(&*h.forge, &h.sentinels, number, None, &notes).await?;
+    let notes = [note(NoteKind::DischargeChecklist, body), note(NoteKind::Outcome, outcome.to_string())];
+    crate::chart::append(&*h.forge, &h.sentinels, number, crate::chart::Seen::NotRead, &notes).await?;
 
     let from = d.approved_label.clone();
     let (to, dispatched) = if checklist.passed() {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use anyhow::Context;
 use tracing::info;
 
-use crate::chart::{ENGINE_ROLE, Note, NoteMeta, Sentinels};
+use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Sentinels};
 use crate::config::Config;
 use crate::forge::{Forge, Issue, IssueNumber};
 use crate::rules::DependencyFact;
@@ -136,7 +136,7 @@ pub async fn release(
             break;
         }
         let note = Note {
-            kind: "OUTCOME".into(),
+            kind: NoteKind::Outcome,
             meta: NoteMeta {
                 run: run.into(),
                 stage: crate::discharge::audit_stage(config).map_or("discharge", |s| s.name).into(),
@@ -146,7 +146,7 @@ pub async fn release(
             body: "discharged".into(),
         };
         let stored = forge.read_chart(parent).await?;
-        crate::chart::store_notes(forge, sentinels, parent, stored, &[note]).await?;
+        crate::chart::append(forge, sentinels, parent, crate::chart::Seen::Read(stored), &[note]).await?;
         let mut labels: Vec<String> = parent_issue
             .labels
             .iter()

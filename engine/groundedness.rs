@@ -22,38 +22,8 @@ use std::path::{Component, Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 use regex::Regex;
-use serde::Deserialize;
 
-use crate::chart::{ENGINE_ROLE, Note, NoteMeta};
-
-/// `departments.groundedness`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GroundednessConfig {
-    /// Minimum score (0 to 1) of a valid run; 0 turns the rule off. Default 0.8.
-    #[serde(default = "default_threshold")]
-    pub threshold: f64,
-}
-
-fn default_threshold() -> f64 {
-    0.8
-}
-
-impl Default for GroundednessConfig {
-    fn default() -> Self {
-        Self { threshold: default_threshold() }
-    }
-}
-
-impl GroundednessConfig {
-    pub fn validate(&self) -> Vec<(String, String)> {
-        if (0.0..=1.0).contains(&self.threshold) {
-            Vec::new()
-        } else {
-            vec![("departments.groundedness.threshold".into(), format!("`{}` must be between 0 and 1", self.threshold))]
-        }
-    }
-}
+use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ClaimKind {
@@ -342,7 +312,7 @@ const INVALID: &str = "verdict: invalid";
 pub fn earlier_invalid(notes: &[Note], stage: &str, since: DateTime<Utc>) -> u32 {
     notes
         .iter()
-        .filter(|n| n.kind == "GROUNDEDNESS" && n.meta.stage == stage && n.meta.at >= since)
+        .filter(|n| n.kind == NoteKind::Groundedness && n.meta.stage == stage && n.meta.at >= since)
         .filter(|n| n.body.lines().any(|l| l.trim() == INVALID))
         .count() as u32
 }
@@ -350,7 +320,7 @@ pub fn earlier_invalid(notes: &[Note], stage: &str, since: DateTime<Utc>) -> u32
 /// When the patient's current visit to its stage began: the latest OUTCOME
 /// in the chart (the one that moved it here), or the beginning of time.
 pub fn visit_start(notes: &[Note]) -> DateTime<Utc> {
-    notes.iter().filter(|n| n.kind == "OUTCOME").map(|n| n.meta.at).max().unwrap_or(DateTime::<Utc>::MIN_UTC)
+    notes.iter().filter(|n| n.kind == NoteKind::Outcome).map(|n| n.meta.at).max().unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 /// The GROUNDEDNESS note for the chart: the score, the verdict, and every
@@ -376,7 +346,7 @@ pub fn groundedness_note(score: &Score, threshold: f64, stage: &str, run: &str, 
         }
     }
     Note {
-        kind: "GROUNDEDNESS".into(),
+        kind: NoteKind::Groundedness,
         meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at },
         body,
     }

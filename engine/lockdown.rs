@@ -18,10 +18,10 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
-use crate::chart::{ENGINE_ROLE, Note, NoteMeta};
+use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta};
 use crate::forge::{Forge, ForgeError, IssueNumber, LabelSpec, NewIssue, Permission};
 
-pub const LOCKDOWN_LABEL: &str = "ward:lockdown";
+pub use crate::config::LOCKDOWN_LABEL;
 
 /// Separates the reason from ward's footer in the issue body.
 const FOOTER: &str = "\n\n---\n";
@@ -175,7 +175,7 @@ pub async fn lift(forge: &dyn Forge, actor: &str, now: DateTime<Utc>) -> Result<
 /// The LOCKDOWN note a refused stage run appends to the patient's chart.
 pub fn lockdown_note(lockdown: &Lockdown, stage: &str, run: &str, now: DateTime<Utc>) -> Note {
     Note {
-        kind: "LOCKDOWN".into(),
+        kind: NoteKind::Lockdown,
         meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at: now },
         body: format!(
             "Infection control: lockdown {} is in force, so stage `{stage}` did not run and the label stays.\n\n\

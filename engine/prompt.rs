@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
-use crate::chart::{Note, Sentinels};
+use crate::chart::{Note, NoteKind, Sentinels};
 use crate::config::{Config, Stage};
 use crate::forge::Issue;
 use crate::precedent::Match;
@@ -69,19 +69,19 @@ pub struct StageContext {
     pub mode: String,
     pub time_limit: String,
     pub outcomes: Vec<OutcomeContext>,
-    pub requires: Vec<String>,
-    pub requires_for: std::collections::BTreeMap<String, Vec<String>>,
+    pub requires: Vec<NoteKind>,
+    pub requires_for: std::collections::BTreeMap<String, Vec<NoteKind>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RoleContext {
     pub name: String,
-    pub writes: Vec<String>,
+    pub writes: Vec<NoteKind>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct NoteContext {
-    pub kind: String,
+    pub kind: NoteKind,
     pub stage: String,
     pub role: String,
     pub run: String,
@@ -113,7 +113,7 @@ pub struct WorkspaceContext {
 impl NoteContext {
     fn from_note(n: &Note) -> Self {
         Self {
-            kind: n.kind.clone(),
+            kind: n.kind,
             stage: n.meta.stage.clone(),
             role: n.meta.role.clone(),
             run: n.meta.run.clone(),
@@ -145,7 +145,7 @@ impl StageContext {
         Self {
             name: stage.name.into(),
             label: c.label.clone(),
-            mode: stage.mode().into(),
+            mode: stage.mode().to_string(),
             time_limit: humantime::format_duration(c.time_limit).to_string(),
             outcomes: c.outcomes.iter().map(|(n, l)| OutcomeContext { name: n.clone(), label: l.clone() }).collect(),
             requires: c.requires.clone(),
@@ -186,21 +186,29 @@ pub fn fence(text: &str, info: &str) -> String {
 /// since it, the latest escalation and refusal. Oldest are dropped first
 /// when the bodies exceed [`NOTES_BUDGET`].
 pub fn select_notes(chart: &[Note]) -> Vec<NoteContext> {
-    let latest_plan = chart.iter().rposition(|n| n.kind == "TREATMENT_PLAN" || n.kind == "REVISED_PLAN");
+    let latest_plan = chart.iter().rposition(|n| n.kind == NoteKind::TreatmentPlan || n.kind == NoteKind::RevisedPlan);
     let mut keep = vec![false; chart.len()];
     // The latest of each: a replan after a consult still sees the handoff
     // and the attending's read-back that carries its guidance.
-    for kind in ["TRIAGE", "DECOMPOSITION", "ESCALATION", "REFUSAL", "IPASS_HANDOFF", "IPASS_READBACK"] {
+    for kind in [
+        NoteKind::Triage,
+        NoteKind::Decomposition,
+        NoteKind::Escalation,
+        NoteKind::Refusal,
+        NoteKind::IpassHandoff,
+        NoteKind::IpassReadback,
+    ] {
         if let Some(i) = chart.iter().rposition(|n| n.kind == kind) {
             keep[i] = true;
         }
     }
     if let Some(p) = latest_plan {
         for (i, n) in chart.iter().enumerate().skip(p) {
-            let engine_bookkeeping = matches!(n.kind.as_str(), "ADMISSION" | "PRECEDENT_LOOKUP" | "COST" | "SWEEP");
+            let engine_bookkeeping =
+                matches!(n.kind, NoteKind::Admission | NoteKind::PrecedentLookup | NoteKind::Cost | NoteKind::Sweep);
             keep[i] |= !engine_bookkeeping;
         }
-    } else if let Some(i) = chart.iter().rposition(|n| n.kind == "OUTCOME") {
+    } else if let Some(i) = chart.iter().rposition(|n| n.kind == NoteKind::Outcome) {
         keep[i] = true;
     }
     let mut picked: Vec<&Note> = chart.iter().zip(keep).filter(|(_, k)| *k).map(|(n, _)| n).collect();
@@ -221,11 +229,11 @@ pub fn select_notes(chart: &[Note]) -> Vec<NoteContext> {
 /// The handoff this run must read back: the latest IPASS_HANDOFF when the
 /// patient's last outcome was `stuck`.
 pub fn pending_handoff(chart: &[Note]) -> Option<NoteContext> {
-    let last_outcome = chart.iter().rfind(|n| n.kind == "OUTCOME")?;
+    let last_outcome = chart.iter().rfind(|n| n.kind == NoteKind::Outcome)?;
     if last_outcome.body.trim() != "stuck" {
         return None;
     }
-    chart.iter().rfind(|n| n.kind == "IPASS_HANDOFF").map(NoteContext::from_note)
+    chart.iter().rfind(|n| n.kind == NoteKind::IpassHandoff).map(NoteContext::from_note)
 }
 
 /// The template environment over one repository's `roles/` and `skills/`.
@@ -265,7 +273,7 @@ impl Prompts {
             // The same template with a handoff and precedents exercises the branches.
             let mut rich = ctx.clone();
             rich.handoff = Some(NoteContext {
-                kind: "IPASS_HANDOFF".into(),
+                kind: NoteKind::IpassHandoff,
                 stage: "treat".into(),
                 role: "fellow".into(),
                 run: "sample".into(),
@@ -368,7 +376,7 @@ mod tests {
         let kinds = ["ADMISSION", "TREATMENT_PLAN", "PLAN_REVIEW", "TREATMENT_NOTE", "CODE_REVIEW", "OUTCOME"];
         let chart: Vec<Note> = (0..10_000)
             .map(|i| Note {
-                kind: kinds[i % kinds.len()].into(),
+                kind: kinds[i % kinds.len()].parse().expect("a known note kind"),
                 meta: NoteMeta { run: format!("r{i}"), stage: "s".into(), role: "r".into(), at },
                 body: "x".repeat(500),
             })
@@ -377,7 +385,7 @@ mod tests {
         let s = Sentinels::default();
         let fenced = fence_untrusted(&s, &issue(&"y".repeat(1_000_000)));
         let total: usize =
-            notes.iter().map(|n| n.body.len() + n.kind.len() + n.run.len() + 40).sum::<usize>() + fenced.len();
+            notes.iter().map(|n| n.body.len() + n.kind.as_str().len() + n.run.len() + 40).sum::<usize>() + fenced.len();
         assert!(total < 24 * 1024, "{total} bytes");
         assert!(!notes.is_empty());
     }

@@ -159,7 +159,7 @@ fn target_of<'a>(config: &'a Config, outcome: &str, fallback: &'a str) -> &'a st
 pub fn compute(config: &Config, patients: &[PatientRecord], from: DateTime<Utc>, to: DateTime<Utc>) -> Report {
     let in_window = |t: DateTime<Utc>| t >= from && t <= to;
     let discharged_label = target_of(config, "discharged", "ward:discharged");
-    let chief_label = crate::sweep::chief_label(config);
+    let chief_label = config.chief_label();
     let send_backs = config.departments.budget.send_back_set(config);
     let added_in = |p: &PatientRecord, label: &str| {
         p.events.iter().any(|e| e.label == label && e.action == LabelAction::Added && in_window(e.at))

@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::ScriptedVisit;
 use crate::chart::Sentinels;
-use crate::discharge::AUDIT_MODE;
 use crate::forge::local::LocalForge;
 use crate::forge::{CiState, CiStatus, CommitInfo, Forge, IssueNumber, NewIssue, NewPullRequest, Review, ReviewState};
 use crate::stage::{self, Hospital, StageRequest, StageResult};
@@ -305,7 +304,7 @@ pub async fn drive_with(
             .first()
             .and_then(|l| h.config.stage_by_label(l))
             .map(|s| s.name.to_string());
-        let audits = stage_name.as_deref().and_then(|s| h.config.stage(s)).is_some_and(|s| s.mode() == AUDIT_MODE);
+        let audits = stage_name.as_deref().and_then(|s| h.config.stage(s)).is_some_and(|s| s.mode().audits());
         if audits && let Some(now) = people.get(audits_done).or(people.last()) {
             play_people(forge, issue, &h.workdir, now).await?;
             audits_done += 1;
@@ -494,7 +493,7 @@ fn check_expectations(expect: &Expectations, trace: &Trace, sentinels: &Sentinel
         ));
     }
     let kinds: Vec<String> = match std::fs::read_to_string(&trace.chart) {
-        Ok(text) => sentinels.parse_chart(&text)?.into_iter().map(|n| n.kind).collect(),
+        Ok(text) => sentinels.parse_chart(&text)?.into_iter().map(|n| n.kind.to_string()).collect(),
         Err(_) => Vec::new(),
     };
     for kind in &expect.chart_contains {

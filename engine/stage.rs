@@ -17,7 +17,7 @@ use serde::Serialize;
 use tracing::{info, info_span, warn};
 
 use crate::agent::{self, AgentEnd, AgentSpec};
-use crate::chart::{self, AgentNotes, ENGINE_ROLE, Note, NoteMeta, Sentinels};
+use crate::chart::{self, AgentNotes, ENGINE_ROLE, Note, NoteKind, NoteMeta, Sentinels};
 use crate::config::{Config, DispatchMode, Stage};
 use crate::forge::local::{Clock, system_clock};
 use crate::forge::{Forge, Issue, IssueNumber, IssueState};
@@ -235,7 +235,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     // Infection control first: while a lockdown is open nothing runs and no label moves.
     if let Some(lockdown) = crate::lockdown::active_lockdown(&*h.forge).await? {
         let note = crate::lockdown::lockdown_note(&lockdown, stage.name, &run, now);
-        chart::store_notes(&*h.forge, &h.sentinels, number, None, &[note]).await?;
+        chart::append(&*h.forge, &h.sentinels, number, chart::Seen::NotRead, &[note]).await?;
         let reason = lockdown.to_string();
         return Ok(StageResult::Refused { issue: req.issue, stage: stage.name.into(), reason, to: None });
     }
@@ -250,15 +250,23 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         None => Vec::new(),
     };
     let meta = |role: &str| NoteMeta { run: run.clone(), stage: stage.name.into(), role: role.into(), at: (h.clock)() };
-    let engine_note = |kind: &str, body: String| Note { kind: kind.into(), meta: meta(ENGINE_ROLE), body };
+    let engine_note = |kind: NoteKind, body: String| Note { kind, meta: meta(ENGINE_ROLE), body };
 
     // The hospital's rules that must hold before the agent (plan gate,
     // open dependencies of a decomposition child).
     let dependencies = crate::family::dependencies(&*h.forge, &h.config, &h.sentinels, &issue).await?;
     let guard = GuardInput { config: &h.config, stage, chart: &chart_notes, dependencies: &dependencies };
     if let Err(refusal) = rules::guard(&guard) {
-        return refuse(h, &issue, &label_in, stage, stored, engine_note("REFUSAL", refusal.note_body()), &refusal)
-            .await;
+        return refuse(
+            h,
+            &issue,
+            &label_in,
+            stage,
+            stored,
+            engine_note(NoteKind::Refusal, refusal.note_body()),
+            &refusal,
+        )
+        .await;
     }
     // Budget left? A patient over its limits goes to the chiefs before any agent starts.
     let budget = &h.config.departments.budget;
@@ -270,7 +278,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     // Admission to the stage: durable before the agent starts, so a crash
     // is visible to the charge nurse.
     let admission = engine_note(
-        "ADMISSION",
+        NoteKind::Admission,
         format!(
             "Stage `{}` ({} in {} mode) started for `{label_in}`; time limit {}.",
             stage.name,
@@ -282,8 +290,8 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     // The precedent lookup is recorded before the agent runs (precedent
     // first), and so is the engine's discharge audit: the nurse reads it.
     let found = h.precedents.search(&format!("{} {}", issue.title, issue.body), h.config.precedents.top);
-    let lookup = engine_note("PRECEDENT_LOOKUP", precedent_lookup_body(&found));
-    let mut audit = match stage.mode() == crate::discharge::AUDIT_MODE {
+    let lookup = engine_note(NoteKind::PrecedentLookup, precedent_lookup_body(&found));
+    let mut audit = match stage.mode().audits() {
         true => {
             let facts = crate::audit::gather(&*h.forge, &crate::audit::patient_branch(number)).await;
             let checklist = discharge_audit::audit(&h.config, &chart_notes, &facts);
@@ -293,10 +301,10 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     };
     let mut before_agent = vec![admission, lookup];
     if let Some((_, checklist)) = &audit {
-        before_agent.push(engine_note("DISCHARGE_CHECKLIST", checklist.render()));
+        before_agent.push(engine_note(NoteKind::DischargeChecklist, checklist.render()));
     }
     // `stored` was read just above, so an absent chart needs no second read.
-    let stored = chart::store_notes_on(&*h.forge, &h.sentinels, number, stored, &before_agent).await?;
+    let stored = chart::append(&*h.forge, &h.sentinels, number, chart::Seen::Read(stored), &before_agent).await?;
     let mut chart_notes = chart_notes;
     chart_notes.extend(before_agent);
 
@@ -306,7 +314,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         wreq.emulator = h.config.emulator_for(stage.name).cloned();
         wreq.expires_after = stage.config.time_limit + stage.config.stall_after;
         wreq.restart =
-            chart_notes.iter().rev().find(|n| n.kind == "OUTCOME").is_some_and(|n| n.body.trim() == "restart");
+            chart_notes.iter().rev().find(|n| n.kind == NoteKind::Outcome).is_some_and(|n| n.body.trim() == "restart");
         let ws = Workspace::up(wreq, &Cancel::process()?)
             .await
             .with_context(|| format!("could not bring up the workspace of issue {number}, stage `{}`", stage.name))?;
@@ -399,7 +407,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         ws.commit_leftovers().await?;
         // GitHub mode: the treat stage pushes the branch and opens (or, by the push, updates) the pull request.
         let push = h.workspace.as_ref().and_then(|p| p.push.as_ref());
-        if let Some(target) = push.filter(|_| stage.mode() == "treat")
+        if let Some(target) = push.filter(|_| stage.mode().treats())
             && ws.push(target).await?
         {
             let base = h.workspace.as_ref().map(|p| p.base.clone()).unwrap_or_default();
@@ -461,14 +469,14 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         Err(reason) => {
             warn!(%reason, "invalid run");
             let refusal = engine_note(
-                "REFUSAL",
+                NoteKind::Refusal,
                 format!(
                     "The run of stage `{}` was invalid and the label stays at `{label_in}`: {reason}\n\n\
                      What the agent wrote is kept in the run's artifacts (`notes.md`, `agent.stderr.log`).",
                     stage.name
                 ),
             );
-            chart::store_notes(&*h.forge, &h.sentinels, number, stored, &[cost, refusal]).await?;
+            chart::append(&*h.forge, &h.sentinels, number, chart::Seen::Read(stored), &[cost, refusal]).await?;
             write_run_json(
                 &artifacts,
                 &serde_json::json!({"issue": req.issue, "stage": stage.name, "run": run, "result": "invalid", "reason": reason}),
@@ -479,8 +487,16 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
 
     if let Some(refusal) = turned_back {
         warn!(%refusal, "run turned back");
-        return refuse(h, &issue, &label_in, stage, stored, engine_note("REFUSAL", refusal.note_body()), &refusal)
-            .await;
+        return refuse(
+            h,
+            &issue,
+            &label_in,
+            stage,
+            stored,
+            engine_note(NoteKind::Refusal, refusal.note_body()),
+            &refusal,
+        )
+        .await;
     }
     // A passing audit is taken again on facts gathered now, not before the
     // agent: a commit pushed while the nurse worked is not merged unaudited.
@@ -505,8 +521,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     if threshold > 0.0 {
         use crate::groundedness as g;
         let ids: std::collections::HashSet<String> = h.precedents.entries.iter().map(|p| p.id.clone()).collect();
-        let after_treatment =
-            notes.kinds().any(|k| matches!(k, "TREATMENT_NOTE" | "CODE_REVIEW" | "DISCHARGE_CHECKLIST"));
+        let after_treatment = notes.kinds().any(NoteKind::after_treatment);
         let facts = g::Facts { worktree: &workdir, precedents: &ids, after_treatment };
         let score = g::score_notes(notes.notes.iter().map(|n| (n.kind.as_str(), n.body.as_str())), &facts);
         batch.push(g::groundedness_note(&score, threshold, stage.name, &run, (h.clock)()));
@@ -518,20 +533,16 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     }
 
     // Chart: the agent's notes, stamped, then the outcome. Durable before labels move.
-    batch.extend(notes.notes.iter().map(|d| Note {
-        kind: d.kind.clone(),
-        meta: meta(role_name),
-        body: d.body.clone(),
-    }));
+    batch.extend(notes.notes.iter().map(|d| Note { kind: d.kind, meta: meta(role_name), body: d.body.clone() }));
     if let Some(why) = overruled {
-        batch.push(engine_note("DISCHARGE_CHECKLIST", why));
+        batch.push(engine_note(NoteKind::DischargeChecklist, why));
     }
-    batch.push(Note { kind: "OUTCOME".into(), meta: meta(role_name), body: outcome.clone() });
-    chart::store_notes(&*h.forge, &h.sentinels, number, stored, &batch).await?;
+    batch.push(Note { kind: NoteKind::Outcome, meta: meta(role_name), body: outcome.clone() });
+    chart::append(&*h.forge, &h.sentinels, number, chart::Seen::Read(stored), &batch).await?;
 
     // A decomposition: its children exist before the parent starts waiting.
     let waits = stage.config.outcomes.get(&outcome) == Some(&h.config.decomposition.waiting_label);
-    if let Some(note) = notes.notes.iter().rfind(|n| n.kind == "DECOMPOSITION")
+    if let Some(note) = notes.notes.iter().rfind(|n| n.kind == NoteKind::Decomposition)
         && waits
     {
         let children = rules::decomposition::parse_children(&note.body)
@@ -600,7 +611,7 @@ async fn refuse(
     refusal: &Refusal,
 ) -> anyhow::Result<StageResult> {
     warn!(rule = refusal.rule, reason = %refusal.reason, "refused");
-    chart::store_notes(&*h.forge, &h.sentinels, issue.number, stored, &[note]).await?;
+    chart::append(&*h.forge, &h.sentinels, issue.number, chart::Seen::Read(stored), &[note]).await?;
     let dispatch_mode = h.config.dispatch == DispatchMode::RepositoryDispatch;
     let to = match &refusal.route {
         Route::To(label) => {
@@ -726,12 +737,12 @@ pub fn validate_notes(config: &Config, stage: Stage<'_>, notes: &AgentNotes) -> 
             None
         }
     };
-    let mut required: Vec<&String> = stage.config.requires.iter().collect();
+    let mut required: Vec<&NoteKind> = stage.config.requires.iter().collect();
     if let Some(o) = &outcome {
         required.extend(stage.config.requires_for.get(o).into_iter().flatten());
     }
     for kind in required {
-        if !notes.kinds().any(|k| k == kind) {
+        if !notes.kinds().any(|k| k == *kind) {
             let why =
                 outcome.as_deref().filter(|o| stage.config.requires_for.get(*o).is_some_and(|k| k.contains(kind)));
             problems.push(match why {
@@ -834,7 +845,7 @@ async fn send_over_budget(
         (h.clock)(),
     )
     .await?;
-    let to = Some(crate::sweep::chief_label(&h.config).to_string());
+    let to = Some(h.config.chief_label().to_string());
     Ok(StageResult::Refused { issue, stage: stage.name.into(), reason: breach.to_string(), to })
 }
 
@@ -854,18 +865,18 @@ async fn ungrounded(
 ) -> anyhow::Result<StageResult> {
     let number = issue.number;
     let meta = NoteMeta { run: run.into(), stage: stage.name.into(), role: ENGINE_ROLE.into(), at: (h.clock)() };
-    let chief = crate::sweep::chief_label(&h.config).to_string();
+    let chief = h.config.chief_label().to_string();
     let reason = format!("its notes are not grounded (score {score}; see the GROUNDEDNESS note)");
     if decision == crate::groundedness::Decision::Rerun {
         batch.push(Note {
-            kind: "REFUSAL".into(),
+            kind: NoteKind::Refusal,
             meta,
             body: format!(
                 "The run of stage `{}` was invalid: {reason}. The stage runs once more; the label stays.",
                 stage.name
             ),
         });
-        chart::store_notes(&*h.forge, &h.sentinels, number, stored, &batch).await?;
+        chart::append(&*h.forge, &h.sentinels, number, chart::Seen::Read(stored), &batch).await?;
         h.forge.dispatch_stage(number, &stage.config.label).await?;
         return Ok(StageResult::Invalid {
             issue: number.0,
@@ -876,7 +887,7 @@ async fn ungrounded(
         });
     }
     batch.push(Note {
-        kind: "ESCALATION".into(),
+        kind: NoteKind::Escalation,
         meta,
         body: format!(
             "Stage `{}` ran twice and both runs were ungrounded ({reason}). Moved to `{chief}`.\n\n\
@@ -884,7 +895,7 @@ async fn ungrounded(
             stage.name, stage.config.label
         ),
     });
-    chart::store_notes(&*h.forge, &h.sentinels, number, stored, &batch).await?;
+    chart::append(&*h.forge, &h.sentinels, number, chart::Seen::Read(stored), &batch).await?;
     let label_in = stage.config.label.as_str();
     h.forge.set_labels(number, &next_labels(issue, label_in, &chief)).await?;
     Ok(StageResult::Refused { issue: number.0, stage: stage.name.into(), reason, to: Some(chief) })

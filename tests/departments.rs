@@ -8,8 +8,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use support::departments::{Counting, Shared, Ward, config_with, minutes};
-use ward::budget::{self, BudgetConfig, Limit, Prices};
+use ward::budget::{self, Limit};
 use ward::chart::ENGINE_ROLE;
+use ward::config::{BudgetConfig, Prices};
 use ward::forge::{CiState, CiStatus, Forge, IssueNumber, IssueState, Permission};
 use ward::groundedness::{self, Decision, Facts};
 use ward::lockdown::{self, LockdownError};
@@ -236,7 +237,7 @@ async fn two_sweeps_never_act_at_once() {
     w.clock.advance(minutes(16));
     let r = sweep_once(&w).await;
     assert_eq!(r.outcome, SweepOutcome::Done);
-    let (state, _) = sweep::load_state(&*w.local).await.unwrap();
+    let state = sweep::load_state(&*w.local).await.unwrap();
     assert_eq!(state.lock, None, "released");
 }
 
@@ -351,7 +352,7 @@ async fn the_sweep_declares_a_lockdown_when_a_facility_fails() {
     let r = sweep_once(&w).await;
     let SweepOutcome::Lockdown { reason, declared_now: true, .. } = r.outcome else { panic!("{r}") };
     assert!(reason.contains("failed on 5 consecutive runs"), "{reason}");
-    let (state, _) = sweep::load_state(&*w.local).await.unwrap();
+    let state = sweep::load_state(&*w.local).await.unwrap();
     assert_eq!(state.agent.consecutive_failures, 0, "the declaration consumed the streak");
 
     // Failures with progress in between (a patient moved on) are not consecutive.
@@ -367,7 +368,7 @@ async fn the_sweep_declares_a_lockdown_when_a_facility_fails() {
     w.finish_run(moving, "admit", "ok-run", "ready").await;
     let r = sweep_once(&w).await;
     assert_eq!(r.outcome, SweepOutcome::Done, "a patient moved: the agent works: {r}");
-    assert_eq!(sweep::load_state(&*w.local).await.unwrap().0.agent.consecutive_failures, 0);
+    assert_eq!(sweep::load_state(&*w.local).await.unwrap().agent.consecutive_failures, 0);
     let run = AgentRun { issue: IssueNumber(9), stage: "treat".into(), run: "f9".into(), ok: false, at: w.now() };
     assert_eq!(sweep::record_agent_run(&*w.local, run).await.unwrap(), 1, "a new streak starts");
 
@@ -777,7 +778,7 @@ mod on_github {
         assert!(chart.contains("<!-- WARD:SWEEP run=sweep-") && chart.contains("role=engine"), "{chart}");
         assert_eq!(gh.state().labels_of(stalled), vec!["ward:admit".to_string(), "bug".to_string()]);
         assert_eq!(gh.state().labels_of(healthy), vec!["ward:treat".to_string()]);
-        let (state, _) = sweep::load_state(&forge).await.unwrap();
+        let state = sweep::load_state(&forge).await.unwrap();
         assert_eq!(state.lock, None);
         gh.assert_known_routes();
     }

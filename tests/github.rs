@@ -33,7 +33,7 @@ fn config() -> Config {
 
 fn note(kind: &str, run: &str, body: &str) -> Note {
     Note {
-        kind: kind.into(),
+        kind: kind.parse().expect("a known note kind"),
         meta: NoteMeta {
             run: run.into(),
             stage: "diagnose".into(),
@@ -197,7 +197,7 @@ async fn a_chart_conflict_is_reread_and_reappended_and_no_note_is_written_twice_
     let s = Sentinels::default();
     let n = IssueNumber(3);
     let ours = [note("TREATMENT_PLAN", "run-a", "plan A"), note("OUTCOME", "run-a", "plan-posted")];
-    let base = chart::store_notes(&forge, &s, n, None, &[note("TRIAGE", "run-0", "triaged")]).await.unwrap();
+    let base = chart::append(&forge, &s, n, chart::Seen::NotRead, &[note("TRIAGE", "run-0", "triaged")]).await.unwrap();
     // Between our read and our write, another run appends its own note.
     let theirs = s.append(n, base.as_ref().map(|c| c.text.as_str()), &[note("SWEEP", "sweep-1", "checked")]).unwrap();
     gh.state().inject(Fault::new(
@@ -206,7 +206,7 @@ async fn a_chart_conflict_is_reread_and_reappended_and_no_note_is_written_twice_
         1,
         FaultKind::ConcurrentWrite { branch: CHARTS.into(), text: theirs.unwrap() },
     ));
-    chart::store_notes(&forge, &s, n, base, &ours).await.unwrap();
+    chart::append(&forge, &s, n, chart::Seen::Read(base), &ours).await.unwrap();
     let text = gh.state().file(CHARTS, "charts/3.md").unwrap();
     let notes = s.parse_chart(&text).unwrap();
     let kinds: Vec<(&str, &str)> = notes.iter().map(|n| (n.kind.as_str(), n.meta.run.as_str())).collect();
@@ -225,7 +225,7 @@ async fn a_chart_conflict_is_reread_and_reappended_and_no_note_is_written_twice_
     assert_eq!(puts, vec![404, 201, 409, 200], "no branch yet; created; one conflict; the re-appended write");
     // A repeated delivery of the same run writes nothing.
     let before = gh.state().count("PUT /repos/{owner}/{repo}/contents/{path}");
-    chart::store_notes(&forge, &s, n, None, &ours).await.unwrap();
+    chart::append(&forge, &s, n, chart::Seen::NotRead, &ours).await.unwrap();
     assert_eq!(gh.state().count("PUT /repos/{owner}/{repo}/contents/{path}"), before);
 }
 
@@ -235,7 +235,7 @@ async fn a_chart_that_keeps_conflicting_gives_up_after_bounded_attempts_and_writ
     let forge = gh.forge();
     let s = Sentinels::default();
     let n = IssueNumber(3);
-    chart::store_notes(&forge, &s, n, None, &[note("TRIAGE", "run-0", "triaged")]).await.unwrap();
+    chart::append(&forge, &s, n, chart::Seen::NotRead, &[note("TRIAGE", "run-0", "triaged")]).await.unwrap();
     let mut other = gh.state().file(CHARTS, "charts/3.md").unwrap();
     for i in 0..10 {
         other = s.append(n, Some(&other), &[note("SWEEP", &format!("sweep-{i}"), "x")]).unwrap().unwrap();
@@ -246,7 +246,9 @@ async fn a_chart_that_keeps_conflicting_gives_up_after_bounded_attempts_and_writ
             FaultKind::ConcurrentWrite { branch: CHARTS.into(), text: other.clone() },
         ));
     }
-    let err = chart::store_notes(&forge, &s, n, None, &[note("TREATMENT_PLAN", "run-a", "plan")]).await.unwrap_err();
+    let err = chart::append(&forge, &s, n, chart::Seen::NotRead, &[note("TREATMENT_PLAN", "run-a", "plan")])
+        .await
+        .unwrap_err();
     assert!(matches!(err, chart::ChartStoreError::Contended(_)), "{err}");
     assert!(!gh.state().file(CHARTS, "charts/3.md").unwrap().contains("run=run-a"));
     // Two for the first chart (the branch did not exist yet), then the bounded attempts.
@@ -260,9 +262,10 @@ async fn a_file_on_the_charts_branch_that_is_not_a_chart_is_refused_and_left_alo
     forge.write_chart(IssueNumber(1), "", None).await.unwrap(); // creates the branch
     gh.state().put_file(CHARTS, "charts/5.md", "# my notes\nsomeone's file\n");
     let before = gh.state().fingerprint();
-    let err = chart::store_notes(&forge, &Sentinels::default(), IssueNumber(5), None, &[note("TRIAGE", "r", "x")])
-        .await
-        .unwrap_err();
+    let err =
+        chart::append(&forge, &Sentinels::default(), IssueNumber(5), chart::Seen::NotRead, &[note("TRIAGE", "r", "x")])
+            .await
+            .unwrap_err();
     assert_eq!(
         err.to_string(),
         "the chart of #5 is not readable: this is not a ward chart: it must start with `# Chart of #N` and the line \
@@ -757,9 +760,9 @@ async fn tour(gh: &FakeGitHub) {
     forge.permission("alice").await.unwrap();
     forge.permission("nobody").await.unwrap();
     let s = Sentinels::default();
-    chart::store_notes(&forge, &s, n, None, &[note("TRIAGE", "r1", "x")]).await.unwrap();
+    chart::append(&forge, &s, n, chart::Seen::NotRead, &[note("TRIAGE", "r1", "x")]).await.unwrap();
     let stale = forge.read_chart(n).await.unwrap().unwrap();
-    chart::store_notes(&forge, &s, n, None, &[note("TRIAGE", "r2", "y")]).await.unwrap();
+    chart::append(&forge, &s, n, chart::Seen::NotRead, &[note("TRIAGE", "r2", "y")]).await.unwrap();
     forge.write_chart(n, "x", Some(&stale.version)).await.unwrap_err(); // 409
     forge.write_chart(n, "x", None).await.unwrap_err(); // 422
     forge.dispatch_stage(n, "ward:diagnose").await.unwrap();
@@ -1078,9 +1081,13 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
     let notes = Sentinels::default().parse_chart(&chart).unwrap();
     let stages: Vec<&str> = notes.iter().filter(|n| n.kind == "OUTCOME").map(|n| n.meta.stage.as_str()).collect();
     assert_eq!(stages, ["admit", "diagnose", "plan-review", "treat", "code-review", "discharge"]);
-    for kind in ["TRIAGE", "TREATMENT_PLAN", "PLAN_REVIEW", "TREATMENT_NOTE", "CODE_REVIEW", "DISCHARGE_CHECKLIST"] {
+    for kind in ["TRIAGE", "TREATMENT_PLAN", "PLAN_REVIEW", "TREATMENT_NOTE", "CODE_REVIEW"] {
         assert_eq!(notes.iter().filter(|n| n.kind == kind).count(), 1, "{kind} once");
     }
+    // Every author's notes survive: the engine's audit and the nurse's own checklist, each attributed.
+    let checklists: Vec<&str> =
+        notes.iter().filter(|n| n.kind == "DISCHARGE_CHECKLIST").map(|n| n.meta.role.as_str()).collect();
+    assert_eq!(checklists, ["engine", "discharge-nurse"]);
     // Labels moved only by the engine after the person's admission.
     assert!(
         s.label_events
@@ -1387,13 +1394,13 @@ async fn a_write_whose_answer_was_lost_is_retried_without_writing_twice() {
     let forge = gh.forge();
     let s = Sentinels::default();
     let n = IssueNumber(gh.state().add_issue("x", "", "alice", &["ward:treat"]));
-    let base = chart::store_notes(&forge, &s, n, None, &[note("TRIAGE", "run-0", "triaged")]).await.unwrap();
+    let base = chart::append(&forge, &s, n, chart::Seen::NotRead, &[note("TRIAGE", "run-0", "triaged")]).await.unwrap();
     // The chart write lands, the answer does not: the retry meets a 409, the
     // re-read finds our notes there, and nothing is appended again.
     gh.state().inject(Fault::new("PUT /repos/{owner}/{repo}/contents/{path}", 0, 1, FaultKind::LostAnswer(502)));
     let mark = gh.state().log.len();
     let notes = [note("TREATMENT_NOTE", "run-b", "done"), note("OUTCOME", "run-b", "treated")];
-    chart::store_notes(&forge, &s, n, base, &notes).await.unwrap();
+    chart::append(&forge, &s, n, chart::Seen::Read(base), &notes).await.unwrap();
     let chart = gh.state().file(CHARTS, &format!("charts/{}.md", n.0)).unwrap();
     assert_eq!(chart.matches("run=run-b").count(), 2, "two notes, each written once: {chart}");
     assert_eq!(s.parse_chart(&chart).unwrap().len(), 3);

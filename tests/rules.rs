@@ -423,7 +423,7 @@ mod over_github {
     fn note(kind: &str, run: &str, stage: &str, role: &str, body: &str) -> Note {
         let at = chrono::DateTime::parse_from_rfc3339("2026-11-29T10:00:00Z").unwrap().into();
         Note {
-            kind: kind.into(),
+            kind: kind.parse().expect("a known note kind"),
             meta: NoteMeta { run: run.into(), stage: stage.into(), role: role.into(), at },
             body: body.into(),
         }

@@ -94,9 +94,9 @@ fn proof_repo() -> TestRepo {
 }
 
 /// The emulator section of the proofs: the docstore, seeded from the fixtures.
-fn seeded_emulator() -> ward::workspace::config::EmulatorConfig {
+fn seeded_emulator() -> ward::config::EmulatorConfig {
     let mut config = emulator_config("");
-    config.seed = Some(ward::workspace::config::SeedConfig {
+    config.seed = Some(ward::config::SeedConfig {
         command: vec![docstore_bin().display().to_string(), "seed".into(), "fixtures/dispatch.tsv".into()],
         time_limit: Duration::from_secs(30),
     });
@@ -463,7 +463,7 @@ async fn a_failing_seed_command_removes_everything_and_keeps_its_output() {
     let run_name = run_id("bad-seed");
     let _janitor = DockerJanitor(vec![run_name.clone()]);
     let mut config = emulator_config("");
-    config.seed = Some(ward::workspace::config::SeedConfig {
+    config.seed = Some(ward::config::SeedConfig {
         command: vec![docstore_bin().display().to_string(), "seed".into(), "fixtures/bad.tsv".into()],
         time_limit: Duration::from_secs(10),
     });
@@ -485,7 +485,7 @@ async fn a_seed_command_past_its_time_limit_is_killed_with_everything_it_started
     let _janitor = DockerJanitor(vec![run_name.clone()]);
     let pid_file = repo.tmp.path().join("background.pid");
     let mut config = emulator_config("");
-    config.seed = Some(ward::workspace::config::SeedConfig {
+    config.seed = Some(ward::config::SeedConfig {
         command: vec!["./seed.sh".into(), pid_file.display().to_string()],
         time_limit: Duration::from_secs(1),
     });

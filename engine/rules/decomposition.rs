@@ -24,7 +24,7 @@ use regex::Regex;
 use serde::Deserialize;
 
 use super::{DependencyFact, GuardInput, Refusal, Route, RunInput, Verdict, run_was_refused};
-use crate::chart::{Note, Sentinels};
+use crate::chart::{Note, NoteKind, Sentinels};
 use crate::config::{Config, DecompositionConfig};
 use crate::forge::{Issue, IssueNumber, NewIssue};
 
@@ -203,7 +203,7 @@ pub fn check(body: &str, limits: &DecompositionConfig, depth: usize) -> Result<V
 }
 
 pub fn after(input: &RunInput<'_>) -> Verdict {
-    let notes: Vec<_> = input.notes.notes.iter().filter(|n| n.kind == "DECOMPOSITION").collect();
+    let notes: Vec<_> = input.notes.notes.iter().filter(|n| n.kind == NoteKind::Decomposition).collect();
     let mut problems = Vec::new();
     if notes.len() > 1 {
         problems.push(format!("{} DECOMPOSITION notes were written; write one", notes.len()));
@@ -313,7 +313,7 @@ pub fn existing_children(parent: IssueNumber, issues: &[Issue], engine_account: 
 
 /// The latest DECOMPOSITION of a chart that counts (its run was not refused).
 pub fn latest_decomposition(chart: &[Note]) -> Option<&Note> {
-    chart.iter().rev().find(|n| n.kind == "DECOMPOSITION" && !run_was_refused(chart, &n.meta.run))
+    chart.iter().rev().find(|n| n.kind == NoteKind::Decomposition && !run_was_refused(chart, &n.meta.run))
 }
 
 fn discharged(sibling: Option<&Sibling>, config: &Config) -> bool {

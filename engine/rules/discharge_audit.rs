@@ -10,7 +10,7 @@ use std::fmt;
 
 use super::plan_gate::{PlanStatus, plan_status};
 use super::{list, missing_sections, outcome_of_run, run_was_refused};
-use crate::chart::Note;
+use crate::chart::{Note, NoteKind};
 use crate::config::Config;
 use crate::forge::{CiState, CiStatus, CommitInfo, PullRequest, Review, ReviewState};
 
@@ -116,9 +116,9 @@ fn short(sha: &str) -> &str {
 /// may write CODE_REVIEW.
 pub fn latest_code_review<'a>(config: &Config, chart: &'a [Note]) -> Option<&'a Note> {
     chart.iter().rev().find(|n| {
-        n.kind == "CODE_REVIEW"
+        n.kind == NoteKind::CodeReview
             && !run_was_refused(chart, &n.meta.run)
-            && config.role(&n.meta.role).is_some_and(|r| r.writes.iter().any(|w| w == "CODE_REVIEW"))
+            && config.role(&n.meta.role).is_some_and(|r| r.writes.contains(&NoteKind::CodeReview))
     })
 }
 

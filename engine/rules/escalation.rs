@@ -19,6 +19,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::{Refusal, Route, RunInput, Verdict, list, missing_sections};
+use crate::chart::NoteKind;
 use crate::precedent::is_precedent_id;
 
 pub const NAME: &str = "escalation";
@@ -41,7 +42,9 @@ fn turn_backs_since_last_outcome(chart: &[crate::chart::Note]) -> usize {
     chart[start..]
         .iter()
         .filter(|n| {
-            n.kind == "REFUSAL" && n.body.starts_with(&format!("Rule: {NAME}\n")) && n.body.contains("stage runs again")
+            n.kind == NoteKind::Refusal
+                && n.body.starts_with(&format!("Rule: {NAME}\n"))
+                && n.body.contains("stage runs again")
         })
         .count()
 }
@@ -130,12 +133,12 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
         ));
     }
 
-    let escalations: Vec<_> = input.notes.notes.iter().filter(|n| n.kind == "ESCALATION").collect();
+    let escalations: Vec<_> = input.notes.notes.iter().filter(|n| n.kind == NoteKind::Escalation).collect();
     if escalations.is_empty() && input.outcome() != Some(ESCALATE) {
         return Ok(());
     }
     let mut problems = Vec::new();
-    let looked_up = input.chart.iter().any(|n| n.kind == "PRECEDENT_LOOKUP" && n.meta.run == input.run);
+    let looked_up = input.chart.iter().any(|n| n.kind == NoteKind::PrecedentLookup && n.meta.run == input.run);
     if !looked_up {
         problems.push(format!("no PRECEDENT_LOOKUP was recorded for run `{}`", input.run));
     }

@@ -10,7 +10,7 @@
 //!   word).
 
 use super::{Refusal, Route, RunInput, Verdict, has_substance, last_accepted_outcome, list, missing_sections};
-use crate::chart::{DraftNote, Note};
+use crate::chart::{DraftNote, Note, NoteKind};
 
 pub const NAME: &str = "handoff";
 
@@ -31,13 +31,13 @@ pub const STUCK: &str = "stuck";
 pub fn pending_handoff(chart: &[Note]) -> Option<&Note> {
     let last = last_accepted_outcome(chart)?;
     let run = &last.meta.run;
-    let handoff = chart.iter().rev().find(|n| n.kind == "IPASS_HANDOFF" && &n.meta.run == run);
+    let handoff = chart.iter().rev().find(|n| n.kind == NoteKind::IpassHandoff && &n.meta.run == run);
     match handoff {
         Some(h) => Some(h),
         // Declared stuck without a handoff note (an older chart): the read-back
         // is still owed, against the latest handoff if any.
         None if last.body.trim() == STUCK => {
-            Some(chart.iter().rev().find(|n| n.kind == "IPASS_HANDOFF").unwrap_or(last))
+            Some(chart.iter().rev().find(|n| n.kind == NoteKind::IpassHandoff).unwrap_or(last))
         }
         None => None,
     }
@@ -70,7 +70,7 @@ fn readback_problem(readback: &DraftNote, handoff: &Note) -> Option<String> {
     if !has_substance(&readback.body) {
         return Some(format!("the IPASS_READBACK on line {line} is empty"));
     }
-    if handoff.kind == "IPASS_HANDOFF" {
+    if handoff.kind == NoteKind::IpassHandoff {
         let (copy, original) = (normalise(&readback.body), normalise(&handoff.body));
         let copied = copied_sections(&readback.body, &handoff.body);
         if copy == original || copy.contains(&original) || copied.len() > MAX_COPIED_SECTIONS {
@@ -91,7 +91,7 @@ fn readback_problem(readback: &DraftNote, handoff: &Note) -> Option<String> {
 pub fn after(input: &RunInput<'_>) -> Verdict {
     let mut problems = Vec::new();
     let mut help = Vec::new();
-    for note in input.notes.notes.iter().filter(|n| n.kind == "IPASS_HANDOFF") {
+    for note in input.notes.notes.iter().filter(|n| n.kind == NoteKind::IpassHandoff) {
         let missing = missing_sections(&note.body, IPASS_SECTIONS);
         if !missing.is_empty() {
             problems.push(format!("the IPASS_HANDOFF on line {}: {}", note.line, list(&missing)));
@@ -108,7 +108,7 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
         let from = &handoff.meta.run;
         match input.notes.notes.first() {
             None => problems.push(format!("this run receives the handoff of run `{from}` but wrote no notes")),
-            Some(first) if first.kind != "IPASS_READBACK" => problems.push(format!(
+            Some(first) if first.kind != NoteKind::IpassReadback => problems.push(format!(
                 "this run receives the handoff of run `{from}`, but its first note is {} (line {}), not IPASS_READBACK",
                 first.kind, first.line
             )),

@@ -29,7 +29,7 @@ pub mod plan_gate;
 
 use std::fmt;
 
-use crate::chart::{AgentNotes, Note};
+use crate::chart::{AgentNotes, Note, NoteKind};
 use crate::config::{Config, Stage};
 use crate::forge::IssueNumber;
 use crate::precedent::PrecedentLog;
@@ -286,18 +286,18 @@ pub fn missing_sections(body: &str, required: &[&str]) -> Vec<String> {
 
 /// The OUTCOME a run declared, from the chart (the note body is the name).
 pub fn outcome_of_run<'a>(chart: &'a [Note], run: &str) -> Option<&'a str> {
-    chart.iter().rev().find(|n| n.kind == "OUTCOME" && n.meta.run == run).map(|n| n.body.trim())
+    chart.iter().rev().find(|n| n.kind == NoteKind::Outcome && n.meta.run == run).map(|n| n.body.trim())
 }
 
 /// True when the engine refused the run (a REFUSAL note carries its id):
 /// what such a run declared does not count.
 pub fn run_was_refused(chart: &[Note], run: &str) -> bool {
-    chart.iter().any(|n| n.kind == "REFUSAL" && n.meta.run == run)
+    chart.iter().any(|n| n.kind == NoteKind::Refusal && n.meta.run == run)
 }
 
 /// The latest accepted OUTCOME note: the last one whose run was not refused.
 pub fn last_accepted_outcome(chart: &[Note]) -> Option<&Note> {
-    chart.iter().rev().find(|n| n.kind == "OUTCOME" && !run_was_refused(chart, &n.meta.run))
+    chart.iter().rev().find(|n| n.kind == NoteKind::Outcome && !run_was_refused(chart, &n.meta.run))
 }
 
 /// Joins names as `a`, `b` and `c`.
@@ -330,7 +330,7 @@ pub(crate) mod testing {
     /// A chart note; minutes order the chart.
     pub fn note(kind: &str, run: &str, stage: &str, role: &str, body: &str) -> Note {
         Note {
-            kind: kind.into(),
+            kind: kind.parse().expect("a known note kind"),
             meta: NoteMeta { run: run.into(), stage: stage.into(), role: role.into(), at: at(0) },
             body: body.into(),
         }
@@ -346,7 +346,11 @@ pub(crate) mod testing {
             notes: notes
                 .iter()
                 .enumerate()
-                .map(|(i, (k, b))| DraftNote { kind: k.to_string(), body: b.to_string(), line: i * 10 + 1 })
+                .map(|(i, (k, b))| DraftNote {
+                    kind: k.parse().expect("a known note kind"),
+                    body: b.to_string(),
+                    line: i * 10 + 1,
+                })
                 .collect(),
             outcomes: outcomes.iter().enumerate().map(|(i, o)| (o.to_string(), 1000 + i)).collect(),
         }

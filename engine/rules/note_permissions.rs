@@ -5,7 +5,7 @@
 //! of its stage.
 
 use super::{Refusal, Route, RunInput, Verdict, list};
-use crate::config::ENGINE_KINDS;
+use crate::chart::NoteKind;
 
 pub const NAME: &str = "note-permissions";
 
@@ -17,11 +17,11 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
     let writes = input.config.role(role).map(|r| r.writes.as_slice()).unwrap_or_default();
     let mut forbidden: Vec<String> = Vec::new();
     for note in &input.notes.notes {
-        let kind = note.kind.as_str();
+        let kind = note.kind;
         let label = format!("`{kind}` (line {})", note.line);
-        if ENGINE_KINDS.contains(&kind) {
+        if kind.engine_only() {
             forbidden.push(format!("{label}, which only the engine writes"));
-        } else if !writes.iter().any(|w| w == kind) {
+        } else if !writes.contains(&kind) {
             forbidden.push(label);
         }
     }
@@ -29,7 +29,11 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
         problems.push(format!(
             "role `{role}` may not write {} (it may write: {})",
             list(&forbidden),
-            if writes.is_empty() { "nothing".to_string() } else { writes.join(", ") }
+            if writes.is_empty() {
+                "nothing".to_string()
+            } else {
+                writes.iter().map(|w| w.as_str()).collect::<Vec<_>>().join(", ")
+            }
         ));
     }
 
@@ -54,9 +58,9 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
         )),
     }
 
-    let written: Vec<&str> = input.notes.kinds().collect();
-    let missing = |kinds: &[String]| -> Vec<String> {
-        kinds.iter().filter(|k| !written.contains(&k.as_str())).map(|k| format!("`{k}`")).collect()
+    let written: Vec<NoteKind> = input.notes.kinds().collect();
+    let missing = |kinds: &[NoteKind]| -> Vec<String> {
+        kinds.iter().filter(|k| !written.contains(k)).map(|k| format!("`{k}`")).collect()
     };
     let always = missing(&stage.config.requires);
     if !always.is_empty() {

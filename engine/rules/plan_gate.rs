@@ -11,22 +11,16 @@
 //! missing a section never reaches review.
 
 use super::{GuardInput, Refusal, Route, RunInput, Verdict, list, missing_sections, outcome_of_run, run_was_refused};
-use crate::chart::Note;
+use crate::chart::{Note, NoteKind};
 use crate::config::Config;
 
 pub const NAME: &str = "plan-gate";
-
-/// Kinds that are plans.
-pub const PLAN_KINDS: &[&str] = &["TREATMENT_PLAN", "REVISED_PLAN"];
 
 /// Sections every plan holds, in this order.
 pub const PLAN_SECTIONS: &[&str] = &["Diagnosis", "Files to change", "Tests to add", "Risks", "Open questions"];
 
 /// Sections of a plan review.
 pub const PLAN_REVIEW_SECTIONS: &[&str] = &["Findings", "Verdict"];
-
-/// Stage modes that change code and so need an approved plan.
-pub const GATED_MODES: &[&str] = &["treat"];
 
 /// The outcome of a plan review that approves the plan.
 pub const APPROVE: &str = "approve";
@@ -56,13 +50,12 @@ pub enum PlanStatus<'a> {
 /// its role may write PLAN_REVIEW.
 pub fn plan_status<'a>(config: &Config, chart: &'a [Note]) -> PlanStatus<'a> {
     let counts = |n: &Note| !run_was_refused(chart, &n.meta.run);
-    let Some(at) = chart.iter().rposition(|n| PLAN_KINDS.contains(&n.kind.as_str()) && counts(n)) else {
+    let Some(at) = chart.iter().rposition(|n| n.kind.is_plan() && counts(n)) else {
         return PlanStatus::NoPlan;
     };
     let plan = &chart[at];
-    let reviewer_may =
-        |n: &Note| config.role(&n.meta.role).is_some_and(|r| r.writes.iter().any(|w| w == "PLAN_REVIEW"));
-    let review = chart[at + 1..].iter().rev().find(|n| n.kind == "PLAN_REVIEW" && counts(n) && reviewer_may(n));
+    let reviewer_may = |n: &Note| config.role(&n.meta.role).is_some_and(|r| r.writes.contains(&NoteKind::PlanReview));
+    let review = chart[at + 1..].iter().rev().find(|n| n.kind == NoteKind::PlanReview && counts(n) && reviewer_may(n));
     match review {
         None => PlanStatus::Unreviewed { plan },
         Some(review) => match outcome_of_run(chart, &review.meta.run) {
@@ -78,14 +71,14 @@ pub fn planning_label(config: &Config) -> Option<&str> {
     config
         .stages()
         .find(|s| {
-            s.config.requires.iter().any(|k| k == "TREATMENT_PLAN")
-                || s.config.requires_for.values().any(|ks| ks.iter().any(|k| k == "TREATMENT_PLAN"))
+            s.config.requires.contains(&NoteKind::TreatmentPlan)
+                || s.config.requires_for.values().any(|ks| ks.contains(&NoteKind::TreatmentPlan))
         })
         .map(|s| s.config.label.as_str())
 }
 
 pub fn before(input: &GuardInput<'_>) -> Verdict {
-    if !GATED_MODES.contains(&input.stage.mode()) {
+    if !input.stage.mode().treats() {
         return Ok(());
     }
     let why = match plan_status(input.config, input.chart) {
@@ -118,8 +111,8 @@ pub fn plan_review_label(config: &Config) -> Option<&str> {
     config
         .stages()
         .find(|s| {
-            s.config.requires.iter().any(|k| k == "PLAN_REVIEW")
-                || s.config.requires_for.values().any(|ks| ks.iter().any(|k| k == "PLAN_REVIEW"))
+            s.config.requires.contains(&NoteKind::PlanReview)
+                || s.config.requires_for.values().any(|ks| ks.contains(&NoteKind::PlanReview))
         })
         .map(|s| s.config.label.as_str())
 }
@@ -128,9 +121,9 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
     let mut problems = Vec::new();
     // Never improvise: a plan changed during treatment goes back to review
     // before any more code does.
-    let wrote_plan = input.notes.notes.iter().find(|n| PLAN_KINDS.contains(&n.kind.as_str()));
+    let wrote_plan = input.notes.notes.iter().find(|n| n.kind.is_plan());
     if let (Some(plan), Some(review)) = (wrote_plan, plan_review_label(input.config))
-        && GATED_MODES.contains(&input.stage.mode())
+        && input.stage.mode().treats()
     {
         let to = input.outcome().and_then(|o| input.stage.config.outcomes.get(o));
         if to.is_some_and(|l| l != review) {
@@ -142,13 +135,13 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
             ));
         }
     }
-    for note in input.notes.notes.iter().filter(|n| PLAN_KINDS.contains(&n.kind.as_str())) {
+    for note in input.notes.notes.iter().filter(|n| n.kind.is_plan()) {
         let missing = missing_sections(&note.body, PLAN_SECTIONS);
         if !missing.is_empty() {
             problems.push(format!("the {} on line {}: {}", note.kind, note.line, list(&missing)));
         }
     }
-    for note in input.notes.notes.iter().filter(|n| n.kind == "PLAN_REVIEW") {
+    for note in input.notes.notes.iter().filter(|n| n.kind == NoteKind::PlanReview) {
         let missing = missing_sections(&note.body, PLAN_REVIEW_SECTIONS);
         if !missing.is_empty() {
             problems.push(format!("the PLAN_REVIEW on line {}: {}", note.line, list(&missing)));

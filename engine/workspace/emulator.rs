@@ -32,7 +32,7 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Cancel;
-use super::config::{EmulatorConfig, Probe, render_expose};
+use crate::config::{EmulatorConfig, Probe, render_expose};
 
 /// Where bollard looks when `DOCKER_HOST` is not set.
 pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";

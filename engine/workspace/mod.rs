@@ -8,8 +8,8 @@
 //! `report.json` in the run's artifacts folder; callers write it only when
 //! the run and its teardown both succeeded.
 
-pub mod config;
 pub mod emulator;
+pub mod reaper;
 pub mod worktree;
 
 use std::path::{Path, PathBuf};
@@ -20,9 +20,9 @@ use chrono::Utc;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use self::config::EmulatorConfig;
 use self::emulator::{Docker, Emulator, EmulatorError, Owner, Teardown};
 use self::worktree::{CommitIdentity, GitRepo, Marker, TaskBranch, Worktree, WorktreeCleanup, WorktreeError};
+use crate::config::EmulatorConfig;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {

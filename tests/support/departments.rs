@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use ward::chart::{ENGINE_ROLE, Note, NoteMeta, Sentinels, store_notes};
+use ward::chart::{ENGINE_ROLE, Note, NoteMeta, Seen, Sentinels, append};
 use ward::config::Config;
 use ward::forge::local::{Clock, LocalForge};
 use ward::forge::{
@@ -104,12 +104,12 @@ impl Ward {
     }
 
     pub async fn write(&self, n: IssueNumber, notes: &[Note]) {
-        store_notes(&*self.local, &self.sentinels, n, None, notes).await.unwrap();
+        append(&*self.local, &self.sentinels, n, Seen::NotRead, notes).await.unwrap();
     }
 
     pub fn note(&self, kind: &str, stage: &str, run: &str, role: &str, body: &str) -> Note {
         Note {
-            kind: kind.into(),
+            kind: kind.parse().expect("a known note kind"),
             meta: NoteMeta { run: run.into(), stage: stage.into(), role: role.into(), at: self.now() },
             body: body.into(),
         }

@@ -100,11 +100,15 @@ pub fn stderr(o: &Output) -> String {
 /// plan-review run's PLAN_REVIEW whose OUTCOME is `approve`, each written by
 /// the role its stage names in the hospital's pipeline.
 pub async fn seed_approved_plan(h: &ward::stage::Hospital, n: ward::forge::IssueNumber) {
-    use ward::chart::{Note, NoteMeta, store_notes};
+    use ward::chart::{Note, NoteMeta, Seen, append};
     let at = (h.clock)();
     let note = |kind: &str, stage: &str, run: &str, body: &str| {
         let role = h.config.stage(stage).unwrap_or_else(|| panic!("stage `{stage}`")).config.role.clone();
-        Note { kind: kind.into(), meta: NoteMeta { run: run.into(), stage: stage.into(), role, at }, body: body.into() }
+        Note {
+            kind: kind.parse().expect("a known note kind"),
+            meta: NoteMeta { run: run.into(), stage: stage.into(), role, at },
+            body: body.into(),
+        }
     };
     let plan = "## Diagnosis\nThe fix is missing.\n\n## Files to change\n- fix.txt (new)\n\n## Tests to add\n- \
                 the fix is present\n\n## Risks\nNone known.\n\n## Open questions\nNone.\n";
@@ -119,5 +123,5 @@ pub async fn seed_approved_plan(h: &ward::stage::Hospital, n: ward::forge::Issue
         ),
         note("OUTCOME", "plan-review", "seed-plan-review", "approve"),
     ];
-    store_notes(&*h.forge, &h.sentinels, n, None, &notes).await.expect("the approved plan is stored");
+    append(&*h.forge, &h.sentinels, n, Seen::NotRead, &notes).await.expect("the approved plan is stored");
 }

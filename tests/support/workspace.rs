@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use ward::workspace::config::EmulatorConfig;
+use ward::config::EmulatorConfig;
 use ward::workspace::worktree::CommitIdentity;
 
 /// The local test image; kept between runs as a cache (rebuilt when the
@@ -104,7 +104,7 @@ expose:
         image = docstore_image()
     );
     let config: EmulatorConfig = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let problems = ward::workspace::config::validate(&config, "emulator");
+    let problems = ward::config::emulator_validate(&config, "emulator");
     assert!(problems.is_empty(), "{problems:?}");
     config
 }

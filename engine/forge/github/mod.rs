@@ -615,7 +615,7 @@ mod tests {
     #[test]
     fn chart_contents_decode_and_refuse_non_files() {
         let wire = |kind: &str, content: &str| WireContent {
-            kind: kind.into(),
+            kind: kind.parse().expect("a known note kind"),
             sha: "abc".into(),
             content: Some(content.into()),
             encoding: Some("base64".into()),

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod departments;
+
 use crate::chart::Sentinels;
 use crate::config::{CONFIG_PATH, Config, ConfigErrors};
 use crate::forge::local::LocalForge;
@@ -331,7 +333,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                     let notes = sentinels
                         .parse_chart(&chart.text)
                         .map_err(|e| BadInput(format!("the chart of issue {number} is not readable: {e}")))?;
-                    let picked: Vec<_> = notes.iter().filter(|n| kind.as_ref().is_none_or(|k| &n.kind == k)).collect();
+                    let picked: Vec<_> =
+                        notes.iter().filter(|n| kind.as_ref().is_none_or(|k| n.kind.as_str() == k)).collect();
                     if *json {
                         println!("{}", serde_json::to_string_pretty(&picked)?);
                     } else {
@@ -410,10 +413,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
             let now = now.as_deref();
-            crate::departments::commands::sweep(&*forge, &config, &cli.root, now, *probe_docker, *reap).await
+            departments::sweep(&*forge, &config, &cli.root, now, *probe_docker, *reap).await
         }
         Command::Lockdown { command } => {
-            use crate::departments::commands as dept;
+            use departments as dept;
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
             // Who acts: --actor / GITHUB_ACTOR, else the local person (as the local forge records it).
@@ -433,7 +436,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
             let (html, now) = (html.as_deref(), now.as_deref());
-            crate::departments::commands::report(&*forge, &config, since, html, *post, now).await
+            departments::report(&*forge, &config, since, html, *post, now).await
         }
         Command::Init => {
             let written = crate::defaults::install(&cli.root)?;

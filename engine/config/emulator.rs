@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::de_duration;
+use super::de_duration;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,0 +1,508 @@
+//! `.github/ward.yml`: the pipeline as versioned configuration.
+//!
+//! Two phases, as zizmor does it: strict parsing (`deny_unknown_fields`,
+//! serde_yaml reports line and column), then a semantic pass that reports the
+//! path of the offending value (`stages.treat.outcomes.stuck`) and where it is
+//! in the file.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::forge::{LabelSpec, Permission};
+
+mod departments;
+mod emulator;
+mod locate;
+mod pipeline;
+
+pub use departments::*;
+pub use emulator::{
+    EmulatorConfig, HttpProbe, Probe, ReadinessConfig, SeedConfig, render_expose, validate as emulator_validate,
+};
+pub use locate::locate;
+pub use pipeline::*;
+
+/// Where the pipeline lives, relative to the repository root.
+pub const CONFIG_PATH: &str = ".github/ward.yml";
+
+/// The label of the issue that declares a lockdown (infection control).
+pub const LOCKDOWN_LABEL: &str = "ward:lockdown";
+
+/// The whole pipeline. Every field documents its default.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Schema version; must be 1.
+    pub version: u32,
+    /// The login the engine acts as. Labels it applies are trusted; it may
+    /// never author a precedent. Default `github-actions[bot]`.
+    #[serde(default = "default_engine_account")]
+    pub engine_account: String,
+    /// Sentinel prefix in charts and notes. Default `WARD`.
+    #[serde(default = "default_prefix")]
+    pub sentinel_prefix: String,
+    /// The label a person applies to admit a patient.
+    pub admission: String,
+    /// Minimum permission of a person who applies the admission label.
+    /// Default `triage`.
+    #[serde(default = "default_admit_permission", deserialize_with = "de_permission")]
+    pub admit_permission: Permission,
+    /// Branch that holds the charts in GitHub mode. Default `ward-charts`.
+    #[serde(default = "default_charts_branch")]
+    pub charts_branch: String,
+    /// How the next stage starts after a label moves: `repository_dispatch`
+    /// (default; labels set with GITHUB_TOKEN start no workflow) or `label`
+    /// (an app token is configured and the labeled event starts it).
+    #[serde(default)]
+    pub dispatch: DispatchMode,
+    /// With `true`, a passed discharge audit waits for a chief
+    /// (`ward:awaiting-chief`). Default `false`.
+    #[serde(default)]
+    pub human_approval: bool,
+    pub agent: AgentConfig,
+    /// Every label the engine owns, with how people see it.
+    pub labels: BTreeMap<String, LabelConfig>,
+    /// Stages by name, in pipeline order.
+    pub stages: IndexedStages,
+    /// Roles by name.
+    pub roles: BTreeMap<String, RoleConfig>,
+    /// Precedent lookup. Default: top 3 from `precedents/log.yaml`.
+    #[serde(default)]
+    pub precedents: PrecedentConfig,
+    /// Bounds and labels of the planner's decompositions. Default:
+    /// depth 2, 12 children, `ward:waiting` / `ward:blocked`.
+    #[serde(default)]
+    pub decomposition: DecompositionConfig,
+    /// Labels and permissions of discharge (merge) and human approval.
+    #[serde(default)]
+    pub discharge: DischargeConfig,
+    /// The departments outside the patient flow: the charge nurse's sweep
+    /// (`max_retries` 2, `max_actions` 50, ...), budgets and groundedness.
+    /// Every field has a default; see [`Departments`].
+    #[serde(default)]
+    pub departments: Departments,
+    /// The emulator every stage run gets (a stage's own `emulator` replaces
+    /// it). Default: none. See [`EmulatorConfig`].
+    #[serde(default)]
+    pub emulator: Option<EmulatorConfig>,
+}
+
+fn default_engine_account() -> String {
+    "github-actions[bot]".into()
+}
+fn default_prefix() -> String {
+    "WARD".into()
+}
+fn default_admit_permission() -> Permission {
+    Permission::Triage
+}
+fn default_charts_branch() -> String {
+    "ward-charts".into()
+}
+pub(crate) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s)
+        .map_err(|e| serde::de::Error::custom(format!("`{s}` is not a duration like `15m` or `1h 30m`: {e}")))
+}
+
+pub(crate) fn de_permission<'de, D: Deserializer<'de>>(d: D) -> Result<Permission, D::Error> {
+    String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+}
+
+/// A configuration error a person can act on: file, line, column, the path
+/// of the value, what is wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub line: usize,
+    pub column: usize,
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: ", self.file.display(), self.line, self.column)?;
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Every problem found in one file, so a person fixes them in one go.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates `<root>/.github/ward.yml` (structure
+    /// only; [`crate::prompt`] checks that role templates render).
+    pub fn load(root: &Path) -> Result<Self, ConfigErrors> {
+        let file = root.join(CONFIG_PATH);
+        let text = std::fs::read_to_string(&file).map_err(|e| {
+            ConfigErrors(vec![ConfigError {
+                file: file.clone(),
+                line: 0,
+                column: 0,
+                path: String::new(),
+                message: format!("cannot read the pipeline ({e}); is this a repository with ward installed?"),
+            }])
+        })?;
+        Self::parse(&text, &file, Some(root))
+    }
+
+    /// Parses and validates; `root` (when given) is where role files must exist.
+    pub fn parse(text: &str, file: &Path, root: Option<&Path>) -> Result<Self, ConfigErrors> {
+        let config: Config = serde_yaml::from_str(text).map_err(|e| {
+            let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+            ConfigErrors(vec![ConfigError {
+                file: file.to_path_buf(),
+                line,
+                column,
+                path: String::new(),
+                message: e.to_string().split(" at line ").next().unwrap_or_default().to_string(),
+            }])
+        })?;
+        let mut config = config;
+        let mut problems = config.resolve_modes();
+        if problems.is_empty() {
+            problems = config.validate(root);
+        }
+        if problems.is_empty() {
+            return Ok(config);
+        }
+        let mut errors: Vec<ConfigError> = problems
+            .into_iter()
+            .map(|(path, message)| {
+                let (line, column) = locate(text, &path);
+                ConfigError { file: file.to_path_buf(), line, column, path, message }
+            })
+            .collect();
+        errors.sort_by_key(|e| (e.line, e.column));
+        Err(ConfigErrors(errors))
+    }
+
+    /// The semantic pass: (path, message) for every problem.
+    fn validate(&self, root: Option<&Path>) -> Vec<(String, String)> {
+        let mut p = self.validate_top();
+        p.extend(self.validate_labels());
+        p.extend(self.stages().flat_map(|s| pipeline::validate_stage(self, s)));
+        p.extend(self.roles.iter().flat_map(|(name, role)| pipeline::validate_role(name, role, root)));
+        p.extend(pipeline::validate_modes(self));
+        p.extend(self.validate_resting_labels());
+        p.extend(self.departments.validate(self));
+        if let Some(e) = &self.emulator {
+            p.extend(emulator::validate(e, "emulator"));
+        }
+        // Reachability: every stage must be reachable from admission.
+        let reached = self.reachable_labels();
+        for stage in self.stages() {
+            if !reached.contains(stage.config.label.as_str()) {
+                p.push((
+                    format!("stages.{}", stage.name),
+                    format!("no outcome leads to `{}`, so stage `{}` can never run", stage.config.label, stage.name),
+                ));
+            }
+        }
+        p
+    }
+
+    fn validate_top(&self) -> Vec<(String, String)> {
+        let mut p = Vec::new();
+        if self.version != 1 {
+            p.push(("version".into(), format!("version {} is not supported; use 1", self.version)));
+        }
+        let prefix_ok = !self.sentinel_prefix.is_empty()
+            && self.sentinel_prefix.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            && self.sentinel_prefix.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+        if !prefix_ok {
+            p.push((
+                "sentinel_prefix".into(),
+                "must be upper-case letters, digits and `_`, starting with a letter".into(),
+            ));
+        }
+        p.extend(pipeline::validate_agent(&self.agent));
+        let d = &self.decomposition;
+        if !(1..=5).contains(&d.max_depth) {
+            p.push(("decomposition.max_depth".into(), format!("{} is out of range; use 1 to 5", d.max_depth)));
+        }
+        if !(1..=50).contains(&d.max_children) {
+            p.push(("decomposition.max_children".into(), format!("{} is out of range; use 1 to 50", d.max_children)));
+        }
+        if self.discharge.approver_permission < Permission::Maintain {
+            p.push((
+                "discharge.approver_permission".into(),
+                "must be `maintain` or `admin`: approving a merge is a chief's decision".into(),
+            ));
+        }
+        p
+    }
+
+    fn validate_labels(&self) -> Vec<(String, String)> {
+        let mut p = Vec::new();
+        for (name, label) in &self.labels {
+            let path = format!("labels.{name}");
+            if !(label.color.len() == 6 && label.color.chars().all(|c| c.is_ascii_hexdigit())) {
+                p.push((format!("{path}.color"), format!("`{}` is not six hex digits like `0e8a16`", label.color)));
+            }
+            if name.trim().is_empty() || name.len() > 50 {
+                p.push((path, "a label name must be 1 to 50 characters".into()));
+            }
+        }
+        if !self.labels.contains_key(&self.admission) {
+            p.push(("admission".into(), format!("label `{}` is not declared under `labels`", self.admission)));
+        }
+        if self.stage_by_label(&self.admission).is_none() {
+            p.push(("admission".into(), format!("no stage starts on `{}`", self.admission)));
+        }
+        let mut seen_labels = BTreeMap::new();
+        for stage in self.stages() {
+            if let Some(other) = seen_labels.insert(stage.config.label.as_str(), stage.name) {
+                p.push((
+                    format!("stages.{}.label", stage.name),
+                    format!(
+                        "label `{}` already starts stage `{other}`; each stage needs its own label",
+                        stage.config.label
+                    ),
+                ));
+            }
+        }
+        p
+    }
+
+    /// Labels where patients rest must be declared and start no stage.
+    fn validate_resting_labels(&self) -> Vec<(String, String)> {
+        let (d, c) = (&self.decomposition, &self.discharge);
+        let mut p = Vec::new();
+        for (path, label) in [
+            ("decomposition.waiting_label", &d.waiting_label),
+            ("decomposition.blocked_label", &d.blocked_label),
+            ("discharge.discharged_label", &c.discharged_label),
+            ("discharge.awaiting_label", &c.awaiting_label),
+            ("discharge.approved_label", &c.approved_label),
+        ] {
+            if !self.labels.contains_key(label) {
+                p.push((path.into(), format!("label `{label}` is not declared under `labels`")));
+            } else if self.stage_by_label(label).is_some() {
+                p.push((path.into(), format!("label `{label}` starts a stage; use a label where patients rest")));
+            }
+        }
+        p
+    }
+
+    /// Gives every stage its mode: its own, else its name when that is a
+    /// mode. Returns the stages that have neither.
+    fn resolve_modes(&mut self) -> Vec<(String, String)> {
+        let mut p = Vec::new();
+        for (name, stage) in &mut self.stages.0 {
+            if stage.mode.is_none() {
+                match name.parse::<Mode>() {
+                    Ok(mode) => stage.mode = Some(mode),
+                    Err(_) => p.push((
+                        format!("stages.{name}"),
+                        format!(
+                            "stage `{name}` has no `mode`, and its name is not one; add `mode:` with one of {}",
+                            Mode::known()
+                        ),
+                    )),
+                }
+            }
+        }
+        p
+    }
+
+    fn reachable_labels(&self) -> BTreeSet<&str> {
+        let mut seen = BTreeSet::new();
+        let mut queue = VecDeque::from([self.admission.as_str()]);
+        while let Some(label) = queue.pop_front() {
+            if !seen.insert(label) {
+                continue;
+            }
+            if let Some(stage) = self.stage_by_label(label) {
+                queue.extend(stage.config.outcomes.values().map(String::as_str));
+            }
+        }
+        seen
+    }
+
+    pub fn stage(&self, name: &str) -> Option<Stage<'_>> {
+        self.stages.0.iter().find(|(n, _)| n == name).map(|(name, config)| Stage { name, config })
+    }
+
+    pub fn stage_by_label(&self, label: &str) -> Option<Stage<'_>> {
+        self.stages.0.iter().find(|(_, s)| s.label == label).map(|(name, config)| Stage { name, config })
+    }
+
+    pub fn stages(&self) -> impl Iterator<Item = Stage<'_>> {
+        self.stages.0.iter().map(|(name, config)| Stage { name, config })
+    }
+
+    /// The emulator a stage run gets: the stage's own, else the top-level one.
+    pub fn emulator_for(&self, stage: &str) -> Option<&EmulatorConfig> {
+        self.stage(stage).and_then(|s| s.config.emulator.as_ref()).or(self.emulator.as_ref())
+    }
+
+    pub fn role(&self, name: &str) -> Option<&RoleConfig> {
+        self.roles.get(name)
+    }
+
+    /// Labels the engine owns (declared under `labels`).
+    pub fn is_ward_label(&self, label: &str) -> bool {
+        self.labels.contains_key(label)
+    }
+
+    /// A declared ward label that says where a patient is (every one but
+    /// the lockdown label, which marks the lockdown issue).
+    pub fn is_place(&self, label: &str) -> bool {
+        self.is_ward_label(label) && label != LOCKDOWN_LABEL
+    }
+
+    /// The places among `labels`, in their order: a patient has one.
+    pub fn places<'a>(&self, labels: &'a [String]) -> Vec<&'a str> {
+        labels.iter().map(String::as_str).filter(|l| self.is_place(l)).collect()
+    }
+
+    /// The patient's place, when it has exactly one.
+    pub fn ward_label<'a>(&self, labels: &'a [String]) -> Option<&'a str> {
+        match self.places(labels).as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    /// ward's label namespace: `ward:` when the admission label is `ward:admit`.
+    pub fn namespace(&self) -> Option<&str> {
+        self.admission.find(':').map(|i| &self.admission[..=i])
+    }
+
+    /// A place, or an undeclared label in ward's namespace (a typo, a label
+    /// of an older pipeline): anything that claims to say where a patient is.
+    pub fn is_wardish(&self, label: &str) -> bool {
+        self.is_place(label) || (label != LOCKDOWN_LABEL && self.namespace().is_some_and(|ns| label.starts_with(ns)))
+    }
+
+    /// The one label calculation: `labels` with every ward label (see
+    /// [`Self::is_wardish`]) replaced by `place`. The patient is in one
+    /// place, and labels that are not ward's stay as they are.
+    pub fn labels_at(&self, labels: &[String], place: &str) -> Vec<String> {
+        let mut out: Vec<String> = labels.iter().filter(|l| !self.is_wardish(l) && *l != place).cloned().collect();
+        out.push(place.to_string());
+        out
+    }
+
+    /// The one dispatch rule: moving a patient to `label` needs ward to
+    /// start its stage explicitly (repository_dispatch) when `label` starts
+    /// a stage and no labeled event will: with `dispatch:
+    /// repository_dispatch` (labels set with the workflow token start no
+    /// workflow), or when the label was on the issue already (a rerun).
+    pub fn dispatches(&self, label: &str, newly_applied: bool) -> bool {
+        self.stage_by_label(label).is_some() && (!newly_applied || self.dispatch == DispatchMode::RepositoryDispatch)
+    }
+
+    /// Where escalated patients go: the target of the first `escalate`
+    /// outcome, else `ward:chief` (which validation requires declared).
+    pub fn chief_label(&self) -> &str {
+        self.stages().find_map(|s| s.config.outcomes.get("escalate")).map(String::as_str).unwrap_or("ward:chief")
+    }
+
+    /// The stage that audits the reviews and merges (validation requires
+    /// exactly one).
+    pub fn audit_stage(&self) -> Option<Stage<'_>> {
+        self.stages().find(|s| s.mode().audits())
+    }
+
+    /// Labels that start no stage: where a patient rests.
+    pub fn is_resting_label(&self, label: &str) -> bool {
+        self.is_ward_label(label) && self.stage_by_label(label).is_none()
+    }
+
+    pub fn label_specs(&self) -> Vec<LabelSpec> {
+        self.labels
+            .iter()
+            .map(|(name, l)| LabelSpec {
+                name: name.clone(),
+                color: l.color.clone(),
+                description: l.description.clone(),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHIPPED: &str = include_str!("../../.github/ward.yml");
+
+    #[test]
+    fn the_shipped_pipeline_parses_and_validates() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let config = Config::parse(SHIPPED, Path::new(CONFIG_PATH), Some(root)).unwrap();
+        assert_eq!(config.admission, "ward:admit");
+        assert_eq!(config.stage_by_label("ward:treat").unwrap().name, "treat");
+    }
+
+    #[test]
+    fn a_wrong_outcome_target_names_the_path_and_line() {
+        let text = SHIPPED.replace("stuck: ward:consult", "stuck: ward:consul");
+        let err = Config::parse(&text, Path::new(CONFIG_PATH), None).unwrap_err();
+        let first = &err.0[0];
+        assert_eq!(first.path, "stages.diagnose.outcomes.stuck");
+        let line = text.lines().nth(first.line - 1).unwrap();
+        assert!(line.contains("stuck: ward:consul"), "line {} is `{line}`", first.line);
+        assert!(err.to_string().contains("target label `ward:consul` is not declared"));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_with_a_location() {
+        let text = SHIPPED.replace("  admit:\n    label: ward:admit\n", "  admit:\n    lable: ward:admit\n");
+        let err = Config::parse(&text, Path::new(CONFIG_PATH), None).unwrap_err();
+        assert!(err.0[0].line > 0, "{err}");
+        assert!(err.to_string().contains("unknown field `lable`"), "{err}");
+    }
+
+    #[test]
+    fn decomposition_and_discharge_settings_are_validated() {
+        let config = Config::parse(SHIPPED, Path::new(CONFIG_PATH), None).unwrap();
+        assert_eq!(config.decomposition, DecompositionConfig::default());
+        assert_eq!(config.discharge, DischargeConfig::default());
+        let text = SHIPPED
+            .replace("max_depth: 2 ", "max_depth: 0 ")
+            .replace("blocked_label: ward:blocked", "blocked_label: ward:treat")
+            .replace("approver_permission: maintain", "approver_permission: write");
+        let err = Config::parse(&text, Path::new(CONFIG_PATH), None).unwrap_err();
+        let paths: Vec<&str> = err.0.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec!["decomposition.max_depth", "decomposition.blocked_label", "discharge.approver_permission"],
+            "{err}"
+        );
+        assert!(err.to_string().contains("label `ward:treat` starts a stage"), "{err}");
+        let line = text.lines().nth(err.0[0].line - 1).unwrap();
+        assert!(line.contains("max_depth: 0"), "{line}");
+    }
+
+    #[test]
+    fn an_unreachable_stage_is_named() {
+        let text = SHIPPED.replace("stuck: ward:consult", "stuck: ward:chief");
+        let text = text.replace("      stuck: ward:consult\n", "      stuck: ward:chief\n");
+        let err = Config::parse(&text, Path::new(CONFIG_PATH), None).unwrap_err();
+        assert!(err.0.iter().any(|e| e.path == "stages.consult" && e.message.contains("can never run")), "{err}");
+    }
+}

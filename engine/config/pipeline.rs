@@ -1,0 +1,452 @@
+//! The pipeline sections of `ward.yml`: labels, stages and their modes,
+//! roles, the agent, decomposition, discharge, precedents.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::{EmulatorConfig, de_duration, de_permission};
+use crate::chart::NoteKind;
+use crate::forge::Permission;
+
+/// What a stage does. The role's template branches on it, and the engine
+/// acts on it: only a treating stage may leave code behind, and exactly one
+/// stage audits the reviews and merges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The planner reads a new patient (and may decompose it).
+    Triage,
+    /// The fellow reproduces, diagnoses and plans.
+    Diagnose,
+    /// The review attending reviews a plan.
+    Plan,
+    /// The fellow implements the approved plan: its commits are pushed and
+    /// a pull request is opened.
+    Treat,
+    /// The review attending takes over a stuck fellow's handoff.
+    Consult,
+    /// The review attending reviews the change.
+    Code,
+    /// The discharge nurse audits the reviews; the engine merges.
+    Discharge,
+}
+
+impl Mode {
+    pub const ALL: &'static [Mode] =
+        &[Mode::Triage, Mode::Diagnose, Mode::Plan, Mode::Treat, Mode::Consult, Mode::Code, Mode::Discharge];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Triage => "triage",
+            Mode::Diagnose => "diagnose",
+            Mode::Plan => "plan",
+            Mode::Treat => "treat",
+            Mode::Consult => "consult",
+            Mode::Code => "code",
+            Mode::Discharge => "discharge",
+        }
+    }
+
+    /// A treating stage's changes are committed, pushed and proposed.
+    pub const fn treats(self) -> bool {
+        matches!(self, Mode::Treat)
+    }
+
+    /// The stage that audits the reviews and merges.
+    pub const fn audits(self) -> bool {
+        matches!(self, Mode::Discharge)
+    }
+
+    /// Every mode's name, joined for error messages.
+    pub fn known() -> String {
+        Self::ALL.iter().map(|m| format!("`{}`", m.as_str())).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("`{s}` is not a mode (modes: {})", Self::known()))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecompositionConfig {
+    /// How deep a tree of child issues may grow: 1 lets a patient have
+    /// children, 2 grandchildren. Between 1 and 5; default 2.
+    #[serde(default = "default_max_depth")]
+    pub max_depth: usize,
+    /// How many children one DECOMPOSITION may create. Between 1 and 50;
+    /// default 12.
+    #[serde(default = "default_max_children")]
+    pub max_children: usize,
+    /// Where a parent waits for its children. Default `ward:waiting`.
+    #[serde(default = "default_waiting_label")]
+    pub waiting_label: String,
+    /// Where a child waits for the siblings it depends on. Default `ward:blocked`.
+    #[serde(default = "default_blocked_label")]
+    pub blocked_label: String,
+}
+
+impl Default for DecompositionConfig {
+    fn default() -> Self {
+        Self {
+            max_depth: default_max_depth(),
+            max_children: default_max_children(),
+            waiting_label: default_waiting_label(),
+            blocked_label: default_blocked_label(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DischargeConfig {
+    /// A merged and closed patient. Default `ward:discharged`.
+    #[serde(default = "default_discharged_label")]
+    pub discharged_label: String,
+    /// Human approval mode: where a passed audit waits. Default `ward:awaiting-chief`.
+    #[serde(default = "default_awaiting_label")]
+    pub awaiting_label: String,
+    /// Human approval mode: the label a chief applies to let the engine
+    /// merge. Default `ward:approved`.
+    #[serde(default = "default_approved_label")]
+    pub approved_label: String,
+    /// Least permission of the person who applies `approved_label`: `maintain`
+    /// (default) or `admin`.
+    #[serde(default = "default_approver_permission", deserialize_with = "de_permission")]
+    pub approver_permission: Permission,
+}
+
+impl Default for DischargeConfig {
+    fn default() -> Self {
+        Self {
+            discharged_label: default_discharged_label(),
+            awaiting_label: default_awaiting_label(),
+            approved_label: default_approved_label(),
+            approver_permission: default_approver_permission(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DispatchMode {
+    #[default]
+    RepositoryDispatch,
+    Label,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Argument vector. `{prompt}` becomes the prompt text, `{prompt_file}`
+    /// its path, `{ward}` this ward binary (the built-in stand-in is
+    /// `["{ward}", "stand-in"]`).
+    pub command: Vec<String>,
+    /// Names of engine environment variables passed to the agent. Nothing
+    /// else is (tokens included). Default: none.
+    #[serde(default)]
+    pub pass_env: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelConfig {
+    /// Six hex digits, no `#`.
+    pub color: String,
+    pub description: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageConfig {
+    /// The label in that starts this stage.
+    pub label: String,
+    /// The role that runs it (a key of `roles`).
+    pub role: String,
+    /// What the stage does, which the engine acts on and the role's
+    /// template branches on: one of [`Mode`]. Default: the stage's name,
+    /// when that is a mode.
+    #[serde(default)]
+    pub mode: Option<Mode>,
+    /// Wall-clock limit of one agent run. Default 30m.
+    #[serde(default = "default_time_limit", deserialize_with = "de_duration")]
+    pub time_limit: Duration,
+    /// A patient whose label is older than this with no live run is
+    /// stalled (the charge nurse revives it). Default 1h.
+    #[serde(default = "default_stall_after", deserialize_with = "de_duration")]
+    pub stall_after: Duration,
+    /// Note kinds every run of this stage must write.
+    #[serde(default)]
+    pub requires: Vec<NoteKind>,
+    /// Note kinds a run must write when it declares a given outcome.
+    #[serde(default)]
+    pub requires_for: BTreeMap<String, Vec<NoteKind>>,
+    /// Outcome name -> label out.
+    pub outcomes: BTreeMap<String, String>,
+    /// This stage's emulator, replacing the top-level one. Default: the top-level one.
+    #[serde(default)]
+    pub emulator: Option<EmulatorConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleConfig {
+    /// Template path relative to the repository root.
+    pub prompt: PathBuf,
+    /// Note kinds this role may write (OUTCOME is always allowed).
+    pub writes: Vec<NoteKind>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrecedentConfig {
+    /// Default `precedents/log.yaml`.
+    #[serde(default = "default_precedent_log")]
+    pub log: PathBuf,
+    /// How many ranked precedents go into a prompt. Default 3.
+    #[serde(default = "default_top")]
+    pub top: usize,
+}
+
+impl Default for PrecedentConfig {
+    fn default() -> Self {
+        Self { log: default_precedent_log(), top: default_top() }
+    }
+}
+
+/// Stages keep the order of the file (it is the order people read them in).
+#[derive(Debug, Clone, Default)]
+pub struct IndexedStages(pub Vec<(String, StageConfig)>);
+
+impl<'de> Deserialize<'de> for IndexedStages {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = IndexedStages;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of stage name to stage")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out: Vec<(String, StageConfig)> = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, StageConfig>()? {
+                    if out.iter().any(|(n, _)| *n == k) {
+                        return Err(serde::de::Error::custom(format!("stage `{k}` is defined twice")));
+                    }
+                    out.push((k, v));
+                }
+                Ok(IndexedStages(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+fn default_time_limit() -> Duration {
+    Duration::from_secs(30 * 60)
+}
+fn default_stall_after() -> Duration {
+    Duration::from_secs(60 * 60)
+}
+fn default_precedent_log() -> PathBuf {
+    "precedents/log.yaml".into()
+}
+fn default_top() -> usize {
+    3
+}
+fn default_max_depth() -> usize {
+    2
+}
+fn default_max_children() -> usize {
+    12
+}
+fn default_waiting_label() -> String {
+    "ward:waiting".into()
+}
+fn default_blocked_label() -> String {
+    "ward:blocked".into()
+}
+fn default_discharged_label() -> String {
+    "ward:discharged".into()
+}
+fn default_awaiting_label() -> String {
+    "ward:awaiting-chief".into()
+}
+fn default_approved_label() -> String {
+    "ward:approved".into()
+}
+fn default_approver_permission() -> Permission {
+    Permission::Maintain
+}
+
+/// A stage, looked up.
+#[derive(Debug, Clone, Copy)]
+pub struct Stage<'a> {
+    pub name: &'a str,
+    pub config: &'a StageConfig,
+}
+
+impl Stage<'_> {
+    /// The stage's mode: set by [`super::Config::parse`] for every stage
+    /// (the name stands in when `mode` is left out), so it is always known.
+    pub fn mode(&self) -> Mode {
+        self.config.mode.unwrap_or_else(|| unreachable!("Config::parse resolves the mode of stage `{}`", self.name))
+    }
+}
+
+/// What the discharge stage's nurse declares when the audit passed, and
+/// the outcome a failed audit takes whatever the nurse declared.
+pub const AUDIT_PASSED: &str = "discharged";
+pub const AUDIT_FAILED: &str = "audit-failed";
+
+fn is_slug(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+pub(super) fn validate_agent(agent: &AgentConfig) -> Vec<(String, String)> {
+    let mut p = Vec::new();
+    if agent.command.is_empty() || agent.command[0].trim().is_empty() {
+        p.push(("agent.command".into(), "must name a program, e.g. [\"claude\", \"-p\", \"{prompt}\"]".into()));
+    }
+    for (i, name) in agent.pass_env.iter().enumerate() {
+        if name.starts_with("WARD_") {
+            p.push((
+                format!("agent.pass_env.{i}"),
+                format!("`{name}` is set by the engine itself and cannot be passed through"),
+            ));
+        }
+    }
+    p
+}
+
+/// One stage: its name, label, role, outcomes, required notes, limits.
+pub(super) fn validate_stage(config: &super::Config, stage: Stage<'_>) -> Vec<(String, String)> {
+    let (name, s) = (stage.name, stage.config);
+    let path = format!("stages.{name}");
+    let mut p = Vec::new();
+    if !is_slug(name) {
+        p.push((path.clone(), format!("stage name `{name}` must be lower-case letters, digits and `-`")));
+    }
+    if !config.labels.contains_key(&s.label) {
+        p.push((format!("{path}.label"), format!("label `{}` is not declared under `labels`", s.label)));
+    }
+    let role = config.roles.get(&s.role);
+    if role.is_none() {
+        p.push((format!("{path}.role"), format!("role `{}` is not defined under `roles`", s.role)));
+    }
+    if s.outcomes.is_empty() {
+        p.push((format!("{path}.outcomes"), "a stage needs at least one outcome".into()));
+    }
+    for (outcome, target) in &s.outcomes {
+        let opath = format!("{path}.outcomes.{outcome}");
+        if !is_slug(outcome) {
+            p.push((opath.clone(), format!("outcome `{outcome}` must be lower-case letters, digits and `-`")));
+        }
+        if !config.labels.contains_key(target) {
+            p.push((opath, format!("target label `{target}` is not declared under `labels`")));
+        }
+    }
+    for outcome in s.requires_for.keys().filter(|o| !s.outcomes.contains_key(*o)) {
+        p.push((format!("{path}.requires_for.{outcome}"), format!("`{outcome}` is not an outcome of this stage")));
+    }
+    let per_outcome = s.requires_for.iter().flat_map(|(outcome, kinds)| {
+        kinds.iter().enumerate().map(move |(i, k)| (format!("requires_for.{outcome}.{i}"), k))
+    });
+    let all = s.requires.iter().enumerate().map(|(i, k)| (format!("requires.{i}"), k)).chain(per_outcome);
+    for (sub, kind) in all {
+        if role.is_some_and(|r| !r.writes.contains(kind)) {
+            p.push((
+                format!("{path}.{sub}"),
+                format!("role `{}` may not write `{kind}`, so no run could pass", s.role),
+            ));
+        }
+    }
+    if s.time_limit.is_zero() {
+        p.push((format!("{path}.time_limit"), "must be longer than zero".into()));
+    }
+    if let Some(e) = &s.emulator {
+        p.extend(super::emulator::validate(e, &format!("{path}.emulator")));
+    }
+    p
+}
+
+/// One role: not the engine's name, no engine kinds, a template that exists.
+pub(super) fn validate_role(name: &str, role: &RoleConfig, root: Option<&std::path::Path>) -> Vec<(String, String)> {
+    use crate::chart::ENGINE_ROLE;
+    let path = format!("roles.{name}");
+    let mut p = Vec::new();
+    if name == ENGINE_ROLE {
+        p.push((path.clone(), format!("`{ENGINE_ROLE}` is reserved for notes the engine writes")));
+    }
+    for (i, kind) in role.writes.iter().enumerate() {
+        if kind.engine_only() {
+            p.push((format!("{path}.writes.{i}"), format!("`{kind}` is written by the engine only")));
+        }
+    }
+    if let Some(root) = root
+        && !root.join(&role.prompt).is_file()
+    {
+        p.push((format!("{path}.prompt"), format!("template `{}` does not exist", role.prompt.display())));
+    }
+    p
+}
+
+/// What the engine does by mode: exactly one stage audits and merges (and
+/// can both pass and fail), and some stage treats.
+pub(super) fn validate_modes(config: &super::Config) -> Vec<(String, String)> {
+    let mut p = Vec::new();
+    let audits: Vec<Stage<'_>> = config.stages().filter(|s| s.mode().audits()).collect();
+    match audits.as_slice() {
+        [] => p.push((
+            "stages".into(),
+            "no stage has `mode: discharge`: exactly one stage audits the reviews before the engine merges".into(),
+        )),
+        [first, others @ ..] => {
+            for other in others {
+                p.push((
+                    format!("stages.{}.mode", other.name),
+                    format!(
+                        "stage `{}` already has `mode: discharge`; exactly one stage audits and merges",
+                        first.name
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(stage) = audits.first() {
+        let path = format!("stages.{}.outcomes", stage.name);
+        let discharged = &config.discharge.discharged_label;
+        if stage.config.outcomes.get(AUDIT_PASSED) != Some(discharged) {
+            p.push((
+                path.clone(),
+                format!(
+                    "the auditing stage needs the outcome `{AUDIT_PASSED}: {discharged}`: where a passed audit goes"
+                ),
+            ));
+        }
+        if !stage.config.outcomes.contains_key(AUDIT_FAILED) {
+            p.push((path, format!("the auditing stage needs an `{AUDIT_FAILED}` outcome: where a failed audit goes")));
+        }
+    }
+    if !config.stages().any(|s| s.mode().treats()) {
+        p.push(("stages".into(), "no stage has `mode: treat`: no stage could change the code".into()));
+    }
+    p
+}

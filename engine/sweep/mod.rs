@@ -1,0 +1,688 @@
+//! The charge nurse: `ward sweep`, every 30 minutes.
+//!
+//! One sweep lists the open patients of every stage label (cost grows with
+//! pages, not with patients), looks closer only at the patients that are due
+//! for a look, re-triggers the stages that stalled, escalates the patients
+//! that stalled too often, repairs patients with contradictory labels, and
+//! declares a lockdown when a facility fails.
+//!
+//! ## Where the sweep keeps its state, and why there
+//!
+//! Both forges offer exactly one compare-and-swap store: the charts. The
+//! sweep keeps one small state file in that store under the reserved number
+//! [`STATE_SLOT`] (`charts/0.md`; no issue is ever numbered 0, on GitHub or
+//! locally). Compare-and-swap gives the lock (a lease with an expiry, so a
+//! crashed sweep cannot wedge the ward), the resume cursor, the "watch" list
+//! (when each patient is next due for a closer look) and the facility
+//! counters, without an admin token and without an issue that people would
+//! see in their lists. An issue or comment would work on both forges too,
+//! but neither has compare-and-swap, so two sweeps could both believe they
+//! hold the lock.
+//!
+//! ## Cost
+//!
+//! A patient is looked at closely (label events + chart) only when it is
+//! due: `min(stall_after, time_limit + grace)` after the sweep first saw it
+//! with its label, or when a previous look said so. Healthy patients
+//! therefore cost nothing beyond the listing pages; a stalled patient costs
+//! five calls (label events, chart, re-read, note, dispatch).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use chrono::{DateTime, TimeZone, Utc};
+
+use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
+use crate::config::{Config, Stage};
+use crate::forge::{CiState, Forge, ForgeError, Issue, IssueNumber, IssueState, LabelEvent, StoredChart};
+use crate::lockdown;
+use crate::transfer::{Decision, Move, transfer_with};
+
+pub mod reap;
+mod state;
+mod verdicts;
+
+pub use reap::Reaper;
+pub use state::*;
+pub use verdicts::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("could not {action}: {source}")]
+    Forge {
+        action: String,
+        #[source]
+        source: ForgeError,
+    },
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Lockdown(#[from] lockdown::LockdownError),
+    #[error(
+        "the sweep lock was taken by `{holder}` while this sweep ran (it outlived its lease of `sweep.lock_ttl`); \
+         its cursor was not saved; raise `sweep.lock_ttl` or lower `sweep.max_actions`"
+    )]
+    LockLost { holder: String },
+}
+
+fn forge_err(action: impl Into<String>) -> impl FnOnce(ForgeError) -> SweepError {
+    let action = action.into();
+    move |source| SweepError::Forge { action, source }
+}
+
+// ---------------------------------------------------------------------------
+// The sweep
+// ---------------------------------------------------------------------------
+
+/// What the sweep could not probe through the forge: passed in by the caller.
+#[derive(Debug, Clone, Default)]
+pub struct Facilities {
+    /// Result of the Docker probe; `None` when not probed.
+    pub docker_reachable: Option<Result<(), String>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Retriggered { issue: IssueNumber, stage: String, attempt: u32, why: String },
+    Escalated { issue: IssueNumber, stage: String, why: String },
+    Repaired { issue: IssueNumber, kept: String, removed: Vec<String>, why: String },
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Retriggered { issue, stage, attempt, why } => {
+                write!(f, "{issue}: re-triggered stage `{stage}` (attempt {attempt}): {why}")
+            }
+            Action::Escalated { issue, stage, why } => write!(f, "{issue}: escalated from stage `{stage}`: {why}"),
+            Action::Repaired { issue, kept, removed, why } => {
+                write!(f, "{issue}: kept `{kept}`, removed {}: {why}", removed.join(", "))
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SweepOutcome {
+    /// The sweep walked the wards.
+    Done,
+    /// Another sweep holds the lock; nothing was done.
+    Busy { holder: String, expires: DateTime<Utc> },
+    /// A lockdown is in force (or was just declared); no stage was touched.
+    Lockdown { issue: IssueNumber, reason: String, declared_now: bool },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepReport {
+    pub outcome: SweepOutcome,
+    /// Patients found under stage labels.
+    pub listed: usize,
+    /// Patients due for a closer look.
+    pub due: usize,
+    pub inspected: usize,
+    pub actions: Vec<Action>,
+    /// Patients that moved on between the listing and the action.
+    pub moved_on: Vec<IssueNumber>,
+    /// Per-patient failures that did not stop the sweep.
+    pub problems: Vec<String>,
+    /// Reaper output.
+    pub reaped: Vec<String>,
+    /// True when a cap stopped the sweep before every due patient was seen.
+    pub capped: bool,
+    pub cursor: u64,
+}
+
+impl SweepReport {
+    fn new(outcome: SweepOutcome) -> Self {
+        Self {
+            outcome,
+            listed: 0,
+            due: 0,
+            inspected: 0,
+            actions: Vec::new(),
+            moved_on: Vec::new(),
+            problems: Vec::new(),
+            reaped: Vec::new(),
+            capped: false,
+            cursor: 0,
+        }
+    }
+}
+
+impl fmt::Display for SweepReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.outcome {
+            SweepOutcome::Busy { holder, expires } => {
+                return writeln!(f, "another sweep (`{holder}`) holds the lock until {expires}; nothing done");
+            }
+            SweepOutcome::Lockdown { issue, reason, declared_now } => {
+                let how = if *declared_now { "declared now" } else { "in force" };
+                writeln!(f, "lockdown {how} ({issue}): {reason}; no stage was re-triggered")?;
+            }
+            SweepOutcome::Done => {}
+        }
+        writeln!(
+            f,
+            "listed {} patients, {} due, {} looked at, {} actions{}",
+            self.listed,
+            self.due,
+            self.inspected,
+            self.actions.len(),
+            if self.capped { " (cap reached; the next sweep resumes after the cursor)" } else { "" }
+        )?;
+        for a in &self.actions {
+            writeln!(f, "- {a}")?;
+        }
+        for n in &self.moved_on {
+            writeln!(f, "- {n}: moved on while the sweep looked; left alone")?;
+        }
+        for p in &self.problems {
+            writeln!(f, "- problem: {p}")?;
+        }
+        for r in &self.reaped {
+            writeln!(f, "- reaped: {r}")?;
+        }
+        Ok(())
+    }
+}
+
+static SWEEP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn sweep_run_id(now: DateTime<Utc>) -> String {
+    format!(
+        "sweep-{}-{}-{}",
+        now.format("%Y%m%dT%H%M%SZ"),
+        std::process::id(),
+        SWEEP_SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// One sweep. Errors are for the sweep as a whole (state, lock); a failure
+/// on one patient is recorded in [`SweepReport::problems`] and the sweep
+/// moves on.
+pub async fn sweep(
+    forge: &dyn Forge,
+    config: &Config,
+    now: DateTime<Utc>,
+    facilities: &Facilities,
+    reaper: Option<&dyn Reaper>,
+) -> Result<SweepReport, SweepError> {
+    let run = sweep_run_id(now);
+    let ttl = chrono_of(config.departments.sweep.lock_ttl);
+    let acquired = update_state(forge, |s| match &s.lock {
+        Some(l) if l.expires > now && l.holder != run => Err((l.holder.clone(), l.expires)),
+        _ => {
+            s.lock = Some(SweepLock { holder: run.clone(), expires: now + ttl });
+            Ok(s.clone())
+        }
+    })
+    .await?;
+    let state = match acquired {
+        Ok(state) => state,
+        Err((holder, expires)) => return Ok(SweepReport::new(SweepOutcome::Busy { holder, expires })),
+    };
+    let mut walk = Walk { forge, config, now, run: run.clone(), consumed: None };
+    let result = walk.run(state, facilities, reaper).await;
+    // Release the lock (and save what was learnt) even when the walk failed.
+    let (report, new_state) = match result {
+        Ok(pair) => pair,
+        Err(e) => {
+            let _ = update_state(forge, |s| {
+                if s.lock.as_ref().is_some_and(|l| l.holder == run) {
+                    s.lock = None;
+                }
+                Ok::<_, ()>(())
+            })
+            .await;
+            return Err(e);
+        }
+    };
+    let consumed = walk.consumed.take();
+    let saved = update_state(forge, |s| {
+        match &s.lock {
+            Some(l) if l.holder != run => return Err(l.holder.clone()),
+            _ => {}
+        }
+        s.lock = None;
+        s.cursor = new_state.cursor;
+        s.watch = new_state.watch.clone();
+        s.base_red_since = new_state.base_red_since;
+        if let Some((streak, runs)) = &consumed {
+            s.agent.consecutive_failures = s.agent.consecutive_failures.saturating_sub(*streak);
+            s.agent.recent.retain(|r| !runs.contains(&r.run));
+        }
+        Ok(())
+    })
+    .await?;
+    if let Err(holder) = saved {
+        return Err(SweepError::LockLost { holder });
+    }
+    Ok(report)
+}
+
+/// What happened to one patient looked at closely.
+enum Looked {
+    Acted(Action, Option<(String, i64)>),
+    Healthy(String, DateTime<Utc>),
+    MovedOn,
+}
+
+struct Walk<'a> {
+    forge: &'a dyn Forge,
+    config: &'a Config,
+    now: DateTime<Utc>,
+    run: String,
+    /// Agent failures this sweep accounted for (the streak as read, and its
+    /// runs): progress seen, or a lockdown declared. Failures stage runs
+    /// record while the sweep runs are kept.
+    consumed: Option<(u32, Vec<String>)>,
+}
+
+impl Walk<'_> {
+    async fn run(
+        &mut self,
+        mut state: SweepState,
+        facilities: &Facilities,
+        reaper: Option<&dyn Reaper>,
+    ) -> Result<(SweepReport, SweepState), SweepError> {
+        let mut report = SweepReport::new(SweepOutcome::Done);
+        report.cursor = state.cursor;
+        if let Some(reaper) = reaper {
+            match reaper.reap(self.forge, self.now).await {
+                Ok(lines) => report.reaped = lines,
+                Err(e) => report.problems.push(format!("reaping failed: {e}")),
+            }
+        }
+
+        // The listing: one paginated query per stage label.
+        let mut listed: BTreeMap<u64, Issue> = BTreeMap::new();
+        for stage in self.config.stages() {
+            let issues = self
+                .forge
+                .open_issues_with_label(&stage.config.label)
+                .await
+                .map_err(forge_err(format!("list the open issues labeled `{}`", stage.config.label)))?;
+            for issue in issues {
+                listed.entry(issue.number.0).or_insert(issue);
+            }
+        }
+        report.listed = listed.len();
+
+        // Progress since the last sweep (a watched patient changed label or
+        // left the stages, not by the sweep's hand) means agent runs
+        // succeeded: the failures recorded so far were not consecutive.
+        let progressed =
+            state.watch.iter().any(|(n, (key, _))| listed.get(n).is_none_or(|i| self.state_key(i) != *key));
+        if progressed && state.agent.consecutive_failures > 0 {
+            self.consume_streak(&mut state);
+        }
+        let locked = self.check_facilities(&mut state, facilities, &mut report).await?;
+
+        // Who is due for a closer look.
+        let mut watch: BTreeMap<u64, (String, i64)> = BTreeMap::new();
+        let mut due: Vec<u64> = Vec::new();
+        for (n, issue) in &listed {
+            let key = self.state_key(issue);
+            let entry = match state.watch.get(n) {
+                Some((label, at)) if *label == key => (key, *at),
+                _ if self.needs_repair(issue) => (key, self.now.timestamp()),
+                _ => {
+                    let first = self.first_look_after(issue);
+                    (key, (self.now + first).timestamp())
+                }
+            };
+            if entry.1 <= self.now.timestamp() {
+                due.push(*n);
+            }
+            watch.insert(*n, entry);
+        }
+        report.due = due.len();
+        if let Some(outcome) = locked {
+            // Keep watching (so stalled patients are revived as soon as the
+            // lockdown is lifted), but touch nobody.
+            report.outcome = outcome;
+            state.watch = watch;
+            return Ok((report, state));
+        }
+
+        // Resume after the cursor, wrapping round.
+        let split = due.partition_point(|n| *n <= state.cursor);
+        due.rotate_left(split);
+        let cap = &self.config.departments.sweep;
+        for n in due {
+            if report.actions.len() >= cap.max_actions || report.inspected >= cap.max_inspections {
+                report.capped = true;
+                break;
+            }
+            report.inspected += 1;
+            state.cursor = n;
+            let issue = &listed[&n];
+            match self.look(issue).await {
+                Ok(Looked::Acted(action, next)) => {
+                    report.actions.push(action);
+                    match next {
+                        Some(entry) => watch.insert(n, entry),
+                        None => watch.remove(&n),
+                    };
+                }
+                Ok(Looked::Healthy(key, next)) => {
+                    watch.insert(n, (key, next.timestamp()));
+                }
+                Ok(Looked::MovedOn) => {
+                    report.moved_on.push(issue.number);
+                    watch.remove(&n);
+                }
+                Err(e) => {
+                    report.problems.push(format!("{}: {e:#}", issue.number));
+                    let key = self.state_key(issue);
+                    let retry = self.now + chrono_of(self.config.departments.sweep.lock_ttl);
+                    watch.insert(n, (key, retry.timestamp()));
+                }
+            }
+        }
+        report.cursor = state.cursor;
+        state.watch = watch;
+        Ok((report, state))
+    }
+
+    /// Docker, the agent's failure streak, the base branch's CI: any failure
+    /// declares a lockdown (or finds one in force).
+    async fn check_facilities(
+        &mut self,
+        state: &mut SweepState,
+        facilities: &Facilities,
+        report: &mut SweepReport,
+    ) -> Result<Option<SweepOutcome>, SweepError> {
+        let fc = &self.config.departments.sweep.facilities;
+        // A CI status that cannot be read is a problem to report, not a reason
+        // to stop walking the wards.
+        let checks = match self.forge.ci_status(&fc.base_branch).await {
+            Ok(ci) => {
+                match ci.state {
+                    CiState::Failure => {
+                        state.base_red_since.get_or_insert(self.now);
+                    }
+                    CiState::Success => state.base_red_since = None,
+                    CiState::Pending | CiState::Missing => {}
+                }
+                ci.checks
+            }
+            Err(e) => {
+                report.problems.push(format!("could not read the CI status of branch `{}`: {e}", fc.base_branch));
+                Vec::new()
+            }
+        };
+        let active = lockdown::active_lockdown(self.forge).await?;
+        if let Some(l) = active {
+            return Ok(Some(SweepOutcome::Lockdown { issue: l.issue, reason: l.reason, declared_now: false }));
+        }
+        let mut failures = Vec::new();
+        if fc.docker
+            && let Some(Err(e)) = &facilities.docker_reachable
+        {
+            failures.push(format!("Docker is not reachable: {e}"));
+        }
+        if fc.agent_failures > 0 && state.agent.consecutive_failures >= fc.agent_failures {
+            let last: Vec<String> = state
+                .agent
+                .recent
+                .iter()
+                .rev()
+                .take(state.agent.consecutive_failures as usize)
+                .map(|r| format!("{} `{}` run `{}`", r.issue, r.stage, r.run))
+                .collect();
+            failures.push(format!(
+                "the agent command failed on {} consecutive runs across patients ({})",
+                state.agent.consecutive_failures,
+                last.join("; ")
+            ));
+        }
+        if let Some(since) = state.base_red_since
+            && self.now - since >= chrono_of(fc.ci_red_for)
+        {
+            failures.push(format!(
+                "CI on `{}` has been red since {} ({})",
+                fc.base_branch,
+                since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                checks.join(", ")
+            ));
+        }
+        if failures.is_empty() {
+            return Ok(None);
+        }
+        let reason = failures.join("; ");
+        let (declared, _) = lockdown::declare(self.forge, &reason, self.forge.engine_account(), self.now).await?;
+        // The declaration consumed these signals; a lifted lockdown starts afresh.
+        self.consume_streak(state);
+        state.base_red_since = None;
+        report.problems.push(format!("declared lockdown {}: {reason}", declared.issue));
+        Ok(Some(SweepOutcome::Lockdown { issue: declared.issue, reason, declared_now: true }))
+    }
+
+    fn consume_streak(&mut self, state: &mut SweepState) {
+        let (streak, runs) = self.consumed.get_or_insert_with(|| (0, Vec::new()));
+        *streak += state.agent.consecutive_failures;
+        runs.extend(state.agent.recent.iter().map(|r| r.run.clone()));
+        state.agent.consecutive_failures = 0;
+        state.agent.recent.clear();
+    }
+
+    /// The ward labels of a patient, sorted and joined: its "where".
+    fn state_key(&self, issue: &Issue) -> String {
+        let mut labels = self.wardish_labels(issue);
+        labels.sort_unstable();
+        labels.join(",")
+    }
+
+    fn wardish_labels(&self, issue: &Issue) -> Vec<String> {
+        issue.labels.iter().filter(|l| self.config.is_wardish(l)).cloned().collect()
+    }
+
+    fn needs_repair(&self, issue: &Issue) -> bool {
+        let labels = self.wardish_labels(issue);
+        labels.len() > 1 || labels.iter().any(|l| !self.config.is_ward_label(l))
+    }
+
+    /// How long after first seeing a patient in a stage the sweep looks closer.
+    fn first_look_after(&self, issue: &Issue) -> chrono::Duration {
+        let stage = issue.labels.iter().find_map(|l| self.config.stage_by_label(l));
+        stage.map_or(chrono::Duration::zero(), |s| {
+            chrono_of(s.config.stall_after)
+                .min(chrono_of(s.config.time_limit) + chrono_of(self.config.departments.sweep.grace))
+        })
+    }
+
+    async fn look(&self, listed: &Issue) -> anyhow::Result<Looked> {
+        use anyhow::Context as _;
+        let n = listed.number;
+        let events =
+            self.forge.label_events(n).await.with_context(|| format!("could not read the label events of {n}"))?;
+        let chart = self.forge.read_chart(n).await.with_context(|| format!("could not read the chart of {n}"))?;
+        if self.needs_repair(listed) {
+            return self.repair(listed, &events, chart).await;
+        }
+        let Some(stage) = listed.labels.iter().find_map(|l| self.config.stage_by_label(l)) else {
+            return Ok(Looked::MovedOn);
+        };
+        let label_since = label_applied_at(&events, &stage.config.label).unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let grace = self.config.departments.sweep.grace;
+        // A healthy patient costs nothing more than this look.
+        if let Verdict::Healthy { next_check } = assess(stage, label_since, &self.parse(n, &chart)?, self.now, grace) {
+            return Ok(Looked::Healthy(self.state_key(listed), next_check));
+        }
+        // Re-read before acting: a restart must never redo work that moved on.
+        let Some(fresh) = self.unmoved(listed).await? else { return Ok(Looked::MovedOn) };
+        let key = self.state_key(listed);
+        let max_retries = self.config.departments.sweep.max_retries;
+        // Decided again on the chart as it stands if it changes under the write.
+        let (looked, _) = transfer_with(self.forge, self.config, &fresh, Seen::Read(chart), |notes| {
+            match assess(stage, label_since, notes, self.now, grace) {
+                Verdict::Healthy { next_check } => {
+                    Decision { notes: Vec::new(), to: Move::Stay, value: Looked::Healthy(key.clone(), next_check) }
+                }
+                Verdict::Stalled { why, retries } if retries >= max_retries => Decision {
+                    notes: vec![self.escalation_note(stage, &why, retries, label_since, notes)],
+                    to: Move::To(self.config.chief_label().to_string()),
+                    value: Looked::Acted(
+                        Action::Escalated {
+                            issue: n,
+                            stage: stage.name.into(),
+                            why: format!("{why}; {retries} re-triggers did not help"),
+                        },
+                        None,
+                    ),
+                },
+                Verdict::Stalled { why, retries } => Decision {
+                    notes: vec![self.sweep_note(stage, &why, retries + 1)],
+                    to: Move::Rerun,
+                    value: Looked::Acted(
+                        Action::Retriggered {
+                            issue: n,
+                            stage: stage.name.into(),
+                            attempt: retries + 1,
+                            why: why.to_string(),
+                        },
+                        Some((key.clone(), (self.now + chrono_of(stage.config.stall_after)).timestamp())),
+                    ),
+                },
+            }
+        })
+        .await
+        .with_context(|| format!("the charge nurse could not act on {n} (stage `{}`)", stage.name))?;
+        Ok(looked)
+    }
+
+    /// The patient re-read, unless it moved on (closed, or its ward labels
+    /// changed) since the listing.
+    async fn unmoved(&self, listed: &Issue) -> anyhow::Result<Option<Issue>> {
+        use anyhow::Context as _;
+        let n = listed.number;
+        let fresh = self.forge.issue(n).await.with_context(|| format!("could not re-read {n}"))?;
+        let moved = fresh.state != IssueState::Open || self.state_key(&fresh) != self.state_key(listed);
+        Ok((!moved).then_some(fresh))
+    }
+
+    async fn repair(
+        &self,
+        listed: &Issue,
+        events: &[LabelEvent],
+        chart: Option<StoredChart>,
+    ) -> anyhow::Result<Looked> {
+        use anyhow::Context as _;
+        let n = listed.number;
+        let found = self.wardish_labels(listed);
+        let Some(fresh) = self.unmoved(listed).await? else { return Ok(Looked::MovedOn) };
+        let (action, _) = transfer_with(self.forge, self.config, &fresh, Seen::Read(chart), |notes| {
+            let decision = decide_repair(self.config, &found, events, notes);
+            let (keep, why, kind) = match &decision {
+                Repair::Keep { label, because } => (label.clone(), because.clone(), NoteKind::Sweep),
+                Repair::Escalate { because } => {
+                    (self.config.chief_label().to_string(), because.clone(), NoteKind::Escalation)
+                }
+            };
+            let removed: Vec<String> = found.iter().filter(|l| **l != keep).cloned().collect();
+            let stage_name = found.iter().find_map(|l| self.config.stage_by_label(l)).map_or("sweep", |s| s.name);
+            let body = match &decision {
+                Repair::Keep { .. } => format!(
+                    "Repaired labels: the patient carried {}. Kept `{keep}`, removed {}, because {why}.",
+                    list(&found),
+                    list(&removed)
+                ),
+                Repair::Escalate { .. } => format!(
+                    "Escalated by the charge nurse: the patient carried {}, and {why}. Moved to `{keep}`.\n\n\
+                     What to do: read the chart, decide where the patient belongs, and apply that label.",
+                    list(&found)
+                ),
+            };
+            let action = match decision {
+                Repair::Keep { .. } => Action::Repaired { issue: n, kept: keep.clone(), removed, why },
+                Repair::Escalate { .. } => Action::Escalated { issue: n, stage: stage_name.into(), why },
+            };
+            Decision { notes: vec![self.note(kind, stage_name, body)], to: Move::To(keep), value: action }
+        })
+        .await
+        .with_context(|| format!("the charge nurse could not repair the labels of {n}"))?;
+        Ok(Looked::Acted(action, None))
+    }
+
+    fn parse(&self, n: IssueNumber, chart: &Option<StoredChart>) -> anyhow::Result<Vec<Note>> {
+        let sentinels = crate::chart::Sentinels::new(&self.config.sentinel_prefix);
+        match chart {
+            None => Ok(Vec::new()),
+            Some(c) => sentinels.parse_chart(&c.text).map_err(|e| {
+                anyhow::anyhow!("the chart of {n} is not readable ({e}); repair it by hand, the sweep left {n} alone")
+            }),
+        }
+    }
+
+    fn note(&self, kind: NoteKind, stage: &str, body: String) -> Note {
+        Note {
+            kind,
+            meta: NoteMeta { run: self.run.clone(), stage: stage.into(), role: ENGINE_ROLE.into(), at: self.now },
+            body,
+        }
+    }
+
+    fn sweep_note(&self, stage: Stage<'_>, why: &Stall, attempt: u32) -> Note {
+        self.note(
+            NoteKind::Sweep,
+            stage.name,
+            format!(
+                "Stalled in `{}`: {why}. Re-triggered the stage (attempt {attempt} of {}).",
+                stage.config.label, self.config.departments.sweep.max_retries
+            ),
+        )
+    }
+
+    fn escalation_note(
+        &self,
+        stage: Stage<'_>,
+        why: &Stall,
+        retries: u32,
+        label_since: DateTime<Utc>,
+        notes: &[Note],
+    ) -> Note {
+        let tried: Vec<String> = notes
+            .iter()
+            .filter(|n| n.kind == NoteKind::Sweep && n.meta.stage == stage.name && n.meta.at >= label_since)
+            .map(|n| format!("- {} (`{}`): {}", fmt_time(n.meta.at), n.meta.run, n.body.lines().next().unwrap_or("")))
+            .collect();
+        self.note(
+            NoteKind::Escalation,
+            stage.name,
+            format!(
+                "Escalated by the charge nurse: stage `{}` stalled again ({why}) after {retries} re-triggers \
+                 since `{}` was applied at {}.\n\nWhat was tried:\n{}\n\nWhat to do: look at this patient's \
+                 workflow runs for the failure, fix it, then put `{}` back to restart the stage.",
+                stage.name,
+                stage.config.label,
+                fmt_time(label_since),
+                if tried.is_empty() { "- nothing (`sweep.max_retries` is 0)".to_string() } else { tried.join("\n") },
+                stage.config.label
+            ),
+        )
+    }
+}
+
+fn list(labels: &[String]) -> String {
+    if labels.is_empty() {
+        return "nothing".into();
+    }
+    labels.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ")
+}
+
+fn fmt_time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Parses `--now`: RFC 3339 (`2026-11-29T12:00:00Z`) or unix seconds.
+pub fn parse_now(text: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    text.parse::<i64>()
+        .ok()
+        .and_then(|s| Utc.timestamp_opt(s, 0).single())
+        .ok_or_else(|| format!("`{text}` is not a time like `2026-11-29T12:00:00Z` (RFC 3339) or unix seconds"))
+}

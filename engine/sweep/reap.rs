@@ -1,0 +1,41 @@
+//! The reaper the sweep runs with `--reap`: what crashed runs left.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::config::Config;
+use crate::forge::{Forge, IssueState};
+use crate::workspace::reaper::WorkspaceReaper;
+
+/// Cleans up what crashed runs left (containers, worktrees, `ward/`
+/// branches of closed issues).
+#[async_trait]
+pub trait Reaper: Send + Sync {
+    /// One line per thing removed, or an error sentence.
+    async fn reap(&self, forge: &dyn Forge, now: DateTime<Utc>) -> Result<Vec<String>, String>;
+}
+
+/// The workspace's reaper for the repository at `root`; `None` when it is
+/// not a git repository with a branch checked out.
+pub fn for_workspace(root: &Path, config: &Config) -> Option<WorkspaceReaper> {
+    let longest = config.stages().map(|s| s.config.time_limit).max().unwrap_or_default();
+    WorkspaceReaper::detect(root, longest + config.departments.sweep.grace)
+}
+
+#[async_trait]
+impl Reaper for WorkspaceReaper {
+    async fn reap(&self, forge: &dyn Forge, now: DateTime<Utc>) -> Result<Vec<String>, String> {
+        // Branches of closed issues: one listing of every issue (paginated).
+        let closed: Vec<u64> = forge
+            .all_issues()
+            .await
+            .map_err(|e| format!("could not list issues to find closed ones: {e}"))?
+            .into_iter()
+            .filter(|i| i.state == IssueState::Closed)
+            .map(|i| i.number.0)
+            .collect();
+        WorkspaceReaper::reap(self, &closed, now).await
+    }
+}

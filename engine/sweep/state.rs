@@ -1,0 +1,167 @@
+//! The sweep's state: one small file in the chart store's slot 0
+//! ([`STATE_SLOT`], `charts/0.md`), read and written only through
+//! compare-and-swap ([`update_state`]). Stage runs write to it too (the
+//! agent's failure streak, [`record_agent_run`]).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::chart::{ChartStoreError, Edit, Seen, modify_slot};
+use crate::forge::{Forge, IssueNumber};
+
+/// The chart slot that holds the sweep's state (see the sweep's module docs).
+pub const STATE_SLOT: IssueNumber = IssueNumber(0);
+
+/// What the sweep remembers between runs (stored at [`STATE_SLOT`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepState {
+    #[serde(default)]
+    pub lock: Option<SweepLock>,
+    /// The last patient handled; the next sweep starts after it.
+    #[serde(default)]
+    pub cursor: u64,
+    /// Patient -> (the stage label it had, unix second it is next due).
+    #[serde(default)]
+    pub watch: BTreeMap<u64, (String, i64)>,
+    /// When the base branch's CI was first seen red (cleared when green).
+    #[serde(default)]
+    pub base_red_since: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub agent: AgentHealth,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepLock {
+    pub holder: String,
+    pub expires: DateTime<Utc>,
+}
+
+/// The agent command's recent record across patients, written by stage runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentHealth {
+    pub consecutive_failures: u32,
+    /// The failed runs of the current streak, newest last (at most
+    /// [`AgentHealth::KEEP`]), named in the lockdown's reason.
+    #[serde(default)]
+    pub recent: Vec<AgentRun>,
+}
+
+impl AgentHealth {
+    pub const KEEP: usize = 20;
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentRun {
+    pub issue: IssueNumber,
+    pub stage: String,
+    pub run: String,
+    pub ok: bool,
+    pub at: DateTime<Utc>,
+}
+
+const STATE_MARK: &str = "<!-- ward-sweep-state v1 -->";
+
+impl SweepState {
+    pub fn render(&self) -> String {
+        let json = serde_json::to_string(self).expect("sweep state serialises");
+        format!(
+            "# ward sweep state\n\n{STATE_MARK}\n\nWritten by `ward sweep` and by stage runs, always through \
+             compare-and-swap. Do not edit by hand; delete the file to make the next sweep start afresh.\n\n\
+             ```json\n{json}\n```\n"
+        )
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if !text.contains(STATE_MARK) {
+            return Err(format!("it lacks the line `{STATE_MARK}`"));
+        }
+        let start = text.find("```json\n").ok_or("it has no ```json block")? + "```json\n".len();
+        let end = text[start..].find("\n```").ok_or("its ```json block is not closed")? + start;
+        serde_json::from_str(&text[start..end]).map_err(|e| format!("its JSON is invalid: {e}"))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(transparent)]
+    Store(#[from] ChartStoreError),
+    #[error(
+        "the sweep state (chart slot {STATE_SLOT}, `charts/0.md`) is unreadable: {0}; delete that file and the \
+         next sweep rebuilds it"
+    )]
+    Unreadable(String),
+}
+
+/// Reads the state (the default when it was never written).
+pub async fn load_state(forge: &dyn Forge) -> Result<SweepState, StateError> {
+    match forge.read_chart(STATE_SLOT).await.map_err(ChartStoreError::from)? {
+        None => Ok(SweepState::default()),
+        Some(stored) => SweepState::parse(&stored.text).map_err(StateError::Unreadable),
+    }
+}
+
+/// Read-modify-write of the state with compare-and-swap: `f` changes a
+/// fresh copy (again after every conflict), or returns `Err` to leave the
+/// state unchanged.
+pub async fn update_state<T, E>(
+    forge: &dyn Forge,
+    mut f: impl FnMut(&mut SweepState) -> Result<T, E>,
+) -> Result<Result<T, E>, StateError> {
+    let outcome = modify_slot(forge, STATE_SLOT, Seen::NotRead, |text| {
+        let mut state = match text {
+            Some(t) => SweepState::parse(t)?,
+            None => SweepState::default(),
+        };
+        Ok(match f(&mut state) {
+            Ok(out) => Edit::Write(state.render(), Ok(out)),
+            Err(e) => Edit::Keep(Err(e)),
+        })
+    })
+    .await?;
+    outcome.map(|(value, _)| value).map_err(StateError::Unreadable)
+}
+
+/// Called by the stage runner when an agent run fails (a success may be
+/// recorded too, and resets the streak): keeps the failure streak that lets
+/// the sweep lock the building when the agent is broken. Successful runs
+/// need not call it: the sweep counts patients moving between two sweeps as
+/// progress, which ends the streak. Returns the streak.
+pub async fn record_agent_run(forge: &dyn Forge, run: AgentRun) -> Result<u32, StateError> {
+    let out = update_state(forge, |s| {
+        let streak = s.agent.consecutive_failures;
+        if (run.ok && streak == 0) || s.agent.recent.iter().any(|r| r.run == run.run) {
+            return Err(streak); // nothing changes: no write
+        }
+        if run.ok {
+            s.agent.consecutive_failures = 0;
+            s.agent.recent.clear();
+        } else {
+            s.agent.consecutive_failures += 1;
+            s.agent.recent.push(run.clone());
+            let excess = s.agent.recent.len().saturating_sub(AgentHealth::KEEP);
+            s.agent.recent.drain(..excess);
+        }
+        Ok(s.agent.consecutive_failures)
+    })
+    .await?;
+    Ok(out.unwrap_or_else(|unchanged| unchanged))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips_and_refuses_garbage() {
+        let mut s = SweepState { cursor: 42, ..SweepState::default() };
+        s.watch.insert(7, ("ward:treat".into(), 1_700_000_000));
+        assert_eq!(SweepState::parse(&s.render()).unwrap(), s);
+        assert!(SweepState::parse("# hello").unwrap_err().contains("lacks"));
+    }
+}

@@ -1,0 +1,149 @@
+//! One way to move a patient. Every caller (a stage run, the sweep,
+//! discharge and approval, a decomposition family, the budget, the
+//! lockdown) moves patients through [`transfer`], which always does the
+//! same three things in the same order:
+//!
+//! 1. the notes, appended to the chart with compare-and-swap: durable
+//!    before any label moves;
+//! 2. the labels, through one calculation ([`Config::labels_at`]): every
+//!    ward label replaced by the destination, every other label kept; a
+//!    patient sent to the discharged label is also closed;
+//! 3. the next stage, through one rule ([`Config::dispatches`]).
+
+use crate::chart::{self, ChartStoreError, Note, Seen, Sentinels};
+use crate::config::Config;
+use crate::forge::{Forge, ForgeError, Issue, IssueNumber, StoredChart};
+
+/// Where a patient goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Move {
+    /// To this ward label: a stage's label, or one where patients rest.
+    To(String),
+    /// The label stays and its stage runs again.
+    Rerun,
+    /// The label stays and nothing starts: a person or the charge nurse
+    /// decides what happens next.
+    Stay,
+}
+
+/// What a move did.
+#[derive(Debug, Clone)]
+pub struct Moved {
+    /// The ward label the patient is at afterwards (its old one for a rerun
+    /// or a stay).
+    pub at: Option<String>,
+    /// Whether the next stage was started explicitly.
+    pub dispatched: bool,
+    /// The chart as stored after the notes were written.
+    pub chart: Option<StoredChart>,
+}
+
+/// What to do with a patient, decided on its chart as it stands.
+pub struct Decision<T> {
+    pub notes: Vec<Note>,
+    pub to: Move,
+    pub value: T,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    #[error(transparent)]
+    Chart(#[from] ChartStoreError),
+    #[error("could not move {issue} to `{label}` after writing its notes: {source}")]
+    Labels {
+        issue: IssueNumber,
+        label: String,
+        #[source]
+        source: ForgeError,
+    },
+    #[error("could not close {issue} after labelling it `{label}`: {source}")]
+    Close {
+        issue: IssueNumber,
+        label: String,
+        #[source]
+        source: ForgeError,
+    },
+    #[error("could not start the stage of `{label}` for {issue}; the sweep will start it: {source}")]
+    Dispatch {
+        issue: IssueNumber,
+        label: String,
+        #[source]
+        source: ForgeError,
+    },
+}
+
+/// Writes `notes` to the patient's chart, then moves it as `to` says.
+/// `seen` is the chart as this run last read it (a stale copy costs a
+/// re-read, never a lost note).
+pub async fn transfer(
+    forge: &dyn Forge,
+    config: &Config,
+    patient: &Issue,
+    seen: Seen,
+    notes: Vec<Note>,
+    to: Move,
+) -> Result<Moved, TransferError> {
+    let decided = transfer_with(forge, config, patient, seen, move |_| Decision {
+        notes: notes.clone(),
+        to: to.clone(),
+        value: (),
+    });
+    Ok(decided.await?.1)
+}
+
+/// [`transfer`] where the notes and the move are decided on the chart as
+/// it stands: after a compare-and-swap conflict, `decide` runs again on
+/// the fresh chart, so a decision never rests on notes it did not see.
+pub async fn transfer_with<T>(
+    forge: &dyn Forge,
+    config: &Config,
+    patient: &Issue,
+    seen: Seen,
+    mut decide: impl FnMut(&[Note]) -> Decision<T>,
+) -> Result<(T, Moved), TransferError> {
+    let number = patient.number;
+    let sentinels = Sentinels::new(&config.sentinel_prefix);
+    let ((to, value), chart) = chart::modify(forge, &sentinels, number, seen, |notes| {
+        let d = decide(notes);
+        (d.notes, (d.to, d.value))
+    })
+    .await?;
+    let current = config.ward_label(&patient.labels).map(str::to_string);
+    let (at, fresh_label) = match &to {
+        Move::To(label) => (Some(label.clone()), !patient.labels.contains(label)),
+        Move::Rerun | Move::Stay => (current, false),
+    };
+    if let Move::To(label) = &to {
+        let labels = config.labels_at(&patient.labels, label);
+        if !same_set(&labels, &patient.labels) {
+            forge.set_labels(number, &labels).await.map_err(|source| TransferError::Labels {
+                issue: number,
+                label: label.clone(),
+                source,
+            })?;
+        }
+        if *label == config.discharge.discharged_label {
+            forge.close_issue(number).await.map_err(|source| TransferError::Close {
+                issue: number,
+                label: label.clone(),
+                source,
+            })?;
+        }
+    }
+    let dispatched = match (&to, &at) {
+        (Move::Stay, _) | (_, None) => false,
+        (Move::To(_) | Move::Rerun, Some(label)) => config.dispatches(label, fresh_label),
+    };
+    if dispatched && let Some(label) = &at {
+        forge.dispatch_stage(number, label).await.map_err(|source| TransferError::Dispatch {
+            issue: number,
+            label: label.clone(),
+            source,
+        })?;
+    }
+    Ok((value, Moved { at, dispatched, chart }))
+}
+
+fn same_set(a: &[String], b: &[String]) -> bool {
+    a.len() == b.len() && a.iter().all(|l| b.contains(l))
+}
