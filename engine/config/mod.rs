@@ -498,6 +498,62 @@ mod tests {
         assert!(line.contains("max_depth: 0"), "{line}");
     }
 
+    fn errors_of(text: &str) -> ConfigErrors {
+        Config::parse(text, Path::new(CONFIG_PATH), None).unwrap_err()
+    }
+
+    /// The line an error points at, for asserting that it is the right one.
+    fn line_of<'a>(text: &'a str, e: &ConfigError) -> &'a str {
+        text.lines().nth(e.line - 1).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_renamed_discharge_stage_is_refused_where_it_is() {
+        let renamed = SHIPPED.replace(
+            "  discharge:\n    label: ward:discharge\n    role: discharge-nurse\n    mode: discharge\n",
+            "  final-check:\n    label: ward:discharge\n    role: discharge-nurse\n",
+        );
+        assert_ne!(renamed, SHIPPED);
+        let err = errors_of(&renamed);
+        let e = err.0.iter().find(|e| e.path == "stages.final-check").expect("the stage is named");
+        assert!(e.message.contains("has no `mode`"), "{err}");
+        assert!(line_of(&renamed, e).contains("final-check:"), "{err}");
+        assert!(err.to_string().contains(".github/ward.yml:"), "file:line: {err}");
+        // Renamed with its mode, it is the auditing stage still.
+        let kept = SHIPPED
+            .replace("  discharge:\n    label: ward:discharge", "  final-check:\n    label: ward:discharge")
+            .replace("discharge.audit-failed]", "final-check.audit-failed]");
+        let config = Config::parse(&kept, Path::new(CONFIG_PATH), None).unwrap();
+        assert_eq!(config.audit_stage().unwrap().name, "final-check");
+        // A mode that is not one fails at its line.
+        let typo = SHIPPED.replace("mode: discharge", "mode: dischrge");
+        let err = errors_of(&typo);
+        assert!(line_of(&typo, &err.0[0]).contains("mode: dischrge"), "{err}");
+    }
+
+    #[test]
+    fn the_auditing_stage_must_pass_and_fail_and_be_alone() {
+        let no_fail = SHIPPED.replace("      audit-failed: ward:code-review\n", "");
+        assert_ne!(no_fail, SHIPPED);
+        let err = errors_of(&no_fail);
+        let e = err.0.iter().find(|e| e.path == "stages.discharge.outcomes").expect("the outcomes are named");
+        assert!(e.message.contains("`audit-failed`"), "{err}");
+        assert!(line_of(&no_fail, e).contains("outcomes:"), "{err}");
+        let two = SHIPPED.replace("    mode: code\n", "    mode: discharge\n");
+        let err = errors_of(&two);
+        assert!(err.0.iter().any(|e| e.path.ends_with(".mode") && e.message.contains("exactly one")), "{err}");
+        let no_treat = SHIPPED.replace("    mode: treat\n", "    mode: diagnose\n");
+        assert!(errors_of(&no_treat).0.iter().any(|e| e.message.contains("`mode: treat`")));
+    }
+
+    #[test]
+    fn an_unknown_note_kind_is_refused_at_its_line() {
+        let text = SHIPPED.replace("writes: [DISCHARGE_CHECKLIST]", "writes: [DISCHARGE_CHECKLST]");
+        let err = errors_of(&text);
+        assert!(err.to_string().contains("note kind `DISCHARGE_CHECKLST` is unknown"), "{err}");
+        assert!(line_of(&text, &err.0[0]).contains("DISCHARGE_CHECKLST"), "{err}");
+    }
+
     #[test]
     fn an_unreachable_stage_is_named() {
         let text = SHIPPED.replace("stuck: ward:consult", "stuck: ward:chief");
