@@ -41,30 +41,68 @@ fn sha256(bytes: &[u8]) -> String {
     sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-struct Package {
-    bytes: Vec<u8>,
-    sha256: String,
+/// The `run:` script of the step named `name` in `.github/workflows/release.yml`.
+fn release_step(name: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join(".github/workflows/release.yml")).unwrap();
+    let workflow: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let jobs = workflow["jobs"].as_mapping().unwrap();
+    let step = jobs
+        .values()
+        .flat_map(|job| job["steps"].as_sequence().unwrap())
+        .find(|step| step["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("release.yml has no step named `{name}`"));
+    step["run"].as_str().unwrap().to_string()
 }
 
-/// The ward under test, packaged as `.github/workflows/release.yml` does:
-/// `ward-<version>-<target>/{ward,README.md}` in a gzipped tar. Built once.
-fn package() -> &'static Package {
-    static PACKAGE: OnceLock<Package> = OnceLock::new();
-    PACKAGE.get_or_init(|| {
-        let (_, target, _) = platform();
+/// Runs a workflow step's script the way the runner does (`bash -e`), in
+/// `dir`, with only PATH, HOME and `env`.
+fn run_step(script: &str, dir: &Path, env: &[(&str, &str)]) -> std::process::Output {
+    std::process::Command::new("bash")
+        .args(["--noprofile", "--norc", "-e", "-c", script])
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", std::env::var("HOME").unwrap_or_default())
+        .envs(env.iter().copied())
+        .output()
+        .expect("bash runs")
+}
+
+/// What the release workflow attaches to a release.
+struct Release {
+    /// This platform's tarball, holding the ward under test, and its SHA-256.
+    bytes: Vec<u8>,
+    sha256: String,
+    /// The other platform's tarball (a stand-in binary: it never runs here).
+    other: Vec<u8>,
+    sums: Vec<u8>,
+}
+
+/// Runs release.yml's own "Package" step for both targets (over the ward
+/// under test for this platform) and its "SHA256SUMS" step. Built once.
+fn release() -> &'static Release {
+    static RELEASE: OnceLock<Release> = OnceLock::new();
+    RELEASE.get_or_init(|| {
+        let (_, target, other) = platform();
         let dir = tempfile::tempdir().unwrap();
-        let name = format!("ward-{VERSION}-{target}");
-        std::fs::create_dir(dir.path().join(&name)).unwrap();
-        std::fs::copy(env!("CARGO_BIN_EXE_ward"), dir.path().join(&name).join("ward")).unwrap();
-        std::fs::copy(repo_root().join("README.md"), dir.path().join(&name).join("README.md")).unwrap();
-        let out = std::process::Command::new("tar")
-            .args(["-C", dir.path().to_str().unwrap(), "--owner=0", "--group=0", "--numeric-owner"])
-            .args(["-I", "gzip -1", "-cf", "-", &name])
-            .output()
-            .expect("tar runs");
-        assert!(out.status.success(), "tar: {}", String::from_utf8_lossy(&out.stderr));
-        let sha256 = sha256(&out.stdout);
-        Package { bytes: out.stdout, sha256 }
+        std::fs::copy(repo_root().join("README.md"), dir.path().join("README.md")).unwrap();
+        for (t, bin) in [(target, Path::new(env!("CARGO_BIN_EXE_ward"))), (other, &dir.path().join("README.md"))] {
+            let built = dir.path().join(format!("target/{t}/release"));
+            std::fs::create_dir_all(&built).unwrap();
+            std::fs::copy(bin, built.join("ward")).unwrap();
+            let out = run_step(&release_step("Package"), dir.path(), &[("TARGET", t), ("VERSION", VERSION)]);
+            assert!(out.status.success(), "Package ({t}): {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let dist = dir.path().join("dist");
+        let out = run_step(&release_step("SHA256SUMS"), &dist, &[("VERSION", VERSION)]);
+        assert!(out.status.success(), "SHA256SUMS: {}", String::from_utf8_lossy(&out.stderr));
+        let bytes = std::fs::read(dist.join(tarball(target))).unwrap();
+        Release {
+            sha256: sha256(&bytes),
+            bytes,
+            other: std::fs::read(dist.join(tarball(other))).unwrap(),
+            sums: std::fs::read(dist.join("SHA256SUMS")).unwrap(),
+        }
     })
 }
 
@@ -80,19 +118,13 @@ fn publish(gh: &FakeGitHub, served: Vec<u8>, sha256sums: Vec<u8>) {
     gh.state().publish_release(
         ACTION_REPO,
         &format!("v{VERSION}"),
-        &[(&tarball(other), b"another platform".to_vec()), (&tarball(target), served), ("SHA256SUMS", sha256sums)],
+        &[(&tarball(other), release().other.clone()), (&tarball(target), served), ("SHA256SUMS", sha256sums)],
     );
 }
 
-/// A release whose SHA256SUMS is right for both tarballs.
+/// The release exactly as the release workflow makes it.
 fn publish_good(gh: &FakeGitHub) {
-    let (_, target, other) = platform();
-    let p = package();
-    publish(
-        gh,
-        p.bytes.clone(),
-        sums(&[(&sha256(b"another platform"), &tarball(other)), (&p.sha256, &tarball(target))]),
-    );
+    publish(gh, release().bytes.clone(), release().sums.clone());
 }
 
 struct Install {
@@ -179,7 +211,7 @@ async fn a_release_with_the_right_checksum_installs_a_binary_that_runs() {
     assert!(
         run.stdout.contains(&format!(
             "installed ward {VERSION} ({target}) from release v{VERSION} of {ACTION_REPO}, SHA-256 {}",
-            package().sha256
+            release().sha256
         )),
         "{}",
         run.log()
@@ -240,14 +272,14 @@ async fn a_wrong_checksum_in_sha256sums_is_refused_and_nothing_is_installed() {
     let name = tarball(target);
     let wrong = sha256(b"what the release workflow built");
     let gh = FakeGitHub::start().await;
-    publish(&gh, package().bytes.clone(), sums(&[(&sha256(b"x"), &tarball(other)), (&wrong, &name)]));
+    publish(&gh, release().bytes.clone(), sums(&[(&sha256(b"x"), &tarball(other)), (&wrong, &name)]));
     let run = install(&gh, &[]).await;
     assert_eq!(run.code, 1, "{}", run.log());
     let error = format!(
         "::error title=ward install::{name}: SHA-256 is {}, but SHA256SUMS of release v{VERSION} ({ACTION_REPO}) says \
          {wrong}. Refusing to install it: the download is corrupt or truncated, or the release was changed. Nothing \
          was installed.\n",
-        package().sha256
+        release().sha256
     );
     assert!(run.stdout.contains(&error), "{}", run.log());
     assert!(run.installed_nothing(), "{}", run.log());
@@ -257,7 +289,7 @@ async fn a_wrong_checksum_in_sha256sums_is_refused_and_nothing_is_installed() {
 #[tokio::test]
 async fn a_truncated_download_is_refused() {
     let (_, target, other) = platform();
-    let p = package();
+    let p = release();
     let truncated = p.bytes[..p.bytes.len() / 2].to_vec();
     let gh = FakeGitHub::start().await;
     publish(&gh, truncated.clone(), sums(&[(&sha256(b"x"), &tarball(other)), (&p.sha256, &tarball(target))]));
@@ -280,7 +312,7 @@ async fn a_truncated_download_is_refused() {
 async fn a_release_without_sha256sums_or_without_a_line_for_the_tarball_is_refused() {
     let (_, target, other) = platform();
     let gh = FakeGitHub::start().await;
-    gh.state().publish_release(ACTION_REPO, &format!("v{VERSION}"), &[(&tarball(target), package().bytes.clone())]);
+    gh.state().publish_release(ACTION_REPO, &format!("v{VERSION}"), &[(&tarball(target), release().bytes.clone())]);
     let run = install(&gh, &[]).await;
     assert_eq!(run.code, 1, "{}", run.log());
     assert!(
@@ -291,7 +323,7 @@ async fn a_release_without_sha256sums_or_without_a_line_for_the_tarball_is_refus
     assert!(run.installed_nothing());
 
     let gh = FakeGitHub::start().await;
-    publish(&gh, package().bytes.clone(), sums(&[(&sha256(b"x"), &tarball(other))]));
+    publish(&gh, release().bytes.clone(), sums(&[(&sha256(b"x"), &tarball(other))]));
     let run = install(&gh, &[]).await;
     assert_eq!(run.code, 1, "{}", run.log());
     assert!(run.stdout.contains(&format!("has no line for {}", tarball(target))), "{}", run.log());
@@ -313,7 +345,7 @@ async fn a_pinned_sha256_must_match_the_download() {
         run.stdout.contains(&format!(
             "::error title=ward install::{}: SHA-256 is {}, but input sha256 pins {pin}. Refusing to install it",
             tarball(target),
-            package().sha256
+            release().sha256
         )),
         "{}",
         run.log()
@@ -321,7 +353,7 @@ async fn a_pinned_sha256_must_match_the_download() {
     assert!(run.installed_nothing());
 
     // Pinned to this binary (any case): installed.
-    let run = install(&gh, &[("WARD_SHA256", &package().sha256.to_uppercase())]).await;
+    let run = install(&gh, &[("WARD_SHA256", &release().sha256.to_uppercase())]).await;
     assert_eq!(run.code, 0, "{}", run.log());
     assert!(run.bin().exists());
 
@@ -354,7 +386,7 @@ async fn without_a_release_for_the_version_the_source_build_is_needed_and_nothin
     assert_eq!(calls(&gh), ["GET /repos/{owner}/{repo}/releases/tags/{tag} 404"]);
 
     // With a pin, a missing release is an error: the user asked for one binary.
-    let pin = package().sha256.clone();
+    let pin = release().sha256.clone();
     let run = install(&gh, &[("WARD_SHA256", &pin)]).await;
     assert_eq!(run.code, 1, "{}", run.log());
     assert!(
@@ -387,6 +419,33 @@ async fn a_platform_or_a_local_action_without_a_binary_builds_from_source() {
     assert_eq!((run.code, run.outputs["build"].as_str()), (0, "true"), "{}", run.log());
     assert!(run.stdout.contains("the action runs from a local path, which has no releases"));
     assert_eq!(gh.state().log.len(), before, "no request when there is nothing to download");
+}
+
+#[test]
+fn a_release_needs_a_tag_equal_to_v_and_the_version_of_cargo_toml() {
+    let script = release_step("Compare the tag with Cargo.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let outputs = dir.path().join("outputs");
+    let outputs_env = ("GITHUB_OUTPUT", outputs.to_str().unwrap());
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let path = format!("{}:{}", Path::new(&cargo).parent().unwrap().display(), std::env::var("PATH").unwrap());
+
+    let tag = format!("v{VERSION}");
+    let out = run_step(&script, repo_root(), &[("TAG", &tag), outputs_env, ("PATH", &path)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&outputs).unwrap(), format!("version={VERSION}\n"));
+
+    std::fs::write(&outputs, "").unwrap();
+    let out = run_step(&script, repo_root(), &[("TAG", "v9.9.9"), outputs_env, ("PATH", &path)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "::error title=release::the tag v9.9.9 does not match Cargo.toml's version {VERSION}: release v{VERSION} by \
+             pushing that tag, or set version = \"9.9.9\" in Cargo.toml, merge, and tag that commit\n"
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&outputs).unwrap(), "", "no version for the next jobs");
 }
 
 // ---------------------------------------------------------------------------
