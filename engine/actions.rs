@@ -316,11 +316,19 @@ fn report_summary(summary: &RunSummary) -> anyhow::Result<Option<String>> {
             .with_context(|| format!("could not append the job summary to {path}"))?;
     }
     if let Some(path) = var("GITHUB_OUTPUT") {
-        let stage = if summary.stage.is_empty() { "none" } else { summary.stage.as_str() };
-        append_step_summary(Path::new(&path), &format!("issue={}\nstage={stage}\n", summary.issue))
+        append_step_summary(Path::new(&path), &step_outputs(summary))
             .with_context(|| format!("could not write the step outputs to {path}"))?;
     }
     Ok(summary.error.as_ref().map(|e| error_annotation(&format!("ward: {} of #{}", summary.stage, summary.issue), e)))
+}
+
+/// The step outputs of a run (`$GITHUB_OUTPUT` lines): `issue`, `stage`
+/// (`none` when no stage ran) and `outcome` (empty when the run recorded
+/// none: nothing to do, refused, failed). The action passes them on.
+pub fn step_outputs(summary: &RunSummary) -> String {
+    let stage = if summary.stage.is_empty() { "none" } else { summary.stage.as_str() };
+    let outcome = summary.outcome.as_deref().unwrap_or("");
+    format!("issue={}\nstage={stage}\noutcome={outcome}\n", summary.issue)
 }
 
 /// One stage run, as the job summary shows it.
@@ -535,6 +543,7 @@ mod tests {
             links: vec![("issue".into(), "https://github.com/octo/hello/issues/4".into())],
             error: None,
         };
+        assert_eq!(step_outputs(&s), "issue=4\nstage=diagnose\noutcome=plan-posted\n");
         insta::assert_snapshot!(render_summary(&s), @r"
         ### ward: diagnose of #4 — done
 
@@ -577,6 +586,7 @@ mod tests {
 
         **Error:** the agent wrote no OUTCOME \| line 3 see &lt;img src=x> notes
         ");
+        assert_eq!(step_outputs(&failed), "issue=4\nstage=diagnose\noutcome=\n");
         insta::assert_snapshot!(
             error_annotation("ward: stage diagnose, #4", "50% done\n::warning::injected"),
             @"::error title=ward%3A stage diagnose%2C #4::50%25 done%0A::warning::injected"

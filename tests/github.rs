@@ -1104,7 +1104,7 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
     assert_eq!(summary.matches("### ward: ").count(), 7, "one summary per run (six transitions, one no-op)");
     assert!(summary.contains("| label out | `ward:discharged` |"), "{summary}");
     let outputs = std::fs::read_to_string(repo.path().join(".output")).unwrap();
-    assert!(outputs.ends_with(&format!("issue={n}\nstage=discharge\n")), "{outputs}");
+    assert!(outputs.ends_with(&format!("issue={n}\nstage=discharge\noutcome=discharged\n")), "{outputs}");
 
     // The token never reached the agent or its artifacts.
     let (mut files, mut scanned) = (vec![repo.path().join(".runs")], 0);
@@ -1219,7 +1219,7 @@ async fn bad_events_change_nothing_and_say_why() {
     let summary = std::fs::read_to_string(repo.path().join(".summary.md")).unwrap();
     assert!(summary.contains("| next | refused: @mallory has `read` access"), "{summary}");
     let outputs = std::fs::read_to_string(repo.path().join(".output")).unwrap();
-    assert!(outputs.ends_with("issue=1\nstage=none\n"), "{outputs}");
+    assert!(outputs.ends_with("issue=1\nstage=none\noutcome=\n"), "{outputs}");
     assert_eq!(gh.state().labels_of(n), strings(&["ward:admit"]));
     assert_eq!(gh.state().comments_on(n).len(), 1);
     assert!(gh.state().dispatches.is_empty());

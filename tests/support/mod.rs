@@ -3,6 +3,7 @@
 
 pub mod departments;
 pub mod fake_github;
+pub mod openapi;
 pub mod rules;
 pub mod workspace;
 

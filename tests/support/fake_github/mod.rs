@@ -19,6 +19,7 @@
 //!   repository (`repo_exists`) or a read-only token (`token_can_write`).
 
 mod handlers;
+mod releases;
 mod state;
 
 use std::net::SocketAddr;
@@ -129,6 +130,10 @@ async fn serve(
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let answer = {
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+        // Releases answer bytes and redirects (releases.rs); the rest is JSON.
+        if let Some(response) = releases::handle(&mut state, &parts.method, &parts.uri, &parts.headers) {
+            return Ok(response);
+        }
         state.handle(&parts.method, &parts.uri, &parts.headers, &body)
     };
     let mut response = Response::builder().status(answer.status);

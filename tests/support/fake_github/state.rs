@@ -187,6 +187,8 @@ pub struct State {
     pub check_runs: BTreeMap<String, Vec<(String, String, Option<String>)>>,
     /// sha -> (context, state).
     pub statuses: BTreeMap<String, Vec<(String, String)>>,
+    /// Releases of any repository (releases.rs).
+    pub releases: super::releases::Releases,
     pub log: Vec<Exchange>,
     pub unknown: Vec<String>,
     pub faults: Vec<Fault>,
@@ -220,6 +222,7 @@ impl State {
             pulls: BTreeMap::new(),
             check_runs: BTreeMap::new(),
             statuses: BTreeMap::new(),
+            releases: Default::default(),
             log: Vec::new(),
             unknown: Vec::new(),
             faults: Vec::new(),
