@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use ward::agent::{StandInEnv, default_visit, render_notes};
 use ward::forge::NewIssue;
 use ward::forge::local::LocalForge;
-use ward::stage::Hospital;
+use ward::hospital::Hospital;
 
 const PATIENTS: usize = 40;
 

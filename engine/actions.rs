@@ -17,7 +17,8 @@ use serde::Serialize;
 use crate::config::{Config, DispatchMode};
 use crate::event::{Trigger, TriggerKind};
 use crate::forge::{Forge, IssueNumber, Permission};
-use crate::stage::{Hospital, StageRequest, StageResult, run_stage};
+use crate::hospital::Hospital;
+use crate::stage::{StageRequest, StageResult, run_stage};
 
 /// What to do with a trigger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -209,7 +210,7 @@ pub async fn stage_from_event(h: &Hospital, trigger: &Trigger) -> anyhow::Result
             .await
             .with_context(|| format!("could not create ward's labels in {}", h.forge.describe()))?;
     }
-    let req = StageRequest { issue: issue.0, label, ..StageRequest::default() };
+    let req = StageRequest { label, ..StageRequest::new(issue) };
     Ok(EventRun::Ran(Box::new(run_stage(h, &req).await?)))
 }
 
@@ -268,7 +269,7 @@ pub fn summary_for(
             s.error = Some(reason.clone());
         }
     }
-    s.links.push(("issue".into(), format!("{server}/{repository}/issues/{}", s.issue)));
+    s.links.push(("issue".into(), format!("{server}/{repository}/issues/{}", s.issue.0)));
     if let Some(url) = run_url {
         s.links.push(("workflow run".into(), url.into()));
     }
@@ -290,7 +291,7 @@ pub fn report_refusal(issue: IssueNumber, label: Option<&str>, reason: &str, rep
     let (server, run_url) = actions_links(repository);
     let mut summary = RunSummary {
         repository: repository.into(),
-        issue: issue.0,
+        issue,
         stage: "none".into(),
         label_in: label.unwrap_or("—").into(),
         next: format!("refused: {reason}"),
@@ -319,7 +320,7 @@ fn report_summary(summary: &RunSummary) -> anyhow::Result<Option<String>> {
         append_step_summary(Path::new(&path), &step_outputs(summary))
             .with_context(|| format!("could not write the step outputs to {path}"))?;
     }
-    Ok(summary.error.as_ref().map(|e| error_annotation(&format!("ward: {} of #{}", summary.stage, summary.issue), e)))
+    Ok(summary.error.as_ref().map(|e| error_annotation(&format!("ward: {} of {}", summary.stage, summary.issue), e)))
 }
 
 /// The step outputs of a run (`$GITHUB_OUTPUT` lines): `issue`, `stage`
@@ -328,14 +329,14 @@ fn report_summary(summary: &RunSummary) -> anyhow::Result<Option<String>> {
 pub fn step_outputs(summary: &RunSummary) -> String {
     let stage = if summary.stage.is_empty() { "none" } else { summary.stage.as_str() };
     let outcome = summary.outcome.as_deref().unwrap_or("");
-    format!("issue={}\nstage={stage}\noutcome={outcome}\n", summary.issue)
+    format!("issue={}\nstage={stage}\noutcome={outcome}\n", summary.issue.0)
 }
 
 /// One stage run, as the job summary shows it.
 #[derive(Debug, Clone, Default)]
 pub struct RunSummary {
     pub repository: String,
-    pub issue: u64,
+    pub issue: IssueNumber,
     pub stage: String,
     pub role: String,
     pub run_id: String,
@@ -360,13 +361,13 @@ pub fn render_summary(s: &RunSummary) -> String {
         (None, Some(_)) => "done",
         (None, None) => "no transition",
     };
-    let _ = writeln!(md, "### ward: {} of #{} — {verdict}\n", cell(&s.stage), s.issue);
+    let _ = writeln!(md, "### ward: {} of {} — {verdict}\n", cell(&s.stage), s.issue);
     let _ = writeln!(md, "| | |\n|---|---|");
     let row = |md: &mut String, k: &str, v: &str| {
         let _ = writeln!(md, "| {k} | {} |", cell(v));
     };
     row(&mut md, "repository", &s.repository);
-    row(&mut md, "issue", &format!("#{}", s.issue));
+    row(&mut md, "issue", &s.issue.to_string());
     row(&mut md, "stage", &format!("{} (role {})", s.stage, s.role));
     row(&mut md, "run", &s.run_id);
     row(&mut md, "label in", &format!("`{}`", s.label_in));
@@ -531,7 +532,7 @@ mod tests {
     fn job_summary_and_annotations() {
         let s = RunSummary {
             repository: "octo/hello".into(),
-            issue: 4,
+            issue: IssueNumber(4),
             stage: "diagnose".into(),
             role: "fellow".into(),
             run_id: "r-12-1".into(),

@@ -33,7 +33,8 @@ pub struct AgentSpec {
     pub ward_exe: PathBuf,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AgentEnd {
     Exited(i32),
     Signalled(i32),

@@ -28,12 +28,11 @@ use chrono::{DateTime, Utc};
 use regex::Regex;
 use serde_json::Value;
 
-use crate::chart::{ChartStoreError, ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen, Sentinels};
+use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta};
 use crate::config::{BudgetConfig, Config, Prices, UsageFormat};
-use crate::forge::{Forge, ForgeError, IssueNumber};
 
 /// What a run spent, as far as its output says.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub cost_usd: Option<f64>,
     pub input_tokens: u64,
@@ -226,7 +225,7 @@ pub fn parse_usage(stdout: &str, budget: &BudgetConfig) -> Option<Usage> {
 }
 
 /// A limit that was reached.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Breach {
     pub limit: Limit,
     /// What was measured, in the limit's unit.
@@ -234,7 +233,8 @@ pub struct Breach {
     pub allowed: f64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Limit {
     RunWallClock,
     RunDollars,
@@ -420,37 +420,35 @@ pub async fn watch(
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum BudgetError {
-    #[error(transparent)]
-    Chart(#[from] ChartStoreError),
-    #[error("could not move {issue} to `{label}` after its budget was reached: {source}")]
-    Labels {
-        issue: IssueNumber,
-        label: String,
-        #[source]
-        source: ForgeError,
-    },
+/// When a budget limit stopped a patient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// The patient's limits were reached before the agent started.
+    BeforeStart,
+    /// The engine stopped the agent mid-run.
+    DuringRun,
+    /// The run ended over its limit.
+    AfterRun,
 }
 
-/// A limit was reached: records the run's COST and an ESCALATION saying
-/// why, then moves the patient to the chiefs (keeping labels that are not
-/// ward's). The COST note goes first so the spend is never lost.
-#[allow(clippy::too_many_arguments)]
-pub async fn send_to_chief(
-    forge: &dyn Forge,
+/// A limit was reached: the notes that say so, the run's COST first so the
+/// spend is never lost, then an ESCALATION saying why the patient goes to
+/// the chiefs ([`Config::chief_label`]).
+pub fn over_budget_notes(
     config: &Config,
-    issue: IssueNumber,
     stage: &str,
     run: &str,
     breach: &Breach,
     usage: Option<&Usage>,
-    agent_stopped: bool,
+    when: Stopped,
     now: DateTime<Utc>,
-) -> Result<(), BudgetError> {
-    let sentinels = Sentinels::new(&config.sentinel_prefix);
-    let chief = config.chief_label().to_string();
-    let what = if agent_stopped { "The engine stopped the agent" } else { "The stage did not start" };
+) -> Vec<Note> {
+    let chief = config.chief_label();
+    let what = match when {
+        Stopped::BeforeStart => "The stage did not start",
+        Stopped::DuringRun => "The engine stopped the agent",
+        Stopped::AfterRun => "The run ended over the limit",
+    };
     let escalation = Note {
         kind: NoteKind::Escalation,
         meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at: now },
@@ -461,15 +459,11 @@ pub async fn send_to_chief(
         ),
     };
     let mut notes = Vec::new();
-    if agent_stopped || usage.is_some() {
+    if when != Stopped::BeforeStart || usage.is_some() {
         notes.push(cost_note(usage, stage, run, now));
     }
     notes.push(escalation);
-    crate::chart::append(forge, &sentinels, issue, Seen::NotRead, &notes).await?;
-    let current =
-        forge.issue(issue).await.map_err(|source| BudgetError::Labels { issue, label: chief.clone(), source })?;
-    let labels = config.labels_at(&current.labels, &chief);
-    forge.set_labels(issue, &labels).await.map_err(|source| BudgetError::Labels { issue, label: chief, source })
+    notes
 }
 
 #[cfg(test)]

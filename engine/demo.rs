@@ -9,8 +9,8 @@ use anyhow::Context;
 
 use crate::forge::NewIssue;
 use crate::forge::local::LocalForge;
+use crate::hospital::Hospital;
 use crate::simulate::{self, Trace};
-use crate::stage::{DISCHARGED_LABEL, Hospital};
 
 const SAMPLE_TITLE: &str = "greet prints \"Hello, !\" when the name is empty";
 const SAMPLE_BODY: &str = "Running `./greet.sh \"\"` prints `Hello, !`.\n\n\
@@ -53,7 +53,7 @@ pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<DemoRun> {
         labels: vec![h.config.admission.clone()],
     })?;
     let trace = simulate::drive(&h, &forge, issue.number, BTreeMap::new(), dir, 40).await?;
-    let discharged = trace.final_label.as_deref() == Some(DISCHARGED_LABEL);
+    let discharged = trace.final_label.as_deref() == Some(h.config.discharge.discharged_label.as_str());
     Ok(DemoRun { dir: dir.to_path_buf(), trace, discharged })
 }
 

@@ -10,11 +10,12 @@ use std::collections::BTreeMap;
 use anyhow::Context;
 use tracing::info;
 
-use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Sentinels};
-use crate::config::Config;
+use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen, Sentinels};
+use crate::config::{AUDIT_PASSED, Config};
 use crate::forge::{Forge, Issue, IssueNumber};
 use crate::rules::DependencyFact;
 use crate::rules::decomposition::{self, Child, Sibling};
+use crate::transfer::{Move, transfer};
 
 /// How deep the engine follows parent links (a bound against loops in
 /// hand-edited data; config allows at most 5).
@@ -72,13 +73,13 @@ pub async fn dependencies(
 
 /// Creates every child of `parent` that does not exist yet, in dependency
 /// order; returns the numbers of the children created now (a rerun
-/// returns none). Children that start at admission are dispatched.
+/// returns none). Children that start at admission are started by the
+/// dispatch rule.
 pub async fn create_children(
     forge: &dyn Forge,
     config: &Config,
     parent: IssueNumber,
     children: &[Child],
-    dispatch: bool,
 ) -> anyhow::Result<Vec<IssueNumber>> {
     let mut existing = siblings(forge, parent).await?;
     let mut created = Vec::new();
@@ -87,7 +88,7 @@ pub async fn create_children(
         let issue =
             forge.create_issue(new).await.with_context(|| format!("could not create child `{key}` of {parent}"))?;
         info!(parent = parent.0, child = issue.number.0, key, "child created");
-        if starts && dispatch {
+        if starts && config.dispatches(&config.admission, true) {
             forge.dispatch_stage(issue.number, &config.admission).await?;
         }
         created.push(issue.number);
@@ -102,31 +103,22 @@ pub async fn create_children(
 pub async fn release(
     forge: &dyn Forge,
     config: &Config,
-    sentinels: &Sentinels,
     child: &Issue,
     run: &str,
     now: chrono::DateTime<chrono::Utc>,
-    dispatch: bool,
 ) -> anyhow::Result<Vec<String>> {
+    let sentinels = Sentinels::new(&config.sentinel_prefix);
     let mut moved = Vec::new();
     let mut current = child.clone();
     for _ in 0..MAX_ANCESTRY {
         let Some(marker) = decomposition::trusted_marker(&current, forge.engine_account()) else { break };
         let parent = marker.parent;
         let chart = chart_text(forge, parent).await?;
-        let Some(children) = declared_children(sentinels, chart.as_deref())? else { break };
+        let Some(children) = declared_children(&sentinels, chart.as_deref())? else { break };
         let existing = siblings(forge, parent).await?;
         let plan = decomposition::after_discharge(config, &children, &existing);
         for n in &plan.unblock {
-            let issue = forge.issue(*n).await?;
-            let mut labels: Vec<String> =
-                issue.labels.iter().filter(|l| **l != config.decomposition.blocked_label).cloned().collect();
-            labels.push(config.admission.clone());
-            forge.set_labels(*n, &labels).await?;
-            if dispatch {
-                forge.dispatch_stage(*n, &config.admission).await?;
-            }
-            moved.push(format!("{n}: `{}` -> `{}`", config.decomposition.blocked_label, config.admission));
+            moved.push(unblock(forge, config, *n).await?);
         }
         if !plan.parent_done {
             break;
@@ -139,27 +131,25 @@ pub async fn release(
             kind: NoteKind::Outcome,
             meta: NoteMeta {
                 run: run.into(),
-                stage: crate::discharge::audit_stage(config).map_or("discharge", |s| s.name).into(),
+                stage: config.audit_stage().map_or("discharge", |s| s.name).into(),
                 role: ENGINE_ROLE.into(),
                 at: now,
             },
-            body: "discharged".into(),
+            body: AUDIT_PASSED.into(),
         };
-        let stored = forge.read_chart(parent).await?;
-        crate::chart::append(forge, sentinels, parent, crate::chart::Seen::Read(stored), &[note]).await?;
-        let mut labels: Vec<String> = parent_issue
-            .labels
-            .iter()
-            .filter(|l| **l != config.decomposition.waiting_label && !config.is_ward_label(l))
-            .cloned()
-            .collect();
-        labels.push(config.discharge.discharged_label.clone());
-        forge.set_labels(parent, &labels).await?;
-        forge.close_issue(parent).await?;
+        let to = Move::To(config.discharge.discharged_label.clone());
+        transfer(forge, config, &parent_issue, Seen::NotRead, vec![note], to).await?;
         moved.push(format!("{parent}: every child discharged -> `{}`", config.discharge.discharged_label));
         current = parent_issue;
     }
     Ok(moved)
+}
+
+/// A blocked child whose dependencies are all discharged goes to admission.
+async fn unblock(forge: &dyn Forge, config: &Config, n: IssueNumber) -> anyhow::Result<String> {
+    let issue = forge.issue(n).await?;
+    transfer(forge, config, &issue, Seen::NotRead, Vec::new(), Move::To(config.admission.clone())).await?;
+    Ok(format!("{n}: `{}` -> `{}`", config.decomposition.blocked_label, config.admission))
 }
 
 /// Repairs what an interrupted [`release`] may have left: blocked children
@@ -169,28 +159,20 @@ pub async fn release(
 pub async fn repair(
     forge: &dyn Forge,
     config: &Config,
-    sentinels: &Sentinels,
     run: &str,
     now: chrono::DateTime<chrono::Utc>,
-    dispatch: bool,
 ) -> anyhow::Result<Vec<String>> {
+    let sentinels = Sentinels::new(&config.sentinel_prefix);
     let mut moved = Vec::new();
     for child in forge.open_issues_with_label(&config.decomposition.blocked_label).await? {
-        let deps = dependencies(forge, config, sentinels, &child).await?;
+        let deps = dependencies(forge, config, &sentinels, &child).await?;
         if deps.is_empty() || deps.iter().any(|d| !d.discharged) {
             continue;
         }
-        let mut labels: Vec<String> =
-            child.labels.iter().filter(|l| **l != config.decomposition.blocked_label).cloned().collect();
-        labels.push(config.admission.clone());
-        forge.set_labels(child.number, &labels).await?;
-        if dispatch {
-            forge.dispatch_stage(child.number, &config.admission).await?;
-        }
-        moved.push(format!("{}: `{}` -> `{}`", child.number, config.decomposition.blocked_label, config.admission));
+        moved.push(unblock(forge, config, child.number).await?);
     }
     for parent in forge.open_issues_with_label(&config.decomposition.waiting_label).await? {
-        let Some(children) = declared_children(sentinels, chart_text(forge, parent.number).await?.as_deref())? else {
+        let Some(children) = declared_children(&sentinels, chart_text(forge, parent.number).await?.as_deref())? else {
             continue;
         };
         let existing = siblings(forge, parent.number).await?;
@@ -200,7 +182,7 @@ pub async fn repair(
         // Discharging the parent is what releasing its last child would have done.
         let Some((_, last)) = existing.iter().next() else { continue };
         let child = forge.issue(last.number).await?;
-        moved.extend(release(forge, config, sentinels, &child, run, now, dispatch).await?);
+        moved.extend(release(forge, config, &child, run, now).await?);
     }
     Ok(moved)
 }

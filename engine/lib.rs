@@ -3,7 +3,6 @@
 
 pub mod actions;
 pub mod agent;
-pub mod audit;
 pub mod budget;
 pub mod chart;
 pub mod cli;
@@ -15,6 +14,7 @@ pub mod event;
 pub mod family;
 pub mod forge;
 pub mod groundedness;
+pub mod hospital;
 pub mod lockdown;
 pub mod precedent;
 pub mod prompt;

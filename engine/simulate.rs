@@ -14,7 +14,8 @@ use crate::agent::ScriptedVisit;
 use crate::chart::Sentinels;
 use crate::forge::local::LocalForge;
 use crate::forge::{CiState, CiStatus, CommitInfo, Forge, IssueNumber, NewIssue, NewPullRequest, Review, ReviewState};
-use crate::stage::{self, Hospital, StageRequest, StageResult};
+use crate::hospital::Hospital;
+use crate::stage::{self, StageRequest, StageResult};
 
 /// A scenario file.
 #[derive(Debug, Clone, Deserialize)]
@@ -147,7 +148,7 @@ pub async fn play_people(
     }
     // The patient's branch when the stage runs had worktrees, else the
     // folder the agent worked in.
-    let branch = crate::audit::patient_branch(issue);
+    let branch = crate::discharge::audit::patient_branch(issue);
     let repo = git2::Repository::discover(workdir).ok();
     let head_commit = repo.as_ref().and_then(|r| {
         let tip = r.find_branch(&branch, git2::BranchType::Local).ok().and_then(|b| b.get().peel_to_commit().ok());
@@ -300,7 +301,9 @@ pub async fn drive_with(
             anyhow::bail!("issue {issue} did not settle after {max_runs} stage runs; is the pipeline looping?");
         }
         let current = forge.issue(issue).await?;
-        let stage_name = stage::ward_labels(&h.config, &current)
+        let stage_name = h
+            .config
+            .places(&current.labels)
             .first()
             .and_then(|l| h.config.stage_by_label(l))
             .map(|s| s.name.to_string());
@@ -319,7 +322,7 @@ pub async fn drive_with(
             }
             None => None,
         };
-        let result = stage::run_stage(h, &StageRequest { issue: issue.0, agent_command, ..Default::default() }).await?;
+        let result = stage::run_stage(h, &StageRequest { agent_command, ..StageRequest::new(issue) }).await?;
         let scripted = visit.is_some();
         let role =
             stage_name.as_deref().and_then(|s| h.config.stage(s)).map(|s| s.config.role.clone()).unwrap_or_default();
@@ -367,7 +370,7 @@ pub async fn drive_with(
         seen_dispatches = dispatches.len();
     }
     let last = forge.issue(issue).await?;
-    let final_label = stage::ward_labels(&h.config, &last).first().map(|l| l.to_string());
+    let final_label = h.config.places(&last.labels).first().map(|l| l.to_string());
     Ok(Trace {
         issue: issue.0,
         steps,

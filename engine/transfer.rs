@@ -38,6 +38,16 @@ pub struct Moved {
     pub chart: Option<StoredChart>,
 }
 
+impl From<&crate::rules::Route> for Move {
+    fn from(route: &crate::rules::Route) -> Self {
+        match route {
+            crate::rules::Route::To(label) => Move::To(label.clone()),
+            crate::rules::Route::Rerun => Move::Rerun,
+            crate::rules::Route::Stay => Move::Stay,
+        }
+    }
+}
+
 /// What to do with a patient, decided on its chart as it stands.
 pub struct Decision<T> {
     pub notes: Vec<Note>,
@@ -130,9 +140,11 @@ pub async fn transfer_with<T>(
             })?;
         }
     }
+    // A patient moved to where it already is starts nothing; a rerun does.
     let dispatched = match (&to, &at) {
-        (Move::Stay, _) | (_, None) => false,
-        (Move::To(_) | Move::Rerun, Some(label)) => config.dispatches(label, fresh_label),
+        (Move::To(label), _) if fresh_label => config.dispatches(label, true),
+        (Move::Rerun, Some(label)) => config.dispatches(label, false),
+        _ => false,
     };
     if dispatched && let Some(label) = &at {
         forge.dispatch_stage(number, label).await.map_err(|source| TransferError::Dispatch {

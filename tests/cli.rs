@@ -145,21 +145,31 @@ fn a_stage_run_moves_one_label_and_keeps_the_others() {
 }
 
 #[test]
-fn an_issue_with_no_or_two_ward_labels_is_refused_and_unchanged() {
+fn an_issue_with_no_or_two_ward_labels_runs_nothing_and_keeps_its_labels() {
     let s = Sandbox::new();
     admit(&s, "t", "b");
-    for labels in [serde_json::json!(["bug"]), serde_json::json!(["ward:treat", "ward:diagnose"])] {
+    let set_labels = |labels: serde_json::Value| {
         let mut issue = s.issue_json(1);
-        issue["labels"] = labels.clone();
+        issue["labels"] = labels;
         s.write(".ward/forge/issues/1.json", &serde_json::to_string_pretty(&issue).unwrap());
-        let before = s.read(".ward/forge/issues/1.json");
-        let out = s.ward(&["stage", "--issue", "1"]);
-        assert_eq!(out.status.code(), Some(1));
-        let err = stderr(&out);
-        assert!(err.contains("no ward label") || err.contains("2 ward labels"), "{err}");
-        assert_eq!(s.read(".ward/forge/issues/1.json"), before);
-        assert!(!s.root().join("charts/1.md").exists());
-    }
+        s.read(".ward/forge/issues/1.json")
+    };
+    // No ward label: not a patient; nothing is written.
+    let before = set_labels(serde_json::json!(["bug"]));
+    let out = s.ward(&["stage", "--issue", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("carries no ward label, so it is not a patient; apply `ward:admit`"));
+    assert_eq!(s.read(".ward/forge/issues/1.json"), before);
+    assert!(!s.root().join("charts/1.md").exists());
+    // Two places: a REFUSAL note says what to do; no label moves, no stage runs.
+    let before = set_labels(serde_json::json!(["ward:treat", "ward:diagnose"]));
+    let out = s.ward(&["stage", "--issue", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("2 ward labels"), "{}", stdout(&out));
+    assert_eq!(s.read(".ward/forge/issues/1.json"), before);
+    let chart = s.read("charts/1.md");
+    assert!(chart.contains("<!-- WARD:REFUSAL run=") && chart.contains("What to do: Remove every ward label but"));
+    assert!(!chart.contains("WARD:ADMISSION"), "no stage started: {chart}");
 }
 
 /// Each bad notes file: the run is invalid, a REFUSAL note says why, the

@@ -291,7 +291,7 @@ async fn lockdown_on_and_off_with_stages_refused_meanwhile() {
 
     // A stage run meanwhile: the guard records a LOCKDOWN note and moves nothing.
     let h = w.hospital(|t| t);
-    let req = StageRequest { issue: n.0, label: Some("ward:diagnose".into()), ..Default::default() };
+    let req = StageRequest { label: Some("ward:diagnose".into()), ..StageRequest::new(n) };
     let result = stage::run_stage(&h, &req).await.unwrap();
     assert!(
         matches!(&result, StageResult::Refused { to: None, reason, .. } if reason.contains("poisoned")),
@@ -426,7 +426,18 @@ async fn a_budget_exceeded_mid_run_stops_the_agent_and_sends_the_patient_to_the_
         c.departments.budget = budget.clone();
         c
     };
-    budget::send_to_chief(&*w.local, &config, n, "treat", "run-1", &breach, Some(&usage), true, w.now()).await.unwrap();
+    let notes = budget::over_budget_notes(
+        &config,
+        "treat",
+        "run-1",
+        &breach,
+        Some(&usage),
+        budget::Stopped::DuringRun,
+        w.now(),
+    );
+    let patient = w.local.issue(n).await.unwrap();
+    let chief = ward::transfer::Move::To(config.chief_label().to_string());
+    ward::transfer::transfer(&*w.local, &config, &patient, ward::chart::Seen::NotRead, notes, chief).await.unwrap();
     assert_eq!(w.labels(n).await, vec!["bug", "ward:chief"]);
     let cost = &w.kinds(n, "COST").await[0];
     let recorded = budget::parse_cost_note(&cost.body).unwrap();
@@ -465,10 +476,9 @@ async fn the_stage_runner_stops_an_agent_that_overspends_while_it_runs() {
         pid_file.display()
     );
     let req = StageRequest {
-        issue: n.0,
         label: Some("ward:treat".into()),
         agent_command: Some(vec!["sh".into(), "-c".into(), script]),
-        ..Default::default()
+        ..StageRequest::new(n)
     };
     let result = stage::run_stage(&h, &req).await.unwrap();
     assert!(
@@ -510,10 +520,9 @@ async fn the_stage_runner_reruns_an_ungrounded_run_once_then_escalates() {
                  <!-- /WARD:TREATMENT_PLAN -->\n<!-- WARD:OUTCOME plan-posted -->\n";
     let script = format!("cat > \"$WARD_NOTES\" <<'EOF'\n{notes}EOF\n");
     let req = StageRequest {
-        issue: n.0,
         label: Some("ward:diagnose".into()),
         agent_command: Some(vec!["sh".into(), "-c".into(), script]),
-        ..Default::default()
+        ..StageRequest::new(n)
     };
     let first = stage::run_stage(&h, &req).await.unwrap();
     assert!(matches!(&first, StageResult::Invalid { reason, .. } if reason.contains("not grounded")), "{first:?}");

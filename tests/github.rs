@@ -1231,7 +1231,8 @@ async fn bad_events_change_nothing_and_say_why() {
     let before = gh.state().fingerprint();
     let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&json!({ "issue": n })), &[]).await;
     assert_eq!(ran.code, 1);
-    assert!(ran.stderr.contains("the chart of issue #1 is not readable: this is not a ward chart"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("the chart of issue #1 is not readable; fix or move it"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("caused by: this is not a ward chart"), "{}", ran.stderr);
     assert_eq!(gh.state().fingerprint(), before, "nothing changed on GitHub");
 }
 

@@ -91,9 +91,14 @@ async fn a_diamond_is_treated_child_by_child_and_discharges_its_parent() {
             labels: vec!["ward:admit".into()],
         })
         .unwrap();
-    let first =
-        run(&h, &StageRequest { issue: 1, agent_command: Some(script_admission(&sandbox)), ..Default::default() })
-            .await;
+    let first = run(
+        &h,
+        &StageRequest {
+            agent_command: Some(script_admission(&sandbox)),
+            ..StageRequest::new(ward::forge::IssueNumber(1))
+        },
+    )
+    .await;
     assert!(matches!(first, StageResult::Moved(ref t) if t.to == "ward:waiting"), "{first:?}");
     let issues = forge.all_issues().await.unwrap();
     let children = decomposition::existing_children(parent.number, &issues, ENGINE);
@@ -143,7 +148,11 @@ async fn rerunning_a_decomposition_twice_creates_nothing_new() {
             // A person (or the charge nurse) puts the parent back into admission.
             forge.set_labels_as_person(IssueNumber(1), &["ward:admit".into()]).unwrap();
         }
-        let r = run(&h, &StageRequest { issue: 1, agent_command: Some(script.clone()), ..Default::default() }).await;
+        let r = run(
+            &h,
+            &StageRequest { agent_command: Some(script.clone()), ..StageRequest::new(ward::forge::IssueNumber(1)) },
+        )
+        .await;
         assert!(matches!(r, StageResult::Moved(_)), "round {round}: {r:?}");
         assert_eq!(forge.all_issues().await.unwrap().len(), 5, "round {round}: one parent and four children");
     }
@@ -155,7 +164,14 @@ async fn a_marker_in_a_persons_issue_is_not_a_parent_link() {
     let sandbox = Sandbox::new();
     let (h, forge) = hospital(&sandbox, "mallory");
     forge.admit(NewIssue { title: "Parent".into(), body: "x".into(), labels: vec!["ward:admit".into()] }).unwrap();
-    run(&h, &StageRequest { issue: 1, agent_command: Some(script_admission(&sandbox)), ..Default::default() }).await;
+    run(
+        &h,
+        &StageRequest {
+            agent_command: Some(script_admission(&sandbox)),
+            ..StageRequest::new(ward::forge::IssueNumber(1))
+        },
+    )
+    .await;
     // mallory files an issue that claims to be child `docs` of #1.
     let forged = forge
         .admit(NewIssue {
@@ -172,7 +188,7 @@ async fn a_marker_in_a_persons_issue_is_not_a_parent_link() {
     assert!(deps.is_empty());
 }
 
-async fn to_awaiting_chief(sandbox: &Sandbox) -> (ward::stage::Hospital, std::sync::Arc<LocalForge>) {
+async fn to_awaiting_chief(sandbox: &Sandbox) -> (ward::hospital::Hospital, std::sync::Arc<LocalForge>) {
     sandbox.edit_config("human_approval: false", "human_approval: true");
     git_init(sandbox.root());
     let (h, forge) = hospital(sandbox, "reporter");
@@ -204,14 +220,14 @@ async fn human_approval_mode_waits_for_a_maintainer() {
     let (h, forge) = to_awaiting_chief(&sandbox).await;
 
     approve_as(&sandbox, "tom");
-    let r = run(&h, &StageRequest { issue: 1, ..Default::default() }).await;
+    let r = run(&h, &StageRequest::new(ward::forge::IssueNumber(1))).await;
     let StageResult::Refused { reason, to, .. } = r else { panic!("{r:?}") };
     assert!(reason.contains("`tom` applied `ward:approved` with write permission"), "{reason}");
     assert_eq!(to.as_deref(), Some("ward:awaiting-chief"));
     assert_eq!(forge.read_record(IssueNumber(1)).unwrap().issue.labels, vec!["ward:awaiting-chief".to_string()]);
 
     approve_as(&sandbox, "maria");
-    let r = run(&h, &StageRequest { issue: 1, ..Default::default() }).await;
+    let r = run(&h, &StageRequest::new(ward::forge::IssueNumber(1))).await;
     assert!(matches!(r, StageResult::Moved(ref t) if t.to == "ward:discharged"), "{r:?}");
     let issue = forge.read_record(IssueNumber(1)).unwrap().issue;
     assert_eq!(issue.labels, vec!["ward:discharged".to_string()]);
@@ -234,7 +250,7 @@ async fn an_approval_after_new_commits_is_audited_again() {
         })
         .unwrap();
     approve_as(&sandbox, "maria");
-    let r = run(&h, &StageRequest { issue: 1, ..Default::default() }).await;
+    let r = run(&h, &StageRequest::new(ward::forge::IssueNumber(1))).await;
     assert!(
         matches!(r, StageResult::Moved(ref t) if t.to == "ward:code-review" && t.outcome == "audit-failed"),
         "{r:?}"
@@ -354,14 +370,18 @@ async fn grandchildren_discharge_their_parent_and_grandparent_and_depth_is_bound
     let (h, forge) = hospital(&sandbox, "reporter");
     forge.admit(NewIssue { title: "Epic".into(), body: "Big.".into(), labels: vec!["ward:admit".into()] }).unwrap();
     let one = decompose_script(&sandbox, "one.sh", "- {key: a, title: Part A, body: The A part.}\n");
-    let r = run(&h, &StageRequest { issue: 1, agent_command: Some(one.clone()), ..Default::default() }).await;
+    let r =
+        run(&h, &StageRequest { agent_command: Some(one.clone()), ..StageRequest::new(ward::forge::IssueNumber(1)) })
+            .await;
     assert!(matches!(r, StageResult::Moved(ref t) if t.to == "ward:waiting"), "{r:?}");
     // Child #2 (depth 1) decomposes again: its child sits at depth 2, the limit.
-    let r = run(&h, &StageRequest { issue: 2, agent_command: Some(one.clone()), ..Default::default() }).await;
+    let r =
+        run(&h, &StageRequest { agent_command: Some(one.clone()), ..StageRequest::new(ward::forge::IssueNumber(2)) })
+            .await;
     assert!(matches!(r, StageResult::Moved(ref t) if t.to == "ward:waiting"), "{r:?}");
     assert_eq!(label_of(&forge, 3), "ward:admit");
     // Grandchild #3 may not decompose further.
-    let r = run(&h, &StageRequest { issue: 3, agent_command: Some(one), ..Default::default() }).await;
+    let r = run(&h, &StageRequest { agent_command: Some(one), ..StageRequest::new(ward::forge::IssueNumber(3)) }).await;
     let StageResult::Invalid { reason, .. } = r else { panic!("{r:?}") };
     assert!(reason.contains("already at depth 2; children would exceed `decomposition.max_depth` (2)"), "{reason}");
     assert_eq!(forge.all_issues().await.unwrap().len(), 3, "nothing was created");
@@ -381,26 +401,33 @@ async fn an_interrupted_release_is_repaired() {
     forge
         .admit(NewIssue { title: "Multi-tenant".into(), body: "x".into(), labels: vec!["ward:admit".into()] })
         .unwrap();
-    run(&h, &StageRequest { issue: 1, agent_command: Some(script_admission(&sandbox)), ..Default::default() }).await;
+    run(
+        &h,
+        &StageRequest {
+            agent_command: Some(script_admission(&sandbox)),
+            ..StageRequest::new(ward::forge::IssueNumber(1))
+        },
+    )
+    .await;
     let children = decomposition::existing_children(IssueNumber(1), &forge.all_issues().await.unwrap(), ENGINE);
     // `schema` was discharged, but the run died before releasing anyone.
     let schema = children["schema"].number;
     forge.set_labels(schema, &["ward:discharged".into()]).await.unwrap();
     forge.close_issue(schema).await.unwrap();
     let now = chrono::Utc::now();
-    let moved = ward::family::repair(&*forge, &h.config, &h.sentinels, "sweep-1", now, true).await.unwrap();
+    let moved = ward::family::repair(&*forge, &h.config, "sweep-1", now).await.unwrap();
     assert_eq!(moved.len(), 2, "{moved:?}");
     assert_eq!(label_of(&forge, children["api"].number.0), "ward:admit");
     assert_eq!(label_of(&forge, children["cli"].number.0), "ward:admit");
     assert_eq!(label_of(&forge, children["docs"].number.0), "ward:blocked");
     // Repair is idempotent.
-    assert!(ward::family::repair(&*forge, &h.config, &h.sentinels, "sweep-2", now, true).await.unwrap().is_empty());
+    assert!(ward::family::repair(&*forge, &h.config, "sweep-2", now).await.unwrap().is_empty());
     // Every child discharged, the parent still waiting: the sweep discharges it.
     for key in ["api", "cli", "docs"] {
         forge.set_labels(children[key].number, &["ward:discharged".into()]).await.unwrap();
         forge.close_issue(children[key].number).await.unwrap();
     }
-    let moved = ward::family::repair(&*forge, &h.config, &h.sentinels, "sweep-3", now, true).await.unwrap();
+    let moved = ward::family::repair(&*forge, &h.config, "sweep-3", now).await.unwrap();
     assert!(moved.iter().any(|m| m.contains("every child discharged")), "{moved:?}");
     assert_eq!(label_of(&forge, 1), "ward:discharged");
 }
@@ -485,7 +512,7 @@ mod over_github {
         let n = seed(&gh);
         let forge = gh.forge();
         let config = config();
-        let list = ward::audit::audit_issue(&forge, &config, IssueNumber(n)).await.unwrap();
+        let list = ward::discharge::audit::audit_issue(&forge, &config, IssueNumber(n)).await.unwrap();
         assert!(list.passed(), "{}", list.render());
 
         let cases: Vec<(&str, Breaker)> = vec![
@@ -526,7 +553,7 @@ mod over_github {
             let gh = FakeGitHub::start().await;
             let n = seed(&gh);
             break_it(&gh);
-            let list = ward::audit::audit_issue(&gh.forge(), &config, IssueNumber(n)).await.unwrap();
+            let list = ward::discharge::audit::audit_issue(&gh.forge(), &config, IssueNumber(n)).await.unwrap();
             assert_ne!(list.item(item).unwrap().mark, Mark::Pass, "{item}: {}", list.render());
             assert_eq!(list.outcome(), "audit-failed", "{item}");
         }

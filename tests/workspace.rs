@@ -1029,7 +1029,7 @@ async fn sigterm_still_runs_diagnostics_and_cleanup() {
 fn stage_repo(
     tmp: &Path,
     extra: &str,
-) -> (PathBuf, PathBuf, std::sync::Arc<ward::forge::local::LocalForge>, ward::stage::Hospital) {
+) -> (PathBuf, PathBuf, std::sync::Arc<ward::forge::local::LocalForge>, ward::hospital::Hospital) {
     let root = tmp.join("repo");
     std::fs::create_dir_all(&root).unwrap();
     ward::defaults::install(&root).unwrap();
@@ -1043,7 +1043,7 @@ fn stage_repo(
     run(git(&root, &git_home).args(["add", "-A"]));
     run(git(&root, &git_home).args(["commit", "--quiet", "-m", "install ward"]));
     let forge = std::sync::Arc::new(ward::forge::local::LocalForge::new(&root, "ward-engine").with_actor("chief"));
-    let mut h = ward::stage::Hospital::load(&root, forge.clone()).unwrap();
+    let mut h = ward::hospital::Hospital::load(&root, forge.clone()).unwrap();
     h.ward_exe = PathBuf::from(env!("CARGO_BIN_EXE_ward"));
     let plan = h.workspace.as_mut().expect("a git repository on a branch gets workspaces");
     assert_eq!(plan.base, "main");
@@ -1068,7 +1068,7 @@ async fn a_stage_run_brings_its_workspace_up_for_the_agent_and_down_after() {
     let seen = tmp.path().join("seen");
     let script = format!("env > {0}.env && pwd > {0}.pwd && exec {{ward}} stand-in", seen.display());
     let req = ward::stage::StageRequest {
-        issue: issue.number.0,
+        issue: issue.number,
         label: None,
         agent_command: Some(vec!["sh".into(), "-c".into(), script]),
         run_id: Some(run_name.clone()),
@@ -1117,7 +1117,7 @@ async fn the_treat_stage_pushes_the_task_branch_and_opens_a_pull_request() {
     // Treatment starts only after an approved plan (the plan gate).
     support::seed_approved_plan(&h, issue.number).await;
     let req = ward::stage::StageRequest {
-        issue: issue.number.0,
+        issue: issue.number,
         label: None,
         agent_command: Some(vec!["sh".into(), "-c".into(), "echo fixed > fix.txt && exec {ward} stand-in".into()]),
         run_id: Some(run_id("treat")),

@@ -14,10 +14,11 @@ use crate::chart::Sentinels;
 use crate::config::{CONFIG_PATH, Config, ConfigErrors};
 use crate::forge::local::LocalForge;
 use crate::forge::{Forge, IssueNumber, NewIssue};
+use crate::hospital::Hospital;
 use crate::precedent::{PrecedentError, PrecedentLog};
 use crate::prompt::Prompts;
 use crate::simulate::ScenarioError;
-use crate::stage::{Hospital, StageRequest, StageResult};
+use crate::stage::{StageRequest, StageResult};
 
 #[derive(Debug, Parser)]
 #[command(name = "ward", version, about = "Runs coding agents through a teaching-hospital pipeline on GitHub issues")]
@@ -301,7 +302,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
             let h = Hospital::load(&cli.root, forge)?;
-            let req = StageRequest { issue, label: label.clone(), ..Default::default() };
+            let req = StageRequest { label: label.clone(), ..StageRequest::new(IssueNumber(issue)) };
             let result = crate::stage::run_stage(&h, &req).await?;
             println!("{}", describe_result(&result));
             Ok(if result.is_failure() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
@@ -376,7 +377,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit { issue, json } => {
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
-            let checklist = crate::audit::audit_issue(&*forge, &config, IssueNumber(*issue)).await?;
+            let checklist = crate::discharge::audit::audit_issue(&*forge, &config, IssueNumber(*issue)).await?;
             if *json {
                 let items: Vec<serde_json::Value> = checklist
                     .items

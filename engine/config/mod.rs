@@ -367,10 +367,11 @@ impl Config {
         self.labels.contains_key(label)
     }
 
-    /// A declared ward label that says where a patient is (every one but
-    /// the lockdown label, which marks the lockdown issue).
+    /// A declared ward label that says where a patient is: every one but
+    /// the lockdown label (it marks the lockdown issue) and the approved
+    /// label (a chief's signal on a patient that waits).
     pub fn is_place(&self, label: &str) -> bool {
-        self.is_ward_label(label) && label != LOCKDOWN_LABEL
+        self.is_ward_label(label) && label != LOCKDOWN_LABEL && *label != self.discharge.approved_label
     }
 
     /// The places among `labels`, in their order: a patient has one.
@@ -394,7 +395,8 @@ impl Config {
     /// A place, or an undeclared label in ward's namespace (a typo, a label
     /// of an older pipeline): anything that claims to say where a patient is.
     pub fn is_wardish(&self, label: &str) -> bool {
-        self.is_place(label) || (label != LOCKDOWN_LABEL && self.namespace().is_some_and(|ns| label.starts_with(ns)))
+        label != LOCKDOWN_LABEL
+            && (self.is_ward_label(label) || self.namespace().is_some_and(|ns| label.starts_with(ns)))
     }
 
     /// The one label calculation: `labels` with every ward label (see

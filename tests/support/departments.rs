@@ -138,7 +138,7 @@ impl Ward {
     /// The stage runner over this ward's forge and clock: the default
     /// installation in the ward's folder, with `edit` applied to ward.yml,
     /// and the real `ward` binary as the stand-in agent.
-    pub fn hospital(&self, edit: impl Fn(String) -> String) -> ward::stage::Hospital {
+    pub fn hospital(&self, edit: impl Fn(String) -> String) -> ward::hospital::Hospital {
         let root = self.dir.path();
         if !root.join(".github/ward.yml").exists() {
             ward::defaults::install(root).unwrap();
@@ -146,7 +146,7 @@ impl Ward {
         let pipeline = include_str!("../../.github/ward.yml");
         std::fs::write(root.join(".github/ward.yml"), edit(pipeline.to_string())).unwrap();
         let forge: Arc<dyn Forge> = self.local.clone();
-        let mut h = ward::stage::Hospital::load(root, forge).unwrap();
+        let mut h = ward::hospital::Hospital::load(root, forge).unwrap();
         h.ward_exe = env!("CARGO_BIN_EXE_ward").into();
         h.clock = self.clock.as_clock();
         h

@@ -100,7 +100,7 @@ pub fn stderr(o: &Output) -> String {
 /// a diagnose run's TREATMENT_PLAN with the five sections, then a later
 /// plan-review run's PLAN_REVIEW whose OUTCOME is `approve`, each written by
 /// the role its stage names in the hospital's pipeline.
-pub async fn seed_approved_plan(h: &ward::stage::Hospital, n: ward::forge::IssueNumber) {
+pub async fn seed_approved_plan(h: &ward::hospital::Hospital, n: ward::forge::IssueNumber) {
     use ward::chart::{Note, NoteMeta, Seen, append};
     let at = (h.clock)();
     let note = |kind: &str, stage: &str, run: &str, body: &str| {

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use ward::forge::IssueNumber;
 use ward::forge::local::LocalForge;
+use ward::hospital::Hospital;
 use ward::simulate::{PullRequestScript, play_people};
-use ward::stage::{Hospital, StageRequest, StageResult, run_stage};
+use ward::stage::{StageRequest, StageResult, run_stage};
 
 use super::{Sandbox, ward_bin};
 
@@ -48,7 +49,7 @@ pub async fn settle(h: &Hospital, forge: &LocalForge, first: IssueNumber, max_ru
         if audits {
             play_people(forge, issue, &h.workdir, &PullRequestScript::default()).await.unwrap();
         }
-        let result = run(h, &StageRequest { issue: issue.0, ..Default::default() }).await;
+        let result = run(h, &StageRequest::new(issue)).await;
         results.push((issue.0, result));
         let dispatches = forge.dispatches().unwrap();
         queue.extend(dispatches[seen..].iter().map(|d| d.issue));

@@ -92,7 +92,7 @@ mod tests {
     const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
 
     fn config() -> Config {
-        Config::parse(include_str!("../.github/ward.yml"), std::path::Path::new(crate::config::CONFIG_PATH), None)
+        Config::parse(include_str!("../../.github/ward.yml"), std::path::Path::new(crate::config::CONFIG_PATH), None)
             .unwrap()
     }
 

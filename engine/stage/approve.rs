@@ -1,0 +1,85 @@
+//! A chief's approval (human approval mode): the guard has checked the
+//! lockdown and taken the patient's lock. Who applied the approved label is
+//! checked, the audit is taken again (commits may have landed since), and
+//! the engine merges and discharges, or sends the patient back.
+
+use tracing::{info, warn};
+
+use super::guard::Patient;
+use super::result::{StageResult, Transition};
+use crate::chart::{NoteKind, Seen};
+use crate::config::AUDIT_FAILED;
+use crate::discharge::audit;
+use crate::hospital::Hospital;
+use crate::rules::approval::{self, applied_by};
+use crate::rules::discharge_audit;
+use crate::transfer::{Move, transfer};
+
+pub async fn approve(h: &Hospital, patient: Patient<'_>) -> anyhow::Result<StageResult> {
+    let (number, stage) = (patient.issue.number, patient.stage);
+    let d = &h.config.discharge;
+    let events = h.forge.label_events(number).await?;
+    let approver = match applied_by(&events, &d.approved_label) {
+        Some(e) => Some((e.actor.clone(), h.forge.permission(&e.actor).await?)),
+        None => None,
+    };
+    let seen = Seen::Read(patient.stored.clone());
+    if let Err(refusal) =
+        approval::may_merge(&h.config, &patient.issue.labels, approver.as_ref().map(|(who, p)| (who.as_str(), *p)))
+    {
+        warn!(%refusal, "approval refused");
+        // The approved label comes off; the patient stays where it waits.
+        let to = match (Move::from(&refusal.route), h.config.ward_label(&patient.issue.labels)) {
+            (Move::Stay, Some(place)) => Move::To(place.to_string()),
+            (to, _) => to,
+        };
+        let note = patient.engine_note(h, NoteKind::Refusal, refusal.note_body());
+        let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, vec![note], to).await?;
+        let reason = refusal.to_string();
+        return Ok(StageResult::Refused { issue: number, stage: stage.name.into(), reason, to: moved.at });
+    }
+    let (who, permission) = approver.expect("may_merge checked the approver");
+
+    // Audit again: the head may have moved since the audit that passed.
+    let facts = audit::gather(&*h.forge, &audit::patient_branch(number)).await;
+    let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
+    let outcome = checklist.outcome();
+    let body = format!(
+        "`{who}` ({} permission) applied `{}`.\n\n{}",
+        format!("{permission:?}").to_lowercase(),
+        d.approved_label,
+        checklist.render()
+    );
+    let notes = vec![
+        patient.engine_note(h, NoteKind::DischargeChecklist, body),
+        patient.engine_note(h, NoteKind::Outcome, outcome.to_string()),
+    ];
+    let (to, moved) = if checklist.passed() {
+        let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
+        crate::discharge::merge(&*h.forge, pull).await?;
+        let (moved, family) =
+            crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, notes, &patient.run, h.now())
+                .await?;
+        info!(?family, "merged after approval");
+        (d.discharged_label.clone(), moved)
+    } else {
+        let back = stage.config.outcomes.get(AUDIT_FAILED).cloned().unwrap_or_else(|| stage.config.label.clone());
+        let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(back.clone())).await?;
+        (back, moved)
+    };
+    let total = patient.started.elapsed();
+    Ok(StageResult::Moved(Transition {
+        issue: number,
+        stage: stage.name.into(),
+        role: crate::chart::ENGINE_ROLE.into(),
+        run: patient.run.clone(),
+        outcome: outcome.into(),
+        from: patient.label_in.clone(),
+        to,
+        dispatched: moved.dispatched,
+        total_ms: total.as_millis(),
+        agent_ms: 0,
+        engine_us: total.as_micros(),
+        artifacts: patient.folder.clone(),
+    }))
+}

@@ -1,0 +1,317 @@
+//! The guard: whether this run may go ahead, decided by one ordered list
+//! ([`GUARDS`]) before anything is prepared. The first two guards only find
+//! that there is nothing to do, and write nothing. From the lockdown on,
+//! a guard that stops the run writes a note saying why and what to do, and
+//! moves the patient where its rule says (through [`crate::transfer`]).
+//! The lockdown comes before everything that could move a patient or start
+//! an agent, on both paths: a stage run, and a chief's approval.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use tracing::warn;
+
+use super::result::{StageRequest, StageResult};
+use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
+use crate::config::Stage;
+use crate::forge::{Issue, IssueState, StoredChart};
+use crate::hospital::{Hospital, new_run_id, try_lock_issue};
+use crate::rules::{self, GuardInput, Refusal, Route};
+use crate::transfer::{Move, transfer};
+
+/// A patient admitted to a run: everything the guard read, and the lock
+/// that keeps other runs off it until this one ends.
+pub struct Patient<'h> {
+    pub issue: Issue,
+    pub stage: Stage<'h>,
+    /// The label the run started on.
+    pub label_in: String,
+    pub run: String,
+    /// The chart as the guard read it.
+    pub chart: Vec<Note>,
+    pub stored: Option<StoredChart>,
+    /// This run's folder: the prompt, the agent's files, the sealed visit.
+    pub folder: PathBuf,
+    pub started: Instant,
+    _lock: File,
+}
+
+impl Patient<'_> {
+    /// A note by the engine in this run.
+    pub fn engine_note(&self, h: &Hospital, kind: NoteKind, body: String) -> Note {
+        self.note(h, kind, ENGINE_ROLE, body)
+    }
+
+    pub fn note(&self, h: &Hospital, kind: NoteKind, role: &str, body: String) -> Note {
+        let meta = NoteMeta { run: self.run.clone(), stage: self.stage.name.into(), role: role.into(), at: h.now() };
+        Note { kind, meta, body }
+    }
+}
+
+/// What the guard decided.
+pub enum Admitted<'h> {
+    /// The run ends here.
+    Stop(StageResult),
+    /// A chief applied the approved label: audit again and merge.
+    Approval(Patient<'h>),
+    /// Run the stage.
+    Stage(Patient<'h>),
+}
+
+/// One check before anything is prepared.
+#[derive(Debug, Clone, Copy)]
+enum Guard {
+    /// A closed issue is no patient.
+    Open,
+    /// The label the trigger saw is still on, and starts a stage.
+    Current,
+    /// Infection control: while a lockdown is open, nothing moves.
+    Lockdown,
+    /// The patient is in exactly one place.
+    OnePlace,
+    /// One run per patient at a time.
+    OneRun,
+    /// The hospital's rules before an agent (plan gate, dependencies).
+    Rules,
+    /// Budget left for this patient.
+    Budget,
+}
+
+/// The guards, in the order they run.
+const GUARDS: [Guard; 7] =
+    [Guard::Open, Guard::Current, Guard::Lockdown, Guard::OnePlace, Guard::OneRun, Guard::Rules, Guard::Budget];
+
+/// What the trigger asks of this issue, read from its labels alone.
+enum Asked<'h> {
+    Stage {
+        stage: Stage<'h>,
+        label_in: String,
+    },
+    Approval {
+        stage: Stage<'h>,
+    },
+    /// Nothing to do: the label moved on, or the patient rests.
+    Nothing(String),
+    /// The labels contradict what a patient can be: a person must fix them.
+    Problem(Refusal),
+}
+
+/// The state the guards work on.
+struct Gate<'h> {
+    h: &'h Hospital,
+    issue: Issue,
+    asked: Asked<'h>,
+    run: String,
+    lock: Option<File>,
+    chart: Option<(Vec<Note>, Option<StoredChart>)>,
+}
+
+/// Runs [`GUARDS`] in order.
+pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Admitted<'h>> {
+    let started = Instant::now();
+    let number = req.issue;
+    let issue = h.forge.issue(number).await.with_context(|| format!("could not read issue {number}"))?;
+    let asked = asked(h, req, &issue);
+    let run = req.run_id.clone().unwrap_or_else(|| new_run_id(h.now()));
+    let mut gate = Gate { h, issue, asked, run, lock: None, chart: None };
+    for guard in GUARDS {
+        if let Some(stop) = gate.check(guard).await? {
+            return Ok(Admitted::Stop(stop));
+        }
+    }
+    let (chart, stored) = match gate.chart.take() {
+        Some(read) => read,
+        None => read_chart(h, &gate.issue).await?,
+    };
+    let (approval, stage, label_in) = match gate.asked {
+        Asked::Stage { stage, label_in } => (false, stage, label_in),
+        Asked::Approval { stage } => (true, stage, h.config.discharge.approved_label.clone()),
+        Asked::Nothing(_) | Asked::Problem(_) => unreachable!("the guards stop these"),
+    };
+    let folder = h.run_folder(number, &gate.run);
+    let patient = Patient {
+        issue: gate.issue,
+        stage,
+        label_in,
+        folder,
+        chart,
+        stored,
+        started,
+        run: gate.run,
+        _lock: gate.lock.expect("the one-run guard took the lock"),
+    };
+    Ok(if approval { Admitted::Approval(patient) } else { Admitted::Stage(patient) })
+}
+
+impl Gate<'_> {
+    async fn check(&mut self, guard: Guard) -> anyhow::Result<Option<StageResult>> {
+        let (h, number) = (self.h, self.issue.number);
+        let no_op = |reason: String| Ok(Some(StageResult::NoOp { issue: number, reason }));
+        match guard {
+            Guard::Open if self.issue.state == IssueState::Closed => no_op(format!("issue {number} is closed")),
+            Guard::Current => match &self.asked {
+                Asked::Nothing(reason) => no_op(reason.clone()),
+                _ => Ok(None),
+            },
+            Guard::Lockdown => {
+                let Some(lockdown) = crate::lockdown::active_lockdown(&*h.forge).await? else { return Ok(None) };
+                let stage = self.stage_name();
+                let note = crate::lockdown::lockdown_note(&lockdown, &stage, &self.run, h.now());
+                transfer(&*h.forge, &h.config, &self.issue, Seen::NotRead, vec![note], Move::Stay).await?;
+                Ok(Some(StageResult::Refused { issue: number, stage, reason: lockdown.to_string(), to: None }))
+            }
+            Guard::OnePlace => match &self.asked {
+                Asked::Problem(refusal) => {
+                    let refusal = refusal.clone();
+                    self.refuse(&refusal).await.map(Some)
+                }
+                _ => Ok(None),
+            },
+            Guard::OneRun => match try_lock_issue(&h.root, number).await? {
+                Some(lock) => {
+                    self.lock = Some(lock);
+                    Ok(None)
+                }
+                None => no_op(format!("another run is already working on issue {number}")),
+            },
+            Guard::Rules => {
+                let Asked::Stage { stage, .. } = self.asked else { return Ok(None) };
+                let dependencies = crate::family::dependencies(&*h.forge, &h.config, &h.sentinels, &self.issue).await?;
+                let (chart, _) = self.chart().await?;
+                let input = GuardInput { config: &h.config, stage, chart, dependencies: &dependencies };
+                match rules::guard(&input) {
+                    Ok(()) => Ok(None),
+                    Err(refusal) => self.refuse(&refusal).await.map(Some),
+                }
+            }
+            Guard::Budget => {
+                let Asked::Stage { stage, .. } = self.asked else { return Ok(None) };
+                let budget = &h.config.departments.budget;
+                let (chart, _) = self.chart().await?;
+                let spend = crate::budget::patient_spend(chart, &budget.send_back_set(&h.config));
+                let Some(breach) = crate::budget::check_patient(budget, &spend) else { return Ok(None) };
+                let notes = crate::budget::over_budget_notes(
+                    &h.config,
+                    stage.name,
+                    &self.run,
+                    &breach,
+                    None,
+                    crate::budget::Stopped::BeforeStart,
+                    h.now(),
+                );
+                let chief = h.config.chief_label().to_string();
+                let seen = self.seen();
+                transfer(&*h.forge, &h.config, &self.issue, seen, notes, Move::To(chief.clone())).await?;
+                Ok(Some(StageResult::Refused {
+                    issue: number,
+                    stage: stage.name.into(),
+                    reason: breach.to_string(),
+                    to: Some(chief),
+                }))
+            }
+            Guard::Open => Ok(None),
+        }
+    }
+
+    /// The chart, read once by the guards that need it.
+    async fn chart(&mut self) -> anyhow::Result<(&[Note], &Option<StoredChart>)> {
+        if self.chart.is_none() {
+            self.chart = Some(read_chart(self.h, &self.issue).await?);
+        }
+        let (notes, stored) = self.chart.as_ref().expect("just read");
+        Ok((notes, stored))
+    }
+
+    fn seen(&self) -> Seen {
+        self.chart.as_ref().map_or(Seen::NotRead, |(_, stored)| Seen::Read(stored.clone()))
+    }
+
+    fn stage_name(&self) -> String {
+        match &self.asked {
+            Asked::Stage { stage, .. } | Asked::Approval { stage } => stage.name.into(),
+            Asked::Nothing(_) | Asked::Problem(_) => NO_STAGE.into(),
+        }
+    }
+
+    /// A REFUSAL note, and the patient goes where the rule says.
+    async fn refuse(&mut self, refusal: &Refusal) -> anyhow::Result<StageResult> {
+        let h = self.h;
+        warn!(rule = refusal.rule, reason = %refusal.reason, "refused");
+        let stage = self.stage_name();
+        let meta = NoteMeta { run: self.run.clone(), stage: stage.clone(), role: ENGINE_ROLE.into(), at: h.now() };
+        let note = Note { kind: NoteKind::Refusal, meta, body: refusal.note_body() };
+        let to = Move::from(&refusal.route);
+        let seen = self.seen();
+        let moved = transfer(&*h.forge, &h.config, &self.issue, seen, vec![note], to.clone()).await?;
+        let to = (to != Move::Stay).then_some(moved.at).flatten();
+        Ok(StageResult::Refused { issue: self.issue.number, stage, reason: refusal.to_string(), to })
+    }
+}
+
+/// The stage name on notes of a run that found no stage to run.
+const NO_STAGE: &str = "none";
+
+/// What the trigger asks, from the issue's labels alone (no I/O).
+fn asked<'h>(h: &'h Hospital, req: &StageRequest, issue: &Issue) -> Asked<'h> {
+    let config = &h.config;
+    let number = issue.number;
+    let approved = &config.discharge.approved_label;
+    // Human approval mode: a chief's approval label is its own path.
+    if issue.labels.contains(approved) && req.label.as_ref().is_none_or(|l| l == approved) {
+        return match config.audit_stage() {
+            Some(stage) => Asked::Approval { stage },
+            None => Asked::Problem(Refusal::new(
+                "approval",
+                format!("`{approved}` is on {number}, but no stage of .github/ward.yml audits discharge."),
+                "Give one stage `mode: discharge` (see `ward config check`), then apply the label again.",
+                Route::Stay,
+            )),
+        };
+    }
+    if let Some(label) = &req.label
+        && !issue.labels.contains(label)
+    {
+        return Asked::Nothing(format!("issue {number} no longer carries `{label}`; another run already handled it"));
+    }
+    let places = config.places(&issue.labels);
+    let label_in = match places.as_slice() {
+        [] => {
+            return Asked::Nothing(format!(
+                "issue {number} carries no ward label, so it is not a patient; apply `{}` to admit it",
+                config.admission
+            ));
+        }
+        [one] => one.to_string(),
+        many => {
+            return Asked::Problem(Refusal::new(
+                "one-place",
+                format!(
+                    "{number} carries {} ward labels ({}); a patient is in one place at a time, so no stage ran.",
+                    many.len(),
+                    many.iter().map(|l| format!("`{l}`")).collect::<Vec<_>>().join(", ")
+                ),
+                "Remove every ward label but the one where the patient is; the charge nurse's sweep repairs it \
+                 too when the chart says which is right.",
+                Route::Stay,
+            ));
+        }
+    };
+    match config.stage_by_label(&label_in) {
+        Some(stage) => Asked::Stage { stage, label_in },
+        None => Asked::Nothing(format!("issue {number} rests at `{label_in}`; no stage starts there")),
+    }
+}
+
+async fn read_chart(h: &Hospital, issue: &Issue) -> anyhow::Result<(Vec<Note>, Option<StoredChart>)> {
+    let number = issue.number;
+    let stored = h.forge.read_chart(number).await.with_context(|| format!("could not read the chart of {number}"))?;
+    let notes = match &stored {
+        Some(c) => h.sentinels.parse_chart(&c.text).with_context(|| {
+            format!("the chart of issue {number} is not readable; fix or move it, nothing was changed")
+        })?,
+        None => Vec::new(),
+    };
+    Ok((notes, stored))
+}

@@ -1,0 +1,238 @@
+//! Judge: the hospital's rules over a sealed visit. What the agent spent,
+//! whether its run and notes meet the contract, the rules on what it wrote,
+//! the discharge audit taken again, and whether its claims are grounded.
+//! The judgment says what record does; nothing here writes.
+
+use std::collections::HashSet;
+
+use super::guard::Patient;
+use super::prepare::Prepared;
+use super::visit::{AgentText, Visit};
+use crate::agent::AgentEnd;
+use crate::budget::{Breach, Stopped};
+use crate::chart::{AgentNotes, Note};
+use crate::groundedness as g;
+use crate::hospital::Hospital;
+use crate::rules::discharge_audit::{self, AuditFacts, Checklist};
+use crate::rules::{self, Refusal, Route, RunInput};
+
+/// What the rules decided about a visit.
+pub enum Judgment {
+    /// A spending limit was reached; the patient goes to the chiefs.
+    OverBudget {
+        breach: Breach,
+        when: Stopped,
+    },
+    /// The run does not count: a REFUSAL, the label stays, exit 1.
+    Invalid {
+        reason: String,
+    },
+    /// A rule turned the run back: a REFUSAL, and the rule's route.
+    TurnedBack(Refusal),
+    /// The notes' claims do not hold: the stage runs once more, then the
+    /// patient goes to the chiefs.
+    Ungrounded {
+        note: Note,
+        score: g::Score,
+        decision: g::Decision,
+    },
+    Accepted(Box<Accepted>),
+}
+
+/// A valid run: what goes into the chart and where the patient goes.
+pub struct Accepted {
+    pub notes: AgentNotes,
+    /// The outcome that decides the label (the audit's, in the auditing stage).
+    pub outcome: String,
+    /// Why the engine's audit overruled the nurse's outcome.
+    pub overruled: Option<String>,
+    pub groundedness: Option<Note>,
+    /// The audit taken after the nurse, in the auditing stage.
+    pub audit: Option<(AuditFacts, Checklist)>,
+}
+
+pub async fn judge(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    prepared: &Prepared,
+    visit: &Visit,
+) -> anyhow::Result<Judgment> {
+    let budget = &h.config.departments.budget;
+    if let Some(breach) = &visit.stopped {
+        return Ok(Judgment::OverBudget { breach: breach.clone(), when: Stopped::DuringRun });
+    }
+    if let Some(breach) =
+        crate::budget::check_run(budget, std::time::Duration::MAX, std::time::Duration::ZERO, visit.usage.as_ref())
+    {
+        return Ok(Judgment::OverBudget { breach, when: Stopped::AfterRun });
+    }
+    let (notes, outcome) = match contract(h, patient, visit) {
+        Ok(pair) => pair,
+        Err(reason) => return Ok(Judgment::Invalid { reason }),
+    };
+    let depth = crate::family::depth(&*h.forge, &patient.issue).await?;
+    let input = RunInput {
+        config: &h.config,
+        stage: patient.stage,
+        run: &patient.run,
+        chart: &prepared.chart,
+        notes: &notes,
+        precedents: &h.precedents,
+        depth,
+    };
+    match rules::validate(&input) {
+        Ok(()) => {}
+        Err(refusal) if refusal.route == Route::Stay => return Ok(Judgment::Invalid { reason: refusal.to_string() }),
+        Err(refusal) => return Ok(Judgment::TurnedBack(refusal)),
+    }
+    // A passing audit is taken again on facts gathered now, not before the
+    // agent: a commit pushed while the nurse worked is not merged unaudited.
+    // (A failing one fails either way.)
+    let audit = match &prepared.audit {
+        Some((_, checklist)) if checklist.passed() => {
+            let branch = crate::discharge::audit::patient_branch(patient.issue.number);
+            let facts = crate::discharge::audit::gather(&*h.forge, &branch).await;
+            let checklist = discharge_audit::audit(&h.config, &prepared.chart, &facts);
+            Some((facts, checklist))
+        }
+        other => other.clone(),
+    };
+    // The nurse adds judgment but cannot pass a failing audit.
+    let (outcome, overruled) = match &audit {
+        Some((_, checklist)) => {
+            let (o, why) = discharge_audit::final_outcome(checklist, &outcome);
+            (o.to_string(), why)
+        }
+        None => (outcome, None),
+    };
+    let groundedness = match grounded(h, patient, prepared, &notes) {
+        Grounded::Off => None,
+        Grounded::Yes(note) => Some(note),
+        Grounded::No { note, score, decision } => return Ok(Judgment::Ungrounded { note, score, decision }),
+    };
+    Ok(Judgment::Accepted(Box::new(Accepted { notes, outcome, overruled, groundedness, audit })))
+}
+
+/// The contract every run meets, whatever the role: it exited 0 within its
+/// limit, and wrote a readable notes file with only its role's kinds, the
+/// kinds the stage and the outcome require, and exactly one outcome.
+fn contract(h: &Hospital, patient: &Patient<'_>, visit: &Visit) -> Result<(AgentNotes, String), String> {
+    let stage = patient.stage;
+    match visit.end {
+        AgentEnd::Exited(0) => {}
+        AgentEnd::TimedOut => {
+            return Err(format!(
+                "the agent was stopped at its time limit of {} (stage `{}`); its whole process group was killed",
+                humantime::format_duration(stage.config.time_limit),
+                stage.name
+            ));
+        }
+        AgentEnd::Exited(code) => {
+            let tail: Vec<&str> = visit.stderr_tail.lines().collect();
+            return Err(format!(
+                "the agent exited with code {code}; last lines of its stderr:\n\n```\n{}\n```",
+                tail[tail.len().saturating_sub(10)..].join("\n")
+            ));
+        }
+        AgentEnd::Signalled(sig) => return Err(format!("the agent was killed by signal {sig}")),
+    }
+    let text = match &visit.notes {
+        AgentText::Text(t) if !t.trim().is_empty() => t,
+        AgentText::TooLarge(n) => {
+            return Err(format!(
+                "the agent's notes are {n} bytes, over the limit of {} bytes; write shorter notes",
+                super::visit::MAX_NOTES_BYTES
+            ));
+        }
+        _ => return Err("the agent wrote no notes to $WARD_NOTES".into()),
+    };
+    let notes = h.sentinels.parse_agent_notes(text).map_err(|e| format!("$WARD_NOTES {e}"))?;
+    validate_notes(&h.config, stage, &notes).map(|outcome| (notes, outcome))
+}
+
+/// The notes contract: only the role's kinds, every required kind, one outcome.
+pub fn validate_notes(
+    config: &crate::config::Config,
+    stage: crate::config::Stage<'_>,
+    notes: &AgentNotes,
+) -> Result<String, String> {
+    let role = &stage.config.role;
+    let writes = config.role(role).map(|r| r.writes.as_slice()).unwrap_or_default();
+    let mut problems = Vec::new();
+    for n in notes.notes.iter().filter(|n| !writes.contains(&n.kind)) {
+        problems.push(format!(
+            "line {}: role `{role}` may not write `{}` (it may write: {})",
+            n.line,
+            n.kind,
+            list(writes)
+        ));
+    }
+    let outcome = match notes.outcomes.as_slice() {
+        [] => {
+            let all: Vec<String> = stage.config.outcomes.keys().map(|o| format!("<!-- WARD:OUTCOME {o} -->")).collect();
+            problems.push(format!("no outcome declared; end with one of: {}", list(&all)));
+            None
+        }
+        [(o, line)] if !stage.config.outcomes.contains_key(o) => {
+            let all: Vec<&String> = stage.config.outcomes.keys().collect();
+            problems.push(format!(
+                "line {line}: outcome `{o}` is not an outcome of stage `{}` ({})",
+                stage.name,
+                list(&all)
+            ));
+            None
+        }
+        [(o, _)] => Some(o.clone()),
+        many => {
+            let lines: Vec<&usize> = many.iter().map(|(_, l)| l).collect();
+            problems.push(format!("{} outcomes declared (lines {}); declare exactly one", many.len(), list(&lines)));
+            None
+        }
+    };
+    let for_outcome = outcome.as_ref().and_then(|o| stage.config.requires_for.get(o));
+    for kind in stage.config.requires.iter().chain(for_outcome.into_iter().flatten()) {
+        if notes.kinds().any(|k| k == *kind) {
+            continue;
+        }
+        problems.push(match outcome.as_deref().filter(|_| for_outcome.is_some_and(|k| k.contains(kind))) {
+            Some(o) => format!("outcome `{o}` requires a `{kind}` note, and there is none"),
+            None => format!("stage `{}` requires a `{kind}` note, and there is none", stage.name),
+        });
+    }
+    match (problems.is_empty(), outcome) {
+        (true, Some(o)) => Ok(o),
+        _ => Err(problems.join("; ")),
+    }
+}
+
+enum Grounded {
+    Off,
+    Yes(Note),
+    No { note: Note, score: g::Score, decision: g::Decision },
+}
+
+/// The notes' checkable claims against the worktree and the precedent log.
+fn grounded(h: &Hospital, patient: &Patient<'_>, prepared: &Prepared, notes: &AgentNotes) -> Grounded {
+    let threshold = h.config.departments.groundedness.threshold;
+    if threshold <= 0.0 {
+        return Grounded::Off;
+    }
+    let ids: HashSet<String> = h.precedents.entries.iter().map(|p| p.id.clone()).collect();
+    let after_treatment = notes.kinds().any(|k| k.after_treatment());
+    let facts = g::Facts { worktree: &prepared.workdir, precedents: &ids, after_treatment };
+    let score = g::score_notes(notes.notes.iter().map(|n| (n.kind.as_str(), n.body.as_str())), &facts);
+    let stage = patient.stage.name;
+    let note = g::groundedness_note(&score, threshold, stage, &patient.run, h.now());
+    let earlier = g::earlier_invalid(&prepared.chart, stage, g::visit_start(&prepared.chart));
+    match g::decide(score.value(), threshold, earlier) {
+        g::Decision::Accept => Grounded::Yes(note),
+        decision => Grounded::No { note, score, decision },
+    }
+}
+
+fn list<T: std::fmt::Display>(items: &[T]) -> String {
+    if items.is_empty() {
+        return "none".into();
+    }
+    items.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,153 @@
+//! Prepare: what must be true before an agent starts. The admission notes
+//! are durable first (so a crash is visible to the charge nurse), then the
+//! workspace is up, then the prompt is written.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use super::guard::Patient;
+use super::visit::{NOTES_FILE, PROMPT_FILE};
+use crate::chart::{Note, NoteKind, Seen};
+use crate::forge::StoredChart;
+use crate::hospital::Hospital;
+use crate::precedent::Match;
+use crate::prompt::{
+    IssueContext, PrecedentContext, PromptContext, RoleContext, StageContext, WorkspaceContext, fence_untrusted,
+    pending_handoff, select_notes,
+};
+use crate::rules::discharge_audit::{self, AuditFacts, Checklist};
+use crate::workspace::{Cancel, Workspace};
+
+/// What the agent starts from.
+pub struct Prepared {
+    /// The chart as the agent's rules see it: as read, and the notes the
+    /// engine wrote before the agent.
+    pub chart: Vec<Note>,
+    pub stored: Option<StoredChart>,
+    /// The engine's discharge audit taken before the nurse, in the auditing stage.
+    pub audit: Option<(AuditFacts, Checklist)>,
+    /// Where the agent runs.
+    pub workdir: PathBuf,
+    /// The emulator's variables, for the agent's environment only.
+    pub emulator_env: Vec<(String, String)>,
+    pub prompt_file: PathBuf,
+    pub notes_file: PathBuf,
+}
+
+pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Workspace>) -> anyhow::Result<Prepared> {
+    let (number, stage) = (patient.issue.number, patient.stage);
+    std::fs::create_dir_all(&patient.folder)
+        .with_context(|| format!("could not create the run's folder {}", patient.folder.display()))?;
+
+    // Admission to the stage, the precedents looked up (precedent first),
+    // and in the auditing stage the engine's own audit, which the nurse reads.
+    let found =
+        h.precedents.search(&format!("{} {}", patient.issue.title, patient.issue.body), h.config.precedents.top);
+    let admission = format!(
+        "Stage `{}` ({} in {} mode) started for `{}`; time limit {}.",
+        stage.name,
+        stage.config.role,
+        stage.mode(),
+        patient.label_in,
+        humantime::format_duration(stage.config.time_limit)
+    );
+    let mut before_agent = vec![
+        patient.engine_note(h, NoteKind::Admission, admission),
+        patient.engine_note(h, NoteKind::PrecedentLookup, precedent_lookup_body(&found)),
+    ];
+    let audit = match stage.mode().audits() {
+        true => {
+            let facts =
+                crate::discharge::audit::gather(&*h.forge, &crate::discharge::audit::patient_branch(number)).await;
+            let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
+            before_agent.push(patient.engine_note(h, NoteKind::DischargeChecklist, checklist.render()));
+            Some((facts, checklist))
+        }
+        false => None,
+    };
+    let stored =
+        crate::chart::append(&*h.forge, &h.sentinels, number, Seen::Read(patient.stored.clone()), &before_agent)
+            .await?;
+    let mut chart = patient.chart.clone();
+    chart.extend(before_agent);
+
+    // The task's worktree, and the stage's emulator if it has one.
+    if let Some(plan) = &h.workspace {
+        let mut wreq = plan.request(&h.root, number.0, stage.name, &patient.run, &patient.folder);
+        wreq.emulator = h.config.emulator_for(stage.name).cloned();
+        wreq.expires_after = stage.config.time_limit + stage.config.stall_after;
+        wreq.restart = chart.iter().rfind(|n| n.kind == NoteKind::Outcome).is_some_and(|n| n.body.trim() == "restart");
+        let ws = Workspace::up(wreq, &Cancel::process()?)
+            .await
+            .with_context(|| format!("could not bring up the workspace of issue {number}, stage `{}`", stage.name))?;
+        *slot = Some(ws);
+    }
+    let workdir = slot.as_ref().map_or_else(|| h.workdir.clone(), |w| w.worktree.path.clone());
+    let emulator_env: Vec<(String, String)> = slot
+        .as_ref()
+        .and_then(|w| w.emulator.as_ref())
+        .map(|e| e.vars.clone().into_iter().collect())
+        .unwrap_or_default();
+
+    let ctx = prompt_context(h, patient, &chart, &found, &workdir, &emulator_env);
+    let role = h.config.role(&stage.config.role).context("a validated config names a known role")?;
+    let prompt = h.prompts.render(&role.prompt, &ctx)?;
+    let prompt_file = patient.folder.join(PROMPT_FILE);
+    std::fs::write(&prompt_file, &prompt).with_context(|| format!("could not write {}", prompt_file.display()))?;
+    Ok(Prepared {
+        chart,
+        stored,
+        audit,
+        workdir,
+        emulator_env,
+        prompt_file,
+        notes_file: patient.folder.join(NOTES_FILE),
+    })
+}
+
+fn prompt_context(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    chart: &[Note],
+    found: &[Match<'_>],
+    workdir: &std::path::Path,
+    emulator_env: &[(String, String)],
+) -> PromptContext {
+    let stage = patient.stage;
+    let role = h.config.role(&stage.config.role);
+    PromptContext {
+        issue: IssueContext {
+            number: patient.issue.number.0,
+            author: patient.issue.author.clone(),
+            fenced: fence_untrusted(&h.sentinels, &patient.issue),
+        },
+        stage: StageContext::new(stage),
+        role: RoleContext {
+            name: stage.config.role.clone(),
+            writes: role.map(|r| r.writes.clone()).unwrap_or_default(),
+        },
+        notes: select_notes(chart),
+        handoff: pending_handoff(chart),
+        precedents: found.iter().map(PrecedentContext::from_match).collect(),
+        workspace: WorkspaceContext {
+            path: workdir.display().to_string(),
+            branch: crate::workspace::worktree::branch_name(patient.issue.number.0),
+            base: h.workspace.as_ref().map_or_else(|| "main".into(), |p| p.base.clone()),
+            env: emulator_env.iter().map(|(k, _)| k.clone()).collect(),
+        },
+        sentinel: h.sentinels.prefix().into(),
+        notes_file: "$WARD_NOTES".into(),
+    }
+}
+
+fn precedent_lookup_body(found: &[Match<'_>]) -> String {
+    if found.is_empty() {
+        return "No precedent in the log matches this patient.".into();
+    }
+    let mut body = String::from("Precedents given to the agent, best first:\n");
+    for m in found {
+        body.push_str(&format!("- {} (score {:.2}): {}\n", m.entry.id, m.score, m.entry.question.trim()));
+    }
+    body
+}

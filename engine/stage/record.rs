@@ -1,0 +1,252 @@
+//! Record: what a judgment does to the patient. The run's COST note always
+//! goes first, then the judgment's notes, then the patient moves, all
+//! through [`crate::transfer`]: notes durable before any label moves.
+
+use anyhow::Context;
+use tracing::{info, warn};
+
+use super::guard::Patient;
+use super::judge::{Accepted, Judgment};
+use super::prepare::Prepared;
+use super::result::{StageResult, Transition};
+use super::visit::Visit;
+use crate::agent::AgentEnd;
+use crate::chart::{Note, NoteKind, Seen};
+use crate::groundedness as g;
+use crate::hospital::Hospital;
+use crate::rules::approval::{self, AfterAudit};
+use crate::transfer::{Move, transfer};
+use crate::workspace::Workspace;
+
+pub async fn record(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    prepared: &Prepared,
+    visit: &Visit,
+    judgment: Judgment,
+    workspace: Option<&Workspace>,
+) -> anyhow::Result<StageResult> {
+    let stage = patient.stage;
+    note_agent_health(h, patient, visit).await;
+    let cost = crate::budget::cost_note(visit.usage.as_ref(), stage.name, &patient.run, h.now());
+    let seen = Seen::Read(prepared.stored.clone());
+    match judgment {
+        Judgment::OverBudget { breach, when } => {
+            let mut notes = crate::budget::over_budget_notes(
+                &h.config,
+                stage.name,
+                &patient.run,
+                &breach,
+                visit.usage.as_ref(),
+                when,
+                h.now(),
+            );
+            // Its COST note is among them.
+            notes.retain(|n| n.kind != NoteKind::Cost);
+            notes.insert(0, cost);
+            let chief = h.config.chief_label().to_string();
+            transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(chief.clone())).await?;
+            Ok(refused(patient, breach.to_string(), Some(chief)))
+        }
+        Judgment::Invalid { reason } => {
+            warn!(%reason, "invalid run");
+            let body = format!(
+                "The run of stage `{}` was invalid and the label stays at `{}`: {reason}\n\n\
+                 What the agent wrote is kept in the run's artifacts (`notes.md`, `agent.stderr.log`).",
+                stage.name, patient.label_in
+            );
+            let notes = vec![cost, patient.engine_note(h, NoteKind::Refusal, body)];
+            transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::Stay).await?;
+            write_run_json(
+                patient,
+                &serde_json::json!({"issue": patient.issue.number, "stage": stage.name, "run": patient.run,
+                    "result": "invalid", "reason": reason}),
+            );
+            Ok(invalid(patient, reason))
+        }
+        Judgment::TurnedBack(refusal) => {
+            warn!(%refusal, "run turned back");
+            let notes = vec![cost, patient.engine_note(h, NoteKind::Refusal, refusal.note_body())];
+            let to = Move::from(&refusal.route);
+            let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, to.clone()).await?;
+            Ok(refused(patient, refusal.to_string(), (to != Move::Stay).then_some(moved.at).flatten()))
+        }
+        Judgment::Ungrounded { note, score, decision } => {
+            ungrounded(h, patient, seen, vec![cost, note], &score, decision).await
+        }
+        Judgment::Accepted(accepted) => accept(h, patient, prepared, visit, *accepted, cost, workspace).await,
+    }
+}
+
+/// A valid run: the change is proposed (treating stages), the notes are
+/// charted, children are created, the audit merges, the patient moves.
+async fn accept(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    prepared: &Prepared,
+    visit: &Visit,
+    accepted: Accepted,
+    cost: Note,
+    workspace: Option<&Workspace>,
+) -> anyhow::Result<StageResult> {
+    let (stage, number) = (patient.stage, patient.issue.number);
+    let role = stage.config.role.as_str();
+    if stage.mode().treats()
+        && let Some(ws) = workspace
+    {
+        propose(h, patient, ws).await?;
+    }
+    let Accepted { notes, outcome, overruled, groundedness, audit } = accepted;
+    let mut batch = vec![cost];
+    batch.extend(groundedness);
+    batch.extend(notes.notes.iter().map(|d| patient.note(h, d.kind, role, d.body.clone())));
+    batch.extend(overruled.map(|why| patient.engine_note(h, NoteKind::DischargeChecklist, why)));
+    batch.push(patient.note(h, NoteKind::Outcome, role, outcome.clone()));
+    let stored =
+        crate::chart::append(&*h.forge, &h.sentinels, number, Seen::Read(prepared.stored.clone()), &batch).await?;
+
+    // A decomposition: its children exist before the parent starts waiting.
+    let mut label_out = stage.config.outcomes[&outcome].clone();
+    if label_out == h.config.decomposition.waiting_label
+        && let Some(note) = notes.notes.iter().rfind(|n| n.kind == NoteKind::Decomposition)
+    {
+        let children = crate::rules::decomposition::parse_children(&note.body)
+            .map_err(|p| anyhow::anyhow!("a validated decomposition became unreadable: {}", p.join("; ")))?;
+        let created = crate::family::create_children(&*h.forge, &h.config, number, &children).await?;
+        info!(children = created.len(), "decomposition");
+    }
+    // A passed audit merges, or waits for a chief in human approval mode.
+    let discharged = &h.config.discharge.discharged_label;
+    if let Some((facts, checklist)) = &audit
+        && label_out == *discharged
+    {
+        match approval::after_audit(&h.config, checklist.passed()) {
+            AfterAudit::Merge => {
+                let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
+                crate::discharge::merge(&*h.forge, pull).await?;
+            }
+            AfterAudit::AwaitChief(label) => label_out = label,
+            AfterAudit::SendBack => anyhow::bail!("the audit failed but the outcome is `{outcome}`"),
+        }
+    }
+    let seen = Seen::Read(stored);
+    let moved = if label_out == *discharged {
+        let (moved, family) =
+            crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), &patient.run, h.now())
+                .await?;
+        info!(?family, "discharged");
+        moved
+    } else {
+        transfer(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), Move::To(label_out.clone())).await?
+    };
+    let total = patient.started.elapsed();
+    let agent = std::time::Duration::from_millis(visit.agent_ms);
+    let t = Transition {
+        issue: number,
+        stage: stage.name.into(),
+        role: role.into(),
+        run: patient.run.clone(),
+        outcome,
+        from: patient.label_in.clone(),
+        to: label_out,
+        dispatched: moved.dispatched,
+        total_ms: total.as_millis(),
+        agent_ms: agent.as_millis(),
+        engine_us: total.saturating_sub(agent).as_micros(),
+        artifacts: patient.folder.clone(),
+    };
+    info!(outcome = %t.outcome, to = %t.to, total_ms = t.total_ms, "label moved");
+    write_run_json(patient, &serde_json::to_value(&t).unwrap_or_default());
+    Ok(StageResult::Moved(t))
+}
+
+/// A treating stage proposes its change: the branch is pushed and a pull
+/// request opened (or, by the push, updated). GitHub mode only.
+async fn propose(h: &Hospital, patient: &Patient<'_>, ws: &Workspace) -> anyhow::Result<()> {
+    let Some(plan) = &h.workspace else { return Ok(()) };
+    let Some(target) = &plan.push else { return Ok(()) };
+    if !ws.push(target).await? {
+        return Ok(());
+    }
+    let number = patient.issue.number;
+    let new = crate::forge::NewPullRequest {
+        head_branch: ws.branch.name.clone(),
+        base_branch: plan.base.clone(),
+        title: format!("{} ({number})", patient.issue.title),
+        body: format!("Closes {number}.\n\nTreated by ward, stage `{}`, run `{}`.", patient.stage.name, patient.run),
+    };
+    let pr =
+        h.forge.open_pull_request(new).await.with_context(|| format!("could not open the pull request of {number}"))?;
+    info!(pull = pr.number, "pull request open");
+    Ok(())
+}
+
+/// An ungrounded run: the label stays and the stage runs once more, or,
+/// when a rerun was already ungrounded, the patient goes to the chiefs.
+async fn ungrounded(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    seen: Seen,
+    mut notes: Vec<Note>,
+    score: &g::Score,
+    decision: g::Decision,
+) -> anyhow::Result<StageResult> {
+    let stage = patient.stage;
+    let chief = h.config.chief_label().to_string();
+    let reason = format!("its notes are not grounded (score {score}; see the GROUNDEDNESS note)");
+    if decision == g::Decision::Rerun {
+        let body = format!(
+            "The run of stage `{}` was invalid: {reason}. The stage runs once more; the label stays.",
+            stage.name
+        );
+        notes.push(patient.engine_note(h, NoteKind::Refusal, body));
+        transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::Rerun).await?;
+        return Ok(invalid(patient, reason));
+    }
+    let body = format!(
+        "Stage `{}` ran twice and both runs were ungrounded ({reason}). Moved to `{chief}`.\n\n\
+         What to do: read the GROUNDEDNESS notes, then put `{}` back or take over.",
+        stage.name, stage.config.label
+    );
+    notes.push(patient.engine_note(h, NoteKind::Escalation, body));
+    transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(chief.clone())).await?;
+    Ok(refused(patient, reason, Some(chief)))
+}
+
+/// Only failures cost calls; the sweep sees successes as patients moving.
+async fn note_agent_health(h: &Hospital, patient: &Patient<'_>, visit: &Visit) {
+    if visit.end == AgentEnd::Exited(0) {
+        return;
+    }
+    let run = crate::sweep::AgentRun {
+        issue: patient.issue.number,
+        stage: patient.stage.name.into(),
+        run: patient.run.clone(),
+        ok: false,
+        at: h.now(),
+    };
+    if let Err(e) = crate::sweep::record_agent_run(&*h.forge, run).await {
+        warn!("could not record the agent's failure for the sweep: {e}");
+    }
+}
+
+fn refused(patient: &Patient<'_>, reason: String, to: Option<String>) -> StageResult {
+    StageResult::Refused { issue: patient.issue.number, stage: patient.stage.name.into(), reason, to }
+}
+
+fn invalid(patient: &Patient<'_>, reason: String) -> StageResult {
+    StageResult::Invalid {
+        issue: patient.issue.number,
+        stage: patient.stage.name.into(),
+        run: patient.run.clone(),
+        reason,
+        artifacts: patient.folder.clone(),
+    }
+}
+
+fn write_run_json(patient: &Patient<'_>, value: &serde_json::Value) {
+    let path = patient.folder.join("run.json");
+    if let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(value).unwrap_or_default()) {
+        warn!("could not write {}: {e}", path.display());
+    }
+}
