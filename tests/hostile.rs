@@ -51,7 +51,7 @@ use std::os::unix::fs::MetadataExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use harness::{CANARIES, DECOY_ARGV, DECOY_ENV, DECOY_FILE, Sandbox};
+use harness::{CANARIES, DECOY_ARGV, DECOY_ENV, DECOY_FILE, DECOY_MEM, Sandbox};
 
 fn assert_found(loot: &str, decoy: &str, what: &str) {
     assert!(loot.contains(decoy), "the attack did not find its control ({what}), so it proves nothing:\n{loot}");
@@ -81,14 +81,16 @@ fn command_lines_hold_no_credential() {
     s.assert_normal_outcome(&out);
 }
 
+/// Where Yama's `ptrace_scope` is 1 (Ubuntu's default) the kernel already
+/// refuses an agent its parent's memory; ward being non-dumpable refuses it
+/// everywhere (this machine has no Yama, and there the test failed before).
 #[test]
 fn the_parents_memory_holds_no_credential_the_agent_can_read() {
     let s = Sandbox::new();
-    let decoy = s.decoy();
-    s.agent("mem", &[&decoy.pid()], &[]);
+    s.agent("mem", &[DECOY_MEM], &[]);
     let out = s.stage(&[]);
     let loot = s.loot();
-    assert_found(&loot, DECOY_ENV, &format!("the memory of process {}", decoy.pid()));
+    assert_found(&loot, &format!("/mem: {DECOY_MEM}"), "the memory of a child of its own");
     s.assert_no_canary(&out);
     s.assert_normal_outcome(&out);
 }
@@ -189,7 +191,7 @@ mod github {
 
     use serde_json::json;
 
-    use super::harness::{CANARIES, DECOY_ARGV, DECOY_ENV, DECOY_FILE, Sandbox};
+    use super::harness::{CANARIES, DECOY_ARGV, DECOY_ENV, DECOY_FILE, DECOY_MEM, Sandbox};
     use super::support::fake_github::{FakeGitHub, OWNER, REPO};
 
     fn canary(name: &str) -> &'static str {
@@ -221,9 +223,9 @@ mod github {
             st.add_issue("greet fails on empty names", "Steps: run it.", "alice", &["ward:admit"])
         };
         let s = Sandbox::new();
-        let decoy = s.decoy();
+        let _decoy = s.decoy();
         let folders = [s.runner_temp.display().to_string(), s.repo.display().to_string()];
-        s.agent("all", &[&decoy.pid(), &folders[0], &folders[1]], &[]);
+        s.agent("all", &[DECOY_MEM, &folders[0], &folders[1]], &[]);
         let event = admission(&s.runner_temp, n);
         let (summary, output) = (s.runner_temp.join("summary.md"), s.runner_temp.join("output"));
         let server_url = s.git_server(OWNER, REPO);
@@ -243,7 +245,8 @@ mod github {
         let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
 
         let loot = s.loot();
-        for (decoy_value, what) in [(DECOY_ENV, "environ and mem"), (DECOY_ARGV, "cmdline"), (DECOY_FILE, "files")] {
+        let controls = [(DECOY_ENV, "environ"), (DECOY_ARGV, "cmdline"), (DECOY_MEM, "mem"), (DECOY_FILE, "files")];
+        for (decoy_value, what) in controls {
             assert!(
                 loot.contains(decoy_value),
                 "the {what} attack did not find its control:\n{loot}\nward said:\n{}\n{}",

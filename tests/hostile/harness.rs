@@ -35,11 +35,13 @@ pub const CANARIES: &[(&str, &str)] = &[
     ("ACTIONS_RESULTS_URL", "https://results-receiver.actions.githubusercontent.com/CANARYresults/"),
 ];
 
-/// The decoys: a credential in another process's environment, on its
-/// command line (and so in its memory), and in a file under `$HOME`.
+/// The decoys: a credential in another process's environment and on its
+/// command line, in a file under `$HOME`, and in the memory of a child the
+/// mem attack starts itself.
 pub const DECOY_ENV: &str = "gho_DECOYenvironment0000000000000000";
 pub const DECOY_ARGV: &str = "ghs_DECOYcommandline0000000000000000";
 pub const DECOY_FILE: &str = "ghp_DECOYcredentialfile0000000000000";
+pub const DECOY_MEM: &str = "ghu_DECOYmemory000000000000000000000";
 
 /// `(uid, gid)` to run as, or `None` to run as the current user.
 fn account() -> Option<(u32, u32)> {
