@@ -1,5 +1,6 @@
 //! The agent: one subprocess per stage run. Its environment is built from
-//! scratch (tokens never reach it unless named in `agent.pass_env`), its
+//! scratch (no credential reaches it, even when `agent.pass_env` names one;
+//! ward's own process is closed to it, see [`crate::secrets`]), its
 //! prompt is a file, its notes come back through `$WARD_NOTES`, and its
 //! wall-clock limit is enforced here by killing its whole process group.
 //!
@@ -86,7 +87,8 @@ pub fn build_env(spec: &AgentSpec, from: impl Fn(&str) -> Option<String>) -> Vec
     set("PATH", from("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()));
     set("HOME", from("HOME").unwrap_or_else(|| spec.workdir.to_string_lossy().into_owned()));
     set("LANG", from("LANG").unwrap_or_else(|| "C.UTF-8".into()));
-    for name in &spec.pass_env {
+    // Credentials never pass, whatever the config says (it refuses them too).
+    for name in spec.pass_env.iter().filter(|n| !crate::secrets::is_credential(n)) {
         if let Some(v) = from(name) {
             set(name, v);
         }
@@ -402,6 +404,16 @@ mod tests {
         assert!(!env.contains("secret-token"), "the token leaked: {env}");
         assert!(env.contains("WARD_NOTES="));
         assert_eq!(std::fs::read_to_string(dir.path().join("notes.md")).unwrap(), "hello prompt\n");
+    }
+
+    #[test]
+    fn pass_env_passes_what_it_names_except_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = spec(dir.path(), &["true"], Duration::from_secs(1));
+        s.pass_env = vec!["ANTHROPIC_API_KEY".into(), "GITHUB_TOKEN".into(), "ACTIONS_RUNTIME_TOKEN".into()];
+        let env = build_env(&s, |k| Some(format!("value of {k}")));
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["PATH", "HOME", "LANG", "ANTHROPIC_API_KEY", "WARD_NOTES"]);
     }
 
     #[tokio::test]

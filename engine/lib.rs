@@ -20,6 +20,7 @@ pub mod precedent;
 pub mod prompt;
 pub mod report;
 pub mod rules;
+pub mod secrets;
 pub mod simulate;
 pub mod stage;
 pub mod sweep;

@@ -1,16 +1,33 @@
-//! Thin: parse the command line, send logs to stderr, run, map the result to
-//! an exit code (0 ok, 1 failed, 2 bad input).
+//! Thin: seal the credentials, parse the command line, send logs to stderr,
+//! run, map the result to an exit code (0 ok, 1 failed, 2 bad input).
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // First, while ward has one thread and no child: credentials leave the
+    // environment (ward re-executes itself when there were any) and the
+    // process becomes unreadable to the agent (see engine/secrets.rs).
+    let sealed = match ward::secrets::seal() {
+        Ok(sealed) => sealed,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(1);
+        }
+    };
     let cli = ward::cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WARD_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    ward::cli::run(cli).await
+    tracing::debug!(?sealed, "credentials sealed");
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: could not start ward's async runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(ward::cli::run(cli))
 }

@@ -326,7 +326,10 @@ pub(super) fn validate_agent(agent: &AgentConfig) -> Vec<(String, String)> {
         p.push(("agent.command".into(), "must name a program, e.g. [\"claude\", \"-p\", \"{prompt}\"]".into()));
     }
     for (i, name) in agent.pass_env.iter().enumerate() {
-        if name.starts_with("WARD_") {
+        if crate::secrets::is_credential(name) {
+            let why = format!("`{name}` is a credential; ward never hands credentials to the agent");
+            p.push((format!("agent.pass_env.{i}"), why));
+        } else if name.starts_with("WARD_") {
             p.push((
                 format!("agent.pass_env.{i}"),
                 format!("`{name}` is set by the engine itself and cannot be passed through"),

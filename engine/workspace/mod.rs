@@ -169,8 +169,8 @@ impl std::fmt::Debug for PushTarget {
 
 impl PushTarget {
     /// In GitHub Actions: `$GITHUB_SERVER_URL/$GITHUB_REPOSITORY.git` with
-    /// `WARD_TOKEN`, else `GITHUB_TOKEN`. `None` elsewhere.
-    pub fn detect(get: impl Fn(&str) -> Option<String>) -> Option<Self> {
+    /// `token` (ward's, from [`crate::secrets`]). `None` elsewhere.
+    pub fn detect(get: impl Fn(&str) -> Option<String>, token: Option<&str>) -> Option<Self> {
         let set = |k: &str| get(k).filter(|v| !v.is_empty());
         if set("GITHUB_ACTIONS").as_deref() != Some("true") {
             return None;
@@ -178,7 +178,7 @@ impl PushTarget {
         let repo = set("GITHUB_REPOSITORY")?;
         let server = set("GITHUB_SERVER_URL").unwrap_or_else(|| "https://github.com".into());
         let url = format!("{}/{repo}.git", server.trim_end_matches('/'));
-        Some(Self { url, token: set("WARD_TOKEN").or_else(|| set("GITHUB_TOKEN")) })
+        Some(Self { url, token: token.filter(|t| !t.is_empty()).map(str::to_string) })
     }
 }
 
@@ -197,7 +197,7 @@ impl WorkspacePlan {
             return None;
         };
         let home = ward_home(&get).unwrap_or_else(|| root.join(".ward").join("home"));
-        let push = PushTarget::detect(&get);
+        let push = PushTarget::detect(&get, crate::secrets::Secrets::global().github_token());
         Some(Self { home, base, docker_socket: None, identity: CommitIdentity::default(), push })
     }
 
@@ -536,15 +536,13 @@ mod tests {
 
     #[test]
     fn a_push_target_exists_only_in_actions_and_never_shows_its_token() {
-        assert!(PushTarget::detect(env(&[("GITHUB_REPOSITORY", "o/n"), ("GITHUB_TOKEN", "t")])).is_none());
-        let actions = [("GITHUB_ACTIONS", "true"), ("GITHUB_REPOSITORY", "o/n"), ("GITHUB_TOKEN", "gh-secret")];
-        let t = PushTarget::detect(env(&actions)).unwrap();
+        assert!(PushTarget::detect(env(&[("GITHUB_REPOSITORY", "o/n")]), Some("t")).is_none());
+        let actions = [("GITHUB_ACTIONS", "true"), ("GITHUB_REPOSITORY", "o/n")];
+        let t = PushTarget::detect(env(&actions), Some("gh-secret")).unwrap();
         assert_eq!(t.url, "https://github.com/o/n.git");
         assert_eq!(t.token.as_deref(), Some("gh-secret"));
         assert!(!format!("{t:?}").contains("gh-secret"));
-        let with_ward =
-            [("GITHUB_ACTIONS", "true"), ("GITHUB_REPOSITORY", "o/n"), ("WARD_TOKEN", "w"), ("GITHUB_TOKEN", "g")];
-        assert_eq!(PushTarget::detect(env(&with_ward)).unwrap().token.as_deref(), Some("w"));
+        assert_eq!(PushTarget::detect(env(&actions), Some("")).unwrap().token, None);
     }
 
     #[tokio::test]

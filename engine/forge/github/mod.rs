@@ -144,8 +144,11 @@ impl std::fmt::Debug for GitHubForge {
 impl GitHubForge {
     /// The forge a workflow run uses: repository from `repo` (`--repo`) or
     /// `GITHUB_REPOSITORY`, API from `GITHUB_API_URL` (default
-    /// api.github.com), token from `WARD_TOKEN`, else `GITHUB_TOKEN` (an
-    /// empty `WARD_TOKEN`, as an unset secret gives, counts as unset).
+    /// api.github.com), token from [`Secrets::github_token`]: `WARD_TOKEN`,
+    /// else `GITHUB_TOKEN` (an empty `WARD_TOKEN`, as an unset secret gives,
+    /// counts as unset).
+    ///
+    /// [`Secrets::github_token`]: crate::secrets::Secrets::github_token
     pub fn from_env(repo: Option<&str>, charts_branch: &str, engine_account: &str) -> ForgeResult<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let repo = repo.map(str::to_string).or_else(|| var("GITHUB_REPOSITORY")).ok_or_else(|| {
@@ -155,14 +158,14 @@ impl GitHubForge {
             )
         })?;
         let repo: RepoName = repo.parse().map_err(|e: String| ForgeError::io("find the repository", e))?;
-        let token = var("WARD_TOKEN").or_else(|| var("GITHUB_TOKEN")).unwrap_or_default();
+        let token = crate::secrets::Secrets::global().github_token().unwrap_or_default();
         let settings = GitHubSettings {
             api_url: var("GITHUB_API_URL").unwrap_or_else(|| DEFAULT_API_URL.into()),
             repo,
             charts_branch: charts_branch.into(),
             engine_account: engine_account.into(),
         };
-        Self::new(settings, &token)
+        Self::new(settings, token)
     }
 
     pub fn new(settings: GitHubSettings, token: &str) -> ForgeResult<Self> {
