@@ -43,12 +43,8 @@ impl fmt::Display for Lockdown {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockdownError {
-    #[error("could not {action}: {source}")]
-    Forge {
-        action: String,
-        #[source]
-        source: ForgeError,
-    },
+    #[error("could not {action}: {cause}")]
+    Forge { action: String, cause: ForgeError },
     #[error(
         "`{login}` may not lift the lockdown: that needs maintain permission and `{login}` has `{has:?}`; ask a \
          maintainer to run `ward lockdown off` or to close {issue}"
@@ -62,7 +58,7 @@ pub enum LockdownError {
 
 fn forge_err(action: impl Into<String>) -> impl FnOnce(ForgeError) -> LockdownError {
     let action = action.into();
-    move |source| LockdownError::Forge { action, source }
+    move |cause| LockdownError::Forge { action, cause }
 }
 
 /// The reason part of a lockdown issue's body (people may edit it).

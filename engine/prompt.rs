@@ -110,6 +110,41 @@ pub struct WorkspaceContext {
     pub env: Vec<String>,
 }
 
+impl PromptContext {
+    /// What a role's template sees in one run: the patient (its text fenced
+    /// as untrusted), the stage, the notes that matter of `chart`, the
+    /// handoff to read back, the precedents found, the workspace.
+    pub fn new(
+        config: &Config,
+        sentinels: &Sentinels,
+        stage: Stage<'_>,
+        issue: &Issue,
+        chart: &[Note],
+        found: &[Match<'_>],
+        workspace: WorkspaceContext,
+    ) -> Self {
+        let role = config.role(&stage.config.role);
+        Self {
+            issue: IssueContext {
+                number: issue.number.0,
+                author: issue.author.clone(),
+                fenced: fence_untrusted(sentinels, issue),
+            },
+            stage: StageContext::new(stage),
+            role: RoleContext {
+                name: stage.config.role.clone(),
+                writes: role.map(|r| r.writes.clone()).unwrap_or_default(),
+            },
+            notes: select_notes(chart),
+            handoff: pending_handoff(chart),
+            precedents: found.iter().map(PrecedentContext::from_match).collect(),
+            workspace,
+            sentinel: sentinels.prefix().into(),
+            notes_file: "$WARD_NOTES".into(),
+        }
+    }
+}
+
 impl NoteContext {
     fn from_note(n: &Note) -> Self {
         Self {
@@ -323,26 +358,13 @@ fn sample_context(config: &Config, stage: Stage<'_>, root: &Path) -> PromptConte
         state: crate::forge::IssueState::Open,
         labels: vec![stage.config.label.clone()],
     };
-    let role = config.role(&stage.config.role);
-    PromptContext {
-        issue: IssueContext { number: 1, author: issue.author.clone(), fenced: fence_untrusted(&sentinels, &issue) },
-        stage: StageContext::new(stage),
-        role: RoleContext {
-            name: stage.config.role.clone(),
-            writes: role.map(|r| r.writes.clone()).unwrap_or_default(),
-        },
-        notes: Vec::new(),
-        handoff: None,
-        precedents: Vec::new(),
-        workspace: WorkspaceContext {
-            path: root.display().to_string(),
-            branch: "ward/issue-1".into(),
-            base: "main".into(),
-            env: Vec::new(),
-        },
-        sentinel: config.sentinel_prefix.clone(),
-        notes_file: "$WARD_NOTES".into(),
-    }
+    let workspace = WorkspaceContext {
+        path: root.display().to_string(),
+        branch: "ward/issue-1".into(),
+        base: "main".into(),
+        env: Vec::new(),
+    };
+    PromptContext::new(config, &sentinels, stage, &issue, &[], &[], workspace)
 }
 
 #[cfg(test)]

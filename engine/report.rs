@@ -23,12 +23,8 @@ use crate::lockdown::LOCKDOWN_LABEL;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("could not {action} for the safety report: {source}")]
-    Forge {
-        action: String,
-        #[source]
-        source: ForgeError,
-    },
+    #[error("could not {action} for the safety report: {cause}")]
+    Forge { action: String, cause: ForgeError },
     #[error("`{0}` is not a period like `7d`, `24h` or `30d` (for `--since`)")]
     Since(String),
 }
@@ -56,7 +52,7 @@ pub async fn gather(
     config: &Config,
     since: Option<DateTime<Utc>>,
 ) -> Result<(Vec<PatientRecord>, Vec<String>), ReportError> {
-    let err = |action: String| move |source| ReportError::Forge { action, source };
+    let err = |action: String| move |cause| ReportError::Forge { action, cause };
     let sentinels = Sentinels::new(&config.sentinel_prefix);
     let issues = forge.all_issues().await.map_err(err("list the issues".into()))?;
     let mut out = Vec::new();

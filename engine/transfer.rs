@@ -59,27 +59,12 @@ pub struct Decision<T> {
 pub enum TransferError {
     #[error(transparent)]
     Chart(#[from] ChartStoreError),
-    #[error("could not move {issue} to `{label}` after writing its notes: {source}")]
-    Labels {
-        issue: IssueNumber,
-        label: String,
-        #[source]
-        source: ForgeError,
-    },
-    #[error("could not close {issue} after labelling it `{label}`: {source}")]
-    Close {
-        issue: IssueNumber,
-        label: String,
-        #[source]
-        source: ForgeError,
-    },
-    #[error("could not start the stage of `{label}` for {issue}; the sweep will start it: {source}")]
-    Dispatch {
-        issue: IssueNumber,
-        label: String,
-        #[source]
-        source: ForgeError,
-    },
+    #[error("could not move {issue} to `{label}` after writing its notes: {cause}")]
+    Labels { issue: IssueNumber, label: String, cause: ForgeError },
+    #[error("could not close {issue} after labelling it `{label}`: {cause}")]
+    Close { issue: IssueNumber, label: String, cause: ForgeError },
+    #[error("could not start the stage of `{label}` for {issue}; the sweep will start it: {cause}")]
+    Dispatch { issue: IssueNumber, label: String, cause: ForgeError },
 }
 
 /// Writes `notes` to the patient's chart, then moves it as `to` says.
@@ -126,17 +111,17 @@ pub async fn transfer_with<T>(
     if let Move::To(label) = &to {
         let labels = config.labels_at(&patient.labels, label);
         if !same_set(&labels, &patient.labels) {
-            forge.set_labels(number, &labels).await.map_err(|source| TransferError::Labels {
+            forge.set_labels(number, &labels).await.map_err(|cause| TransferError::Labels {
                 issue: number,
                 label: label.clone(),
-                source,
+                cause,
             })?;
         }
         if *label == config.discharge.discharged_label {
-            forge.close_issue(number).await.map_err(|source| TransferError::Close {
+            forge.close_issue(number).await.map_err(|cause| TransferError::Close {
                 issue: number,
                 label: label.clone(),
-                source,
+                cause,
             })?;
         }
     }
@@ -147,10 +132,10 @@ pub async fn transfer_with<T>(
         _ => false,
     };
     if dispatched && let Some(label) = &at {
-        forge.dispatch_stage(number, label).await.map_err(|source| TransferError::Dispatch {
+        forge.dispatch_stage(number, label).await.map_err(|cause| TransferError::Dispatch {
             issue: number,
             label: label.clone(),
-            source,
+            cause,
         })?;
     }
     Ok((value, Moved { at, dispatched, chart }))

@@ -188,6 +188,76 @@ async fn a_marker_in_a_persons_issue_is_not_a_parent_link() {
     assert!(deps.is_empty());
 }
 
+/// A diagnose run whose ESCALATION cites a precedent that applies: the
+/// escalation rule turns it back to run again (Route::Rerun).
+const CITES_P0001: &str = "<!-- WARD:ESCALATION -->
+## Question for the chiefs
+May the fix skip test_login_redirect until someone looks at it?
+
+## Precedents considered
+- P-0001 is about exactly this: flaky tests in unrelated changes.
+
+## What was tried
+Ran the test 20 times: 2 failures, both timeouts.
+<!-- /WARD:ESCALATION -->
+<!-- WARD:OUTCOME escalate -->
+";
+
+#[tokio::test]
+async fn a_rerun_starts_the_stage_again_whatever_the_dispatch_mode() {
+    for mode in ["repository_dispatch", "label"] {
+        let sandbox = Sandbox::new();
+        sandbox.edit_config("dispatch: repository_dispatch", &format!("dispatch: {mode}"));
+        let (h, forge) = hospital(&sandbox, "reporter");
+        forge
+            .admit(NewIssue {
+                title: "Flaky login test blocks the release branch".into(),
+                body: "test_login_redirect fails one run in ten on CI; the fix is blocked by it.".into(),
+                labels: vec!["ward:diagnose".into()],
+            })
+            .unwrap();
+        sandbox.write("escalate.sh", &format!("cat > \"$WARD_NOTES\" <<'NOTES'\n{CITES_P0001}NOTES\n"));
+        let script = vec!["sh".to_string(), sandbox.root().join("escalate.sh").display().to_string()];
+        let r = run(&h, &StageRequest { agent_command: Some(script), ..StageRequest::new(IssueNumber(1)) }).await;
+        let StageResult::Refused { reason, to, .. } = r else { panic!("{mode}: {r:?}") };
+        assert!(reason.contains("rule `escalation` refused"), "{mode}: {reason}");
+        assert_eq!(to.as_deref(), Some("ward:diagnose"), "{mode}");
+        assert_eq!(label_of(&forge, 1), "ward:diagnose", "{mode}: the label stays");
+        // The label did not change, so no labeled event can start the stage:
+        // ward starts it itself in both modes.
+        let dispatches = forge.dispatches().unwrap();
+        assert_eq!(dispatches.len(), 1, "{mode}: {dispatches:?}");
+        assert_eq!(
+            (dispatches[0].issue, dispatches[0].label.as_deref()),
+            (IssueNumber(1), Some("ward:diagnose")),
+            "{mode}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_approval_during_a_lockdown_merges_nothing() {
+    let sandbox = Sandbox::new();
+    let (h, forge) = to_awaiting_chief(&sandbox).await;
+    let (lockdown, _) =
+        ward::lockdown::declare(&*forge, "Docker host down", "maria", chrono::Utc::now()).await.unwrap();
+    approve_as(&sandbox, "maria");
+    let r = run(&h, &StageRequest::new(IssueNumber(1))).await;
+    let StageResult::Refused { reason, to, .. } = r else { panic!("{r:?}") };
+    assert!(reason.contains("Docker host down"), "{reason}");
+    assert_eq!(to, None);
+    assert_eq!(forge.read_pull(1).unwrap().pull.unwrap().state, ward::forge::PullState::Open, "nothing merged");
+    let issue = forge.read_record(IssueNumber(1)).unwrap().issue;
+    assert_eq!(issue.state, IssueState::Open);
+    assert_eq!(issue.labels, vec!["ward:awaiting-chief".to_string(), "ward:approved".to_string()], "no label moved");
+    let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(1))).unwrap();
+    assert!(chart.contains(&format!("lockdown {} is in force", lockdown.issue)), "{chart}");
+    // Lifted, the same approval goes through.
+    ward::lockdown::lift(&*forge, "maria", chrono::Utc::now()).await.unwrap();
+    let r = run(&h, &StageRequest::new(IssueNumber(1))).await;
+    assert!(matches!(r, StageResult::Moved(ref t) if t.to == "ward:discharged"), "{r:?}");
+}
+
 async fn to_awaiting_chief(sandbox: &Sandbox) -> (ward::hospital::Hospital, std::sync::Arc<LocalForge>) {
     sandbox.edit_config("human_approval: false", "human_approval: true");
     git_init(sandbox.root());

@@ -86,12 +86,8 @@ pub enum SentinelError {
         "line {line}: the outcome sentinel needs exactly one outcome name, e.g. `<!-- {prefix}:OUTCOME plan-posted -->`"
     )]
     BadOutcome { line: usize, prefix: String },
-    #[error("line {line}: {source}")]
-    UnknownKind {
-        line: usize,
-        #[source]
-        source: UnknownKind,
-    },
+    #[error("line {line}: {cause}")]
+    UnknownKind { line: usize, cause: UnknownKind },
     #[error("line {line}: note attribute `{attr}` is missing or malformed")]
     BadAttribute { line: usize, attr: String },
     #[error("this is not a ward chart: it must start with `# Chart of #N` and the line `{CHART_MARK}`")]
@@ -352,7 +348,7 @@ fn tag_regex(prefix: &str) -> Regex {
 }
 
 fn check_kind(kind: &str, line: usize) -> Result<NoteKind, SentinelError> {
-    kind.parse().map_err(|source| SentinelError::UnknownKind { line, source })
+    kind.parse().map_err(|cause| SentinelError::UnknownKind { line, cause })
 }
 
 fn parse_meta(attrs: &str, line: usize) -> Result<NoteMeta, SentinelError> {

@@ -11,12 +11,8 @@ pub const CHART_WRITE_ATTEMPTS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChartStoreError {
-    #[error("the chart of {issue} is not readable: {source}; fix or move the file, nothing was written")]
-    Unreadable {
-        issue: IssueNumber,
-        #[source]
-        source: SentinelError,
-    },
+    #[error("the chart of {issue} is not readable: {cause}; fix or move the file, nothing was written")]
+    Unreadable { issue: IssueNumber, cause: SentinelError },
     #[error(transparent)]
     Forge(#[from] ForgeError),
     #[error("the chart of {0} kept changing under us ({CHART_WRITE_ATTEMPTS} attempts); try the run again")]
@@ -93,7 +89,7 @@ pub async fn modify<T>(
         })
     })
     .await?;
-    outcome.map_err(|source: SentinelError| ChartStoreError::Unreadable { issue, source })
+    outcome.map_err(|cause: SentinelError| ChartStoreError::Unreadable { issue, cause })
 }
 
 /// Appends `notes` to the patient's chart (see [`modify`]); returns the

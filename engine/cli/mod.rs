@@ -9,8 +9,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod departments;
+mod read;
 
-use crate::chart::Sentinels;
 use crate::config::{CONFIG_PATH, Config, ConfigErrors};
 use crate::forge::local::LocalForge;
 use crate::forge::{Forge, IssueNumber, NewIssue};
@@ -319,96 +319,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { command: ConfigCommand::Check } => config_check(&cli.root),
-        Command::Chart { command } => {
-            let config = load_config(&cli.root)?;
-            let forge = open_forge(&cli, &config).await?;
-            let sentinels = Sentinels::new(&config.sentinel_prefix);
-            let (ChartCommand::Show { issue } | ChartCommand::Notes { issue, .. }) = command;
-            let number = IssueNumber(*issue);
-            let Some(chart) = forge.read_chart(number).await? else {
-                return Err(BadInput(format!("issue {number} has no chart yet in {}", forge.describe())).into());
-            };
-            match command {
-                ChartCommand::Show { .. } => print!("{}", chart.text),
-                ChartCommand::Notes { kind, json, .. } => {
-                    let notes = sentinels
-                        .parse_chart(&chart.text)
-                        .map_err(|e| BadInput(format!("the chart of issue {number} is not readable: {e}")))?;
-                    let picked: Vec<_> =
-                        notes.iter().filter(|n| kind.as_ref().is_none_or(|k| n.kind.as_str() == k)).collect();
-                    if *json {
-                        println!("{}", serde_json::to_string_pretty(&picked)?);
-                    } else {
-                        for n in picked {
-                            println!(
-                                "## {} ({} by {}, run {}, {})\n",
-                                n.kind, n.meta.stage, n.meta.role, n.meta.run, n.meta.at
-                            );
-                            println!("{}\n", n.body);
-                        }
-                    }
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Chart { command } => read::chart(&cli, command).await,
         Command::Precedents { command: PrecedentCommand::Check { base, today } } => {
-            let config = load_config(&cli.root)?;
-            let today = today.unwrap_or_else(|| chrono::Utc::now().date_naive());
-            let log = &config.precedents.log;
-            let problems =
-                crate::precedent::check_against(&cli.root, log, base.as_deref(), today, &config.engine_account)?;
-            let against = base.as_ref().map(|b| format!(", append-only against `{b}`")).unwrap_or_default();
-            if problems.is_empty() {
-                let n = crate::precedent::raw_entries(&std::fs::read_to_string(cli.root.join(log)).unwrap_or_default())
-                    .len();
-                println!("{}: ok ({n} entries{against})", log.display());
-                return Ok(ExitCode::SUCCESS);
-            }
-            for p in &problems {
-                eprintln!("error: {}", p.in_file(log));
-            }
-            eprintln!(
-                "{}: {} problem(s){against}; the log is append-only and written by chiefs: add new entries at the end",
-                log.display(),
-                problems.len()
-            );
-            Ok(ExitCode::from(1))
+            read::precedents_check(&cli.root, base.as_deref(), *today)
         }
-        Command::Audit { issue, json } => {
-            let config = load_config(&cli.root)?;
-            let forge = open_forge(&cli, &config).await?;
-            let checklist = crate::discharge::audit::audit_issue(&*forge, &config, IssueNumber(*issue)).await?;
-            if *json {
-                let items: Vec<serde_json::Value> = checklist
-                    .items
-                    .iter()
-                    .map(|i| serde_json::json!({"id": i.id, "title": i.title, "mark": i.mark.to_string(), "note": i.note}))
-                    .collect();
-                let out = serde_json::json!({"issue": issue, "pull": checklist.pull, "head": checklist.head,
-                    "passed": checklist.passed(), "outcome": checklist.outcome(), "items": items});
-                println!("{}", serde_json::to_string_pretty(&out)?);
-            } else {
-                print!("{}", checklist.render());
-            }
-            Ok(if checklist.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-        }
+        Command::Audit { issue, json } => read::audit(&cli, IssueNumber(*issue), *json).await,
         Command::Precedents { command: PrecedentCommand::Search { text, top } } => {
-            let config = load_config(&cli.root)?;
-            let log = PrecedentLog::load(&cli.root.join(&config.precedents.log))?;
-            let found = log.search(text, *top);
-            if found.is_empty() {
-                println!("no precedent matches");
-            }
-            for m in found {
-                println!(
-                    "{}  {:>5.2}  {}\n          -> {}",
-                    m.entry.id,
-                    m.score,
-                    m.entry.question.trim(),
-                    m.entry.decision.trim()
-                );
-            }
-            Ok(ExitCode::SUCCESS)
+            read::precedents_search(&cli.root, text, *top)
         }
         Command::Sweep { now, probe_docker, reap } => {
             let config = load_config(&cli.root)?;

@@ -12,12 +12,8 @@ use crate::rules::discharge_audit::{self, AuditFacts, Checklist, Fact};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
-    #[error("could not audit {issue}: {source}")]
-    Forge {
-        issue: IssueNumber,
-        #[source]
-        source: ForgeError,
-    },
+    #[error("could not audit {issue}: {cause}")]
+    Forge { issue: IssueNumber, cause: ForgeError },
     #[error("could not audit {issue}: its chart is not readable: {message}")]
     Chart { issue: IssueNumber, message: String },
 }
@@ -65,7 +61,7 @@ pub async fn gather(forge: &dyn Forge, branch: &str) -> AuditFacts {
 
 /// Reads and parses the chart of `issue` (an absent chart is empty).
 pub async fn read_chart(forge: &dyn Forge, config: &Config, issue: IssueNumber) -> Result<Vec<Note>, AuditError> {
-    let stored = forge.read_chart(issue).await.map_err(|source| AuditError::Forge { issue, source })?;
+    let stored = forge.read_chart(issue).await.map_err(|cause| AuditError::Forge { issue, cause })?;
     match stored {
         None => Ok(Vec::new()),
         Some(chart) => Sentinels::new(&config.sentinel_prefix)

@@ -12,10 +12,7 @@ use crate::chart::{Note, NoteKind, Seen};
 use crate::forge::StoredChart;
 use crate::hospital::Hospital;
 use crate::precedent::Match;
-use crate::prompt::{
-    IssueContext, PrecedentContext, PromptContext, RoleContext, StageContext, WorkspaceContext, fence_untrusted,
-    pending_handoff, select_notes,
-};
+use crate::prompt::{PromptContext, WorkspaceContext};
 use crate::rules::discharge_audit::{self, AuditFacts, Checklist};
 use crate::workspace::{Cancel, Workspace};
 
@@ -90,7 +87,13 @@ pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Work
         .map(|e| e.vars.clone().into_iter().collect())
         .unwrap_or_default();
 
-    let ctx = prompt_context(h, patient, &chart, &found, &workdir, &emulator_env);
+    let workspace = WorkspaceContext {
+        path: workdir.display().to_string(),
+        branch: crate::workspace::worktree::branch_name(number.0),
+        base: h.workspace.as_ref().map_or_else(|| "main".into(), |p| p.base.clone()),
+        env: emulator_env.iter().map(|(k, _)| k.clone()).collect(),
+    };
+    let ctx = PromptContext::new(&h.config, &h.sentinels, stage, &patient.issue, &chart, &found, workspace);
     let role = h.config.role(&stage.config.role).context("a validated config names a known role")?;
     let prompt = h.prompts.render(&role.prompt, &ctx)?;
     let prompt_file = patient.folder.join(PROMPT_FILE);
@@ -104,41 +107,6 @@ pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Work
         prompt_file,
         notes_file: patient.folder.join(NOTES_FILE),
     })
-}
-
-fn prompt_context(
-    h: &Hospital,
-    patient: &Patient<'_>,
-    chart: &[Note],
-    found: &[Match<'_>],
-    workdir: &std::path::Path,
-    emulator_env: &[(String, String)],
-) -> PromptContext {
-    let stage = patient.stage;
-    let role = h.config.role(&stage.config.role);
-    PromptContext {
-        issue: IssueContext {
-            number: patient.issue.number.0,
-            author: patient.issue.author.clone(),
-            fenced: fence_untrusted(&h.sentinels, &patient.issue),
-        },
-        stage: StageContext::new(stage),
-        role: RoleContext {
-            name: stage.config.role.clone(),
-            writes: role.map(|r| r.writes.clone()).unwrap_or_default(),
-        },
-        notes: select_notes(chart),
-        handoff: pending_handoff(chart),
-        precedents: found.iter().map(PrecedentContext::from_match).collect(),
-        workspace: WorkspaceContext {
-            path: workdir.display().to_string(),
-            branch: crate::workspace::worktree::branch_name(patient.issue.number.0),
-            base: h.workspace.as_ref().map_or_else(|| "main".into(), |p| p.base.clone()),
-            env: emulator_env.iter().map(|(k, _)| k.clone()).collect(),
-        },
-        sentinel: h.sentinels.prefix().into(),
-        notes_file: "$WARD_NOTES".into(),
-    }
 }
 
 fn precedent_lookup_body(found: &[Match<'_>]) -> String {

@@ -76,12 +76,8 @@ pub enum AgentText {
 
 #[derive(Debug, thiserror::Error)]
 pub enum VisitError {
-    #[error("could not write the sealed visit to {path}: {source}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("could not write the sealed visit to {path}: {cause}")]
+    Write { path: PathBuf, cause: std::io::Error },
     #[error("the sealed visit {path} cannot be read: {reason}")]
     Unreadable { path: PathBuf, reason: String },
 }
@@ -92,7 +88,7 @@ impl Visit {
     pub fn seal(&self, dir: &Path) -> Result<(), VisitError> {
         let path = dir.join(VISIT_FILE);
         let json = serde_json::to_vec_pretty(self).expect("a visit serialises");
-        std::fs::write(&path, json).map_err(|source| VisitError::Write { path, source })
+        std::fs::write(&path, json).map_err(|cause| VisitError::Write { path, cause })
     }
 
     /// Reads a sealed visit back, with bounds on everything it reads.

@@ -49,12 +49,8 @@ pub use verdicts::*;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
-    #[error("could not {action}: {source}")]
-    Forge {
-        action: String,
-        #[source]
-        source: ForgeError,
-    },
+    #[error("could not {action}: {cause}")]
+    Forge { action: String, cause: ForgeError },
     #[error(transparent)]
     State(#[from] StateError),
     #[error(transparent)]
@@ -68,7 +64,7 @@ pub enum SweepError {
 
 fn forge_err(action: impl Into<String>) -> impl FnOnce(ForgeError) -> SweepError {
     let action = action.into();
-    move |source| SweepError::Forge { action, source }
+    move |cause| SweepError::Forge { action, cause }
 }
 
 // ---------------------------------------------------------------------------

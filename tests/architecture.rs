@@ -1,0 +1,279 @@
+//! The shape of `engine/`, checked: its import graph has no cycle, and no
+//! function grows past what a reader takes in at once. Both read the source
+//! as text (`use crate::...`, `crate::...` paths, `super::...`), which is
+//! what a person reviewing a change reads too.
+//!
+//! The import graph has two levels. Top level: `engine/<name>.rs` and
+//! `engine/<name>/` are one module each, and no module may reach itself
+//! through the modules it uses. Inside a folder: its files are the modules,
+//! with the same rule, except for the folder's `mod.rs`, which is its facade
+//! (it declares and re-exports its files, and they may use the items it
+//! defines).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const LONGEST_FUNCTION: usize = 150;
+
+fn engine() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("engine")
+}
+
+/// Every `.rs` file under `engine/`, with its module path (`stage::guard`).
+fn modules() -> Vec<(Vec<String>, String)> {
+    fn walk(dir: &Path, prefix: &[String], out: &mut Vec<(Vec<String>, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        entries.sort();
+        for path in entries {
+            let name = path.file_stem().unwrap().to_string_lossy().to_string();
+            if path.is_dir() {
+                let mut p = prefix.to_vec();
+                p.push(name);
+                walk(&path, &p, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let mut p = prefix.to_vec();
+                if name != "mod" && !(prefix.is_empty() && (name == "lib" || name == "main")) {
+                    p.push(name);
+                }
+                out.push((p, std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&engine(), &[], &mut out);
+    out
+}
+
+/// The file's code without its test module and without comments.
+fn code(text: &str) -> String {
+    let body = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text);
+    body.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+}
+
+/// The module paths a file refers to: `crate::a::b` and `super::a`, each
+/// resolved against the known modules to the longest module prefix.
+fn references(module: &[String], text: &str, known: &BTreeSet<Vec<String>>) -> BTreeSet<Vec<String>> {
+    let code = code(text);
+    let mut found = BTreeSet::new();
+    let mut paths: Vec<Vec<String>> = Vec::new();
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    for (i, _) in code.match_indices("crate::") {
+        if i > 0 && code[..i].ends_with(|c: char| ident(c) || c == ':') {
+            continue;
+        }
+        paths.push(segments(&code[i + "crate::".len()..]));
+    }
+    // `super::` from a file is relative to its parent module (a folder's
+    // mod.rs is the folder itself, so its `super` is one level higher).
+    for (i, _) in code.match_indices("super::") {
+        if i > 0 && code[..i].ends_with(|c: char| ident(c) || c == ':') {
+            continue;
+        }
+        let mut base = module.to_vec();
+        base.pop();
+        base.extend(segments(&code[i + "super::".len()..]));
+        paths.push(base);
+    }
+    // `use` groups: `crate::a::{b, c::d}` names b and c under a.
+    for (i, _) in code.match_indices("::{") {
+        let before = &code[..i];
+        let start = before.rfind(|c: char| !(ident(c) || c == ':')).map_or(0, |s| s + 1);
+        let head = &before[start..];
+        let base: Vec<String> = match head.strip_prefix("crate") {
+            Some("") => Vec::new(),
+            Some(rest) if rest.starts_with("::") => rest[2..].split("::").map(str::to_string).collect(),
+            _ => continue,
+        };
+        let end = code[i..].find('}').map_or(code.len(), |e| i + e);
+        for item in code[i + 3..end].split(',') {
+            let mut p = base.clone();
+            p.extend(segments(item.trim()));
+            paths.push(p);
+        }
+    }
+    for path in paths {
+        let resolved = (1..=path.len()).rev().map(|n| path[..n].to_vec()).find(|p| known.contains(p));
+        if let Some(target) = resolved {
+            found.insert(target);
+        }
+    }
+    found
+}
+
+fn segments(text: &str) -> Vec<String> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = Vec::new();
+    let mut rest = text;
+    loop {
+        let end = rest.find(|c: char| !ident(c)).unwrap_or(rest.len());
+        if end == 0 {
+            break;
+        }
+        out.push(rest[..end].to_string());
+        match rest[end..].strip_prefix("::") {
+            Some(r) => rest = r,
+            None => break,
+        }
+    }
+    out
+}
+
+/// A cycle in `graph`, as the path that closes it, if there is one.
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(node.to_string(), 1);
+        stack.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            match state.get(next.as_str()).copied().unwrap_or(0) {
+                1 => {
+                    let from = stack.iter().position(|n| n == next).unwrap();
+                    let mut path = stack[from..].to_vec();
+                    path.push(next.clone());
+                    return Some(path);
+                }
+                0 => {
+                    if let Some(c) = visit(next, graph, state, stack) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        stack.pop();
+        state.insert(node.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for node in graph.keys() {
+        if state.get(node.as_str()).copied().unwrap_or(0) == 0
+            && let Some(c) = visit(node, graph, &mut state, &mut Vec::new())
+        {
+            return Some(c);
+        }
+    }
+    None
+}
+
+/// Module -> the modules it uses.
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// The top-level graph, and one graph per folder.
+fn graphs() -> (Graph, BTreeMap<String, Graph>) {
+    let modules = modules();
+    let known: BTreeSet<Vec<String>> = modules.iter().map(|(m, _)| m.clone()).filter(|m| !m.is_empty()).collect();
+    let mut top: Graph = BTreeMap::new();
+    let mut folders: BTreeMap<String, Graph> = BTreeMap::new();
+    for (module, text) in &modules {
+        let Some(first) = module.first() else { continue }; // lib.rs and main.rs declare, they are no module
+        top.entry(first.clone()).or_default();
+        for target in references(module, text, &known) {
+            if target[0] != *first {
+                top.entry(first.clone()).or_default().insert(target[0].clone());
+                continue;
+            }
+            // Inside one folder: files of the same parent, the facade left out.
+            let folder = module[..module.len().saturating_sub(1)].join("::");
+            let is_facade = |m: &[String]| m.len() < 2 || m[..m.len() - 1].join("::") != folder;
+            if module.len() >= 2 && target.len() == module.len() && !is_facade(module) && !is_facade(&target) {
+                let graph = folders.entry(folder.clone()).or_default();
+                graph.entry(module.join("::")).or_default();
+                if target != *module {
+                    graph.entry(module.join("::")).or_default().insert(target.join("::"));
+                }
+            }
+        }
+    }
+    (top, folders)
+}
+
+#[test]
+fn the_import_graph_of_engine_has_no_cycle() {
+    let (top, folders) = graphs();
+    assert!(top.len() >= 20, "the engine's modules were found: {:?}", top.keys());
+    assert!(top["stage"].contains("transfer") && top["transfer"].contains("chart"), "edges are read: {top:#?}");
+    if let Some(c) = cycle(&top) {
+        panic!("engine/ has an import cycle: {}\nedges: {top:#?}", c.join(" -> "));
+    }
+    for (folder, graph) in &folders {
+        if let Some(c) = cycle(graph) {
+            panic!("engine/{folder}/ has an import cycle: {}", c.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_cycle_check_finds_a_cycle() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a".to_string(), BTreeSet::from(["b".to_string()])),
+        ("b".to_string(), BTreeSet::from(["c".to_string()])),
+        ("c".to_string(), BTreeSet::from(["a".to_string()])),
+    ]
+    .into();
+    assert_eq!(cycle(&graph), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+    let known: BTreeSet<Vec<String>> =
+        [vec!["chart".to_string()], vec!["config".to_string()], vec!["stage".to_string(), "guard".to_string()]].into();
+    let refs = references(
+        &["stage".to_string(), "judge".to_string()],
+        "use crate::chart::{Note, Seen};\nuse super::guard::Patient;\nfn f() { crate::config::X }\n",
+        &known,
+    );
+    assert_eq!(refs.len(), 3, "{refs:?}");
+}
+
+/// Functions in `engine/` (test modules aside), with their length in lines.
+fn functions() -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (module, text) in modules() {
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(&text).to_string();
+        let lines: Vec<&str> = code.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i];
+            let trimmed = line.trim_start();
+            let signature = ["fn ", "pub fn ", "async fn ", "pub async fn ", "pub(crate) fn ", "pub(crate) async fn "]
+                .iter()
+                .find_map(|p| trimmed.strip_prefix(p));
+            let Some(rest) = signature else {
+                i += 1;
+                continue;
+            };
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let indent = line.len() - trimmed.len();
+            // The body ends at the first line back at the signature's indent that closes it.
+            let mut j = i;
+            while j < lines.len() && !lines[j].trim_end().ends_with('{') && !lines[j].trim_end().ends_with(';') {
+                j += 1;
+            }
+            if j < lines.len() && lines[j].trim_end().ends_with(';') {
+                i = j + 1;
+                continue;
+            }
+            let mut k = j + 1;
+            while k < lines.len()
+                && !(lines[k].len() > indent
+                    && lines[k][..indent].trim().is_empty()
+                    && lines[k][indent..].starts_with('}'))
+            {
+                k += 1;
+            }
+            out.push((k - i + 1, format!("{}::{name}", module.join("::"))));
+            i += 1;
+        }
+    }
+    out.sort_by(|a, b| b.cmp(a));
+    out
+}
+
+#[test]
+fn no_function_in_engine_is_longer_than_a_reader_takes_in() {
+    let all = functions();
+    assert!(all.len() > 300, "functions were found: {}", all.len());
+    let long: Vec<&(usize, String)> = all.iter().filter(|(n, _)| *n > LONGEST_FUNCTION).collect();
+    assert!(long.is_empty(), "functions over {LONGEST_FUNCTION} lines: {long:?}");
+    println!("the five longest: {:?}", &all[..5]);
+}
