@@ -277,3 +277,27 @@ fn no_function_in_engine_is_longer_than_a_reader_takes_in() {
     assert!(long.is_empty(), "functions over {LONGEST_FUNCTION} lines: {long:?}");
     println!("the five longest: {:?}", &all[..5]);
 }
+
+#[test]
+fn the_architecture_document_names_every_module() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md")).unwrap();
+    let map = doc.split("## Module map").nth(1).expect("a module map").split("\n## ").next().unwrap();
+    let mut missing = Vec::new();
+    fn walk(dir: &Path, rel: &str, map: &str, missing: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            let here = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+            if path.is_dir() {
+                if !map.contains(&format!("{name}/")) {
+                    missing.push(format!("{here}/"));
+                }
+                walk(&path, &here, map, missing);
+            } else if name.ends_with(".rs") && !map.contains(&name) && !map.contains(&here) {
+                missing.push(here);
+            }
+        }
+    }
+    walk(&engine(), "", map, &mut missing);
+    assert!(missing.is_empty(), "docs/architecture.md's module map does not name: {missing:?}");
+}
