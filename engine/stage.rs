@@ -507,7 +507,9 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         let ids: std::collections::HashSet<String> = h.precedents.entries.iter().map(|p| p.id.clone()).collect();
         let after_treatment =
             notes.kinds().any(|k| matches!(k, "TREATMENT_NOTE" | "CODE_REVIEW" | "DISCHARGE_CHECKLIST"));
-        let facts = g::Facts { worktree: &workdir, precedents: &ids, after_treatment };
+        let tree = g::Tree::worktree(&workdir)
+            .with_context(|| format!("could not check the notes of issue {number}, stage `{}`", stage.name))?;
+        let facts = g::Facts { tree: &tree, precedents: &ids, after_treatment };
         let score = g::score_notes(notes.notes.iter().map(|n| (n.kind.as_str(), n.body.as_str())), &facts);
         batch.push(g::groundedness_note(&score, threshold, stage.name, &run, (h.clock)()));
         let earlier = g::earlier_invalid(&chart_notes, stage.name, g::visit_start(&chart_notes));
