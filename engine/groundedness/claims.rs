@@ -212,7 +212,8 @@ fn parse_path(token: &str, deliberate: bool) -> Option<String> {
         return None;
     }
     let name = parts.last()?;
-    is_file_name(name, has_slash).then(|| trimmed.to_string())
+    let slug = parts.len() == 2 && !deliberate;
+    is_file_name(name, has_slash, slug).then(|| trimmed.to_string())
 }
 
 fn is_host(first: &str) -> bool {
@@ -221,7 +222,8 @@ fn is_host(first: &str) -> bool {
         && first.rsplit('.').next().is_some_and(|tld| HOST_SUFFIXES.contains(&tld.to_ascii_lowercase().as_str()))
 }
 
-fn is_file_name(name: &str, has_slash: bool) -> bool {
+/// `slug`: one folder before the name, as in `vercel/next.js` (a repository).
+fn is_file_name(name: &str, has_slash: bool, slug: bool) -> bool {
     if let Some(dotted) = name.strip_prefix('.') {
         let first = dotted.split('.').next().unwrap_or(dotted).to_ascii_lowercase();
         if DOTFILES.contains(&first.as_str()) {
@@ -239,7 +241,7 @@ fn is_file_name(name: &str, has_slash: bool) -> bool {
     }
     let lower = stem.to_ascii_lowercase();
     let upper_start = stem.starts_with(|c: char| c.is_uppercase());
-    if PRODUCTS.contains(&lower.as_str()) && ext == "js" && (!has_slash || upper_start) {
+    if PRODUCTS.contains(&lower.as_str()) && ext == "js" && (!has_slash || upper_start || slug) {
         return false;
     }
     has_slash || !(OBJECTS.contains(&stem) || name == "docs.rs")
@@ -282,7 +284,13 @@ fn tokens(line: &str, in_fence: bool) -> Vec<Token<'_>> {
     // A diff's `a/` and `b/` are not folders.
     let diff_header = ["--- a/", "+++ b/", "diff --git "].iter().any(|m| line.trim_start().starts_with(m));
     for word in line.split(|c: char| c.is_whitespace() || "`'\"()[]{}<>,;|=".contains(c)) {
-        let mut word = word.trim_start_matches(['*', '_']).trim_end_matches(['*', '_', '.', ':', '!', '?']);
+        let mut word = word.trim_matches('*').trim_end_matches(['.', ':', '!', '?', '*']);
+        // `_emphasis_`, but not `__tests__/a.js` or `__init__.py`.
+        if let Some(inner) = word.strip_prefix('_').and_then(|w| w.strip_suffix('_'))
+            && !word.starts_with("__")
+        {
+            word = inner;
+        }
         if diff_header {
             word = word.strip_prefix("a/").or_else(|| word.strip_prefix("b/")).unwrap_or(word);
         }
@@ -476,6 +484,10 @@ mod tests {
             vec!["Makefile", "Dockerfile.dev", ".gitignore", ".github/workflows/ci.yml", "services/api/Dockerfile"]
         );
         assert_eq!(texts("`engine/forge/` holds both"), vec!["engine/forge/"]);
+        assert_eq!(
+            texts("see src/__tests__/a.test.js, pkg/__init__.py and _web/app.mjs_"),
+            vec!["src/__tests__/a.test.js", "pkg/__init__.py", "web/app.mjs"]
+        );
     }
 
     #[test]
@@ -485,7 +497,8 @@ mod tests {
                      docs.rs/regex/latest/regex/struct.Regex.html, www.example.org/a.md, <https://x.io/a.ts>.\n\
                      Node.js, React/Vue.js, `Next.js`, and/or, I/O, TCP/IP, e.g. i.e. etc. N/A km/h.\n\
                      `std::fs::read`, `crate::chart`, `res.json()`, `request.json`, `os.path.join`, `src/**/*.rs`,\n\
-                     `git@github.com:o/r.git`, `~/.bashrc`, `$HOME/x.sh`, `C:\\x\\y.cs`, python3.11, Python 3.11/3.12.";
+                     `git@github.com:o/r.git`, `~/.bashrc`, `$HOME/x.sh`, `C:\\x\\y.cs`, python3.11, Python 3.11/3.12.\n\
+                     Built on vercel/next.js and mrdoob/three.js; `ubuntu:22.04`, redis:7, 127.0.0.1:8080, HTTP/1.1.";
         assert_eq!(texts(prose), Vec::<String>::new());
     }
 
