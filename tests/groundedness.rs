@@ -346,3 +346,48 @@ fn a_linked_worktree_reads_submodules_from_the_main_repository() {
         ]
     );
 }
+
+/// The later job: the visit's commits arrive as a git bundle, fetched into
+/// a bare repository, and the claims are checked by commit id. Neither the
+/// LFS objects nor the submodule travel in a bundle: those claims are not
+/// checkable there, everything else is checked as in the worktree.
+#[test]
+fn a_bundle_fetched_into_a_bare_repository_is_checked_by_commit_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sub, main) = (dir.path().join("sub"), dir.path().join("main"));
+    for (repo, file, text) in
+        [(&sub, "lib.c", "int a;\n"), (&main, "src/app.mjs", "export const a = 1;\nexport const b = 2;\n")]
+    {
+        std::fs::create_dir_all(repo.join("src")).unwrap();
+        git(repo, &["init", "--quiet", "--initial-branch=master"]);
+        std::fs::write(repo.join(file), text).unwrap();
+        git(repo, &["add", "."]);
+        git(repo, &["commit", "--quiet", "-m", "start"]);
+    }
+    git(&main, &["lfs", "install", "--local"]);
+    std::fs::write(main.join(".gitattributes"), "*.csv filter=lfs diff=lfs merge=lfs -text\n").unwrap();
+    std::fs::write(main.join("table.csv"), (1..=50).map(|k| format!("{k}\n")).collect::<String>()).unwrap();
+    git(&main, &["submodule", "--quiet", "add", sub.to_str().unwrap(), "vendor/sub"]);
+    git(&main, &["add", "."]);
+    git(&main, &["commit", "--quiet", "-m", "visit"]);
+    let bundle = dir.path().join("visit.bundle");
+    git(&main, &["bundle", "create", "--quiet", bundle.to_str().unwrap(), "master"]);
+    let bare = dir.path().join("job.git");
+    git(dir.path(), &["init", "--quiet", "--bare", bare.to_str().unwrap()]);
+    git(&bare, &["fetch", "--quiet", bundle.to_str().unwrap(), "master:refs/heads/visit"]);
+    let id =
+        String::from_utf8(Command::new("git").current_dir(&bare).args(["rev-parse", "visit"]).output().unwrap().stdout)
+            .unwrap();
+
+    let tree = Tree::commit(&bare, id.trim()).unwrap();
+    assert_eq!(tree.describe(), format!("commit {}", &id.trim()[..10]));
+    let precedents = HashSet::new();
+    let facts = Facts { tree: &tree, precedents: &precedents, after_treatment: true };
+    let note = "`src/app.mjs:2`, `src/app.mjs#L3`, `table.csv:40`, `vendor/sub/lib.c:1`, `vendor/sub/`";
+    let score = score_notes([("TREATMENT_NOTE", note)], &facts);
+    let checked: Vec<(&str, bool)> =
+        score.checked.iter().map(|c| (c.claim.text.as_str(), c.problem.is_none())).collect();
+    assert_eq!(checked, vec![("src/app.mjs:2", true), ("src/app.mjs#L3", false), ("vendor/sub/", true)]);
+    let unchecked: Vec<&str> = score.unchecked.iter().map(|u| u.claim.text.as_str()).collect();
+    assert_eq!(unchecked, vec!["table.csv:40", "vendor/sub/lib.c:1"], "{score:#?}");
+}
