@@ -18,6 +18,8 @@
 //! - It checks the token (`Authorization: Bearer`), and can play a missing
 //!   repository (`repo_exists`) or a read-only token (`token_can_write`).
 
+mod events;
+pub mod git;
 mod handlers;
 mod state;
 
@@ -35,6 +37,8 @@ use tokio::net::TcpListener;
 use ward::forge::github::{GitHubForge, GitHubSettings};
 use ward::forge::retry::RetryPolicy;
 
+#[allow(unused_imports)]
+pub use events::{WorkflowRunFacts, webhook};
 pub use state::*;
 
 pub const OWNER: &str = "octo";
@@ -105,6 +109,34 @@ impl FakeGitHub {
         }
     }
 
+    /// `{url}/{owner}/{repo}.git`: where git fetches and pushes.
+    pub fn git_url(&self) -> String {
+        format!("{}/{OWNER}/{REPO}.git", self.url)
+    }
+
+    /// Makes the fake's repository hold the branches of the local
+    /// repository at `dir` (force-pushed, workflow files allowed), as it
+    /// was before the test began: nothing is delivered.
+    pub fn seed(&self, dir: &std::path::Path) {
+        let bare = self.state().git.path.clone();
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["push", "--quiet", "--force"])
+            .arg(&bare)
+            .arg("refs/heads/*:refs/heads/*")
+            .env("FAKE_GITHUB_WORKFLOWS", "write")
+            .output()
+            .expect("git push runs");
+        assert!(out.status.success(), "seeding the fake's repository: {}", String::from_utf8_lossy(&out.stderr));
+        let mut s = self.state();
+        s.known_refs = s.git.refs();
+        let open: Vec<u64> = s.pulls.values().filter(|p| p.open).map(|p| p.number).collect();
+        for n in open {
+            s.update_pull_refs(n);
+        }
+    }
+
     /// Fails the test when any request hit a route the fake does not know.
     pub fn assert_known_routes(&self) {
         let unknown = self.state().unknown.clone();
@@ -127,6 +159,9 @@ async fn serve(
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    if parts.uri.path().starts_with(&format!("/{OWNER}/{REPO}.git/")) {
+        return Ok(serve_git(state, &parts, &body).await);
+    }
     let answer = {
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
         state.handle(&parts.method, &parts.uri, &parts.headers, &body)
@@ -143,4 +178,106 @@ async fn serve(
         None => Bytes::new(),
     };
     Ok(response.body(Full::new(bytes)).expect("a valid response"))
+}
+
+/// Git's smart HTTP protocol at `{url}/{owner}/{repo}.git`, through `git
+/// http-backend`, with GitHub's authentication: Basic
+/// `x-access-token:<token>`; fetching needs `contents: read`, pushing
+/// `contents: write` (and `workflows: write` to touch
+/// `.github/workflows/`). A push is announced like GitHub does (`push`,
+/// and `pull_request` synchronize for an open pull request's branch).
+async fn serve_git(state: Arc<Mutex<State>>, parts: &http::request::Parts, body: &Bytes) -> Response<Full<Bytes>> {
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().unwrap_or("").to_string();
+    let push = query.contains("service=git-receive-pack") || path.ends_with("/git-receive-pack");
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let reply = |status: u16, headers: Vec<(String, String)>, text: Vec<u8>| {
+        let mut r = Response::builder().status(status);
+        for (k, v) in headers {
+            r = r.header(k, v);
+        }
+        r.body(Full::new(Bytes::from(text))).expect("a valid response")
+    };
+    let (grant, root, can_write, exists) = {
+        let s = state.lock().unwrap_or_else(|p| p.into_inner());
+        let grant =
+            basic_token(&header("authorization")).and_then(|t| s.tokens.get(&t).filter(|g| !g.revoked).cloned());
+        (grant, s.git.project_root().to_path_buf(), s.token_can_write, s.repo_exists)
+    };
+    let log = |status: u16, login: Option<&str>, stderr: &str| {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        s.git_log.push(GitExchange {
+            method: parts.method.to_string(),
+            path: format!("{path}?{query}"),
+            login: login.map(String::from),
+            status,
+            stderr: stderr.to_string(),
+        });
+    };
+    let Some(grant) = grant else {
+        log(401, None, "");
+        let challenge = vec![("www-authenticate".to_string(), "Basic realm=\"GitHub\"".to_string())];
+        return reply(
+            401,
+            challenge,
+            b"Invalid username or token. Password authentication is not supported for Git operations.\n".to_vec(),
+        );
+    };
+    if !exists || !grant.permissions.allows("contents", false) {
+        log(404, Some(&grant.login), "");
+        return reply(404, Vec::new(), b"Repository not found.\n".to_vec());
+    }
+    if push && (!can_write || !grant.permissions.allows("contents", true)) {
+        log(403, Some(&grant.login), "");
+        let text = format!("Permission to {OWNER}/{REPO}.git denied to {}.\n", grant.login);
+        return reply(403, Vec::new(), text.into_bytes());
+    }
+    let request = (
+        parts.method.to_string(),
+        path.clone(),
+        query.clone(),
+        header("content-type"),
+        header("content-encoding"),
+        header("git-protocol"),
+        body.to_vec(),
+        grant.login.clone(),
+        grant.permissions.allows("workflows", true),
+    );
+    let answer = tokio::task::spawn_blocking(move || {
+        let (method, path, query, content_type, content_encoding, git_protocol, body, login, workflows) = request;
+        git::http_backend(
+            &root,
+            &git::CgiRequest {
+                method: &method,
+                path_info: &path,
+                query: &query,
+                content_type: &content_type,
+                content_encoding: &content_encoding,
+                git_protocol: &git_protocol,
+                body: &body,
+                remote_user: &login,
+                workflows_write: workflows,
+            },
+        )
+    })
+    .await
+    .expect("git http-backend answers");
+    log(answer.status, Some(&grant.login), &answer.stderr);
+    if push && parts.method == http::Method::POST {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        s.pushed(&grant);
+    }
+    reply(answer.status, answer.headers, answer.body)
+}
+
+/// The token of `Authorization: Basic base64(x-access-token:<token>)`.
+fn basic_token(header: &str) -> Option<String> {
+    use base64::Engine as _;
+    let (scheme, value) = header.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(value.trim()).ok()?;
+    let (user, token) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
+    (user == "x-access-token").then(|| token.to_string())
 }
