@@ -473,6 +473,16 @@ impl State {
         self.deliver_as("workflow_run", p, &sender, false);
     }
 
+    /// `repository_dispatch` of `event_type` sent by `by` (the API needs
+    /// write access to send one; the handler answers for the API).
+    pub fn repository_dispatch(&mut self, event_type: &str, client_payload: Value, by: &str) {
+        let mut p = webhook("repository_dispatch");
+        p["action"] = json!(event_type);
+        p["branch"] = json!("main");
+        p["client_payload"] = client_payload;
+        self.deliver("repository_dispatch", p, by);
+    }
+
     /// `workflow_dispatch` of `workflow` (a file name under
     /// `.github/workflows/`) on `git_ref`, as the "Run workflow" button or
     /// the API sends it; GitHub's 404/422 when the workflow file is not on

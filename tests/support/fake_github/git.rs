@@ -296,6 +296,11 @@ impl BareRepo {
         walk.flatten().filter_map(|oid| r.find_commit(oid).ok()).map(|c| info(&c)).collect()
     }
 
+    pub fn merge_base(&self, a: &str, b: &str) -> Option<String> {
+        let r = self.open();
+        r.merge_base(Oid::from_str(a).ok()?, Oid::from_str(b).ok()?).ok().map(|o| o.to_string())
+    }
+
     pub fn is_ancestor(&self, ancestor: &str, of: &str) -> bool {
         let r = self.open();
         match (Oid::from_str(ancestor), Oid::from_str(of)) {

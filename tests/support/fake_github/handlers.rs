@@ -859,12 +859,9 @@ impl State {
         match body.get("event_type").and_then(Value::as_str) {
             Some(t) if !t.is_empty() && t.len() <= 100 => {
                 self.dispatches.push(body.clone());
-                let mut p = super::events::webhook("repository_dispatch");
-                p["action"] = json!(t);
-                p["branch"] = json!("main");
-                p["client_payload"] = body.get("client_payload").cloned().unwrap_or(json!({}));
                 let actor = self.actor.clone();
-                self.deliver("repository_dispatch", p, &actor);
+                let client_payload = body.get("client_payload").cloned().unwrap_or(json!({}));
+                self.repository_dispatch(t, client_payload, &actor);
                 no_content()
             }
             _ => validation(

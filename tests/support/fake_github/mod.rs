@@ -191,7 +191,11 @@ async fn serve_git(state: Arc<Mutex<State>>, parts: &http::request::Parts, body:
     let query = parts.uri.query().unwrap_or("").to_string();
     let push = query.contains("service=git-receive-pack") || path.ends_with("/git-receive-pack");
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    let reply = |status: u16, headers: Vec<(String, String)>, text: Vec<u8>| {
+    // Git shows a `text/plain` error body as `remote: ...` lines, as it does GitHub's.
+    let reply = |status: u16, mut headers: Vec<(String, String)>, text: Vec<u8>| {
+        if status >= 400 && headers.is_empty() {
+            headers.push(("content-type".into(), "text/plain; charset=utf-8".into()));
+        }
         let mut r = Response::builder().status(status);
         for (k, v) in headers {
             r = r.header(k, v);
@@ -216,7 +220,10 @@ async fn serve_git(state: Arc<Mutex<State>>, parts: &http::request::Parts, body:
     };
     let Some(grant) = grant else {
         log(401, None, "");
-        let challenge = vec![("www-authenticate".to_string(), "Basic realm=\"GitHub\"".to_string())];
+        let challenge = vec![
+            ("www-authenticate".to_string(), "Basic realm=\"GitHub\"".to_string()),
+            ("content-type".to_string(), "text/plain; charset=utf-8".to_string()),
+        ];
         return reply(
             401,
             challenge,

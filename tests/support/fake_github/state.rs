@@ -549,8 +549,10 @@ impl State {
         }
     }
 
-    /// A person (or app) adds one label, as the label menu does.
+    /// A person adds one label, as the label menu does (GitHub lets only
+    /// people with triage access or more apply labels).
     pub fn label(&mut self, number: u64, label: &str, by: &str) {
+        self.assert_may_label(by);
         let mut labels = self.labels_of(number);
         labels.push(label.into());
         self.apply_labels(number, &labels, by);
@@ -558,9 +560,19 @@ impl State {
 
     /// A person removes one label.
     pub fn unlabel(&mut self, number: u64, label: &str, by: &str) {
+        self.assert_may_label(by);
         let labels: Vec<String> =
             self.labels_of(number).into_iter().filter(|l| !l.eq_ignore_ascii_case(label)).collect();
         self.apply_labels(number, &labels, by);
+    }
+
+    fn assert_may_label(&self, by: &str) {
+        let role = self.collaborators.get(by).map(String::as_str);
+        assert!(
+            matches!(role, Some("triage" | "write" | "maintain" | "admin")),
+            "GitHub does not let @{by} ({}) apply labels: that needs triage access",
+            role.unwrap_or("no access")
+        );
     }
 
     fn record_label_event(&mut self, issue: u64, labeled: bool, label: &str, actor: &str) {
