@@ -1011,6 +1011,20 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_disc
             assert!(!tokens.iter().any(|t| text.contains(t.as_str())), "a token in {}", path.display());
         }
     }
+
+    // The charge nurse's cron, fired now (WARD_NOW is the simulated time):
+    // the patient is with the chiefs; the sweep moves nothing.
+    runner.schedule("ward-sweep.yml");
+    runner.run_until_idle(1).await;
+    let sweep = runner.runs_of("ward-sweep.yml")[0];
+    assert_eq!(
+        (sweep.event.as_str(), sweep.conclusion.as_deref()),
+        ("schedule", Some("success")),
+        "{}",
+        sweep.job("sweep").log()
+    );
+    assert_eq!(gh.state().labels_of(n), ["ward:chief"]);
+    assert!(sweep.job("sweep").step("Sweep").log.contains("listed 0 patients"), "{}", sweep.job("sweep").log());
 }
 
 /// The same installation with a GitHub App's token (`WARD_TOKEN`,
@@ -1134,6 +1148,7 @@ async fn an_unrelated_label_applied_while_a_dispatch_is_pending_does_not_lose_th
     assert_eq!(runs[3].payload["client_payload"]["label"], json!("ward:plan-review"));
     assert_eq!(bug.payload["label"]["name"], json!("bug"));
     assert_eq!(bug.job("stage").conclusion.as_deref(), Some("skipped"), "the `if:` skips it");
+    assert_eq!(bug.conclusion.as_deref(), Some("skipped"));
     assert_eq!(bug.job("stage").group, None, "a skipped job never enters the group");
     assert_eq!(diagnose.payload["client_payload"]["label"], json!("ward:diagnose"));
     assert_eq!(diagnose.job("stage").conclusion.as_deref(), Some("success"));
@@ -1142,4 +1157,141 @@ async fn an_unrelated_label_applied_while_a_dispatch_is_pending_does_not_lose_th
     assert!(bug.created_at < diagnose.job("stage").started_at.unwrap(), "the label came while it was pending");
     assert_eq!(admit.job("stage").group.as_deref(), Some(format!("ward-issue-{n}").as_str()));
     assert_eq!(gh.state().labels_of(n), ["bug", "ward:plan-review"]);
+}
+
+// ---------------------------------------------------------------------------
+// Deliveries are shaped like GitHub's: octokit's JSON schemas say so
+
+/// octokit/webhooks' payload schemas (`tests/fixtures/github/webhooks/
+/// payload-schemas/`), their relative `$ref`s made absolute so one
+/// validator resolves them all.
+struct WebhookSchemas {
+    root: std::path::PathBuf,
+    resources: Vec<(String, Value)>,
+}
+
+impl WebhookSchemas {
+    const BASE: &'static str = "https://octokit.invalid/";
+
+    fn load() -> Self {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/github/webhooks/payload-schemas");
+        let mut resources = Vec::new();
+        for (path, text) in texts(&root) {
+            let rel = path.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+            let mut v: Value = serde_json::from_str(&text).unwrap();
+            Self::absolute(&mut v);
+            resources.push((format!("{}{rel}", Self::BASE), v));
+        }
+        Self { root, resources }
+    }
+
+    /// `common/x.schema.json` (from an event) and `x.schema.json` (from
+    /// common/) both name `<BASE>common/x.schema.json`.
+    fn absolute(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("$id");
+                if let Some(Value::String(r)) = m.get_mut("$ref")
+                    && !r.starts_with('#')
+                {
+                    let name = r.trim_start_matches("common/");
+                    *r = format!("{}common/{name}", Self::BASE);
+                }
+                m.values_mut().for_each(Self::absolute);
+            }
+            Value::Array(a) => a.iter_mut().for_each(Self::absolute),
+            _ => {}
+        }
+    }
+
+    /// The schema of a delivery, if octokit publishes one here.
+    fn file_for(&self, d: &Delivery) -> Option<String> {
+        let single = format!("{}/event.schema.json", d.event);
+        let per_action = format!("{}/{}.schema.json", d.event, d.action().unwrap_or(""));
+        [per_action, single].into_iter().find(|f| self.root.join(f).exists())
+    }
+
+    fn check(&self, file: &str, payload: &Value) -> Result<(), String> {
+        let main = self.resources.iter().find(|(u, _)| u.ends_with(file)).unwrap().1.clone();
+        let mut options = jsonschema::options().with_draft(jsonschema::Draft::Draft7);
+        for (uri, v) in &self.resources {
+            options = options.with_resource(uri.clone(), jsonschema::Resource::from_contents(v.clone()).unwrap());
+        }
+        let validator = options.build(&main).map_err(|e| format!("{file} does not compile: {e}"))?;
+        let errors: Vec<String> =
+            validator.iter_errors(payload).take(5).map(|e| format!("{e} at {}", e.instance_path)).collect();
+        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_delivery_validates_against_octokits_webhook_schema() {
+    let gh = FakeGitHub::start().await;
+    repository(
+        &gh,
+        &[
+            (".github/workflows/ci.yml", CI),
+            (".github/workflows/on-dispatch.yml", ON_DISPATCH),
+            ("status.txt", "fine\n"),
+        ],
+    );
+    let mut runner = Runner::new(&gh);
+    {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_collaborator("rob", "write");
+        let n = s.add_issue("An issue", "with a body", "maya", &["bug"]);
+        s.label(n, "ward:admit", "maya");
+        s.unlabel(n, "bug", "maya");
+        s.comment(n, "A comment", "rob");
+        let head = s.commit_files("feature", &[("fix.txt", "fixed\n")], "Fix", "rob");
+        let pr = s.open_pull("feature", "main", "A fix", "Closes #1", "rob");
+        s.comment(pr, "A comment on the pull request", "maya");
+        s.review(pr, "maya", "APPROVE", "Good.", &[("fix.txt", 1, "nit")]);
+        s.set_status(&head, "lint", "success", "maya");
+        s.report_check("ci-app", &head, "external", "success", Some("all good"));
+        s.repository_dispatch("poke", json!({ "why": "a test" }), "maya");
+        s.dispatch_workflow(
+            "on-dispatch.yml",
+            "main",
+            &[("why".to_string(), json!("a test"))].into_iter().collect(),
+            "maya",
+        )
+        .unwrap();
+    }
+    runner.run_until_idle(10).await;
+    let pr = gh.state().open_pull_for("feature").unwrap().number;
+    let merge = format!("/repos/{OWNER}/{REPO}/pulls/{pr}/merge");
+    assert_eq!(call(&gh, TOKEN, "PUT", &merge, Some(json!({ "merge_method": "squash" }))).await.0, 200);
+    gh.state().close(1, "maya");
+
+    let schemas = WebhookSchemas::load();
+    let deliveries = gh.state().deliveries.clone();
+    let mut checked = std::collections::BTreeSet::new();
+    let mut problems = Vec::new();
+    for d in &deliveries {
+        let Some(file) = schemas.file_for(d) else { continue };
+        if let Err(why) = schemas.check(&file, &d.payload) {
+            problems.push(format!("{} {:?}: {why}", d.event, d.action()));
+        }
+        checked.insert(file);
+    }
+    assert!(problems.is_empty(), "{} deliveries GitHub would not send:\n{}", problems.len(), problems.join("\n"));
+    let expected = [
+        "check_run/completed.schema.json",
+        "check_suite/completed.schema.json",
+        "issue_comment/created.schema.json",
+        "issues/labeled.schema.json",
+        "issues/opened.schema.json",
+        "issues/unlabeled.schema.json",
+        "pull_request/closed.schema.json",
+        "pull_request/opened.schema.json",
+        "pull_request_review/submitted.schema.json",
+        "push/event.schema.json",
+        "repository_dispatch/event.schema.json",
+        "status/event.schema.json",
+        "workflow_dispatch/event.schema.json",
+        "workflow_run/completed.schema.json",
+    ];
+    assert_eq!(checked.iter().map(String::as_str).collect::<Vec<_>>(), expected);
 }

@@ -15,6 +15,8 @@ pub enum Status {
     Success,
     Failure,
     Cancelled,
+    /// A job's need was skipped: neither success() nor failure().
+    Skipped,
 }
 
 /// The named values a place offers (`github`, `env`, `steps`, ...) and the

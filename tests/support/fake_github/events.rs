@@ -42,10 +42,14 @@ fn parse_webhook(name: &str) -> Value {
         other => panic!("no example payload named {other}"),
     };
     let mut v: Value = serde_json::from_str(text).expect("example payloads are JSON");
-    // Actions payloads of a repository (not an organisation's app) carry neither.
+    // The repository belongs to a user, not an organisation; an app's
+    // installation is in the payload only where GitHub's schema requires
+    // it (repository_dispatch).
     if let Some(o) = v.as_object_mut() {
-        o.remove("installation");
         o.remove("organization");
+        if name != "repository_dispatch" {
+            o.remove("installation");
+        }
     }
     v
 }
@@ -71,24 +75,30 @@ pub struct WorkflowRunFacts {
 }
 
 impl State {
+    /// Sets the repository's fields a template has (shapes differ: a
+    /// workflow run's repository is a "lite" one).
     fn set_repo_urls(&self, r: &mut Value) {
-        let api = self.repo_url();
-        r["id"] = json!(4242);
-        r["name"] = json!(self.repo);
-        r["full_name"] = json!(format!("{}/{}", self.owner, self.repo));
-        r["private"] = json!(true);
-        r["visibility"] = json!("private");
-        r["html_url"] = json!(self.html_url());
-        r["url"] = json!(api);
-        r["clone_url"] = json!(format!("{}.git", self.html_url()));
-        r["default_branch"] = json!("main");
+        let fields = [
+            ("id", json!(4242)),
+            ("name", json!(self.repo)),
+            ("full_name", json!(format!("{}/{}", self.owner, self.repo))),
+            ("private", json!(true)),
+            ("visibility", json!("private")),
+            ("html_url", json!(self.html_url())),
+            ("url", json!(self.repo_url())),
+            ("clone_url", json!(format!("{}.git", self.html_url()))),
+            ("default_branch", json!("main")),
+            ("master_branch", json!("main")),
+        ];
+        for (k, v) in fields {
+            if r.get(k).is_some() {
+                r[k] = v;
+            }
+        }
         r["owner"]["login"] = json!(self.owner);
         r["owner"]["html_url"] = json!(format!("{}/{}", self.base_url, self.owner));
         if r["owner"].get("name").is_some() {
             r["owner"]["name"] = json!(self.owner);
-        }
-        if r.get("master_branch").is_some() {
-            r["master_branch"] = json!("main");
         }
     }
 
@@ -182,12 +192,7 @@ impl State {
         }
         let mut comment_json = self.comment_json(&c);
         comment_json["author_association"] = json!(self.association(&c.author));
-        let template = p["comment"].clone();
-        let mut merged = template;
-        for (k, v) in comment_json.as_object().unwrap() {
-            merged[k] = v.clone();
-        }
-        p["comment"] = merged;
+        p["comment"] = overlay(&p["comment"], &comment_json);
         p["action"] = json!("created");
         p["repository"] = self.repository_webhook_json();
         p
@@ -266,7 +271,8 @@ impl State {
         rv["_links"]["pull_request"]["href"] = rv["pull_request_url"].clone();
         v["review"] = rv;
         v["action"] = json!("submitted");
-        v["pull_request"] = self.pull_webhook_json(pr);
+        // A review's pull request is the short form: only the fields it has.
+        v["pull_request"] = overlay(&v["pull_request"], &self.pull_webhook_json(pr));
         v["repository"] = self.repository_webhook_json();
         v
     }
@@ -647,6 +653,19 @@ impl State {
         v["modified"] = json!(files);
         v
     }
+}
+
+/// `template` with the values `source` has for the template's own keys.
+fn overlay(template: &Value, source: &Value) -> Value {
+    let mut out = template.clone();
+    if let (Some(o), Some(src)) = (out.as_object_mut(), source.as_object()) {
+        for (k, v) in o.iter_mut() {
+            if let Some(x) = src.get(k) {
+                *v = x.clone();
+            }
+        }
+    }
+    out
 }
 
 fn commit_webhook_json(c: &CommitInfo) -> Value {

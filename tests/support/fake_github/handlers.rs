@@ -627,7 +627,7 @@ impl State {
             );
         };
         let actor = self.actor.clone();
-        let id = self.comment(n, text, &actor);
+        let id = self.add_comment(n, text, &actor);
         let c = self.comments.iter().find(|c| c.id == id).unwrap().clone();
         answer(201, self.comment_json(&c))
     }

@@ -596,8 +596,15 @@ impl State {
         name.into()
     }
 
-    /// A comment on an issue (or pull request) by `by`.
+    /// A person comments on an issue (or pull request); the repository is
+    /// private, so only its collaborators can.
     pub fn comment(&mut self, number: u64, body: &str, by: &str) -> u64 {
+        assert!(self.collaborators.contains_key(by), "@{by} cannot see the private repository to comment");
+        self.add_comment(number, body, by)
+    }
+
+    /// A comment by `by`, whoever that is (the API's path).
+    pub(super) fn add_comment(&mut self, number: u64, body: &str, by: &str) -> u64 {
         assert!(self.issues.contains_key(&number) || self.pulls.contains_key(&number), "no issue #{number}");
         self.users.insert(by.into());
         let (id, at) = (self.id(), self.now());
@@ -608,7 +615,8 @@ impl State {
         id
     }
 
-    pub(super) fn close(&mut self, number: u64, by: &str) {
+    /// `by` closes the issue.
+    pub fn close(&mut self, number: u64, by: &str) {
         let at = self.now();
         if let Some(i) = self.issues.get_mut(&number)
             && i.open
