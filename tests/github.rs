@@ -308,6 +308,10 @@ async fn pull_requests_reviews_threads_commits_ci_and_merge() {
         title: "Fix #1".into(),
         body: "Closes #1".into(),
     };
+    // A new repository does not let the workflow token open pull requests.
+    let err = forge.open_pull_request(new.clone()).await.unwrap_err();
+    assert!(err.to_string().contains("GitHub Actions is not permitted to create or approve pull requests."), "{err}");
+    gh.state().actions_can_create_pull_requests = true;
     let pr = forge.open_pull_request(new.clone()).await.unwrap();
     assert_eq!(
         (pr.number, pr.state, pr.head_branch.as_str(), pr.base_branch.as_str()),
@@ -738,6 +742,7 @@ async fn tour(gh: &FakeGitHub) {
     let forge = gh.forge();
     {
         let mut s = gh.state();
+        s.actions_can_create_pull_requests = true;
         s.add_issue("Login fails", "steps", "alice", &["bug", "ward:admit"]);
         s.add_collaborator("alice", "triage");
     }
@@ -1454,6 +1459,8 @@ fn installed_git_repo(gh: &FakeGitHub) -> tempfile::TempDir {
     git(repo.path(), &["add", "-A"]);
     git(repo.path(), &["commit", "-q", "-m", "install ward"]);
     gh.seed(repo.path());
+    // docs/github.md: "tick Allow GitHub Actions to create and approve pull requests".
+    gh.state().actions_can_create_pull_requests = true;
     repo
 }
 

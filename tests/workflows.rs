@@ -84,7 +84,10 @@ fn hospital(gh: &FakeGitHub, extra: &[(&str, &str)], config: impl Fn(String) -> 
         files.push((p.to_string(), t.to_string()));
     }
     let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
-    repository(gh, &refs)
+    let repo = repository(gh, &refs);
+    // Step 3 of docs/github.md: "Allow GitHub Actions to create and approve pull requests".
+    gh.state().actions_can_create_pull_requests = true;
+    repo
 }
 
 /// One REST call with `token`, the way any client makes it: (status, body).

@@ -945,6 +945,11 @@ impl State {
         let (Some(title), Some(head), Some(base)) = (s("title"), s("head"), s("base")) else {
             return validation("Validation Failed", json!([{ "resource": "PullRequest", "code": "missing_field" }]));
         };
+        // Off by default on GitHub (Settings → Actions → "Allow GitHub
+        // Actions to create and approve pull requests").
+        if self.workflow_actor.is_some() && !self.actions_can_create_pull_requests {
+            return error(403, "GitHub Actions is not permitted to create or approve pull requests.");
+        }
         let actor = self.actor.clone();
         match self.create_pull_as(&head, &base, &title, &s("body").unwrap_or_default(), &actor) {
             Ok(n) => answer(201, self.pull_json(&self.pulls[&n], true)),

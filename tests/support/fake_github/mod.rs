@@ -1,22 +1,79 @@
-//! A stateful fake GitHub on 127.0.0.1 (a random port), for the GitHub
-//! forge's tests: state (issues, labels and their events, comments, files
-//! per branch with shas, dispatches, collaborators, pull requests with
-//! reviews, commits and review threads, check runs, statuses) plus HTTP
-//! handlers that change it, in the manner of rust-lang/bors' test harness.
+//! A stateful fake GitHub on 127.0.0.1 (a random port) that behaves like
+//! GitHub where it hurts, for the forge's tests and for the workflow runner
+//! (`tests/support/actions/`): state (issues, labels and their events,
+//! comments, dispatches, collaborators, pull requests with reviews and
+//! threads, check suites and runs, statuses, tokens, webhook deliveries)
+//! plus HTTP handlers that change it, in the manner of rust-lang/bors' test
+//! harness, and a real git repository behind it.
 //!
+//! The harness:
 //! - Answers are built from GitHub's own example bodies
 //!   (`tests/fixtures/github/rest-api/examples/`), changing only the fields
-//!   the state owns, and 404/409/422 come where GitHub sends them.
+//!   the state owns, and 403/404/409/422 come where GitHub sends them.
 //! - A request the fake does not know is recorded and FAILS the test: on
 //!   drop, or earlier with [`FakeGitHub::assert_known_routes`].
-//! - Every exchange is logged (route template, status, request and
-//!   response bodies) for call counts and the OpenAPI conformance test.
+//! - Every API exchange is logged (route template, status, request and
+//!   response bodies) for call counts and the OpenAPI conformance test;
+//!   git's requests go to a log of their own (`git_log`).
 //! - Faults can be scheduled per route: any status (5xx, 409, 422), 403
 //!   with `Retry-After` or without (secondary limit), 429, rate-limit
 //!   exhaustion, a write that lands but whose answer is lost, and a
 //!   concurrent writer on a contents path.
-//! - It checks the token (`Authorization: Bearer`), and can play a missing
-//!   repository (`repo_exists`) or a read-only token (`token_can_write`).
+//!
+//! GitHub's rules it keeps (each has a test in `tests/workflows.rs` or
+//! `tests/github.rs` that would fail were the fake lenient):
+//! - **Tokens carry permissions.** A token acts as a login with a scope
+//!   map (`contents`, `issues`, `pull-requests`, `checks`, `statuses`,
+//!   `actions`, ...; `metadata: read` always). A request without the
+//!   scope its route needs answers 403 "Resource not accessible by
+//!   integration"; an unknown or revoked token 401. [`TOKEN`] acts as
+//!   [`ENGINE`] with every permission; [`State::mint_token`] makes a job's
+//!   `GITHUB_TOKEN` (the runner mints one per job), [`State::app_token`]
+//!   a GitHub App's. `token_can_write = false` refuses every write.
+//! - **Every change is a webhook delivery** ([`State::deliveries`]): issues
+//!   opened/labeled/unlabeled/closed, issue_comment created, pull_request
+//!   opened/synchronize/closed, push, pull_request_review submitted,
+//!   check_run created/completed, check_suite completed, status,
+//!   workflow_run, repository_dispatch, workflow_dispatch; payloads from
+//!   octokit's examples, validated against octokit's schemas in a test;
+//!   `sender` is who caused it, and `by_workflow_token` marks what a
+//!   workflow's `GITHUB_TOKEN` (or Actions' own checks) caused, which
+//!   starts no workflow except workflow_dispatch and repository_dispatch.
+//! - **The repository is real** ([`git::BareRepo`]): a bare repository
+//!   served over git's smart HTTP protocol by `git http-backend` at
+//!   [`FakeGitHub::git_url`], with Basic `x-access-token:<token>`
+//!   (fetching needs `contents: read`, pushing `contents: write`, touching
+//!   `.github/workflows/` `workflows: write`, which no `GITHUB_TOKEN` has).
+//!   Branch heads, a pull request's head and commits, `refs/pull/<n>/head`
+//!   and the test merge `refs/pull/<n>/merge`, the contents API (a real
+//!   commit per write, git's blob shas for its compare-and-swap), the git
+//!   data API and merges (squash or merge commit, refused on a conflict)
+//!   all read and write that one repository. A push announces `push`, and
+//!   `pull_request` synchronize for an open pull request's branch.
+//! - **Pull requests**: the head branch must exist and differ from the
+//!   base; the workflow token may open one only when
+//!   `actions_can_create_pull_requests` is set (off, as on a new
+//!   repository); no branch protection (any token with `contents: write`
+//!   merges, reviews and CI or not).
+//! - **CI and reviews arrive later, as their own events.** Check runs come
+//!   from a workflow run (the runner) or an app ([`State::report_check`],
+//!   with an output summary); Actions' own have none. A commit with only
+//!   check runs has a combined status `pending` with no statuses, as on
+//!   GitHub; an unknown commit is 422 (check runs) or 404 (status).
+//!   Reviews ([`State::review`]) come from collaborators with any role
+//!   (a triager's approval exists; it does not count for write access),
+//!   never an approval by the author, with comments opening threads.
+//! - **People act through helpers** with a login whose role
+//!   [`State::add_collaborator`] set: `label`/`unlabel` (triage or more),
+//!   `comment`, `review`, `commit_files`, `merge_branch`, `open_pull`,
+//!   `set_status`, `repository_dispatch`, `dispatch_workflow`, `close`.
+//!   The repository is private: people who are no collaborator cannot see
+//!   it (`add_issue` alone takes any author, for the forge's tests).
+//! - **A simulated clock** ([`State::clock`], from [`EPOCH`]): every
+//!   timestamp the fake writes comes from it; it moves one second per
+//!   recorded event and otherwise only when a test or the runner advances
+//!   it, so "CI takes ten minutes, a person approves an hour later" takes
+//!   no real time.
 
 mod events;
 pub mod git;

@@ -344,6 +344,10 @@ pub struct State {
     pub token_can_write: bool,
     /// Every token the fake accepts, the default one included.
     pub tokens: BTreeMap<String, Grant>,
+    /// The repository setting "Allow GitHub Actions to create and approve
+    /// pull requests", off as on a new repository: a workflow token's
+    /// `POST /pulls` answers 403.
+    pub actions_can_create_pull_requests: bool,
     /// The simulated clock.
     pub clock: DateTime<Utc>,
     pub issues: BTreeMap<u64, FakeIssue>,
@@ -396,6 +400,7 @@ impl State {
             token_login: ENGINE.into(),
             token_can_write: true,
             tokens: [(TOKEN.to_string(), default)].into_iter().collect(),
+            actions_can_create_pull_requests: false,
             clock,
             issues: BTreeMap::new(),
             labels: BTreeMap::new(),
