@@ -1298,3 +1298,109 @@ async fn every_delivery_validates_against_octokits_webhook_schema() {
     ];
     assert_eq!(checked.iter().map(String::as_str).collect::<Vec<_>>(), expected);
 }
+
+// ---------------------------------------------------------------------------
+// The other triggers and their filters
+
+/// A workflow named `name` on `on` that echoes what started it.
+fn echo_workflow(name: &str, on: &str) -> String {
+    format!(
+        "name: {name}\non:\n{on}\npermissions: {{}}\njobs:\n  echo:\n    runs-on: ubuntu-24.04\n    steps:\n      - run: echo \"$EVENT $ACTION\"\n        env:\n          EVENT: ${{{{ github.event_name }}}}\n          ACTION: ${{{{ github.event.action }}}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_trigger_starts_what_its_types_branches_paths_and_workflows_allow() {
+    let gh = FakeGitHub::start().await;
+    let files = [
+        ("comment", "  issue_comment:\n    types: [created]"),
+        ("status", "  status:"),
+        ("checks", "  check_run:\n    types: [completed]\n  check_suite:\n    types: [completed]"),
+        ("after-ci", "  workflow_run:\n    workflows: [ci]\n    types: [completed]"),
+        ("docs", "  push:\n    branches: [main]\n    paths: ['docs/**']"),
+        ("tags", "  push:\n    tags: ['v*']"),
+        ("pr-default", "  pull_request:"),
+    ];
+    let mut repo: Vec<(String, String)> =
+        files.iter().map(|(name, on)| (format!(".github/workflows/{name}.yml"), echo_workflow(name, on))).collect();
+    repo.push((".github/workflows/ci.yml".into(), CI.into()));
+    repo.push(("status.txt".into(), "fine\n".into()));
+    let refs: Vec<(&str, &str)> = repo.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    repository(&gh, &refs);
+    let mut runner = Runner::new(&gh);
+    let ran = |runner: &Runner<'_>| -> Vec<String> {
+        runner.runs.iter().map(|r| format!("{} {}", r.workflow, r.action.as_deref().unwrap_or(&r.event))).collect()
+    };
+    {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        let n = s.add_issue("x", "", "maya", &[]);
+        s.comment(n, "hello", "maya");
+        let main = s.branch_head("main").unwrap();
+        s.set_status(&main, "deploy", "success", "deployer[bot]");
+        s.report_check("linter", &main, "lint", "success", Some("clean"));
+        // A push to main outside docs/, then one inside.
+        s.commit_files("main", &[("src.txt", "code\n")], "Code", "maya");
+        s.commit_files("main", &[("docs/guide.md", "# Guide\n")], "Docs", "maya");
+    }
+    runner.run_until_idle(20).await;
+    assert_eq!(
+        ran(&runner),
+        [
+            "comment.yml created",
+            "status.yml status",
+            "checks.yml completed",
+            "checks.yml completed",
+            "ci.yml push",
+            "ci.yml push",
+            "docs.yml push",
+            "after-ci.yml completed",
+            "after-ci.yml completed",
+        ],
+        "{}",
+        runner.summary()
+    );
+    // CI's own check runs and suites (Actions') started no `checks` run;
+    // its workflow_run did start `after-ci`.
+    assert!(
+        runner.ignored.iter().any(|(_, why)| why == "check_suite by github-actions[bot]: caused by a workflow token")
+    );
+
+    // A tag starts the tag workflow; a labeled pull request starts nothing
+    // (`pull_request:` defaults to opened, synchronize, reopened); a pull
+    // request in conflict with its base starts nothing at all.
+    let mark = runner.runs.len();
+    {
+        let mut s = gh.state();
+        let main = s.branch_head("main").unwrap();
+        s.git.set_ref("refs/tags/v1.0", &main, None).unwrap();
+        s.sync_tags("maya");
+        s.commit_files("clash", &[("status.txt", "theirs\n")], "Theirs", "maya");
+        s.commit_files("main", &[("status.txt", "ours\n")], "Ours", "maya");
+        s.commit_files("calm", &[("calm.txt", "calm\n")], "Calm", "maya");
+        let calm = s.open_pull("calm", "main", "Calm", "", "maya");
+        s.open_pull("clash", "main", "Clash", "", "maya");
+        let labeled = json!({ "action": "labeled", "number": calm, "pull_request": s.pull_webhook_json(calm), "label": { "name": "x" } });
+        s.deliver_webhook("pull_request", labeled, "maya");
+    }
+    runner.run_until_idle(20).await;
+    let new: Vec<String> = ran(&runner)[mark..].to_vec();
+    assert_eq!(
+        new,
+        [
+            "tags.yml push",
+            "ci.yml push",
+            "ci.yml opened",
+            "pr-default.yml opened",
+            "after-ci.yml completed",
+            "after-ci.yml completed"
+        ],
+        "{}",
+        runner.summary()
+    );
+    assert!(
+        runner.ignored.iter().any(|(_, why)| why == "pull_request: no commit to run on"),
+        "the clash has no test merge: {:?}",
+        runner.ignored
+    );
+}

@@ -57,7 +57,7 @@ impl Runner<'_> {
     }
 
     pub(super) fn github_context(&self, run: &WorkflowRun, job: &str, token: &str) -> Value {
-        let (url, _) = (self.gh.url.clone(), ());
+        let url = self.gh.url.clone();
         let ref_name = run.git_ref.rsplit_once("refs/heads/").map(|(_, b)| b.to_string()).unwrap_or_else(|| {
             run.git_ref
                 .strip_prefix("refs/tags/")
@@ -244,7 +244,6 @@ impl Runner<'_> {
         }
         let defaults = def.get("defaults").cloned().filter(|d| !d.is_null()).unwrap_or(run.wf.defaults.clone());
         let steps: Vec<Value> = def.get("steps").and_then(Value::as_array).cloned().unwrap_or_default();
-        let workflow_file = run.workflow.clone();
         let runner_ctx = json!({
             "os": "Linux", "arch": "X64", "name": "fake-runner", "environment": "github-hosted",
             "temp": temp.display().to_string(), "tool_cache": dir.join("tool-cache").display().to_string(),
@@ -325,6 +324,8 @@ impl Runner<'_> {
                             Err(e) => error = Some(format!("step env `{k}`: {e}")),
                         }
                     }
+                    // The step's own `with:` and `run:` see its `env:`.
+                    ctx.set("env", Value::Object(step_env.clone()));
                     let with = match step_def.get("with").map(|w| expr::interpolate_value(w, &ctx)) {
                         Some(Ok(w)) => w,
                         Some(Err(e)) => {
@@ -397,7 +398,6 @@ impl Runner<'_> {
         let jr = &mut self.runs[r].jobs[j];
         jr.outputs = outputs;
         jr.annotations.extend(annotations);
-        let _ = workflow_file;
         if job.failed { "failure".into() } else { "success".into() }
     }
 

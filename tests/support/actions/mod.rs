@@ -324,7 +324,8 @@ impl<'a> Runner<'a> {
         let (main, wfs) = {
             let s = self.gh.state();
             let main = s.branch_head("main").expect("a default branch");
-            (main.clone(), self.workflows_at(&s, &main))
+            let wfs = self.workflows_at(&s, &main);
+            (main, wfs)
         };
         let wf =
             wfs.into_iter().find(|w| w.file == workflow).unwrap_or_else(|| panic!("no workflow {workflow} on main"));
@@ -340,13 +341,12 @@ impl<'a> Runner<'a> {
             at: self.gh.state().time(),
         };
         let target = EventTarget {
-            sha: main,
+            sha: main.clone(),
             git_ref: "refs/heads/main".into(),
-            head_sha: String::new(),
+            head_sha: main,
             head_branch: Some("main".into()),
             pull_requests: Vec::new(),
         };
-        let target = EventTarget { head_sha: target.sha.clone(), ..target };
         self.create_run(wf, &delivery, target, 0);
     }
 

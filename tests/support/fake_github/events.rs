@@ -550,6 +550,17 @@ impl State {
         Ok(())
     }
 
+    /// Announces refs a test moved itself (a tag it set), as pushed by `by`.
+    pub fn sync_tags(&mut self, by: &str) {
+        self.sync_refs(by);
+    }
+
+    /// A delivery a test composes itself (an event the fake has no helper
+    /// for), from `by`, which starts workflows as a person's would.
+    pub fn deliver_webhook(&mut self, event: &str, payload: Value, by: &str) {
+        self.deliver_as(event, payload, by, false);
+    }
+
     /// After a push over smart HTTP with `grant`'s token.
     pub(super) fn pushed(&mut self, grant: &Grant) {
         self.workflow_actor = grant.workflow_token.then(|| grant.login.clone());

@@ -509,7 +509,8 @@ impl State {
     pub fn add_issue(&mut self, title: &str, body: &str, author: &str, labels: &[&str]) -> u64 {
         let number = self.issues.keys().chain(self.pulls.keys()).max().copied().unwrap_or(0) + 1;
         self.users.insert(author.into());
-        let created_at = self.now();
+        // Not a tick: label events alone move the clock, a second each.
+        let created_at = stamp(self.clock);
         self.issues.insert(
             number,
             FakeIssue {
