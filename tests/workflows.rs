@@ -1404,3 +1404,40 @@ async fn each_trigger_starts_what_its_types_branches_paths_and_workflows_allow()
         runner.ignored
     );
 }
+
+// ---------------------------------------------------------------------------
+// The shipped ward-precedents.yml
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_precedents_workflow_passes_an_appended_entry_and_fails_an_edited_one() {
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[], |c| c);
+    let log = ours("precedents/log.yaml");
+    let appended = format!(
+        "{log}\n- id: P-0010\n  date: 2026-11-01\n  chief: maya\n  tags: [docs]\n  question: >-\n    May a fix skip the \
+         changelog?\n  decision: >-\n    No; every fix names itself in the changelog.\n"
+    );
+    let edited = log.replacen("chief: mara-okafor", "chief: somebody-else", 1);
+    assert_ne!(edited, log);
+    let mut runner = Runner::new(&gh);
+    {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_collaborator("rob", "write");
+        s.commit_files("append", &[("precedents/log.yaml", &appended)], "P-0010: changelogs", "maya");
+        s.open_pull("append", "main", "A precedent", "", "maya");
+        s.commit_files("edit", &[("precedents/log.yaml", &edited)], "Rewrite history", "rob");
+        s.open_pull("edit", "main", "An edit", "", "rob");
+        s.commit_files("code", &[("src.txt", "code\n")], "Code", "rob");
+        s.open_pull("code", "main", "Code only", "", "rob");
+    }
+    runner.run_until_idle(5).await;
+    let runs = runner.runs_of("ward-precedents.yml");
+    assert_eq!(runs.len(), 2, "`paths: precedents/**` skips the code-only pull request\n{}", runner.summary());
+    let (ok, bad) = (runs[0].job("check"), runs[1].job("check"));
+    assert_eq!(ok.conclusion.as_deref(), Some("success"), "{}", ok.log());
+    assert_eq!(bad.conclusion.as_deref(), Some("failure"), "{}", bad.log());
+    assert!(bad.log().contains("P-0001"), "the edited entry is named: {}", bad.log());
+    // fetch-depth: 0 fetched the history the check compares against.
+    assert!(ok.step("Check out the pull request with its history").log.contains("+refs/heads/*:refs/remotes/origin/*"));
+}
