@@ -867,6 +867,15 @@ jobs:
           grep -q "Treated #" CHANGELOG.md
 "#;
 
+/// ward's own `.github/ward.yml` sends a patient to the chiefs after this
+/// many send-backs; the end-to-end tests count on it.
+const SEND_BACKS: usize = 10;
+
+fn assert_send_back_limit() {
+    let limit = format!("patient_send_backs: {SEND_BACKS}");
+    assert!(ours(".github/ward.yml").contains(&limit), "ward.yml no longer has `{limit}`: update these tests");
+}
+
 /// The label each `ward-stage` run started on (its dispatch's, or the
 /// labeled event's).
 fn stage_labels(runner: &Runner<'_>) -> Vec<String> {
@@ -923,6 +932,7 @@ fn texts(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
 /// dispatch and approval-by-label change this ending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_discharge_audit_loops_to_the_chiefs() {
+    assert_send_back_limit();
     let gh = FakeGitHub::start().await;
     let _repo = hospital(&gh, &[(".github/workflows/ci.yml", CHANGELOG_CI)], |c| c);
     let n = {
@@ -938,7 +948,7 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_disc
     // The stages, one run each: the maintainer's label, then dispatches.
     let mut expected =
         vec!["ward:admit".to_string(), "ward:diagnose".into(), "ward:plan-review".into(), "ward:treat".into()];
-    for _ in 0..10 {
+    for _ in 0..SEND_BACKS {
         expected.extend(["ward:code-review".to_string(), "ward:discharge".into()]);
     }
     expected.push("ward:code-review".into());
@@ -976,7 +986,7 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_disc
 
     // Why it stopped: ten audits, each missing CI and a person's review.
     let audits = checklists(&gh, n);
-    assert_eq!(audits.len(), 10);
+    assert_eq!(audits.len(), SEND_BACKS);
     for audit in &audits {
         assert!(audit.contains("⬜ CI green for the head commit: no check run or status was reported"), "{audit}");
         assert!(
@@ -986,7 +996,8 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_disc
         assert!(audit.contains("outcome `audit-failed`"), "{audit}");
     }
     let chart = gh.state().file("ward-charts", &format!("charts/{n}.md")).unwrap();
-    assert!(chart.contains("the patient was sent back 10 times, the per-patient limit is 10"), "{chart}");
+    let limit = format!("the patient was sent back {SEND_BACKS} times, the per-patient limit is {SEND_BACKS}");
+    assert!(chart.contains(&limit), "{chart}");
 
     // Each job had the workflow's permissions and nothing more; its check
     // run is on the default branch's head (issues and dispatches run there).
@@ -1044,6 +1055,7 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_disc
 /// without running an agent, and merge after the approval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_an_app_token_the_apps_labels_start_each_stage_and_its_push_starts_ci_but_the_audit_does_not_wait() {
+    assert_send_back_limit();
     let gh = FakeGitHub::start().await;
     let config = |c: String| {
         c.replace("engine_account: github-actions[bot]", "engine_account: ward-app[bot]")
@@ -1093,7 +1105,7 @@ async fn with_an_app_token_the_apps_labels_start_each_stage_and_its_push_starts_
 
     // The audits: CI pending, then green; the review missing every time.
     let audits = checklists(&gh, n);
-    assert_eq!(audits.len(), 10, "{}", runner.summary());
+    assert_eq!(audits.len(), SEND_BACKS, "{}", runner.summary());
     assert!(audits[0].contains("⬜ CI green for the head commit"), "{}", audits[0]);
     assert!(audits.last().unwrap().contains("✅ CI green for the head commit"), "{}", audits.last().unwrap());
     assert!(audits.iter().all(|a| a.contains("❌ Approving pull request review")));
@@ -1107,7 +1119,7 @@ async fn with_an_app_token_the_apps_labels_start_each_stage_and_its_push_starts_
     let first_audit = stage_labels(&runner).iter().position(|l| l == "ward:discharge").unwrap();
     let agent_runs =
         stage_runs[first_audit..].iter().filter(|r| r.job("stage").step("stage").log.contains("(agent ")).count();
-    assert_eq!(agent_runs, 19, "{}", runner.summary());
+    assert_eq!(agent_runs, 2 * SEND_BACKS - 1, "{}", runner.summary());
     // The app's own `ward:chief` label started one more job, which found nothing to do.
     let last = stage_runs.last().unwrap();
     assert_eq!(last.payload["label"]["name"], json!("ward:chief"));
