@@ -168,8 +168,8 @@ async fn the_charts_branch_is_created_on_first_write_and_writes_are_compare_and_
     let first = forge.write_chart(n, "one\n", None).await.unwrap();
     {
         let s = gh.state();
-        assert!(s.branches.contains_key(CHARTS));
-        assert_eq!(s.branches[CHARTS].files.len(), 1, "the branch holds only charts");
+        assert!(s.branch_head(CHARTS).is_some());
+        assert_eq!(s.branch_files(CHARTS).len(), 1, "the branch holds only charts");
         assert_eq!(s.file(CHARTS, "charts/7.md").as_deref(), Some("one\n"));
         assert_eq!(s.count("POST /repos/{owner}/{repo}/git/commits"), 1);
         assert_eq!(s.count("POST /repos/{owner}/{repo}/git/refs"), 1);
@@ -290,7 +290,19 @@ async fn dispatch_sends_ward_stage_with_the_issue() {
 #[tokio::test]
 async fn pull_requests_reviews_threads_commits_ci_and_merge() {
     let gh = FakeGitHub::start().await;
-    gh.state().add_issue("x", "", "alice", &[]);
+    // Two commits pushed on the branch: a fix, then main merged into it.
+    let (c1, c2, c3, c4, quiet) = {
+        let mut s = gh.state();
+        s.add_issue("x", "", "alice", &[]);
+        s.add_collaborator("bob", "write");
+        let c1 = s.commit_files("ward/issue-1", &[("fix.txt", "fixed\n")], "Fix login\n\nbody", "alice");
+        s.commit_files("main", &[("other.txt", "meanwhile\n")], "Meanwhile on main", "bob");
+        let c2 = s.merge_branch("ward/issue-1", "main", "Merge main", "alice");
+        let c3 = s.commit_files("elsewhere", &[("a.txt", "a\n")], "pending CI here", "bob");
+        let c4 = s.commit_files("elsewhere", &[("b.txt", "b\n")], "red CI here", "bob");
+        let quiet = s.commit_files("elsewhere", &[("c.txt", "c\n")], "no CI here", "bob");
+        (c1, c2, c3, c4, quiet)
+    };
     let forge = gh.forge();
     assert_eq!(forge.pull_request_for_branch("ward/issue-1").await.unwrap(), None);
     let new = NewPullRequest {
@@ -299,6 +311,10 @@ async fn pull_requests_reviews_threads_commits_ci_and_merge() {
         title: "Fix #1".into(),
         body: "Closes #1".into(),
     };
+    // A new repository does not let the workflow token open pull requests.
+    let err = forge.open_pull_request(new.clone()).await.unwrap_err();
+    assert!(err.to_string().contains("GitHub Actions is not permitted to create or approve pull requests."), "{err}");
+    gh.state().actions_can_create_pull_requests = true;
     let pr = forge.open_pull_request(new.clone()).await.unwrap();
     assert_eq!(
         (pr.number, pr.state, pr.head_branch.as_str(), pr.base_branch.as_str()),
@@ -306,31 +322,18 @@ async fn pull_requests_reviews_threads_commits_ci_and_merge() {
     );
     assert_eq!(forge.open_pull_request(new).await.unwrap(), pr, "the open one is returned, not a second");
     assert_eq!(forge.pull_request_for_branch("ward/issue-1").await.unwrap(), Some(pr.clone()));
+    assert_eq!(pr.head_sha, c2, "the head is the commit pushed last");
     {
         let mut s = gh.state();
-        let p = s.pulls.get_mut(&2).unwrap();
-        p.reviews.push(FakeReview {
-            id: 1,
-            author: "bob".into(),
-            state: "CHANGES_REQUESTED".into(),
-            commit: "aaa".into(),
-            body: "no".into(),
-        });
-        p.reviews.push(FakeReview {
-            id: 2,
-            author: "bob".into(),
-            state: "APPROVED".into(),
-            commit: pr.head_sha.clone(),
-            body: "ok".into(),
-        });
-        p.commits.push(FakeCommit { sha: "c1".into(), message: "Fix login\n\nbody".into(), parents: 1 });
-        p.commits.push(FakeCommit { sha: "c2".into(), message: "Merge main".into(), parents: 2 });
-        p.threads = (0..150).map(|i| i % 50 != 0).collect();
-        s.check_runs.insert("c2".into(), vec![("test".into(), "completed".into(), Some("success".into()))]);
-        s.statuses.insert("c2".into(), vec![("ci/lint".into(), "success".into())]);
-        s.check_runs.insert("c3".into(), vec![("test".into(), "in_progress".into(), None)]);
-        s.statuses.insert("c4".into(), vec![("ci/lint".into(), "error".into())]);
-        s.check_runs.insert("c4".into(), vec![("test".into(), "completed".into(), Some("skipped".into()))]);
+        s.review(2, "bob", "REQUEST_CHANGES", "no", &[]);
+        s.review(2, "bob", "APPROVE", "ok", &[]);
+        s.pulls.get_mut(&2).unwrap().threads = (0..150).map(|i| i % 50 != 0).collect();
+        s.report_check("ci-app", &c2, "test", "success", None);
+        s.set_status(&c2, "ci/lint", "success", "ci-app[bot]");
+        let suite = s.create_check_suite("ci-app", &c3, Some("elsewhere"));
+        s.start_check_run(suite, "test", None);
+        s.set_status(&c4, "ci/lint", "error", "ci-app[bot]");
+        s.report_check("ci-app", &c4, "test", "skipped", None);
     }
     let reviews = forge.reviews(2).await.unwrap();
     assert_eq!(
@@ -341,12 +344,16 @@ async fn pull_requests_reviews_threads_commits_ci_and_merge() {
     assert_eq!(forge.unresolved_review_threads(2).await.unwrap(), 3, "across two GraphQL pages");
     assert_eq!(gh.state().count("POST /graphql"), 2);
     let commits = forge.pull_request_commits(2).await.unwrap();
+    assert_eq!(commits.iter().map(|c| c.sha.as_str()).collect::<Vec<_>>(), vec![c1.as_str(), c2.as_str()]);
     assert_eq!(commits.iter().map(|c| c.parent_count).collect::<Vec<_>>(), vec![1, 2]);
-    let ci = forge.ci_status("c2").await.unwrap();
+    let ci = forge.ci_status(&c2).await.unwrap();
     assert_eq!((ci.state, ci.checks.clone()), (CiState::Success, strings(&["test: success", "ci/lint: success"])));
-    assert_eq!(forge.ci_status("c3").await.unwrap().state, CiState::Pending);
-    assert_eq!(forge.ci_status("c4").await.unwrap().state, CiState::Failure);
-    assert_eq!(forge.ci_status("nothing").await.unwrap().state, CiState::Missing);
+    assert_eq!(forge.ci_status(&c3).await.unwrap().state, CiState::Pending);
+    assert_eq!(forge.ci_status(&c4).await.unwrap().state, CiState::Failure);
+    assert_eq!(forge.ci_status(&quiet).await.unwrap().state, CiState::Missing);
+    // A commit GitHub does not have is an error, not "no CI".
+    let err = forge.ci_status("0123456789012345678901234567890123456789").await.unwrap_err();
+    assert!(err.to_string().contains("No commit found for SHA"), "{err}");
     // A head that moved since the audit is never merged.
     let err = forge.merge_pull_request(2, "0000000000000000000000000000000000000000").await.unwrap_err();
     assert!(err.to_string().contains("Head branch was modified"), "{err}");
@@ -738,6 +745,7 @@ async fn tour(gh: &FakeGitHub) {
     let forge = gh.forge();
     {
         let mut s = gh.state();
+        s.actions_can_create_pull_requests = true;
         s.add_issue("Login fails", "steps", "alice", &["bug", "ward:admit"]);
         s.add_collaborator("alice", "triage");
     }
@@ -766,6 +774,7 @@ async fn tour(gh: &FakeGitHub) {
     forge.write_chart(n, "x", Some(&stale.version)).await.unwrap_err(); // 409
     forge.write_chart(n, "x", None).await.unwrap_err(); // 422
     forge.dispatch_stage(n, "ward:diagnose").await.unwrap();
+    let c1 = gh.state().commit_files("ward/issue-1", &[("fix.txt", "fixed\n")], "m", "alice");
     let new = NewPullRequest {
         head_branch: "ward/issue-1".into(),
         base_branch: "main".into(),
@@ -776,25 +785,26 @@ async fn tour(gh: &FakeGitHub) {
     forge.open_pull_request(new).await.unwrap(); // 422, then the list
     {
         let mut st = gh.state();
-        let p = st.pulls.get_mut(&pr.number).unwrap();
-        p.reviews.push(FakeReview {
-            id: 1,
-            author: "bob".into(),
-            state: "APPROVED".into(),
-            commit: "c1".into(),
-            body: "ok".into(),
-        });
-        p.commits.push(FakeCommit { sha: "c1".into(), message: "m".into(), parents: 1 });
-        p.threads = vec![true, false];
-        st.check_runs.insert("c1".into(), vec![("test".into(), "completed".into(), Some("success".into()))]);
-        st.statuses.insert("c1".into(), vec![("lint".into(), "success".into())]);
+        st.add_collaborator("bob", "write");
+        st.review(pr.number, "bob", "APPROVE", "ok", &[("fix.txt", 1, "nice")]);
+        st.pulls.get_mut(&pr.number).unwrap().threads = vec![true, false];
+        st.report_check("ci-app", &c1, "test", "success", Some("all green"));
+        st.set_status(&c1, "lint", "success", "ci-app[bot]");
     }
     forge.reviews(pr.number).await.unwrap();
     forge.pull_request_commits(pr.number).await.unwrap();
     forge.unresolved_review_threads(pr.number).await.unwrap();
-    forge.ci_status("c1").await.unwrap();
+    forge.ci_status(&c1).await.unwrap();
     forge.merge_pull_request(pr.number, &pr.head_sha).await.unwrap();
     forge.pull_request_for_branch("ward/issue-1").await.unwrap();
+    // Not a forge method yet: running a workflow by hand (issue 11's CI dispatch).
+    let ci = "name: ci\non:\n  workflow_dispatch: {}\njobs:\n  t:\n    runs-on: ubuntu-24.04\n    steps:\n      - run: 'true'\n";
+    gh.state().commit_files("main", &[(".github/workflows/ci.yml", ci)], "CI", "alice");
+    let client =
+        octocrab::Octocrab::builder().base_uri(gh.url.as_str()).unwrap().personal_token(TOKEN).build().unwrap();
+    let url = format!("{}/repos/{OWNER}/{REPO}/actions/workflows/ci.yml/dispatches", gh.url);
+    let answer = client._post(url, Some(&json!({ "ref": "main" }))).await.unwrap();
+    assert_eq!(answer.status(), 204);
 }
 
 #[tokio::test]
@@ -843,7 +853,7 @@ async fn the_fake_and_ward_conform_to_githubs_openapi_description() {
     }
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
     // Every route the fake knows was exercised and checked (or is listed as undescribed).
-    assert_eq!(validated.len() + NOT_IN_SUBSET.len(), 27, "validated: {validated:#?}");
+    assert_eq!(validated.len() + NOT_IN_SUBSET.len(), 28, "validated: {validated:#?}");
     for must in [
         "PUT /repos/{owner}/{repo}/contents/{path} 409",
         "PUT /repos/{owner}/{repo}/contents/{path} 422",
@@ -980,8 +990,8 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
     let gh = FakeGitHub::start().await;
     // A git repository: treatment commits on the patient's branch, pushes it
     // and opens the pull request the discharge audit reads.
-    let (repo, server) = installed_git_repo();
-    let env = git_env(repo.path(), server.path());
+    let repo = installed_git_repo(&gh);
+    let env = git_env(&gh, repo.path());
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let n = {
         let mut s = gh.state();
@@ -1024,7 +1034,7 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
         handled += 1;
         let label = client_payload["label"].as_str().unwrap_or_default().to_string();
         if label == "ward:discharge" {
-            people_review_and_ci_passes(&gh, repo.path(), server.path(), n);
+            people_review_and_ci_passes(&gh, n);
         }
         let mark = gh.state().log.len();
         let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&client_payload), &env).await;
@@ -1291,8 +1301,8 @@ async fn with_an_app_token_the_labeled_event_starts_the_next_stage_and_nothing_i
     let gh = FakeGitHub::start().await;
     // A git repository, so that treatment opens the pull request the
     // discharge audit reads.
-    let (repo, server) = installed_git_repo();
-    let env = git_env(repo.path(), server.path());
+    let repo = installed_git_repo(&gh);
+    let env = git_env(&gh, repo.path());
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let yml = repo.path().join(".github/ward.yml");
     let text = std::fs::read_to_string(&yml).unwrap();
@@ -1307,7 +1317,7 @@ async fn with_an_app_token_the_labeled_event_starts_the_next_stage_and_nothing_i
     let mut actor = "alice";
     for _ in 0..10 {
         if label == "ward:discharge" {
-            people_review_and_ci_passes(&gh, repo.path(), server.path(), n);
+            people_review_and_ci_passes(&gh, n);
         }
         let ran = ward_step(&gh, repo.path(), "issues", &labeled_event(&label, n, actor), &env).await;
         assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
@@ -1429,12 +1439,11 @@ async fn a_422_that_is_not_about_the_sha_is_not_taken_for_a_race() {
     );
 }
 
-/// `ward init` in a git repository on `main` (fixed identity and date), and
-/// a bare repository that plays GitHub's git server at
-/// `<server>/octo/hospital.git`.
-fn installed_git_repo() -> (tempfile::TempDir, tempfile::TempDir) {
+/// `ward init` in a git repository on `main` (fixed identity and date),
+/// seeded into the fake GitHub's repository, which it serves over git's
+/// smart HTTP protocol at `<url>/octo/hospital.git` (where stage runs push).
+fn installed_git_repo(gh: &FakeGitHub) -> tempfile::TempDir {
     let repo = installed_repo();
-    let server = tempfile::tempdir().unwrap();
     let git = |dir: &Path, args: &[&str]| {
         let out = std::process::Command::new("git")
             .args(args)
@@ -1457,50 +1466,34 @@ fn installed_git_repo() -> (tempfile::TempDir, tempfile::TempDir) {
     git(repo.path(), &["init", "-q", "-b", "main"]);
     git(repo.path(), &["add", "-A"]);
     git(repo.path(), &["commit", "-q", "-m", "install ward"]);
-    let bare = server.path().join(OWNER).join(format!("{REPO}.git"));
-    std::fs::create_dir_all(&bare).unwrap();
-    git(&bare, &["init", "-q", "--bare"]);
-    (repo, server)
+    gh.seed(repo.path());
+    // docs/github.md: "tick Allow GitHub Actions to create and approve pull requests".
+    gh.state().actions_can_create_pull_requests = true;
+    repo
 }
 
-/// The `GITHUB_SERVER_URL` (the bare repositories of [`installed_git_repo`])
-/// and `WARD_HOME` a stage run of `repo` needs to push its branch.
-fn git_env(repo: &Path, server: &Path) -> [(&'static str, String); 2] {
-    [
-        ("GITHUB_SERVER_URL", format!("file://{}", server.display())),
-        ("WARD_HOME", repo.join(".ward/home").to_str().unwrap().to_string()),
-    ]
+/// The `GITHUB_SERVER_URL` (the fake, whose git server holds the
+/// repository of [`installed_git_repo`]) and `WARD_HOME` a stage run of
+/// `repo` needs to push its branch.
+fn git_env(gh: &FakeGitHub, repo: &Path) -> [(&'static str, String); 2] {
+    [("GITHUB_SERVER_URL", gh.url.clone()), ("WARD_HOME", repo.join(".ward/home").to_str().unwrap().to_string())]
 }
 
-/// What people and CI do once treatment pushed the patient's branch, before
-/// the discharge nurse audits it: GitHub sees the pushed head and commits
-/// (read from the "server" of [`installed_git_repo`], on top of `main`),
-/// a reviewer other than the author and the engine approves that head
-/// commit, and a green check run reports on it.
-fn people_review_and_ci_passes(gh: &FakeGitHub, repo: &Path, server: &Path, n: u64) {
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .arg("--git-dir")
-            .arg(server.join(OWNER).join(format!("{REPO}.git")))
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    let base = std::process::Command::new("git").arg("-C").arg(repo).args(["rev-parse", "main"]).output().unwrap();
-    let base = String::from_utf8_lossy(&base.stdout).trim().to_string();
+/// What people and CI do once treatment pushed the patient's branch,
+/// before the discharge nurse audits it. The fake read the pull request's
+/// head and commits from the push itself; a reviewer with write access
+/// (not the author, not the engine) approves that head commit, and a CI
+/// app reports a green check on it.
+fn people_review_and_ci_passes(gh: &FakeGitHub, n: u64) {
+    let mut s = gh.state();
     let branch = format!("ward/issue-{n}");
-    let head = git(&["rev-parse", &branch]);
-    let commits: Vec<(String, String)> = git(&["log", "--reverse", "--format=%H %s", &branch, &format!("^{base}")])
-        .lines()
-        .map(|l| {
-            let (sha, subject) = l.split_once(' ').unwrap();
-            (sha.to_string(), subject.to_string())
-        })
-        .collect();
-    assert_eq!(commits.last().map(|c| c.0.as_str()), Some(head.as_str()), "the branch has the treatment's commits");
-    gh.state().approve_and_pass_ci(&branch, &head, &commits, "maria");
+    let pr = s.open_pull_for(&branch).unwrap_or_else(|| panic!("an open pull request for `{branch}`")).clone();
+    assert_eq!(s.branch_head(&branch).as_deref(), Some(pr.head_sha.as_str()), "the head is the commit pushed");
+    let commits = s.git.commits_between(s.branch_head("main").as_deref(), &pr.head_sha);
+    assert_eq!(commits.last().map(|c| c.sha.as_str()), Some(pr.head_sha.as_str()), "the treatment's commits");
+    s.add_collaborator("maria", "write");
+    s.review(pr.number, "maria", "APPROVE", "Looks good.", &[]);
+    s.report_check("ci-app", &pr.head_sha, "test", "success", None);
 }
 
 /// The calls of a discharge that passes its audit and merges, beyond a
@@ -1522,10 +1515,9 @@ const DISCHARGE_AUDIT_AND_MERGE: &[(&str, usize)] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pull_request() {
     let gh = FakeGitHub::start().await;
-    let (repo, server) = installed_git_repo();
-    let server_url = format!("file://{}", server.path().display());
+    let repo = installed_git_repo(&gh);
     let home = repo.path().join(".ward/home");
-    let env = [("GITHUB_SERVER_URL", server_url.as_str()), ("WARD_HOME", home.to_str().unwrap())];
+    let env = [("GITHUB_SERVER_URL", gh.url.as_str()), ("WARD_HOME", home.to_str().unwrap())];
     let n = {
         let mut s = gh.state();
         s.add_collaborator("alice", "write");
@@ -1542,7 +1534,7 @@ async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pul
         let client_payload = gh.state().dispatches[handled]["client_payload"].clone();
         handled += 1;
         if client_payload["label"] == "ward:discharge" {
-            people_review_and_ci_passes(&gh, repo.path(), server.path(), n);
+            people_review_and_ci_passes(&gh, n);
         }
         let mark = gh.state().log.len();
         ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&client_payload), &env).await;
@@ -1573,10 +1565,11 @@ async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pul
     assert_eq!(discharge.values().sum::<usize>(), 7 + 13, "{discharge:#?}");
     assert!(s.pulls.values().all(|p| p.merged && p.merge_method.is_some()), "the audited pull request is merged");
     drop(s);
-    // The branch is on the "server", with the treatment's commit.
+    // The branch is on the fake's git server, pushed over smart HTTP, with the treatment's commit.
+    assert!(gh.state().git_log.iter().any(|g| g.path.ends_with("/git-receive-pack?") && g.status == 200));
     let out = std::process::Command::new("git")
         .args(["--git-dir"])
-        .arg(server.path().join(OWNER).join(format!("{REPO}.git")))
+        .arg(&gh.state().git.path)
         .args(["log", "--format=%s", &format!("ward/issue-{n}")])
         .output()
         .unwrap();

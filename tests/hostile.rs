@@ -216,7 +216,7 @@ mod github {
     async fn no_attack_reads_the_token_ward_talks_to_github_with() {
         let gh = FakeGitHub::start().await;
         // ward authenticates with WARD_TOKEN; the fake accepts nothing else.
-        gh.state().token = canary("WARD_TOKEN").into();
+        gh.state().replace_default_token(canary("WARD_TOKEN"));
         let n = {
             let mut st = gh.state();
             st.add_collaborator("alice", "triage");

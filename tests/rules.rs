@@ -506,16 +506,13 @@ mod over_github {
     //! The discharge audit over the GitHub forge (the fake GitHub serves
     //! pulls, reviews, commits, check runs, statuses and GraphQL threads).
     use super::support::fake_github::{ENGINE, FakeGitHub};
-    use super::support::fake_github::{FakeCommit, FakePull, FakeReview};
     use ward::chart::{Note, NoteMeta, Sentinels};
     use ward::config::{CONFIG_PATH, Config};
     use ward::forge::IssueNumber;
     use ward::rules::discharge_audit::Mark;
 
-    const HEAD: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
-
-    /// Breaks one fact of a seeded fake.
-    type Breaker = Box<dyn Fn(&FakeGitHub)>;
+    /// Breaks one fact of a seeded fake (the pull request's number given).
+    type Breaker = Box<dyn Fn(&FakeGitHub, u64)>;
 
     fn note(kind: &str, run: &str, stage: &str, role: &str, body: &str) -> Note {
         let at = chrono::DateTime::parse_from_rfc3339("2026-11-29T10:00:00Z").unwrap().into();
@@ -526,10 +523,20 @@ mod over_github {
         }
     }
 
-    fn seed(gh: &FakeGitHub) -> u64 {
+    /// A patient at discharge whose every audited fact holds: the treatment
+    /// branch pushed (one commit), its pull request opened by the engine,
+    /// the code review of that commit on the chart, a person with write
+    /// access approving it, green CI, every review thread resolved.
+    /// Returns (issue, pull request).
+    fn seed(gh: &FakeGitHub) -> (u64, u64) {
+        let mut s = gh.state();
+        s.add_collaborator("bob", "write");
+        let n = s.add_issue("Login fails", "x", "alice", &["ward:discharge"]);
+        let branch = format!("ward/issue-{n}");
+        let head = s.commit_files(&branch, &[("login.rs", "fixed\n")], "Fix the login check", ENGINE);
         let plan = "## Diagnosis\nd\n## Files to change\nf\n## Tests to add\nt\n## Risks\nr\n## Open questions\nNone.";
         let review = format!(
-            "## Scope against the plan\ns\n## Correctness\nc\n## Tests\nt\n## Security\nn\n## Verdict\napprove\n\nCommit: {HEAD}"
+            "## Scope against the plan\ns\n## Correctness\nc\n## Tests\nt\n## Security\nn\n## Verdict\napprove\n\nCommit: {head}"
         );
         let notes = [
             note("TREATMENT_PLAN", "r1", "diagnose", "fellow", plan),
@@ -538,37 +545,14 @@ mod over_github {
             note("CODE_REVIEW", "r3", "code-review", "review-attending", &review),
             note("OUTCOME", "r3", "code-review", "review-attending", "approve"),
         ];
-        let mut s = gh.state();
-        let n = s.add_issue("Login fails", "x", "alice", &["ward:discharge"]);
         let chart = Sentinels::default().append(IssueNumber(n), None, &notes).unwrap().unwrap();
         s.put_file("ward-charts", &format!("charts/{n}.md"), &chart);
-        s.pulls.insert(
-            7,
-            FakePull {
-                number: 7,
-                title: "Fix login".into(),
-                body: String::new(),
-                author: ENGINE.into(),
-                head: format!("ward/issue-{n}"),
-                head_sha: HEAD.into(),
-                base: "main".into(),
-                open: true,
-                merged: false,
-                merge_method: None,
-                reviews: vec![FakeReview {
-                    id: 1,
-                    author: "bob".into(),
-                    state: "APPROVED".into(),
-                    commit: HEAD.into(),
-                    body: "ok".into(),
-                }],
-                commits: vec![FakeCommit { sha: HEAD.into(), message: "Fix the login check".into(), parents: 1 }],
-                threads: vec![true],
-            },
-        );
-        s.check_runs.insert(HEAD.into(), vec![("test".into(), "completed".into(), Some("success".into()))]);
-        s.statuses.insert(HEAD.into(), vec![("lint".into(), "success".into())]);
-        n
+        let pr = s.open_pull(&branch, "main", "Fix login", "", ENGINE);
+        s.review(pr, "bob", "APPROVE", "ok", &[]);
+        s.pulls.get_mut(&pr).unwrap().threads = vec![true];
+        s.report_check("ci-app", &head, "test", "success", None);
+        s.set_status(&head, "lint", "success", "ci-app[bot]");
+        (n, pr)
     }
 
     fn config() -> Config {
@@ -579,50 +563,49 @@ mod over_github {
     #[tokio::test]
     async fn every_item_is_verified_over_github_and_each_can_fail() {
         let gh = FakeGitHub::start().await;
-        let n = seed(&gh);
+        let (n, _) = seed(&gh);
         let forge = gh.forge();
         let config = config();
         let list = ward::discharge::audit::audit_issue(&forge, &config, IssueNumber(n)).await.unwrap();
         assert!(list.passed(), "{}", list.render());
 
         let cases: Vec<(&str, Breaker)> = vec![
-            ("threads", Box::new(|gh| gh.state().pulls.get_mut(&7).unwrap().threads.push(false))),
+            ("threads", Box::new(|gh, pr| gh.state().pulls.get_mut(&pr).unwrap().threads.push(false))),
             (
                 "ci",
-                Box::new(|gh| {
-                    gh.state()
-                        .check_runs
-                        .insert(HEAD.into(), vec![("test".into(), "completed".into(), Some("failure".into()))]);
+                Box::new(|gh, pr| {
+                    let mut s = gh.state();
+                    let head = s.pull(pr).head_sha.clone();
+                    s.report_check("ci-app", &head, "test", "failure", Some("1 test failed"));
                 }),
             ),
             (
                 "history",
-                Box::new(|gh| {
+                Box::new(|gh, pr| {
                     let mut s = gh.state();
-                    let commits = &mut s.pulls.get_mut(&7).unwrap().commits;
-                    commits.insert(
-                        0,
-                        FakeCommit { sha: "1".repeat(40), message: "fixup! Fix the login check".into(), parents: 1 },
-                    );
+                    let branch = s.pull(pr).head.clone();
+                    s.commit_files(&branch, &[("login.rs", "fixed again\n")], "fixup! Fix the login check", ENGINE);
                 }),
             ),
             (
                 "pr-approval",
-                Box::new(|gh| {
-                    gh.state().pulls.get_mut(&7).unwrap().reviews[0].author = ENGINE.into();
+                Box::new(|gh, pr| {
+                    gh.state().pulls.get_mut(&pr).unwrap().reviews[0].author = ENGINE.into();
                 }),
             ),
             (
                 "code-review",
-                Box::new(|gh| {
-                    gh.state().pulls.get_mut(&7).unwrap().head_sha = "2".repeat(40);
+                Box::new(|gh, pr| {
+                    let mut s = gh.state();
+                    let branch = s.pull(pr).head.clone();
+                    s.commit_files(&branch, &[("login.rs", "changed after the review\n")], "Tweak", ENGINE);
                 }),
             ),
         ];
         for (item, break_it) in cases {
             let gh = FakeGitHub::start().await;
-            let n = seed(&gh);
-            break_it(&gh);
+            let (n, pr) = seed(&gh);
+            break_it(&gh, pr);
             let list = ward::discharge::audit::audit_issue(&gh.forge(), &config, IssueNumber(n)).await.unwrap();
             assert_ne!(list.item(item).unwrap().mark, Mark::Pass, "{item}: {}", list.render());
             assert_eq!(list.outcome(), "audit-failed", "{item}");

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests. Each test binary uses a part.
 #![allow(dead_code)]
 
+pub mod actions;
 pub mod departments;
 pub mod fake_github;
 pub mod openapi;

@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 use super::state::*;
 
 const DOCS: &str = "https://docs.github.com/rest";
-const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
 /// The fake's answer to one request.
 pub struct Answer {
@@ -67,8 +66,26 @@ const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/repos/{owner}/{repo}/pulls/{pull_number}/merge"),
     ("GET", "/repos/{owner}/{repo}/commits/{ref}/check-runs"),
     ("GET", "/repos/{owner}/{repo}/commits/{ref}/status"),
+    ("POST", "/repos/{owner}/{repo}/actions/workflows/{workflow_id}/dispatches"),
     ("POST", "/graphql"),
 ];
+
+/// The permission a route needs: (scope, write). `metadata` is always granted.
+fn needs(method: &str, rest: &str) -> (&'static str, bool) {
+    let write = method != "GET";
+    let scope = match rest {
+        "" | "/collaborators/{username}/permission" => "metadata",
+        r if r.starts_with("/issues") || r.starts_with("/labels") => "issues",
+        r if r.starts_with("/contents") || r.starts_with("/git/") || r == "/dispatches" => "contents",
+        "/pulls/{pull_number}/merge" => "contents",
+        r if r.starts_with("/pulls") => "pull-requests",
+        r if r.ends_with("/check-runs") => "checks",
+        r if r.ends_with("/status") => "statuses",
+        r if r.starts_with("/actions") => "actions",
+        other => unreachable!("every route has a permission: {other}"),
+    };
+    (scope, write)
+}
 
 fn route(method: &Method, path: &str) -> Option<(&'static str, BTreeMap<&'static str, String>)> {
     let got: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -155,8 +172,17 @@ impl State {
         };
         let key = format!("{method} {template}");
         let mut fault = false;
-        let answer = if !self.authorized(headers) {
-            error(401, "Bad credentials")
+        let grant = self.grant(headers);
+        if let Some(g) = &grant {
+            self.actor = g.login.clone();
+            self.workflow_actor = g.workflow_token.then(|| g.login.clone());
+        }
+        let refusal = match &grant {
+            None => Some(error(401, "Bad credentials")),
+            Some(g) => self.refuse(method, template, g),
+        };
+        let answer = if let Some(refusal) = refusal {
+            refusal
         } else if let Some(kind) = self.fault_for(&key) {
             match (self.fault(kind.clone(), &params), kind) {
                 (Some(a), _) => {
@@ -173,6 +199,8 @@ impl State {
         } else {
             self.dispatch(method, template, &params, &query(uri), request.as_ref())
         };
+        self.workflow_actor = None;
+        self.actor = self.token_login.clone();
         self.log.push(Exchange {
             method: method.to_string(),
             route: template.to_string(),
@@ -197,9 +225,30 @@ impl State {
         fired
     }
 
-    fn authorized(&self, headers: &HeaderMap) -> bool {
-        let want = format!("Bearer {}", self.token);
-        headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) == Some(want.as_str())
+    /// The token of `Authorization: Bearer <token>` (or `token <token>`),
+    /// if the fake issued it and it is not revoked.
+    pub(super) fn grant(&self, headers: &HeaderMap) -> Option<Grant> {
+        let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+        let (scheme, token) = value.split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") && !scheme.eq_ignore_ascii_case("token") {
+            return None;
+        }
+        self.tokens.get(token.trim()).filter(|g| !g.revoked).cloned()
+    }
+
+    /// GitHub's 403 for a token without the permission the route needs
+    /// (a workflow job's `permissions:`, an app's installation permissions).
+    fn refuse(&self, method: &Method, template: &str, grant: &Grant) -> Option<Answer> {
+        if template == "/graphql" {
+            // The one query the fake answers reads pull requests.
+            return (!grant.permissions.allows("pull-requests", false))
+                .then(|| error(403, "Resource not accessible by integration"));
+        }
+        let (scope, write) = needs(method.as_str(), template.trim_start_matches("/repos/{owner}/{repo}"));
+        if write && !self.token_can_write {
+            return Some(error(403, "Resource not accessible by integration"));
+        }
+        (!grant.permissions.allows(scope, write)).then(|| error(403, "Resource not accessible by integration"))
     }
 
     /// The answer of a fault, or `None` when the fault changes state and
@@ -234,7 +283,9 @@ impl State {
             FaultKind::LostAnswer(_) => return None,
             FaultKind::ConcurrentWrite { branch, text } => {
                 let path = params.get("path").cloned().unwrap_or_default();
+                let actor = self.workflow_actor.take();
                 self.put_file(&branch, &path, &text);
+                self.workflow_actor = actor;
                 return None;
             }
         })
@@ -253,9 +304,6 @@ impl State {
         }
         if !self.repo_exists || p.get("owner") != Some(&self.owner) || p.get("repo") != Some(&self.repo) {
             return not_found();
-        }
-        if *method != Method::GET && !self.token_can_write {
-            return error(403, "Resource not accessible by integration");
         }
         let num = |k: &str| p.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let empty = json!({});
@@ -291,16 +339,20 @@ impl State {
             ("PUT", "/pulls/{pull_number}/merge") => self.merge(num("pull_number"), body),
             ("GET", "/commits/{ref}/check-runs") => self.check_runs_for(&p["ref"]),
             ("GET", "/commits/{ref}/status") => self.combined_status(&p["ref"]),
+            ("POST", "/actions/workflows/{workflow_id}/dispatches") => {
+                self.create_workflow_dispatch(&p["workflow_id"], body)
+            }
             _ => unreachable!("every route in ROUTES has a handler: {method} {template}"),
         }
     }
 
-    fn repo_url(&self) -> String {
+    pub(super) fn repo_url(&self) -> String {
         format!("{}/repos/{}/{}", self.base_url, self.owner, self.repo)
     }
 
-    fn html_url(&self) -> String {
-        format!("https://github.com/{}/{}", self.owner, self.repo)
+    /// The fake is its own github.com: pages and git live at its URL.
+    pub(super) fn html_url(&self) -> String {
+        format!("{}/{}/{}", self.base_url, self.owner, self.repo)
     }
 
     /// `per_page`/`page` pagination with a `Link` header, as GitHub does.
@@ -354,14 +406,14 @@ impl State {
 
     // -- issues -------------------------------------------------------------
 
-    fn user_json(&self, login: &str) -> Value {
+    pub(super) fn user_json(&self, login: &str) -> Value {
         let mut u = template("issue")["user"].clone();
         u["login"] = json!(login);
         u["type"] = json!(if login.ends_with("[bot]") { "Bot" } else { "User" });
         u
     }
 
-    fn label_json(&self, l: &FakeLabel) -> Value {
+    pub(super) fn label_json(&self, l: &FakeLabel) -> Value {
         json!({
             "id": l.id, "node_id": format!("LA_{}", l.id),
             "url": format!("{}/labels/{}", self.repo_url(), encode(&l.name)),
@@ -369,7 +421,7 @@ impl State {
         })
     }
 
-    fn issue_json(&self, i: &FakeIssue) -> Value {
+    pub(super) fn issue_json(&self, i: &FakeIssue) -> Value {
         let mut v = template("issue");
         if let Some(o) = v.as_object_mut() {
             o.remove("pull_request");
@@ -389,7 +441,9 @@ impl State {
         v["user"] = self.user_json(&i.author);
         v["state"] = json!(if i.open { "open" } else { "closed" });
         v["state_reason"] = if i.open { Value::Null } else { json!("completed") };
-        v["closed_at"] = if i.open { Value::Null } else { json!("2026-11-29T12:00:00Z") };
+        v["created_at"] = json!(i.created_at);
+        v["updated_at"] = json!(i.closed_at.as_ref().unwrap_or(&i.created_at));
+        v["closed_at"] = json!(i.closed_at);
         v["closed_by"] = Value::Null;
         v["comments"] = json!(self.comments.iter().filter(|c| c.issue == i.number).count());
         v["labels"] = Value::Array(
@@ -436,7 +490,7 @@ impl State {
             .flatten()
             .filter_map(|l| l.as_str().map(String::from))
             .collect();
-        let login = self.token_login.clone();
+        let login = self.actor.clone();
         let text = body.get("body").and_then(Value::as_str).unwrap_or("").to_string();
         let label_refs: Vec<&str> = labels.iter().map(String::as_str).collect();
         let n = self.add_issue(title, &text, &login, &label_refs);
@@ -444,20 +498,33 @@ impl State {
     }
 
     fn update_issue(&mut self, n: u64, body: &Value) -> Answer {
-        let Some(issue) = self.issues.get_mut(&n) else { return not_found() };
-        match body.get("state").and_then(Value::as_str) {
-            Some("closed") => issue.open = false,
-            Some("open") => issue.open = true,
+        let Some(issue) = self.issues.get(&n) else { return not_found() };
+        let was_open = issue.open;
+        let close = match body.get("state").and_then(Value::as_str) {
+            Some("closed") => Some(true),
+            Some("open") => Some(false),
             Some(other) => {
                 return validation(
                     "Validation Failed",
                     json!([{ "resource": "Issue", "code": "invalid", "field": "state", "message": other }]),
                 );
             }
-            None => {}
-        }
+            None => None,
+        };
         if let Some(t) = body.get("title").and_then(Value::as_str) {
-            issue.title = t.into();
+            self.issues.get_mut(&n).unwrap().title = t.into();
+        }
+        let actor = self.actor.clone();
+        match close {
+            Some(true) if was_open => self.close(n, &actor),
+            Some(false) if !was_open => {
+                let i = self.issues.get_mut(&n).unwrap();
+                i.open = true;
+                i.closed_at = None;
+                let payload = self.issue_payload("reopened", n, None);
+                self.deliver("issues", payload, &actor);
+            }
+            _ => {}
         }
         answer(200, self.issue_json(&self.issues[&n]))
     }
@@ -482,7 +549,7 @@ impl State {
             .iter()
             .filter_map(|l| l.as_str().map(String::from).or_else(|| l.get("name")?.as_str().map(String::from)))
             .collect();
-        let actor = self.token_login.clone();
+        let actor = self.actor.clone();
         self.apply_labels(n, &names, &actor);
         let out = self.issues[&n]
             .labels
@@ -497,7 +564,7 @@ impl State {
         if !self.issues.contains_key(&n) {
             return not_found();
         }
-        let actor = self.token_login.clone();
+        let actor = self.actor.clone();
         self.apply_labels(n, &[], &actor);
         no_content()
     }
@@ -528,7 +595,7 @@ impl State {
         self.page(items, q)
     }
 
-    fn comment_json(&self, c: &FakeComment) -> Value {
+    pub(super) fn comment_json(&self, c: &FakeComment) -> Value {
         let mut v = template("issue-comment");
         v["id"] = json!(c.id);
         v["url"] = json!(format!("{}/issues/comments/{}", self.repo_url(), c.id));
@@ -559,11 +626,10 @@ impl State {
                 json!([{ "resource": "IssueComment", "code": "missing_field", "field": "body" }]),
             );
         };
-        let (id, at) = (self.id(), self.now());
-        let c = FakeComment { id, issue: n, author: self.token_login.clone(), body: text.into(), at };
-        let v = self.comment_json(&c);
-        self.comments.push(c);
-        answer(201, v)
+        let actor = self.actor.clone();
+        let id = self.add_comment(n, text, &actor);
+        let c = self.comments.iter().find(|c| c.id == id).unwrap().clone();
+        answer(201, self.comment_json(&c))
     }
 
     fn create_label(&mut self, body: &Value) -> Answer {
@@ -621,43 +687,47 @@ impl State {
 
     // -- contents and git ---------------------------------------------------
 
-    fn content_json(&self, branch: &str, path: &str, f: &FakeFile) -> Value {
+    fn content_json(&self, git_ref: &str, path: &str, content: &[u8], sha: &str) -> Value {
         let mut v = template("content-file-response-if-content-is-a-file");
-        let encoded = base64::engine::general_purpose::STANDARD.encode(&f.content);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(content);
         // GitHub wraps the base64 at 60 characters.
         let wrapped: Vec<String> =
             encoded.as_bytes().chunks(60).map(|c| String::from_utf8_lossy(c).into_owned()).collect();
         let name = path.rsplit('/').next().unwrap_or(path);
-        let url = format!("{}/contents/{path}?ref={branch}", self.repo_url());
-        let git = format!("{}/git/blobs/{}", self.repo_url(), f.sha);
-        let html = format!("{}/blob/{branch}/{path}", self.html_url());
+        let url = format!("{}/contents/{path}?ref={git_ref}", self.repo_url());
+        let git = format!("{}/git/blobs/{sha}", self.repo_url());
+        let html = format!("{}/blob/{git_ref}/{path}", self.html_url());
         v["name"] = json!(name);
         v["path"] = json!(path);
-        v["sha"] = json!(f.sha);
-        v["size"] = json!(f.content.len());
+        v["sha"] = json!(sha);
+        v["size"] = json!(content.len());
         v["content"] = json!(wrapped.join("\n") + "\n");
         v["url"] = json!(url);
         v["git_url"] = json!(git);
         v["html_url"] = json!(html);
         v["download_url"] =
-            json!(format!("https://raw.githubusercontent.com/{}/{}/{branch}/{path}", self.owner, self.repo));
+            json!(format!("https://raw.githubusercontent.com/{}/{}/{git_ref}/{path}", self.owner, self.repo));
         v["_links"] = json!({ "self": url, "git": git, "html": html });
         v
     }
 
-    fn get_contents(&self, path: &str, q: &BTreeMap<String, String>) -> Answer {
-        let branch = q.get("ref").cloned().unwrap_or_else(|| "main".into());
-        let Some(b) = self.branches.get(&branch) else {
-            return error(404, &format!("No commit found for the ref {branch}"));
-        };
-        match b.files.get(path) {
-            Some(f) => answer(200, self.content_json(&branch, path, f)),
+    fn get_contents(&mut self, path: &str, q: &BTreeMap<String, String>) -> Answer {
+        let git_ref = q.get("ref").cloned().unwrap_or_else(|| "main".into());
+        if self.git.resolve(&git_ref).is_none() {
+            return error(404, &format!("No commit found for the ref {git_ref}"));
+        }
+        if self.git.files(&git_ref).keys().any(|f| f.starts_with(&format!("{path}/"))) {
+            self.unknown.push(format!("GET contents of the directory `{path}` (the fake answers files only)"));
+            return not_found();
+        }
+        match self.git.read_file(&git_ref, path) {
+            Some((content, sha)) => answer(200, self.content_json(&git_ref, path, &content, &sha)),
             None => not_found(),
         }
     }
 
     fn put_contents(&mut self, path: &str, body: &Value) -> Answer {
-        let (Some(_message), Some(content)) =
+        let (Some(message), Some(content)) =
             (body.get("message").and_then(Value::as_str), body.get("content").and_then(Value::as_str))
         else {
             return validation(
@@ -669,10 +739,10 @@ impl State {
             return validation("content is not valid Base64", json!([{ "code": "invalid", "field": "content" }]));
         };
         let branch = body.get("branch").and_then(Value::as_str).unwrap_or("main").to_string();
-        let Some(b) = self.branches.get(&branch) else {
+        let Some(head) = self.git.branch_head(&branch) else {
             return error(404, &format!("Branch {branch} not found"));
         };
-        let current = b.files.get(path).map(|f| f.sha.clone());
+        let current = self.git.read_file(&branch, path).map(|(_, sha)| sha);
         let given = body.get("sha").and_then(Value::as_str);
         match (&current, given) {
             (Some(_), None) => {
@@ -688,21 +758,23 @@ impl State {
             _ => {}
         }
         let created = current.is_none();
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        self.put_file(&branch, path, &text);
-        let f = self.branches[&branch].files[path].clone();
-        let head = self.branches[&branch].head.clone();
+        let (actor, at) = (self.actor.clone(), self.now_secs());
+        let (commit, blob) = match self.git.write_file(&branch, path, &bytes, message, &actor, at, Some(&head)) {
+            Ok(written) => written,
+            Err(_) => return error(409, &format!("{path} does not match {}", given.unwrap_or_default())),
+        };
+        self.sync_refs(&actor);
         let mut v = template(if created {
             "file-commit-example-for-creating-a-file"
         } else {
             "file-commit-example-for-updating-a-file"
         });
-        let content = self.content_json(&branch, path, &f);
+        let content = self.content_json(&branch, path, &bytes, &blob);
         for k in ["name", "path", "sha", "size", "url", "html_url", "git_url", "download_url", "_links"] {
             v["content"][k] = content[k].clone();
         }
-        v["commit"]["sha"] = json!(head);
-        v["commit"]["message"] = body["message"].clone();
+        v["commit"]["sha"] = json!(commit);
+        v["commit"]["message"] = json!(message);
         answer(if created { 201 } else { 200 }, v)
     }
 
@@ -716,27 +788,44 @@ impl State {
     }
 
     fn get_ref(&self, r: &str) -> Answer {
-        match r.strip_prefix("heads/").and_then(|b| self.branches.get(b)) {
-            Some(b) => answer(200, self.ref_json(&format!("refs/{r}"), &b.head)),
-            None => not_found(),
+        let full = format!("refs/{r}");
+        match self.git.refs().get(&full) {
+            Some(sha) if r.starts_with("heads/") || r.starts_with("tags/") => answer(200, self.ref_json(&full, sha)),
+            _ => not_found(),
         }
     }
 
     fn create_commit(&mut self, body: &Value) -> Answer {
-        let tree = body.get("tree").and_then(Value::as_str).unwrap_or_default();
-        if tree != EMPTY_TREE {
-            return validation("Tree SHA does not exist", json!([{ "code": "invalid", "field": "tree" }]));
-        }
-        let sha = blob_sha(format!("commit {}", self.id()).as_bytes());
-        self.git_commits.insert(sha.clone(), tree.into());
+        let tree = body.get("tree").and_then(Value::as_str).unwrap_or_default().to_string();
+        let message = body.get("message").and_then(Value::as_str).unwrap_or_default().to_string();
+        let parents: Vec<String> = body
+            .get("parents")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str().map(String::from))
+            .collect();
+        let (actor, at) = (self.actor.clone(), self.now_secs());
+        let sha = match self.git.commit_tree(&tree, &parents, &message, &actor, at) {
+            Ok(sha) => sha,
+            Err(why) if why.starts_with("Tree") => {
+                return validation("Tree SHA does not exist", json!([{ "code": "invalid", "field": "tree" }]));
+            }
+            Err(_) => {
+                return validation(
+                    "Parent SHA does not exist or is not a commit object",
+                    json!([{ "code": "invalid", "field": "parents" }]),
+                );
+            }
+        };
         answer(
             201,
             json!({
                 "sha": sha, "node_id": "C_x", "url": format!("{}/git/commits/{sha}", self.repo_url()),
                 "html_url": format!("{}/commit/{sha}", self.html_url()),
-                "message": body.get("message").cloned().unwrap_or(Value::Null),
+                "message": message,
                 "tree": { "sha": tree, "url": format!("{}/git/trees/{tree}", self.repo_url()) },
-                "parents": [],
+                "parents": parents.iter().map(|p| json!({ "sha": p, "url": format!("{}/git/commits/{p}", self.repo_url()) })).collect::<Vec<_>>(),
             }),
         )
     }
@@ -747,16 +836,20 @@ impl State {
         else {
             return validation("Invalid request.", json!([{ "code": "missing_field" }]));
         };
-        let Some(branch) = name.strip_prefix("refs/heads/") else {
+        if !(name.starts_with("refs/heads/") || name.starts_with("refs/tags/")) || name.matches('/').count() < 2 {
             return validation("Reference name must start with refs/", json!([{ "code": "invalid", "field": "ref" }]));
-        };
-        if self.branches.contains_key(branch) {
+        }
+        if self.git.refs().contains_key(name) {
             return validation("Reference already exists", json!([{ "code": "already_exists", "field": "ref" }]));
         }
-        if !self.git_commits.contains_key(sha) {
+        if self.git.commit(sha).is_none() {
             return validation("Object does not exist", json!([{ "code": "invalid", "field": "sha" }]));
         }
-        self.branches.insert(branch.into(), FakeBranch { head: sha.into(), files: BTreeMap::new() });
+        if let Err(why) = self.git.set_ref(name, sha, None) {
+            return validation(&why, json!([{ "code": "invalid", "field": "ref" }]));
+        }
+        let actor = self.actor.clone();
+        self.sync_refs(&actor);
         let mut a = answer(201, self.ref_json(name, sha));
         a.headers.push(("location".into(), format!("{}/git/{name}", self.repo_url())));
         a
@@ -766,6 +859,9 @@ impl State {
         match body.get("event_type").and_then(Value::as_str) {
             Some(t) if !t.is_empty() && t.len() <= 100 => {
                 self.dispatches.push(body.clone());
+                let actor = self.actor.clone();
+                let client_payload = body.get("client_payload").cloned().unwrap_or(json!({}));
+                self.repository_dispatch(t, client_payload, &actor);
                 no_content()
             }
             _ => validation(
@@ -775,9 +871,25 @@ impl State {
         }
     }
 
+    fn create_workflow_dispatch(&mut self, workflow: &str, body: &Value) -> Answer {
+        let Some(git_ref) = body.get("ref").and_then(Value::as_str) else {
+            return validation(
+                "Invalid request.\n\n\"ref\" wasn't supplied.",
+                json!([{ "code": "missing_field", "field": "ref" }]),
+            );
+        };
+        let inputs = body.get("inputs").and_then(Value::as_object).cloned().unwrap_or_default();
+        let actor = self.actor.clone();
+        match self.dispatch_workflow(workflow, git_ref, &inputs, &actor) {
+            Ok(()) => no_content(),
+            Err((404, m)) => error(404, &m),
+            Err((status, m)) => error(status, &m),
+        }
+    }
+
     // -- pull requests ------------------------------------------------------
 
-    fn pull_json(&self, p: &FakePull, full: bool) -> Value {
+    pub(super) fn pull_json(&self, p: &FakePull, full: bool) -> Value {
         let mut v = if full { template("pull-request") } else { template("pull-request-simple-items")[0].clone() };
         let url = format!("{}/pulls/{}", self.repo_url(), p.number);
         v["url"] = json!(url);
@@ -788,12 +900,16 @@ impl State {
         v["title"] = json!(p.title);
         v["body"] = json!(p.body);
         v["user"] = self.user_json(&p.author);
-        v["merged_at"] = if p.merged { json!("2026-11-29T12:30:00Z") } else { Value::Null };
-        v["closed_at"] = if p.open { Value::Null } else { json!("2026-11-29T12:30:00Z") };
+        v["created_at"] = json!(p.created_at);
+        v["updated_at"] = json!(p.closed_at.as_ref().unwrap_or(&p.created_at));
+        v["merged_at"] = if p.merged { json!(p.closed_at) } else { Value::Null };
+        v["closed_at"] = json!(p.closed_at);
+        v["merge_commit_sha"] = json!(p.merge_commit);
         v["head"]["ref"] = json!(p.head);
         v["head"]["sha"] = json!(p.head_sha);
         v["head"]["label"] = json!(format!("{}:{}", self.owner, p.head));
         v["base"]["ref"] = json!(p.base);
+        v["base"]["sha"] = json!(self.git.branch_head(&p.base).unwrap_or_default());
         v["base"]["label"] = json!(format!("{}:{}", self.owner, p.base));
         v["labels"] = json!([]);
         // Upstream's example teams lack the `type` their schema requires;
@@ -802,6 +918,7 @@ impl State {
         v["requested_reviewers"] = json!([]);
         if full {
             v["merged"] = json!(p.merged);
+            v["merged_by"] = p.merged_by.as_ref().map(|m| self.user_json(m)).unwrap_or(Value::Null);
         }
         v
     }
@@ -828,31 +945,72 @@ impl State {
         let (Some(title), Some(head), Some(base)) = (s("title"), s("head"), s("base")) else {
             return validation("Validation Failed", json!([{ "resource": "PullRequest", "code": "missing_field" }]));
         };
+        // Off by default on GitHub (Settings → Actions → "Allow GitHub
+        // Actions to create and approve pull requests").
+        if self.workflow_actor.is_some() && !self.actions_can_create_pull_requests {
+            return error(403, "GitHub Actions is not permitted to create or approve pull requests.");
+        }
+        let actor = self.actor.clone();
+        match self.create_pull_as(&head, &base, &title, &s("body").unwrap_or_default(), &actor) {
+            Ok(n) => answer(201, self.pull_json(&self.pulls[&n], true)),
+            Err(errors) => validation("Validation Failed", errors),
+        }
+    }
+
+    /// Opens a pull request as `by`, with GitHub's validation: the head and
+    /// base branches exist, commits differ, no other open one for the head.
+    pub(super) fn create_pull_as(
+        &mut self,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+        by: &str,
+    ) -> Result<u64, Value> {
+        let head = head.strip_prefix(&format!("{}:", self.owner)).unwrap_or(head).to_string();
         if self.pulls.values().any(|p| p.open && p.head == head) {
-            return validation(
-                "Validation Failed",
+            return Err(
                 json!([{ "resource": "PullRequest", "code": "custom", "message": format!("A pull request already exists for {}:{head}.", self.owner) }]),
             );
         }
-        let number = self.issues.keys().chain(self.pulls.keys()).max().copied().unwrap_or(0) + 1;
-        let p = FakePull {
-            number,
-            title,
-            body: s("body").unwrap_or_default(),
-            author: self.token_login.clone(),
-            head_sha: blob_sha(head.as_bytes()),
-            head,
-            base,
-            open: true,
-            merged: false,
-            merge_method: None,
-            reviews: Vec::new(),
-            commits: Vec::new(),
-            threads: Vec::new(),
+        let Some(head_sha) = self.git.branch_head(&head) else {
+            return Err(json!([{ "resource": "PullRequest", "field": "head", "code": "invalid" }]));
         };
-        let v = self.pull_json(&p, true);
-        self.pulls.insert(number, p);
-        answer(201, v)
+        let Some(base_sha) = self.git.branch_head(base) else {
+            return Err(json!([{ "resource": "PullRequest", "field": "base", "code": "invalid" }]));
+        };
+        if self.git.is_ancestor(&head_sha, &base_sha) {
+            return Err(
+                json!([{ "resource": "PullRequest", "code": "custom", "message": format!("No commits between {base} and {head}") }]),
+            );
+        }
+        let number = self.issues.keys().chain(self.pulls.keys()).max().copied().unwrap_or(0) + 1;
+        let created_at = self.now();
+        self.pulls.insert(
+            number,
+            FakePull {
+                number,
+                title: title.into(),
+                body: body.into(),
+                author: by.into(),
+                head,
+                head_sha,
+                base: base.into(),
+                open: true,
+                merged: false,
+                merge_method: None,
+                merge_commit: None,
+                merged_by: None,
+                created_at,
+                closed_at: None,
+                reviews: Vec::new(),
+                threads: Vec::new(),
+            },
+        );
+        self.update_pull_refs(number);
+        let payload = self.pull_payload("opened", number);
+        self.deliver("pull_request", payload, by);
+        Ok(number)
     }
 
     fn list_reviews(&self, n: u64, q: &BTreeMap<String, String>) -> Answer {
@@ -868,6 +1026,9 @@ impl State {
                 v["state"] = json!(r.state);
                 v["commit_id"] = json!(r.commit);
                 v["body"] = json!(r.body);
+                v["submitted_at"] = json!(r.submitted_at);
+                v["html_url"] = json!(format!("{}/pull/{n}#pullrequestreview-{}", self.html_url(), r.id));
+                v["pull_request_url"] = json!(format!("{}/pulls/{n}", self.repo_url()));
                 v
             })
             .collect();
@@ -877,15 +1038,36 @@ impl State {
     fn list_commits(&self, n: u64, q: &BTreeMap<String, String>) -> Answer {
         let Some(p) = self.pulls.get(&n) else { return not_found() };
         let t = template("commit-items")[0].clone();
-        let items = p
-            .commits
-            .iter()
+        let base = self.git.branch_head(&p.base);
+        let base = match (&p.merge_commit, &base) {
+            // After the merge the base holds the change: list what the pull request brought.
+            (Some(merge), _) => self.git.commit(merge).and_then(|c| c.parents.first().cloned()),
+            _ => base,
+        };
+        let items = self
+            .git
+            .commits_between(base.as_deref(), &p.head_sha)
+            .into_iter()
             .map(|c| {
                 let mut v = t.clone();
                 v["sha"] = json!(c.sha);
-                v["commit"]["message"] = json!(c.message);
+                v["url"] = json!(format!("{}/commits/{}", self.repo_url(), c.sha));
+                v["html_url"] = json!(format!("{}/commit/{}", self.html_url(), c.sha));
+                v["commit"]["message"] = json!(c.message.trim_end());
+                v["commit"]["tree"]["sha"] = json!(c.tree);
+                v["commit"]["author"]["name"] = json!(c.author_name);
+                v["commit"]["author"]["email"] = json!(c.author_email);
                 let parent = v["parents"][0].clone();
-                v["parents"] = Value::Array(vec![parent; c.parents]);
+                v["parents"] = Value::Array(
+                    c.parents
+                        .iter()
+                        .map(|sha| {
+                            let mut p = parent.clone();
+                            p["sha"] = json!(sha);
+                            p
+                        })
+                        .collect(),
+                );
                 v
             })
             .collect();
@@ -893,7 +1075,7 @@ impl State {
     }
 
     fn merge(&mut self, n: u64, body: &Value) -> Answer {
-        let Some(p) = self.pulls.get_mut(&n) else { return not_found() };
+        let Some(p) = self.pulls.get(&n).cloned() else { return not_found() };
         if !p.open {
             return error(405, "Pull Request is not mergeable");
         }
@@ -902,46 +1084,101 @@ impl State {
         {
             return error(409, "Head branch was modified. Review and try the merge again.");
         }
-        p.open = false;
-        p.merged = true;
-        p.merge_method = body.get("merge_method").and_then(Value::as_str).map(String::from);
-        answer(
-            200,
-            json!({ "sha": blob_sha(format!("merge {n}").as_bytes()), "merged": true, "message": "Pull Request successfully merged" }),
-        )
+        let method = body.get("merge_method").and_then(Value::as_str).unwrap_or("merge").to_string();
+        let (title, message) = match method.as_str() {
+            "squash" => {
+                let commits = self.git.commits_between(self.git.branch_head(&p.base).as_deref(), &p.head_sha);
+                let list: Vec<String> = commits.iter().map(|c| format!("* {}", c.message.trim())).collect();
+                (format!("{} (#{n})", p.title), list.join("\n\n"))
+            }
+            "merge" => (format!("Merge pull request #{n} from {}/{}", self.owner, p.head), p.title.clone()),
+            other => {
+                self.unknown
+                    .push(format!("PUT /pulls/{n}/merge with merge_method `{other}` (the fake merges and squashes)"));
+                return error(422, "the fake GitHub does not implement this merge method");
+            }
+        };
+        let title = body.get("commit_title").and_then(Value::as_str).map(String::from).unwrap_or(title);
+        let message = body.get("commit_message").and_then(Value::as_str).map(String::from).unwrap_or(message);
+        let (actor, at) = (self.actor.clone(), self.now_secs());
+        let sha = match self.git.merge_into(
+            &p.base,
+            &p.head_sha,
+            method == "squash",
+            &format!("{title}\n\n{message}"),
+            &actor,
+            at,
+        ) {
+            Ok(sha) => sha,
+            Err(_) => return error(405, "Pull Request is not mergeable"),
+        };
+        let closed_at = self.now();
+        {
+            let pull = self.pulls.get_mut(&n).unwrap();
+            pull.open = false;
+            pull.merged = true;
+            pull.merge_method = Some(method);
+            pull.merge_commit = Some(sha.clone());
+            pull.merged_by = Some(actor.clone());
+            pull.closed_at = Some(closed_at);
+        }
+        self.sync_refs(&actor);
+        let payload = self.pull_payload("closed", n);
+        self.deliver("pull_request", payload, &actor);
+        answer(200, json!({ "sha": sha, "merged": true, "message": "Pull Request successfully merged" }))
     }
 
-    fn check_runs_for(&self, sha: &str) -> Answer {
+    /// GitHub lists, per check name, the latest run (`filter=latest`).
+    fn check_runs_for(&self, r: &str) -> Answer {
+        let Some(sha) = self.git.resolve(r) else {
+            return validation(&format!("No commit found for SHA: {r}"), json!([]));
+        };
         let page = template("check-run-paginated");
         let t = page["check_runs"][0].clone();
-        let runs: Vec<Value> = self
-            .check_runs
-            .get(sha)
+        let mut latest: BTreeMap<(String, String), &FakeCheckRun> = BTreeMap::new();
+        for run in self.check_runs.iter().filter(|c| c.head_sha == sha) {
+            latest.insert((run.app.clone(), run.name.clone()), run);
+        }
+        let mut runs: Vec<&FakeCheckRun> = latest.into_values().collect();
+        runs.sort_by_key(|r| std::cmp::Reverse(r.id));
+        let runs: Vec<Value> = runs
             .into_iter()
-            .flatten()
-            .enumerate()
-            .map(|(i, (name, status, conclusion))| {
+            .map(|run| {
                 let mut v = t.clone();
-                v["id"] = json!(i + 1);
-                v["name"] = json!(name);
-                v["head_sha"] = json!(sha);
-                v["status"] = json!(status);
-                v["conclusion"] = json!(conclusion);
-                if status != "completed" {
-                    v["completed_at"] = Value::Null;
+                let w = self.check_run_json(run);
+                for k in [
+                    "id",
+                    "name",
+                    "head_sha",
+                    "status",
+                    "conclusion",
+                    "url",
+                    "html_url",
+                    "details_url",
+                    "started_at",
+                    "completed_at",
+                    "output",
+                ] {
+                    v[k] = w[k].clone();
                 }
+                v["app"]["slug"] = json!(run.app);
+                v["check_suite"] = json!({ "id": run.suite });
+                v["pull_requests"] = json!([]);
                 v
             })
             .collect();
         answer(200, json!({ "total_count": runs.len(), "check_runs": runs }))
     }
 
-    fn combined_status(&self, sha: &str) -> Answer {
+    fn combined_status(&self, r: &str) -> Answer {
+        let Some(sha) = self.git.resolve(r) else {
+            return error(404, &format!("No commit found for SHA: {r}"));
+        };
         let mut v = template("combined-commit-status");
         let t = v["statuses"][0].clone();
         let statuses: Vec<Value> = self
             .statuses
-            .get(sha)
+            .get(&sha)
             .into_iter()
             .flatten()
             .enumerate()
@@ -954,6 +1191,8 @@ impl State {
             })
             .collect();
         let states: Vec<&str> = statuses.iter().filter_map(|s| s["state"].as_str()).collect();
+        // GitHub's answer with no status at all (only check runs, or
+        // nothing) is `pending` with `total_count: 0`.
         let combined = if states.iter().any(|s| *s == "failure" || *s == "error") {
             "failure"
         } else if states.iter().all(|s| *s == "success") && !states.is_empty() {
@@ -965,6 +1204,8 @@ impl State {
         v["sha"] = json!(sha);
         v["total_count"] = json!(statuses.len());
         v["statuses"] = Value::Array(statuses);
+        v["commit_url"] = json!(format!("{}/commits/{sha}", self.repo_url()));
+        v["url"] = json!(format!("{}/commits/{sha}/status", self.repo_url()));
         answer(200, v)
     }
 
@@ -1020,8 +1261,20 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// A real example body from GitHub's API description.
+/// A real example body from GitHub's API description (parsed once per process).
 fn template(name: &str) -> Value {
+    static PARSED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Value>>> =
+        std::sync::OnceLock::new();
+    let cache = PARSED.get_or_init(Default::default);
+    if let Some(v) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+        return v.clone();
+    }
+    let v = parse_template(name);
+    cache.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), v.clone());
+    v
+}
+
+fn parse_template(name: &str) -> Value {
     let text = match name {
         "issue" => include_str!("../../fixtures/github/rest-api/examples/issue.json"),
         "issue-comment" => include_str!("../../fixtures/github/rest-api/examples/issue-comment.json"),

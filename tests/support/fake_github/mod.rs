@@ -1,23 +1,82 @@
-//! A stateful fake GitHub on 127.0.0.1 (a random port), for the GitHub
-//! forge's tests: state (issues, labels and their events, comments, files
-//! per branch with shas, dispatches, collaborators, pull requests with
-//! reviews, commits and review threads, check runs, statuses) plus HTTP
-//! handlers that change it, in the manner of rust-lang/bors' test harness.
+//! A stateful fake GitHub on 127.0.0.1 (a random port) that behaves like
+//! GitHub where it hurts, for the forge's tests and for the workflow runner
+//! (`tests/support/actions/`): state (issues, labels and their events,
+//! comments, dispatches, collaborators, pull requests with reviews and
+//! threads, check suites and runs, statuses, tokens, webhook deliveries)
+//! plus HTTP handlers that change it, in the manner of rust-lang/bors' test
+//! harness, and a real git repository behind it.
 //!
+//! The harness:
 //! - Answers are built from GitHub's own example bodies
 //!   (`tests/fixtures/github/rest-api/examples/`), changing only the fields
-//!   the state owns, and 404/409/422 come where GitHub sends them.
+//!   the state owns, and 403/404/409/422 come where GitHub sends them.
 //! - A request the fake does not know is recorded and FAILS the test: on
 //!   drop, or earlier with [`FakeGitHub::assert_known_routes`].
-//! - Every exchange is logged (route template, status, request and
-//!   response bodies) for call counts and the OpenAPI conformance test.
+//! - Every API exchange is logged (route template, status, request and
+//!   response bodies) for call counts and the OpenAPI conformance test;
+//!   git's requests go to a log of their own (`git_log`).
 //! - Faults can be scheduled per route: any status (5xx, 409, 422), 403
 //!   with `Retry-After` or without (secondary limit), 429, rate-limit
 //!   exhaustion, a write that lands but whose answer is lost, and a
 //!   concurrent writer on a contents path.
-//! - It checks the token (`Authorization: Bearer`), and can play a missing
-//!   repository (`repo_exists`) or a read-only token (`token_can_write`).
+//!
+//! GitHub's rules it keeps (each has a test in `tests/workflows.rs` or
+//! `tests/github.rs` that would fail were the fake lenient):
+//! - **Tokens carry permissions.** A token acts as a login with a scope
+//!   map (`contents`, `issues`, `pull-requests`, `checks`, `statuses`,
+//!   `actions`, ...; `metadata: read` always). A request without the
+//!   scope its route needs answers 403 "Resource not accessible by
+//!   integration"; an unknown or revoked token 401. [`TOKEN`] acts as
+//!   [`ENGINE`] with every permission; [`State::mint_token`] makes a job's
+//!   `GITHUB_TOKEN` (the runner mints one per job), [`State::app_token`]
+//!   a GitHub App's. `token_can_write = false` refuses every write.
+//! - **Every change is a webhook delivery** ([`State::deliveries`]): issues
+//!   opened/labeled/unlabeled/closed, issue_comment created, pull_request
+//!   opened/synchronize/closed, push, pull_request_review submitted,
+//!   check_run created/completed, check_suite completed, status,
+//!   workflow_run, repository_dispatch, workflow_dispatch; payloads from
+//!   octokit's examples, validated against octokit's schemas in a test;
+//!   `sender` is who caused it, and `by_workflow_token` marks what a
+//!   workflow's `GITHUB_TOKEN` (or Actions' own checks) caused, which
+//!   starts no workflow except workflow_dispatch and repository_dispatch.
+//! - **The repository is real** ([`git::BareRepo`]): a bare repository
+//!   served over git's smart HTTP protocol by `git http-backend` at
+//!   [`FakeGitHub::git_url`], with Basic `x-access-token:<token>`
+//!   (fetching needs `contents: read`, pushing `contents: write`, touching
+//!   `.github/workflows/` `workflows: write`, which no `GITHUB_TOKEN` has).
+//!   Branch heads, a pull request's head and commits, `refs/pull/<n>/head`
+//!   and the test merge `refs/pull/<n>/merge`, the contents API (a real
+//!   commit per write, git's blob shas for its compare-and-swap), the git
+//!   data API and merges (squash or merge commit, refused on a conflict)
+//!   all read and write that one repository. A push announces `push`, and
+//!   `pull_request` synchronize for an open pull request's branch.
+//! - **Pull requests**: the head branch must exist and differ from the
+//!   base; the workflow token may open one only when
+//!   `actions_can_create_pull_requests` is set (off, as on a new
+//!   repository); no branch protection (any token with `contents: write`
+//!   merges, reviews and CI or not).
+//! - **CI and reviews arrive later, as their own events.** Check runs come
+//!   from a workflow run (the runner) or an app ([`State::report_check`],
+//!   with an output summary); Actions' own have none. A commit with only
+//!   check runs has a combined status `pending` with no statuses, as on
+//!   GitHub; an unknown commit is 422 (check runs) or 404 (status).
+//!   Reviews ([`State::review`]) come from collaborators with any role
+//!   (a triager's approval exists; it does not count for write access),
+//!   never an approval by the author, with comments opening threads.
+//! - **People act through helpers** with a login whose role
+//!   [`State::add_collaborator`] set: `label`/`unlabel` (triage or more),
+//!   `comment`, `review`, `commit_files`, `merge_branch`, `open_pull`,
+//!   `set_status`, `repository_dispatch`, `dispatch_workflow`, `close`.
+//!   The repository is private: people who are no collaborator cannot see
+//!   it (`add_issue` alone takes any author, for the forge's tests).
+//! - **A simulated clock** ([`State::clock`], from [`EPOCH`]): every
+//!   timestamp the fake writes comes from it; it moves one second per
+//!   recorded event and otherwise only when a test or the runner advances
+//!   it, so "CI takes ten minutes, a person approves an hour later" takes
+//!   no real time.
 
+mod events;
+pub mod git;
 mod handlers;
 mod releases;
 mod state;
@@ -36,6 +95,8 @@ use tokio::net::TcpListener;
 use ward::forge::github::{GitHubForge, GitHubSettings};
 use ward::forge::retry::RetryPolicy;
 
+#[allow(unused_imports)]
+pub use events::{WorkflowRunFacts, webhook};
 pub use state::*;
 
 pub const OWNER: &str = "octo";
@@ -106,6 +167,34 @@ impl FakeGitHub {
         }
     }
 
+    /// `{url}/{owner}/{repo}.git`: where git fetches and pushes.
+    pub fn git_url(&self) -> String {
+        format!("{}/{OWNER}/{REPO}.git", self.url)
+    }
+
+    /// Makes the fake's repository hold the branches of the local
+    /// repository at `dir` (force-pushed, workflow files allowed), as it
+    /// was before the test began: nothing is delivered.
+    pub fn seed(&self, dir: &std::path::Path) {
+        let bare = self.state().git.path.clone();
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["push", "--quiet", "--force"])
+            .arg(&bare)
+            .arg("refs/heads/*:refs/heads/*")
+            .env("FAKE_GITHUB_WORKFLOWS", "write")
+            .output()
+            .expect("git push runs");
+        assert!(out.status.success(), "seeding the fake's repository: {}", String::from_utf8_lossy(&out.stderr));
+        let mut s = self.state();
+        s.known_refs = s.git.refs();
+        let open: Vec<u64> = s.pulls.values().filter(|p| p.open).map(|p| p.number).collect();
+        for n in open {
+            s.update_pull_refs(n);
+        }
+    }
+
     /// Fails the test when any request hit a route the fake does not know.
     pub fn assert_known_routes(&self) {
         let unknown = self.state().unknown.clone();
@@ -128,6 +217,9 @@ async fn serve(
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    if parts.uri.path().starts_with(&format!("/{OWNER}/{REPO}.git/")) {
+        return Ok(serve_git(state, &parts, &body).await);
+    }
     let answer = {
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
         // Releases answer bytes and redirects (releases.rs); the rest is JSON.
@@ -148,4 +240,113 @@ async fn serve(
         None => Bytes::new(),
     };
     Ok(response.body(Full::new(bytes)).expect("a valid response"))
+}
+
+/// Git's smart HTTP protocol at `{url}/{owner}/{repo}.git`, through `git
+/// http-backend`, with GitHub's authentication: Basic
+/// `x-access-token:<token>`; fetching needs `contents: read`, pushing
+/// `contents: write` (and `workflows: write` to touch
+/// `.github/workflows/`). A push is announced like GitHub does (`push`,
+/// and `pull_request` synchronize for an open pull request's branch).
+async fn serve_git(state: Arc<Mutex<State>>, parts: &http::request::Parts, body: &Bytes) -> Response<Full<Bytes>> {
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().unwrap_or("").to_string();
+    let push = query.contains("service=git-receive-pack") || path.ends_with("/git-receive-pack");
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    // Git shows a `text/plain` error body as `remote: ...` lines, as it does GitHub's.
+    let reply = |status: u16, mut headers: Vec<(String, String)>, text: Vec<u8>| {
+        if status >= 400 && headers.is_empty() {
+            headers.push(("content-type".into(), "text/plain; charset=utf-8".into()));
+        }
+        let mut r = Response::builder().status(status);
+        for (k, v) in headers {
+            r = r.header(k, v);
+        }
+        r.body(Full::new(Bytes::from(text))).expect("a valid response")
+    };
+    let (grant, root, can_write, exists) = {
+        let s = state.lock().unwrap_or_else(|p| p.into_inner());
+        let grant =
+            basic_token(&header("authorization")).and_then(|t| s.tokens.get(&t).filter(|g| !g.revoked).cloned());
+        (grant, s.git.project_root().to_path_buf(), s.token_can_write, s.repo_exists)
+    };
+    let log = |status: u16, login: Option<&str>, stderr: &str| {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        s.git_log.push(GitExchange {
+            method: parts.method.to_string(),
+            path: format!("{path}?{query}"),
+            login: login.map(String::from),
+            status,
+            stderr: stderr.to_string(),
+        });
+    };
+    let Some(grant) = grant else {
+        log(401, None, "");
+        let challenge = vec![
+            ("www-authenticate".to_string(), "Basic realm=\"GitHub\"".to_string()),
+            ("content-type".to_string(), "text/plain; charset=utf-8".to_string()),
+        ];
+        return reply(
+            401,
+            challenge,
+            b"Invalid username or token. Password authentication is not supported for Git operations.\n".to_vec(),
+        );
+    };
+    if !exists || !grant.permissions.allows("contents", false) {
+        log(404, Some(&grant.login), "");
+        return reply(404, Vec::new(), b"Repository not found.\n".to_vec());
+    }
+    if push && (!can_write || !grant.permissions.allows("contents", true)) {
+        log(403, Some(&grant.login), "");
+        let text = format!("Permission to {OWNER}/{REPO}.git denied to {}.\n", grant.login);
+        return reply(403, Vec::new(), text.into_bytes());
+    }
+    let request = (
+        parts.method.to_string(),
+        path.clone(),
+        query.clone(),
+        header("content-type"),
+        header("content-encoding"),
+        header("git-protocol"),
+        body.to_vec(),
+        grant.login.clone(),
+        grant.permissions.allows("workflows", true),
+    );
+    let answer = tokio::task::spawn_blocking(move || {
+        let (method, path, query, content_type, content_encoding, git_protocol, body, login, workflows) = request;
+        git::http_backend(
+            &root,
+            &git::CgiRequest {
+                method: &method,
+                path_info: &path,
+                query: &query,
+                content_type: &content_type,
+                content_encoding: &content_encoding,
+                git_protocol: &git_protocol,
+                body: &body,
+                remote_user: &login,
+                workflows_write: workflows,
+            },
+        )
+    })
+    .await
+    .expect("git http-backend answers");
+    log(answer.status, Some(&grant.login), &answer.stderr);
+    if push && parts.method == http::Method::POST {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        s.pushed(&grant);
+    }
+    reply(answer.status, answer.headers, answer.body)
+}
+
+/// The token of `Authorization: Basic base64(x-access-token:<token>)`.
+fn basic_token(header: &str) -> Option<String> {
+    use base64::Engine as _;
+    let (scheme, value) = header.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(value.trim()).ok()?;
+    let (user, token) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
+    (user == "x-access-token").then(|| token.to_string())
 }

@@ -1,0 +1,1455 @@
+//! The shipped workflows, run by the test runner (`tests/support/actions/`)
+//! on the fake GitHub (`tests/support/fake_github/`), which behaves like
+//! GitHub where it hurts: what a workflow token causes starts nothing,
+//! tokens carry their job's permissions, a pull request's head is the
+//! commit pushed over git's smart HTTP protocol, concurrency keeps one
+//! pending run, CI and reviews arrive later on a simulated clock.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::actions::{ACTIONS_BOT, Runner};
+use support::fake_github::*;
+use ward::forge::Forge as _;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Runs git in `dir` with a fixed identity and date and nothing from the
+/// machine's configuration.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "tester")
+        .env("GIT_AUTHOR_EMAIL", "tester@ward.invalid")
+        .env("GIT_AUTHOR_DATE", "2026-11-01T00:00:00Z")
+        .env("GIT_COMMITTER_NAME", "tester")
+        .env("GIT_COMMITTER_EMAIL", "tester@ward.invalid")
+        .env("GIT_COMMITTER_DATE", "2026-11-01T00:00:00Z")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A repository holding `files` on `main`, as the fake's repository before
+/// the test (nothing delivered).
+fn repository(gh: &FakeGitHub, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, text) in files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "the repository before the test"]);
+    gh.seed(dir.path());
+    dir
+}
+
+/// The text of a file of this repository (ward's own).
+fn ours(path: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
+}
+
+/// A repository with ward installed the way docs/github.md says: ward's
+/// own `.github/ward.yml`, roles, skills and precedent log (the stand-in
+/// agent), the shipped workflows, plus `extra` files; `config` edits
+/// ward.yml.
+fn hospital(gh: &FakeGitHub, extra: &[(&str, &str)], config: impl Fn(String) -> String) -> tempfile::TempDir {
+    let mut files: Vec<(String, String)> = vec![
+        (".github/ward.yml".into(), config(ours(".github/ward.yml"))),
+        ("precedents/log.yaml".into(), ours("precedents/log.yaml")),
+        (".gitignore".into(), ".ward/\n".into()),
+        ("CHANGELOG.md".into(), "# Changelog\n".into()),
+    ];
+    for dir in ["roles", "skills"] {
+        for e in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            files.push((format!("{dir}/{name}"), ours(&format!("{dir}/{name}"))));
+        }
+    }
+    for w in ["ward-stage.yml", "ward-sweep.yml", "ward-precedents.yml", "ward-report.yml"] {
+        files.push((format!(".github/workflows/{w}"), ours(&format!(".github/workflows/{w}"))));
+    }
+    for (p, t) in extra {
+        files.push((p.to_string(), t.to_string()));
+    }
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    let repo = repository(gh, &refs);
+    // Step 3 of docs/github.md: "Allow GitHub Actions to create and approve pull requests".
+    gh.state().actions_can_create_pull_requests = true;
+    repo
+}
+
+/// One REST call with `token`, the way any client makes it: (status, body).
+async fn call(gh: &FakeGitHub, token: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let client = octocrab::Octocrab::builder()
+        .base_uri(gh.url.as_str())
+        .unwrap()
+        .personal_token(token.to_string())
+        .build()
+        .unwrap();
+    let url = format!("{}{path}", gh.url);
+    let resp = match method {
+        "GET" => client._get(url).await,
+        "POST" => client._post(url, body.as_ref()).await,
+        "PUT" => client._put(url, body.as_ref()).await,
+        other => panic!("no {other} here"),
+    }
+    .unwrap();
+    let status = resp.status().as_u16();
+    let text = client.body_to_string(resp).await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// A clone of the fake's repository over smart HTTP, authenticated with
+/// `token` the way actions/checkout does (an `http.extraheader`).
+fn clone_with(gh: &FakeGitHub, token: &str) -> tempfile::TempDir {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
+    let header = format!("AUTHORIZATION: basic {basic}");
+    let key = format!("http.{}/.extraheader", gh.url);
+    git(dir.path(), &["-c", &format!("{key}={header}"), "clone", "-q", &gh.git_url(), "."]);
+    git(dir.path(), &["config", "--local", &key, &header]);
+    dir
+}
+
+/// `git push` from `dir`; Ok(stderr) or Err(stderr).
+fn push(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new("git")
+        .arg("push")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("HOME", dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if out.status.success() { Ok(stderr) } else { Err(stderr) }
+}
+
+fn write(dir: &Path, path: &str, text: &str) {
+    let p = dir.join(path);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// Which deliveries start workflows
+
+const ON_LABEL: &str = r#"
+name: on label
+on:
+  issues:
+    types: [labeled]
+permissions: {}
+jobs:
+  echo:
+    runs-on: ubuntu-24.04
+    steps:
+      - run: echo "label $LABEL by $ACTOR"
+        env:
+          LABEL: ${{ github.event.label.name }}
+          ACTOR: ${{ github.actor }}
+"#;
+
+const ON_DISPATCH: &str = r#"
+name: on dispatch
+on:
+  repository_dispatch:
+    types: [poke]
+  workflow_dispatch:
+    inputs:
+      why:
+        required: true
+        type: string
+permissions: {}
+jobs:
+  echo:
+    runs-on: ubuntu-24.04
+    steps:
+      - run: echo "$EVENT by $ACTOR because '$WHY'"
+        env:
+          EVENT: ${{ github.event_name }}
+          ACTOR: ${{ github.actor }}
+          WHY: ${{ inputs.why }}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_workflow_token_causes_starts_nothing_except_dispatches_and_an_app_token_starts_workflows() {
+    let gh = FakeGitHub::start().await;
+    repository(
+        &gh,
+        &[(".github/workflows/on-label.yml", ON_LABEL), (".github/workflows/on-dispatch.yml", ON_DISPATCH)],
+    );
+    let (n, workflow_token, app) = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        let n = s.add_issue("x", "", "maya", &[]);
+        let workflow_token = s.mint_token(ACTIONS_BOT, Permissions::write_all(), true);
+        let app = s.app_token("ward-app[bot]", Permissions::of(&[("issues", "write")]));
+        (n, workflow_token, app)
+    };
+    let mut runner = Runner::new(&gh);
+    let labels = format!("/repos/{OWNER}/{REPO}/issues/{n}/labels");
+
+    // A label set with a workflow's GITHUB_TOKEN starts nothing.
+    let (status, _) = call(&gh, &workflow_token, "PUT", &labels, Some(json!({ "labels": ["by-workflow"] }))).await;
+    assert_eq!(status, 200);
+    runner.run_until_idle(5).await;
+    assert!(runner.runs.is_empty(), "{}", runner.summary());
+    assert!(
+        runner.ignored.iter().any(|(_, why)| why == "issues by github-actions[bot]: caused by a workflow token"),
+        "{:?}",
+        runner.ignored
+    );
+
+    // Its repository_dispatch and workflow_dispatch do start workflows.
+    let dispatches = format!("/repos/{OWNER}/{REPO}/dispatches");
+    let (status, _) = call(&gh, &workflow_token, "POST", &dispatches, Some(json!({ "event_type": "poke" }))).await;
+    assert_eq!(status, 204);
+    let by_hand = format!("/repos/{OWNER}/{REPO}/actions/workflows/on-dispatch.yml/dispatches");
+    let body = json!({ "ref": "main", "inputs": { "why": "a test" } });
+    assert_eq!(call(&gh, &workflow_token, "POST", &by_hand, Some(body)).await.0, 204);
+    // GitHub's refusals: no such trigger, a required input missing, an unknown input.
+    let not_dispatchable = format!("/repos/{OWNER}/{REPO}/actions/workflows/on-label.yml/dispatches");
+    let (status, answer) = call(&gh, &workflow_token, "POST", &not_dispatchable, Some(json!({ "ref": "main" }))).await;
+    assert_eq!((status, answer["message"].as_str()), (422, Some("Workflow does not have 'workflow_dispatch' trigger")));
+    let (status, answer) = call(&gh, &workflow_token, "POST", &by_hand, Some(json!({ "ref": "main" }))).await;
+    assert_eq!((status, answer["message"].as_str()), (422, Some("Required input 'why' not provided")));
+    let (status, _) = call(
+        &gh,
+        &workflow_token,
+        "POST",
+        &by_hand,
+        Some(json!({ "ref": "main", "inputs": { "why": "x", "who": "y" } })),
+    )
+    .await;
+    assert_eq!(status, 422);
+    runner.run_until_idle(5).await;
+    let dispatched: Vec<(&str, &str)> =
+        runner.runs_of("on-dispatch.yml").iter().map(|r| (r.event.as_str(), r.actor.as_str())).collect();
+    assert_eq!(dispatched, [("repository_dispatch", ACTIONS_BOT), ("workflow_dispatch", ACTIONS_BOT)]);
+    let manual = runner.runs_of("on-dispatch.yml")[1];
+    assert!(manual.job("echo").log().contains("workflow_dispatch by github-actions[bot] because 'a test'"));
+
+    // An app token's label starts workflows, as a person's does.
+    let (status, _) = call(&gh, &app, "PUT", &labels, Some(json!({ "labels": ["by-workflow", "by-app"] }))).await;
+    assert_eq!(status, 200);
+    gh.state().label(n, "by-maya", "maya");
+    runner.run_until_idle(5).await;
+    let logs: Vec<String> = runner.runs_of("on-label.yml").iter().map(|r| r.job("echo").log()).collect();
+    assert_eq!(logs.len(), 2, "{}", runner.summary());
+    assert!(logs[0].contains("label by-app by ward-app[bot]"), "{}", logs[0]);
+    assert!(logs[1].contains("label by-maya by maya"), "{}", logs[1]);
+    assert!(runner.runs.iter().all(|r| r.conclusion.as_deref() == Some("success")), "{}", runner.summary());
+}
+
+// ---------------------------------------------------------------------------
+// Tokens with the job's permissions
+
+const LABELER: &str = r#"
+name: labeler
+on:
+  issues:
+    types: [opened]
+permissions: {}
+jobs:
+  read-only:
+    runs-on: ubuntu-24.04
+    permissions:
+      issues: read
+    steps:
+      - name: Label
+        env:
+          GH_TOKEN: ${{ github.token }}
+          NUMBER: ${{ github.event.issue.number }}
+        run: |
+          status=$(curl -s -o answer.json -w '%{http_code}' -X PUT -H "Authorization: Bearer $GH_TOKEN" \
+            "$GITHUB_API_URL/repos/$GITHUB_REPOSITORY/issues/$NUMBER/labels" -d '{"labels":["triaged"]}')
+          cat answer.json
+          test "$status" = 200
+  writer:
+    needs: read-only
+    if: always()
+    runs-on: ubuntu-24.04
+    permissions:
+      issues: write
+    steps:
+      - name: Label
+        env:
+          GH_TOKEN: ${{ github.token }}
+          NUMBER: ${{ github.event.issue.number }}
+        run: |
+          status=$(curl -s -o answer.json -w '%{http_code}' -X PUT -H "Authorization: Bearer $GH_TOKEN" \
+            "$GITHUB_API_URL/repos/$GITHUB_REPOSITORY/issues/$NUMBER/labels" -d '{"labels":["triaged"]}')
+          test "$status" = 200
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_job_token_gets_403_on_a_label_write_and_the_token_dies_with_its_job() {
+    let gh = FakeGitHub::start().await;
+    repository(&gh, &[(".github/workflows/labeler.yml", LABELER)]);
+    let mut runner = Runner::new(&gh);
+    let n = gh.state().add_issue("Please label me", "", "someone", &[]);
+    runner.run_until_idle(5).await;
+    let run = runner.runs_of("labeler.yml")[0];
+    let read_only = run.job("read-only");
+    assert_eq!(read_only.conclusion.as_deref(), Some("failure"), "{}", read_only.log());
+    assert!(read_only.log().contains("Resource not accessible by integration"), "{}", read_only.log());
+    assert_eq!(read_only.annotations.last().unwrap().message, "Process completed with exit code 1.");
+    assert_eq!(run.job("writer").conclusion.as_deref(), Some("success"), "{}", run.job("writer").log());
+    assert_eq!(gh.state().labels_of(n), ["triaged"]);
+    // The label was set by the workflow token: it started nothing.
+    assert_eq!(runner.runs.len(), 1, "{}", runner.summary());
+    // Every job token was revoked at the end of its job.
+    let s = gh.state();
+    let job_tokens: Vec<&Grant> =
+        s.tokens.iter().filter(|(t, g)| **t != s.token && g.workflow_token).map(|(_, g)| g).collect();
+    assert!(job_tokens.iter().all(|g| g.revoked && g.login == ACTIONS_BOT));
+    assert_eq!(
+        job_tokens.iter().map(|g| (g.permissions.level("issues"), g.permissions.level("contents"))).collect::<Vec<_>>(),
+        [(Level::Read, Level::None), (Level::Write, Level::None)]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Concurrency
+
+const QUEUE: &str = r#"
+name: queue
+on:
+  repository_dispatch:
+    types: [work]
+permissions: {}
+concurrency:
+  group: queue-${{ github.event.client_payload.group }}
+  cancel-in-progress: ${{ github.event.client_payload.cancel }}
+jobs:
+  work:
+    runs-on: ubuntu-24.04
+    steps:
+      - run: echo "work $N"
+        env:
+          N: ${{ github.event.client_payload.n }}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_pending_run_cancels_the_older_one_and_cancel_in_progress_cancels_the_running_one() {
+    let gh = FakeGitHub::start().await;
+    repository(&gh, &[(".github/workflows/queue.yml", QUEUE)]);
+    gh.state().add_collaborator("maya", "write");
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("queue.yml", "work", 10 * MINUTE);
+    let work = |n: u64, group: &str, cancel: bool| {
+        let group = group.to_string();
+        move |s: &mut State| s.repository_dispatch("work", json!({ "n": n, "group": group, "cancel": cancel }), "maya")
+    };
+    // Group a: one runs, the second waits, the third replaces the second.
+    work(1, "a", false)(&mut gh.state());
+    runner.at(MINUTE, "second dispatch", work(2, "a", false));
+    runner.at(2 * MINUTE, "third dispatch", work(3, "a", false));
+    runner.run_until_idle(5).await;
+    let a = runner.runs_of("queue.yml");
+    let conclusions: Vec<&str> = a.iter().map(|r| r.conclusion.as_deref().unwrap()).collect();
+    assert_eq!(conclusions, ["success", "cancelled", "success"], "{}", runner.summary());
+    assert!(a[1].job("work").steps.is_empty(), "the cancelled pending run never started");
+    assert_eq!(a[2].job("work").started_at, a[0].job("work").completed_at, "the third waited for the first");
+    assert_eq!(
+        a[2].job("work").started_at.unwrap() - a[0].job("work").started_at.unwrap(),
+        chrono::Duration::minutes(10)
+    );
+    {
+        let s = gh.state();
+        let cancelled = s.check_runs.iter().filter(|c| c.conclusion.as_deref() == Some("cancelled")).count();
+        assert_eq!(cancelled, 1, "the cancelled run's job is a cancelled check");
+    }
+
+    // Group b, cancel-in-progress: the newer run cancels the one running.
+    work(4, "b", true)(&mut gh.state());
+    runner.at(MINUTE, "fifth dispatch", work(5, "b", true));
+    runner.run_until_idle(5).await;
+    let b: Vec<&str> = runner.runs_of("queue.yml")[3..].iter().map(|r| r.conclusion.as_deref().unwrap()).collect();
+    assert_eq!(b, ["cancelled", "success"], "{}", runner.summary());
+}
+
+// ---------------------------------------------------------------------------
+// Git over smart HTTP
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_over_smart_http_moves_the_pull_requests_head() {
+    let gh = FakeGitHub::start().await;
+    repository(&gh, &[("README.md", "# hospital\n")]);
+    let (maya, reader) = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "write");
+        s.add_collaborator("rita", "read");
+        let maya = s.mint_token("maya", Permissions::of(&[("contents", "write"), ("pull-requests", "write")]), false);
+        (maya, s.mint_token("rita", Permissions::of(&[("contents", "read")]), false))
+    };
+    let work = clone_with(&gh, &maya);
+    git(work.path(), &["checkout", "-q", "-b", "feature"]);
+    write(work.path(), "fix.txt", "one\n");
+    git(work.path(), &["add", "-A"]);
+    git(work.path(), &["commit", "-q", "-m", "First"]);
+    push(work.path(), &["-q", "origin", "feature"]).unwrap();
+    let first = git(work.path(), &["rev-parse", "HEAD"]);
+    let pr = gh.state().open_pull("feature", "main", "A fix", "", "maya");
+    assert_eq!(gh.state().pull(pr).head_sha, first);
+
+    let mark = gh.state().deliveries.len();
+    write(work.path(), "fix.txt", "two\n");
+    git(work.path(), &["commit", "-q", "-am", "Second"]);
+    push(work.path(), &["-q", "origin", "feature"]).unwrap();
+    let second = git(work.path(), &["rev-parse", "HEAD"]);
+    {
+        let s = gh.state();
+        assert_eq!(s.pull(pr).head_sha, second, "the pull request's head is the commit pushed");
+        let d: Vec<(&str, Option<&str>, &str, bool)> = s.deliveries[mark..]
+            .iter()
+            .map(|d| (d.event.as_str(), d.action(), d.sender.as_str(), d.by_workflow_token))
+            .collect();
+        assert_eq!(d, [("push", None, "maya", false), ("pull_request", Some("synchronize"), "maya", false)]);
+        let sync = &s.deliveries[mark + 1].payload;
+        assert_eq!((sync["before"].as_str(), sync["after"].as_str()), (Some(first.as_str()), Some(second.as_str())));
+        assert_eq!(sync["pull_request"]["head"]["sha"], json!(second));
+        assert_eq!(s.deliveries[mark].payload["commits"][0]["id"], json!(second));
+    }
+    // The API reads the same repository.
+    let commits = gh.forge().pull_request_commits(pr).await.unwrap();
+    assert_eq!(commits.iter().map(|c| c.sha.as_str()).collect::<Vec<_>>(), [first.as_str(), second.as_str()]);
+    let (_, head) = call(&gh, TOKEN, "GET", &format!("/repos/{OWNER}/{REPO}/git/ref/heads/feature"), None).await;
+    assert_eq!(head["object"]["sha"], json!(second));
+
+    // A read-only token may fetch, not push; no token may do neither.
+    let read_only = clone_with(&gh, &reader);
+    git(read_only.path(), &["checkout", "-q", "-b", "rita"]);
+    git(read_only.path(), &["commit", "-q", "--allow-empty", "-m", "mine"]);
+    let err = push(read_only.path(), &["origin", "rita"]).unwrap_err();
+    assert!(err.contains("Permission to octo/hospital.git denied to rita"), "{err}");
+    assert!(err.contains("403"), "{err}");
+    let anonymous = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("git")
+        .args(["clone", "-q", &gh.git_url(), "."])
+        .current_dir(anonymous.path())
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a private repository needs a token");
+    assert!(gh.state().branch_head("rita").is_none());
+
+    // A token without `workflows: write` may not touch a workflow file.
+    write(work.path(), ".github/workflows/sneaky.yml", "on: push\njobs: {}\n");
+    git(work.path(), &["add", "-A"]);
+    git(work.path(), &["commit", "-q", "-m", "Add a workflow"]);
+    let err = push(work.path(), &["origin", "feature"]).unwrap_err();
+    assert!(
+        err.contains("refusing to allow a GitHub App to create or update workflow `.github/workflows/sneaky.yml` without `workflows` permission"),
+        "{err}"
+    );
+    assert_eq!(gh.state().pull(pr).head_sha, second, "the refused push moved nothing");
+}
+
+// ---------------------------------------------------------------------------
+// CI arrives later, as its own events
+
+const CI: &str = r#"
+name: ci
+on:
+  pull_request:
+  push:
+    branches: [main]
+permissions: {}
+concurrency:
+  group: ci-${{ github.ref }}
+  cancel-in-progress: true
+jobs:
+  test:
+    name: cargo test
+    runs-on: ubuntu-24.04
+    permissions:
+      contents: read
+    steps:
+      - uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2
+        with:
+          persist-credentials: false
+      - name: Tests
+        run: |
+          if grep -q broken status.txt; then
+            echo "::error file=status.txt,line=1::the build is broken"
+            exit 1
+          fi
+          echo "all green" >> "$GITHUB_STEP_SUMMARY"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ci_is_a_workflow_whose_check_runs_attach_to_the_head_later_and_leave_the_combined_status_pending() {
+    let gh = FakeGitHub::start().await;
+    repository(&gh, &[(".github/workflows/ci.yml", CI), ("status.txt", "fine\n")]);
+    gh.state().add_collaborator("maya", "write");
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("ci.yml", "test", 10 * MINUTE);
+    let (pr, red) = {
+        let mut s = gh.state();
+        let red = s.commit_files("feature", &[("status.txt", "broken\n")], "Break it", "maya");
+        (s.open_pull("feature", "main", "A change", "", "maya"), red)
+    };
+    // Halfway: the check is in progress on the head, the combined status
+    // pending with no status at all.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let midway = seen.clone();
+    let head = red.clone();
+    runner.at(5 * MINUTE, "look at the checks", move |s| {
+        let runs: Vec<(String, String)> =
+            s.check_runs.iter().filter(|c| c.head_sha == head).map(|c| (c.name.clone(), c.status.clone())).collect();
+        midway.lock().unwrap().push(runs);
+    });
+    let t0 = gh.state().time();
+    runner.run_until_idle(5).await;
+    assert_eq!(*seen.lock().unwrap(), [vec![("cargo test".to_string(), "in_progress".to_string())]]);
+    let ci = runner.runs_of("ci.yml");
+    assert_eq!(
+        ci.len(),
+        1,
+        "the push of `feature` runs nothing (push: main only); the pull request does\n{}",
+        runner.summary()
+    );
+    assert_eq!(
+        (ci[0].event.as_str(), ci[0].git_ref.as_str()),
+        ("pull_request", format!("refs/pull/{pr}/merge").as_str())
+    );
+    assert_ne!(ci[0].sha, red, "it ran on the test merge");
+    assert_eq!(ci[0].head_sha, red, "its checks attach to the head");
+    let (_, checks) = call(&gh, TOKEN, "GET", &format!("/repos/{OWNER}/{REPO}/commits/{red}/check-runs"), None).await;
+    let check = &checks["check_runs"][0];
+    assert_eq!(checks["total_count"], json!(1));
+    assert_eq!((check["name"].as_str(), check["conclusion"].as_str()), (Some("cargo test"), Some("failure")));
+    assert!(check["html_url"].as_str().unwrap().contains(&format!("/actions/runs/{}/job/", ci[0].id)), "{check}");
+    assert_eq!(check["output"]["summary"], Value::Null, "Actions jobs report no output summary");
+    assert_eq!(check["output"]["annotations_count"], json!(2), "the ::error and the exit code");
+    let started = chrono::DateTime::parse_from_rfc3339(check["started_at"].as_str().unwrap()).unwrap();
+    let completed = chrono::DateTime::parse_from_rfc3339(check["completed_at"].as_str().unwrap()).unwrap();
+    assert_eq!(completed - started, chrono::Duration::minutes(10), "CI took ten simulated minutes");
+    assert!(started.with_timezone(&chrono::Utc) - t0 < chrono::Duration::minutes(1));
+    let (_, status) = call(&gh, TOKEN, "GET", &format!("/repos/{OWNER}/{REPO}/commits/{red}/status"), None).await;
+    assert_eq!((status["state"].as_str(), status["total_count"].as_u64()), (Some("pending"), Some(0)));
+    assert_eq!(ci[0].job("test").annotations[0].message, "the build is broken");
+
+    // Fixed: a new head, a new run, green; the old head stays red.
+    let green = gh.state().commit_files("feature", &[("status.txt", "fixed\n")], "Fix it", "maya");
+    runner.run_until_idle(5).await;
+    let ci = runner.runs_of("ci.yml");
+    assert_eq!((ci.len(), ci[1].action.as_deref()), (2, Some("synchronize")));
+    assert_eq!(ci[1].job("test").summary, "all green\n");
+    let forge = gh.forge();
+    assert_eq!(forge.ci_status(&green).await.unwrap().checks, ["cargo test: success"]);
+    assert_eq!(forge.ci_status(&red).await.unwrap().checks, ["cargo test: failure"]);
+    let (_, status) = call(&gh, TOKEN, "GET", &format!("/repos/{OWNER}/{REPO}/commits/{green}/status"), None).await;
+    assert_eq!((status["state"].as_str(), status["total_count"].as_u64()), (Some("pending"), Some(0)));
+    // The run told its end: check_suite and workflow_run completed.
+    let s = gh.state();
+    let ends: Vec<(&str, &str)> = s
+        .deliveries
+        .iter()
+        .filter(|d| d.action() == Some("completed") && d.event != "check_run")
+        .map(|d| (d.event.as_str(), d.sender.as_str()))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            ("check_suite", ACTIONS_BOT),
+            ("workflow_run", "maya"),
+            ("check_suite", ACTIONS_BOT),
+            ("workflow_run", "maya")
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Reviews arrive later, from people with and without write access
+
+const ON_REVIEW: &str = r#"
+name: on review
+on:
+  pull_request_review:
+    types: [submitted]
+permissions: {}
+jobs:
+  echo:
+    runs-on: ubuntu-24.04
+    steps:
+      - run: echo "$STATE by $WHO"
+        env:
+          STATE: ${{ github.event.review.state }}
+          WHO: ${{ github.event.review.user.login }}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviews_come_later_from_people_with_and_without_write_access() {
+    let gh = FakeGitHub::start().await;
+    repository(&gh, &[(".github/workflows/on-review.yml", ON_REVIEW)]);
+    let pr = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "write");
+        s.add_collaborator("tia", "triage");
+        s.add_collaborator("rob", "maintain");
+        s.commit_files("feature", &[("fix.txt", "fixed\n")], "Fix", "maya");
+        s.open_pull("feature", "main", "A fix", "", "maya")
+    };
+    let mut runner = Runner::new(&gh);
+    let t0 = gh.state().time();
+    runner.at(10 * MINUTE, "a triager approves", move |s| {
+        s.review(pr, "tia", "APPROVE", "", &[]);
+    });
+    runner.at(60 * MINUTE, "a maintainer requests changes", move |s| {
+        s.review(pr, "rob", "REQUEST_CHANGES", "Please handle the empty case.", &[("fix.txt", 1, "And test it.")]);
+    });
+    runner.run_until_idle(5).await;
+
+    let forge = gh.forge();
+    let reviews = forge.reviews(pr).await.unwrap();
+    let seen: Vec<(&str, ward::forge::ReviewState)> = reviews.iter().map(|r| (r.author.as_str(), r.state)).collect();
+    assert_eq!(
+        seen,
+        [("tia", ward::forge::ReviewState::Approved), ("rob", ward::forge::ReviewState::ChangesRequested)]
+    );
+    // The approval exists, from someone the permission endpoint reports as a triager.
+    assert_eq!(forge.permission("tia").await.unwrap(), ward::forge::Permission::Triage);
+    let (_, p) = call(&gh, TOKEN, "GET", &format!("/repos/{OWNER}/{REPO}/collaborators/tia/permission"), None).await;
+    assert_eq!((p["permission"].as_str(), p["role_name"].as_str()), (Some("read"), Some("triage")));
+    assert!(!gh.state().can_write("tia") && gh.state().can_write("rob"));
+    // At the simulated times, with the maintainer's comment as an open thread.
+    let (_, list) = call(&gh, TOKEN, "GET", &format!("/repos/{OWNER}/{REPO}/pulls/{pr}/reviews"), None).await;
+    let at = |i: usize| chrono::DateTime::parse_from_rfc3339(list[i]["submitted_at"].as_str().unwrap()).unwrap();
+    assert_eq!((at(0).with_timezone(&chrono::Utc) - t0).num_minutes(), 10);
+    assert_eq!((at(1).with_timezone(&chrono::Utc) - t0).num_minutes(), 60);
+    assert_eq!(forge.unresolved_review_threads(pr).await.unwrap(), 1);
+    // Each review was its own event, and started the workflow.
+    let logs: Vec<String> = runner.runs_of("on-review.yml").iter().map(|r| r.job("echo").log()).collect();
+    assert!(logs[0].contains("approved by tia") && logs[1].contains("changes_requested by rob"), "{logs:?}");
+    // GitHub's rule: nobody approves their own pull request.
+    let own = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        gh.state().review(pr, "maya", "APPROVE", "", &[]);
+    }));
+    assert!(own.is_err());
+}
+
+// ---------------------------------------------------------------------------
+// Steps: workflow commands, outputs, env, status functions
+
+const COMMANDS: &str = r#"
+name: commands
+on: workflow_dispatch
+permissions: {}
+jobs:
+  first:
+    runs-on: ubuntu-24.04
+    outputs:
+      greeting: ${{ steps.say.outputs.greeting }}
+      leaked: ${{ steps.say.outputs.secret }}
+    steps:
+      - id: say
+        env:
+          KEY: ${{ secrets.DEPLOY_KEY }}
+        run: |
+          echo "::notice title=Hello::first notice"
+          echo "::stop-commands::pause-42"
+          echo "::error::not an annotation while stopped"
+          echo "::pause-42::"
+          echo "::warning file=src/a.rs,line=3::a real warning"
+          echo "::add-mask::hunter2"
+          echo "the password is hunter2"
+          echo "the key is $KEY"
+          echo "greeting=hello" >> "$GITHUB_OUTPUT"
+          echo "secret=$KEY" >> "$GITHUB_OUTPUT"
+          echo "FROM_ENV=carried" >> "$GITHUB_ENV"
+      - name: Env carried, compared without case
+        if: env.FROM_ENV == 'CARRIED' && steps.say.outputs.greeting == 'hello'
+        run: echo "seen $FROM_ENV"
+      - name: Fails but may
+        run: exit 3
+        continue-on-error: true
+      - name: Only after a failure
+        if: failure()
+        run: echo never
+  second:
+    needs: first
+    runs-on: ubuntu-24.04
+    steps:
+      - run: echo "got $G"
+        env:
+          G: ${{ needs.first.outputs.greeting }}
+  no-secrets-in-if:
+    needs: [first]
+    if: ${{ secrets.DEPLOY_KEY != '' }}
+    runs-on: ubuntu-24.04
+    steps:
+      - run: echo never
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_commands_suppress_annotations_until_their_token_and_secrets_stay_masked() {
+    let gh = FakeGitHub::start().await;
+    repository(&gh, &[(".github/workflows/commands.yml", COMMANDS)]);
+    gh.state().add_collaborator("maya", "write");
+    let mut runner = Runner::new(&gh);
+    runner.secrets.insert("DEPLOY_KEY".into(), "s3cr3t-value".into());
+    gh.state().dispatch_workflow("commands.yml", "main", &serde_json::Map::new(), "maya").unwrap();
+    runner.run_until_idle(5).await;
+    let run = runner.runs_of("commands.yml")[0];
+    let first = run.job("first");
+    let annotations: Vec<(&str, &str, Option<&str>)> =
+        first.annotations.iter().map(|a| (a.level.as_str(), a.message.as_str(), a.title.as_deref())).collect();
+    assert_eq!(
+        annotations,
+        [
+            ("notice", "first notice", Some("Hello")),
+            ("warning", "a real warning", None),
+            ("error", "Process completed with exit code 3.", None),
+            ("warning", "Skip output 'leaked' since it may contain secret.", None),
+        ]
+    );
+    assert_eq!(first.annotations[1].file.as_deref(), Some("src/a.rs"));
+    assert_eq!(first.annotations[1].line, Some(3));
+    let log = first.step("say").log.clone();
+    assert!(log.contains("::error::not an annotation while stopped"), "printed as text while stopped: {log}");
+    assert!(log.contains("the password is ***") && log.contains("the key is ***"), "{log}");
+    assert!(!log.contains("hunter2") && !log.contains("s3cr3t-value"), "{log}");
+    assert_eq!(first.step("say").outputs["greeting"], "hello");
+    assert!(first.step("Env carried, compared without case").log.contains("seen carried"));
+    let may = first.step("Fails but may");
+    assert_eq!((may.outcome.as_str(), may.conclusion.as_str()), ("failure", "success"));
+    assert_eq!(first.step("Only after a failure").outcome, "skipped");
+    assert_eq!(first.conclusion.as_deref(), Some("success"));
+    assert_eq!(first.outputs, [("greeting".to_string(), "hello".to_string())].into_iter().collect());
+    assert!(run.job("second").log().contains("got hello"));
+    let refused = run.job("no-secrets-in-if");
+    assert_eq!(refused.conclusion.as_deref(), Some("failure"));
+    assert_eq!(refused.annotations[0].message, "Unrecognized named-value: 'secrets'");
+}
+
+// ---------------------------------------------------------------------------
+// Artifacts, caches, and what the runner does not do
+
+const ARTIFACTS: &str = r#"
+name: artifacts
+on: workflow_dispatch
+permissions: {}
+jobs:
+  make:
+    runs-on: ubuntu-24.04
+    steps:
+      - run: mkdir -p out/.hidden && echo report > out/report.txt && echo hidden > out/.hidden/x
+      - uses: actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2
+        with:
+          name: report
+          path: out
+      - name: The same name again
+        uses: actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2
+        continue-on-error: true
+        with:
+          name: report
+          path: out
+      - id: cache
+        uses: actions/cache@v4
+        with:
+          path: ~/.cargo
+          key: cargo-1
+      - run: test "${{ steps.cache.outputs.cache-hit }}" = false
+  use:
+    needs: make
+    runs-on: ubuntu-24.04
+    steps:
+      - uses: actions/download-artifact@v4
+        with:
+          name: report
+          path: got
+      - run: test "$(cat got/report.txt)" = report && test ! -e got/.hidden/x
+      - uses: someone/unknown-action@v1
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn artifacts_pass_between_jobs_and_an_unknown_action_fails_loudly() {
+    let gh = FakeGitHub::start().await;
+    repository(&gh, &[(".github/workflows/artifacts.yml", ARTIFACTS)]);
+    gh.state().add_collaborator("maya", "write");
+    let mut runner = Runner::new(&gh);
+    gh.state().dispatch_workflow("artifacts.yml", "main", &serde_json::Map::new(), "maya").unwrap();
+    runner.run_until_idle(5).await;
+    let run = runner.runs_of("artifacts.yml")[0].clone();
+    let make = run.job("make");
+    assert_eq!(make.conclusion.as_deref(), Some("success"), "{}", make.log());
+    assert!(make.step("The same name again").log.contains("(409) Conflict: an artifact with this name already exists"));
+    assert_eq!(run.artifacts.keys().collect::<Vec<_>>(), ["report"]);
+    let using = run.job("use");
+    assert_eq!(using.steps[1].outcome, "success", "{}", using.log());
+    assert_eq!(using.conclusion.as_deref(), Some("failure"));
+    assert_eq!(runner.unsupported, ["artifacts.yml: `uses: someone/unknown-action@v1`"]);
+    runner.unsupported.clear(); // this test wanted it; let the drop pass
+}
+
+// ---------------------------------------------------------------------------
+// Expressions
+
+#[test]
+fn expressions_follow_githubs_rules() {
+    use support::actions::expr::{Contexts, Status, condition, eval, interpolate};
+    let ctx = Contexts::new(Status::Success)
+        .with("github", json!({ "event_name": "issues", "event": { "label": { "name": "Ward:Admit" }, "issue": { "labels": [{ "name": "bug" }, { "name": "ward:admit" }] } } }))
+        .with("inputs", json!({ "issue": 7 }))
+        .with("steps", json!({ "stage": { "outputs": { "issue": "7" } } }));
+    let e = |s: &str| eval(s, &ctx).unwrap();
+    // Loose equality: types coerce to numbers; strings ignore case.
+    assert_eq!(e("'7' == 7"), json!(true));
+    assert_eq!(e("null == 0 && true == 1 && '' == 0"), json!(true));
+    assert_eq!(e("github.event.label.name == 'ward:admit'"), json!(true));
+    assert_eq!(e("startsWith(github.event.label.name, 'WARD:')"), json!(true));
+    // && and || give an operand, as in the ward-stage group expression.
+    assert_eq!(e("github.event.issue.number || github.event.client_payload.issue || inputs.issue"), json!(7));
+    assert_eq!(e("steps.stage.outputs.missing || 'unknown'"), json!("unknown"));
+    assert_eq!(e("contains(github.event.issue.labels.*.name, 'BUG')"), json!(true));
+    assert_eq!(e("format('{0}-{1}{{x}}', 'a', 1)"), json!("a-1{x}"));
+    assert_eq!(e("fromJSON('{\"a\": [1, 2]}').a[1]"), json!(2));
+    assert_eq!(e("toJSON(inputs)"), json!("{\n  \"issue\": 7\n}"));
+    assert_eq!(e("!(1 < 2) || 'b' > 'A'"), json!(true));
+    assert_eq!(e("github.nothing.deeper"), Value::Null);
+    assert_eq!(
+        interpolate("ward-issue-${{ inputs.issue }}-${{ steps.stage.outputs.stage || 'none' }}", &ctx).unwrap(),
+        "ward-issue-7-none"
+    );
+    // An if: without a status function means success() && (...).
+    let failed = Contexts::new(Status::Failure).with("github", json!({ "event_name": "push" }));
+    assert!(!condition("github.event_name == 'push'", &failed).unwrap());
+    assert!(condition("always() && github.event_name == 'push'", &failed).unwrap());
+    assert!(condition("failure()", &failed).unwrap());
+    // Text around ${{ }} makes the whole a non-empty string: true.
+    assert!(condition("${{ false }} == true", &ctx).unwrap());
+    // A named value the place does not offer is an error, as GitHub's.
+    assert_eq!(eval("secrets.TOKEN", &ctx).unwrap_err(), "Unrecognized named-value: 'secrets'");
+    assert_eq!(eval("nope(1)", &ctx).unwrap_err(), "Unrecognized function: 'nope'");
+}
+
+// ---------------------------------------------------------------------------
+// End to end: the shipped ward-stage.yml, as far as today's engine goes
+
+/// The test repository's own CI: the change log names every treated issue.
+const CHANGELOG_CI: &str = r#"
+name: ci
+on:
+  pull_request:
+  push:
+    branches: [main]
+  workflow_dispatch:
+permissions: {}
+jobs:
+  test:
+    name: changelog
+    runs-on: ubuntu-24.04
+    permissions:
+      contents: read
+    steps:
+      - uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2
+        with:
+          persist-credentials: false
+      - name: Every change is in the change log
+        run: |
+          grep -q "Treated #" CHANGELOG.md
+"#;
+
+/// ward's own `.github/ward.yml` sends a patient to the chiefs after this
+/// many send-backs; the end-to-end tests count on it.
+const SEND_BACKS: usize = 10;
+
+fn assert_send_back_limit() {
+    let limit = format!("patient_send_backs: {SEND_BACKS}");
+    assert!(ours(".github/ward.yml").contains(&limit), "ward.yml no longer has `{limit}`: update these tests");
+}
+
+/// The label each `ward-stage` run started on (its dispatch's, or the
+/// labeled event's).
+fn stage_labels(runner: &Runner<'_>) -> Vec<String> {
+    runner
+        .runs_of("ward-stage.yml")
+        .iter()
+        .map(|r| {
+            let label =
+                if r.event == "issues" { &r.payload["label"]["name"] } else { &r.payload["client_payload"]["label"] };
+            label.as_str().unwrap_or_default().to_string()
+        })
+        .collect()
+}
+
+/// The discharge checklists the engine wrote on the chart, in order.
+fn checklists(gh: &FakeGitHub, n: u64) -> Vec<String> {
+    let chart = gh.state().file("ward-charts", &format!("charts/{n}.md")).unwrap();
+    chart
+        .split("<!-- WARD:DISCHARGE_CHECKLIST ")
+        .skip(1)
+        .map(|c| c.split("<!-- /WARD:DISCHARGE_CHECKLIST -->").next().unwrap().to_string())
+        .filter(|c| c.contains("Discharge audit of"))
+        .collect()
+}
+
+/// Every file under `dir`, read as text.
+fn texts(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            out.push((p.clone(), String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned()));
+        }
+    }
+    out
+}
+
+/// A maintainer admits a patient on a repository that installed ward as
+/// docs/github.md says (the default `GITHUB_TOKEN`, `dispatch:
+/// repository_dispatch`). Each stage's labels are set with the job's
+/// token and start nothing; its `repository_dispatch` starts the next
+/// stage, through the shipped ward-stage.yml, up to treatment, which
+/// pushes `ward/issue-1` over smart HTTP and opens the pull request.
+///
+/// Where today's engine stops, and why: that push and that pull request
+/// were made with the workflow token, so the repository's CI never runs
+/// on the treatment branch, and no person has reviewed yet. The discharge
+/// audit takes "no CI yet" (⬜) and "no review yet" (❌) for failures and
+/// sends the patient back to code review; code review approves again, the
+/// audit fails again, two agent runs per loop, until the send-back limit
+/// (10) sends the patient to `ward:chief`. Issue 11's waiting state, CI
+/// dispatch and approval-by-label change this ending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_discharge_audit_loops_to_the_chiefs() {
+    assert_send_back_limit();
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[(".github/workflows/ci.yml", CHANGELOG_CI)], |c| c);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let main = gh.state().branch_head("main").unwrap();
+    let mut runner = Runner::new(&gh);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(30).await;
+
+    // The stages, one run each: the maintainer's label, then dispatches.
+    let mut expected =
+        vec!["ward:admit".to_string(), "ward:diagnose".into(), "ward:plan-review".into(), "ward:treat".into()];
+    for _ in 0..SEND_BACKS {
+        expected.extend(["ward:code-review".to_string(), "ward:discharge".into()]);
+    }
+    expected.push("ward:code-review".into());
+    assert_eq!(stage_labels(&runner), expected, "{}", runner.summary());
+    let stage_runs = runner.runs_of("ward-stage.yml");
+    assert_eq!((stage_runs[0].event.as_str(), stage_runs[0].actor.as_str()), ("issues", "maya"));
+    assert!(stage_runs[1..].iter().all(|r| r.event == "repository_dispatch" && r.actor == ACTIONS_BOT));
+    assert!(stage_runs.iter().all(|r| r.conclusion.as_deref() == Some("success")), "{}", runner.summary());
+    assert_eq!(gh.state().labels_of(n), ["ward:chief"]);
+
+    // Treatment pushed over smart HTTP with its job's token, and the pull
+    // request's head is that push; what the workflow token did started no
+    // workflow: the repository's CI never ran.
+    {
+        let s = gh.state();
+        let pushes: Vec<(&str, u16)> = s
+            .git_log
+            .iter()
+            .filter(|g| g.method == "POST" && g.path.contains("git-receive-pack"))
+            .map(|g| (g.login.as_deref().unwrap_or(""), g.status))
+            .collect();
+        assert_eq!(pushes, [(ACTIONS_BOT, 200)]);
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).unwrap();
+        assert_eq!(
+            (pr.author.as_str(), Some(pr.head_sha.clone())),
+            (ACTIONS_BOT, s.branch_head(&format!("ward/issue-{n}")))
+        );
+        assert!(s.file(&pr.head_sha, "CHANGELOG.md").unwrap().contains(&format!("Treated #{n}")));
+    }
+    assert!(runner.runs_of("ci.yml").is_empty(), "{}", runner.summary());
+    for event in ["push", "pull_request", "issues"] {
+        let why = format!("{event} by github-actions[bot]: caused by a workflow token");
+        assert!(runner.ignored.iter().any(|(_, w)| *w == why), "{why}: {:?}", runner.ignored);
+    }
+
+    // Why it stopped: ten audits, each missing CI and a person's review.
+    let audits = checklists(&gh, n);
+    assert_eq!(audits.len(), SEND_BACKS);
+    for audit in &audits {
+        assert!(audit.contains("⬜ CI green for the head commit: no check run or status was reported"), "{audit}");
+        assert!(
+            audit.contains("❌ Approving pull request review by someone other than the author and the engine"),
+            "{audit}"
+        );
+        assert!(audit.contains("outcome `audit-failed`"), "{audit}");
+    }
+    let chart = gh.state().file("ward-charts", &format!("charts/{n}.md")).unwrap();
+    let limit = format!("the patient was sent back {SEND_BACKS} times, the per-patient limit is {SEND_BACKS}");
+    assert!(chart.contains(&limit), "{chart}");
+
+    // Each job had the workflow's permissions and nothing more; its check
+    // run is on the default branch's head (issues and dispatches run there).
+    for run in &stage_runs {
+        let p = &run.job("stage").permissions;
+        assert_eq!(
+            ["contents", "issues", "pull-requests", "checks", "statuses", "actions"].map(|scope| p.level(scope)),
+            [Level::Write, Level::Write, Level::Write, Level::Read, Level::Read, Level::None]
+        );
+        assert_eq!(run.head_sha, main);
+        assert!(run.job("stage").summary.starts_with("### ward: "), "{}", run.job("stage").summary);
+    }
+    let on_main = gh.state().check_runs.iter().filter(|c| c.head_sha == main && c.name == "ward stage").count();
+    assert_eq!(on_main, stage_runs.len());
+
+    // The artifacts of every run, and no job token in any of them.
+    let tokens: Vec<String> = gh.state().tokens.keys().cloned().collect();
+    let (last, agent_runs) = stage_runs.split_last().unwrap();
+    assert!(last.artifacts.is_empty(), "the limit stopped the last run before any agent: nothing to keep");
+    for run in agent_runs {
+        let stage = run.job("stage").step("stage").outputs["stage"].clone();
+        let name = format!("ward-issue-{n}-{stage}-attempt-1");
+        let dir = run.artifacts.get(&name).unwrap_or_else(|| panic!("{name} in {:?}", run.artifacts.keys()));
+        for (path, text) in texts(dir) {
+            assert!(!tokens.iter().any(|t| text.contains(t.as_str())), "a token in {}", path.display());
+        }
+    }
+
+    // The charge nurse's cron, fired now (WARD_NOW is the simulated time):
+    // the patient is with the chiefs; the sweep moves nothing.
+    runner.schedule("ward-sweep.yml");
+    runner.run_until_idle(1).await;
+    let sweep = runner.runs_of("ward-sweep.yml")[0];
+    assert_eq!(
+        (sweep.event.as_str(), sweep.conclusion.as_deref()),
+        ("schedule", Some("success")),
+        "{}",
+        sweep.job("sweep").log()
+    );
+    assert_eq!(gh.state().labels_of(n), ["ward:chief"]);
+    assert!(sweep.job("sweep").step("Sweep").log.contains("listed 0 patients"), "{}", sweep.job("sweep").log());
+}
+
+/// The same installation with a GitHub App's token (`WARD_TOKEN`,
+/// `dispatch: label`): the app's labels start each stage, and its push
+/// and pull request start the repository's CI, which takes ten simulated
+/// minutes; a maintainer approves an hour after admission.
+///
+/// Where today's engine stops, and why: the discharge audit runs while CI
+/// is still running and nobody has reviewed, takes both for failures, and
+/// the patient loops between code review and discharge (two agent runs
+/// per loop) while it waits; CI turns green, the review is still missing,
+/// and the send-back limit sends the patient to `ward:chief` before the
+/// maintainer's approval arrives. Issue 11 (scenario a) wants it to wait
+/// without running an agent, and merge after the approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_app_token_the_apps_labels_start_each_stage_and_its_push_starts_ci_but_the_audit_does_not_wait() {
+    assert_send_back_limit();
+    let gh = FakeGitHub::start().await;
+    let config = |c: String| {
+        c.replace("engine_account: github-actions[bot]", "engine_account: ward-app[bot]")
+            .replace("\ndispatch: repository_dispatch\n", "\ndispatch: label\n")
+    };
+    let _repo = hospital(&gh, &[(".github/workflows/ci.yml", CHANGELOG_CI)], config);
+    let (n, app) = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        let n = s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[]);
+        let grants = [
+            ("contents", "write"),
+            ("issues", "write"),
+            ("pull-requests", "write"),
+            ("checks", "read"),
+            ("statuses", "read"),
+        ];
+        (n, s.app_token("ward-app[bot]", Permissions::of(&grants)))
+    };
+    let mut runner = Runner::new(&gh);
+    runner.secrets.insert("WARD_TOKEN".into(), app);
+    runner.job_takes("ci.yml", "test", 10 * MINUTE);
+    let t0 = gh.state().time();
+    runner.at(60 * MINUTE, "the maintainer approves the pull request", move |s| {
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).expect("the treatment's pull request").number;
+        s.review(pr, "maya", "APPROVE", "Looks right.", &[]);
+    });
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(40).await;
+
+    // The app's labeled events started every stage; nothing was dispatched.
+    let stage_runs = runner.runs_of("ward-stage.yml");
+    assert!(stage_runs[1..].iter().all(|r| r.event == "issues" && r.actor == "ward-app[bot]"), "{}", runner.summary());
+    assert!(gh.state().dispatches.is_empty());
+    // Its pull request started CI, whose check run is on the head, green.
+    let ci = runner.runs_of("ci.yml");
+    assert_eq!(ci.len(), 1, "{}", runner.summary());
+    assert_eq!(
+        (ci[0].event.as_str(), ci[0].actor.as_str(), ci[0].conclusion.as_deref()),
+        ("pull_request", "ward-app[bot]", Some("success")),
+        "{}",
+        ci[0].job("test").log()
+    );
+    let head = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().head_sha.clone();
+    assert_eq!(ci[0].head_sha, head);
+    let ci_done = ci[0].job("test").completed_at.unwrap();
+
+    // The audits: CI pending, then green; the review missing every time.
+    let audits = checklists(&gh, n);
+    assert_eq!(audits.len(), SEND_BACKS, "{}", runner.summary());
+    assert!(audits[0].contains("⬜ CI green for the head commit"), "{}", audits[0]);
+    assert!(audits.last().unwrap().contains("✅ CI green for the head commit"), "{}", audits.last().unwrap());
+    assert!(audits.iter().all(|a| a.contains("❌ Approving pull request review")));
+    assert_eq!(gh.state().labels_of(n), ["ward:chief"]);
+    let at_chief = stage_runs.last().unwrap().job("stage").completed_at.unwrap();
+    assert!(at_chief - t0 < chrono::Duration::minutes(60), "the chiefs before the approval: {}", at_chief - t0);
+    assert!(ci_done < at_chief);
+    // Agent runs while waiting for CI or the review: from the first audit
+    // on, code review and discharge back and forth (the last code review
+    // stopped at the limit before its agent).
+    let first_audit = stage_labels(&runner).iter().position(|l| l == "ward:discharge").unwrap();
+    let agent_runs =
+        stage_runs[first_audit..].iter().filter(|r| r.job("stage").step("stage").log.contains("(agent ")).count();
+    assert_eq!(agent_runs, 2 * SEND_BACKS - 1, "{}", runner.summary());
+    // The app's own `ward:chief` label started one more job, which found nothing to do.
+    let last = stage_runs.last().unwrap();
+    assert_eq!(last.payload["label"]["name"], json!("ward:chief"));
+    assert!(last.job("stage").step("stage").log.contains("starts no ward stage"), "{}", last.job("stage").log());
+    // The approval came, after the patient was with the chiefs.
+    let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().clone();
+    assert_eq!(
+        pr.reviews.iter().map(|r| (r.author.as_str(), r.state.as_str())).collect::<Vec<_>>(),
+        [("maya", "APPROVED")]
+    );
+    assert!(!pr.merged);
+}
+
+/// Scenario (e) of issue 11: an unrelated label applied while the engine's
+/// dispatch is pending does not lose the stage. The shipped workflow's
+/// job-level `if:` skips the `bug` label before the job would enter the
+/// issue's concurrency group, so GitHub's one-pending-run rule never
+/// cancels the queued dispatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrelated_label_applied_while_a_dispatch_is_pending_does_not_lose_the_stage() {
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[], |c| c);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_collaborator("tia", "triage");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("ward-stage.yml", "stage", 5 * MINUTE);
+    gh.state().label(n, "ward:admit", "maya");
+    // Admission takes five minutes; its dispatch of diagnosis waits behind it.
+    runner.at(MINUTE, "a triager labels the issue `bug`", move |s| s.label(n, "bug", "tia"));
+    runner.run_until(10, |s| s.labels_of(n).contains(&"ward:plan-review".to_string())).await;
+
+    // Stopped once plan review was dispatched: admission, diagnosis, `bug`, plan review (queued).
+    let runs = runner.runs_of("ward-stage.yml");
+    let described: Vec<String> = runs.iter().map(|r| r.describe()).collect();
+    assert_eq!(runs.len(), 4, "{described:#?}");
+    let (admit, diagnose, bug) = (runs[0], runs[1], runs[2]);
+    assert_eq!(runs[3].payload["client_payload"]["label"], json!("ward:plan-review"));
+    assert_eq!(bug.payload["label"]["name"], json!("bug"));
+    assert_eq!(bug.job("stage").conclusion.as_deref(), Some("skipped"), "the `if:` skips it");
+    assert_eq!(bug.conclusion.as_deref(), Some("skipped"));
+    assert_eq!(bug.job("stage").group, None, "a skipped job never enters the group");
+    assert_eq!(diagnose.payload["client_payload"]["label"], json!("ward:diagnose"));
+    assert_eq!(diagnose.job("stage").conclusion.as_deref(), Some("success"));
+    assert_eq!(diagnose.job("stage").started_at, admit.job("stage").completed_at, "it waited for admission");
+    assert!(diagnose.created_at < bug.created_at, "the dispatch was queued first");
+    assert!(bug.created_at < diagnose.job("stage").started_at.unwrap(), "the label came while it was pending");
+    assert_eq!(admit.job("stage").group.as_deref(), Some(format!("ward-issue-{n}").as_str()));
+    assert_eq!(gh.state().labels_of(n), ["bug", "ward:plan-review"]);
+}
+
+// ---------------------------------------------------------------------------
+// Deliveries are shaped like GitHub's: octokit's JSON schemas say so
+
+/// octokit/webhooks' payload schemas (`tests/fixtures/github/webhooks/
+/// payload-schemas/`), their relative `$ref`s made absolute so one
+/// validator resolves them all.
+struct WebhookSchemas {
+    root: std::path::PathBuf,
+    resources: Vec<(String, Value)>,
+}
+
+impl WebhookSchemas {
+    const BASE: &'static str = "https://octokit.invalid/";
+
+    fn load() -> Self {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/github/webhooks/payload-schemas");
+        let mut resources = Vec::new();
+        for (path, text) in texts(&root) {
+            let rel = path.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+            let mut v: Value = serde_json::from_str(&text).unwrap();
+            Self::absolute(&mut v);
+            resources.push((format!("{}{rel}", Self::BASE), v));
+        }
+        Self { root, resources }
+    }
+
+    /// `common/x.schema.json` (from an event) and `x.schema.json` (from
+    /// common/) both name `<BASE>common/x.schema.json`.
+    fn absolute(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("$id");
+                if let Some(Value::String(r)) = m.get_mut("$ref")
+                    && !r.starts_with('#')
+                {
+                    let name = r.trim_start_matches("common/");
+                    *r = format!("{}common/{name}", Self::BASE);
+                }
+                m.values_mut().for_each(Self::absolute);
+            }
+            Value::Array(a) => a.iter_mut().for_each(Self::absolute),
+            _ => {}
+        }
+    }
+
+    /// The schema of a delivery, if octokit publishes one here.
+    fn file_for(&self, d: &Delivery) -> Option<String> {
+        let single = format!("{}/event.schema.json", d.event);
+        let per_action = format!("{}/{}.schema.json", d.event, d.action().unwrap_or(""));
+        [per_action, single].into_iter().find(|f| self.root.join(f).exists())
+    }
+
+    fn check(&self, file: &str, payload: &Value) -> Result<(), String> {
+        let main = self.resources.iter().find(|(u, _)| u.ends_with(file)).unwrap().1.clone();
+        let mut options = jsonschema::options().with_draft(jsonschema::Draft::Draft7);
+        for (uri, v) in &self.resources {
+            options = options.with_resource(uri.clone(), jsonschema::Resource::from_contents(v.clone()).unwrap());
+        }
+        let validator = options.build(&main).map_err(|e| format!("{file} does not compile: {e}"))?;
+        let errors: Vec<String> =
+            validator.iter_errors(payload).take(5).map(|e| format!("{e} at {}", e.instance_path)).collect();
+        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_delivery_validates_against_octokits_webhook_schema() {
+    let gh = FakeGitHub::start().await;
+    repository(
+        &gh,
+        &[
+            (".github/workflows/ci.yml", CI),
+            (".github/workflows/on-dispatch.yml", ON_DISPATCH),
+            ("status.txt", "fine\n"),
+        ],
+    );
+    let mut runner = Runner::new(&gh);
+    {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_collaborator("rob", "write");
+        let n = s.add_issue("An issue", "with a body", "maya", &["bug"]);
+        s.label(n, "ward:admit", "maya");
+        s.unlabel(n, "bug", "maya");
+        s.comment(n, "A comment", "rob");
+        let head = s.commit_files("feature", &[("fix.txt", "fixed\n")], "Fix", "rob");
+        let pr = s.open_pull("feature", "main", "A fix", "Closes #1", "rob");
+        s.comment(pr, "A comment on the pull request", "maya");
+        s.review(pr, "maya", "APPROVE", "Good.", &[("fix.txt", 1, "nit")]);
+        s.set_status(&head, "lint", "success", "maya");
+        s.report_check("ci-app", &head, "external", "success", Some("all good"));
+        s.repository_dispatch("poke", json!({ "why": "a test" }), "maya");
+        s.dispatch_workflow(
+            "on-dispatch.yml",
+            "main",
+            &[("why".to_string(), json!("a test"))].into_iter().collect(),
+            "maya",
+        )
+        .unwrap();
+    }
+    runner.run_until_idle(10).await;
+    let pr = gh.state().open_pull_for("feature").unwrap().number;
+    let merge = format!("/repos/{OWNER}/{REPO}/pulls/{pr}/merge");
+    assert_eq!(call(&gh, TOKEN, "PUT", &merge, Some(json!({ "merge_method": "squash" }))).await.0, 200);
+    gh.state().close(1, "maya");
+
+    let schemas = WebhookSchemas::load();
+    let deliveries = gh.state().deliveries.clone();
+    let mut checked = std::collections::BTreeSet::new();
+    let mut problems = Vec::new();
+    for d in &deliveries {
+        let Some(file) = schemas.file_for(d) else { continue };
+        if let Err(why) = schemas.check(&file, &d.payload) {
+            problems.push(format!("{} {:?}: {why}", d.event, d.action()));
+        }
+        checked.insert(file);
+    }
+    assert!(problems.is_empty(), "{} deliveries GitHub would not send:\n{}", problems.len(), problems.join("\n"));
+    let expected = [
+        "check_run/completed.schema.json",
+        "check_suite/completed.schema.json",
+        "issue_comment/created.schema.json",
+        "issues/labeled.schema.json",
+        "issues/opened.schema.json",
+        "issues/unlabeled.schema.json",
+        "pull_request/closed.schema.json",
+        "pull_request/opened.schema.json",
+        "pull_request_review/submitted.schema.json",
+        "push/event.schema.json",
+        "repository_dispatch/event.schema.json",
+        "status/event.schema.json",
+        "workflow_dispatch/event.schema.json",
+        "workflow_run/completed.schema.json",
+    ];
+    assert_eq!(checked.iter().map(String::as_str).collect::<Vec<_>>(), expected);
+}
+
+// ---------------------------------------------------------------------------
+// The other triggers and their filters
+
+/// A workflow named `name` on `on` that echoes what started it.
+fn echo_workflow(name: &str, on: &str) -> String {
+    format!(
+        "name: {name}\non:\n{on}\npermissions: {{}}\njobs:\n  echo:\n    runs-on: ubuntu-24.04\n    steps:\n      - run: echo \"$EVENT $ACTION\"\n        env:\n          EVENT: ${{{{ github.event_name }}}}\n          ACTION: ${{{{ github.event.action }}}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_trigger_starts_what_its_types_branches_paths_and_workflows_allow() {
+    let gh = FakeGitHub::start().await;
+    let files = [
+        ("comment", "  issue_comment:\n    types: [created]"),
+        ("status", "  status:"),
+        ("checks", "  check_run:\n    types: [completed]\n  check_suite:\n    types: [completed]"),
+        ("after-ci", "  workflow_run:\n    workflows: [ci]\n    types: [completed]"),
+        ("docs", "  push:\n    branches: [main]\n    paths: ['docs/**']"),
+        ("tags", "  push:\n    tags: ['v*']"),
+        ("pr-default", "  pull_request:"),
+    ];
+    let mut repo: Vec<(String, String)> =
+        files.iter().map(|(name, on)| (format!(".github/workflows/{name}.yml"), echo_workflow(name, on))).collect();
+    repo.push((".github/workflows/ci.yml".into(), CI.into()));
+    repo.push(("status.txt".into(), "fine\n".into()));
+    let refs: Vec<(&str, &str)> = repo.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    repository(&gh, &refs);
+    let mut runner = Runner::new(&gh);
+    let ran = |runner: &Runner<'_>| -> Vec<String> {
+        runner.runs.iter().map(|r| format!("{} {}", r.workflow, r.action.as_deref().unwrap_or(&r.event))).collect()
+    };
+    {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        let n = s.add_issue("x", "", "maya", &[]);
+        s.comment(n, "hello", "maya");
+        let main = s.branch_head("main").unwrap();
+        s.set_status(&main, "deploy", "success", "deployer[bot]");
+        s.report_check("linter", &main, "lint", "success", Some("clean"));
+        // A push to main outside docs/, then one inside.
+        s.commit_files("main", &[("src.txt", "code\n")], "Code", "maya");
+        s.commit_files("main", &[("docs/guide.md", "# Guide\n")], "Docs", "maya");
+    }
+    runner.run_until_idle(20).await;
+    assert_eq!(
+        ran(&runner),
+        [
+            "comment.yml created",
+            "status.yml status",
+            "checks.yml completed",
+            "checks.yml completed",
+            "ci.yml push",
+            "ci.yml push",
+            "docs.yml push",
+            "after-ci.yml completed",
+            "after-ci.yml completed",
+        ],
+        "{}",
+        runner.summary()
+    );
+    // CI's own check runs and suites (Actions') started no `checks` run;
+    // its workflow_run did start `after-ci`.
+    assert!(
+        runner.ignored.iter().any(|(_, why)| why == "check_suite by github-actions[bot]: caused by a workflow token")
+    );
+
+    // A tag starts the tag workflow; a labeled pull request starts nothing
+    // (`pull_request:` defaults to opened, synchronize, reopened); a pull
+    // request in conflict with its base starts nothing at all.
+    let mark = runner.runs.len();
+    {
+        let mut s = gh.state();
+        let main = s.branch_head("main").unwrap();
+        s.git.set_ref("refs/tags/v1.0", &main, None).unwrap();
+        s.sync_tags("maya");
+        s.commit_files("clash", &[("status.txt", "theirs\n")], "Theirs", "maya");
+        s.commit_files("main", &[("status.txt", "ours\n")], "Ours", "maya");
+        s.commit_files("calm", &[("calm.txt", "calm\n")], "Calm", "maya");
+        let calm = s.open_pull("calm", "main", "Calm", "", "maya");
+        s.open_pull("clash", "main", "Clash", "", "maya");
+        let labeled = json!({ "action": "labeled", "number": calm, "pull_request": s.pull_webhook_json(calm), "label": { "name": "x" } });
+        s.deliver_webhook("pull_request", labeled, "maya");
+    }
+    runner.run_until_idle(20).await;
+    let new: Vec<String> = ran(&runner)[mark..].to_vec();
+    assert_eq!(
+        new,
+        [
+            "tags.yml push",
+            "ci.yml push",
+            "ci.yml opened",
+            "pr-default.yml opened",
+            "after-ci.yml completed",
+            "after-ci.yml completed"
+        ],
+        "{}",
+        runner.summary()
+    );
+    assert!(
+        runner.ignored.iter().any(|(_, why)| why == "pull_request: no commit to run on"),
+        "the clash has no test merge: {:?}",
+        runner.ignored
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The shipped ward-precedents.yml
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_precedents_workflow_passes_an_appended_entry_and_fails_an_edited_one() {
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[], |c| c);
+    let log = ours("precedents/log.yaml");
+    let appended = format!(
+        "{log}\n- id: P-0010\n  date: 2026-11-01\n  chief: maya\n  tags: [docs]\n  question: >-\n    May a fix skip the \
+         changelog?\n  decision: >-\n    No; every fix names itself in the changelog.\n"
+    );
+    let edited = log.replacen("chief: mara-okafor", "chief: somebody-else", 1);
+    assert_ne!(edited, log);
+    let mut runner = Runner::new(&gh);
+    {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_collaborator("rob", "write");
+        s.commit_files("append", &[("precedents/log.yaml", &appended)], "P-0010: changelogs", "maya");
+        s.open_pull("append", "main", "A precedent", "", "maya");
+        s.commit_files("edit", &[("precedents/log.yaml", &edited)], "Rewrite history", "rob");
+        s.open_pull("edit", "main", "An edit", "", "rob");
+        s.commit_files("code", &[("src.txt", "code\n")], "Code", "rob");
+        s.open_pull("code", "main", "Code only", "", "rob");
+    }
+    runner.run_until_idle(5).await;
+    let runs = runner.runs_of("ward-precedents.yml");
+    assert_eq!(runs.len(), 2, "`paths: precedents/**` skips the code-only pull request\n{}", runner.summary());
+    let (ok, bad) = (runs[0].job("check"), runs[1].job("check"));
+    assert_eq!(ok.conclusion.as_deref(), Some("success"), "{}", ok.log());
+    assert_eq!(bad.conclusion.as_deref(), Some("failure"), "{}", bad.log());
+    assert!(bad.log().contains("P-0001"), "the edited entry is named: {}", bad.log());
+    // fetch-depth: 0 fetched the history the check compares against.
+    assert!(ok.step("Check out the pull request with its history").log.contains("+refs/heads/*:refs/remotes/origin/*"));
+}
