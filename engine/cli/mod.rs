@@ -177,6 +177,8 @@ pub enum LockdownCommand {
 pub enum ConfigCommand {
     /// Parse and validate everything; exit 2 on any problem.
     Check,
+    /// Print the JSON Schema of .github/ward.yml (what `.github/ward.schema.json` holds).
+    Schema,
 }
 
 #[derive(Debug, Subcommand)]
@@ -319,6 +321,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { command: ConfigCommand::Check } => config_check(&cli.root),
+        Command::Config { command: ConfigCommand::Schema } => {
+            print!("{}", crate::config::schema::schema_text());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Chart { command } => read::chart(&cli, command).await,
         Command::Precedents { command: PrecedentCommand::Check { base, today } } => {
             read::precedents_check(&cli.root, base.as_deref(), *today)
@@ -432,6 +438,10 @@ fn config_check(root: &Path) -> anyhow::Result<ExitCode> {
             config.roles.len(),
             config.labels.len()
         );
+        match &config.agent.applied {
+            Some(applied) => println!("{}", applied.describe()),
+            None => println!("agent: ward.yml's `command` (no preset)"),
+        }
         return Ok(ExitCode::SUCCESS);
     }
     for p in &problems {
