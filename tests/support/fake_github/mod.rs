@@ -16,10 +16,13 @@
 //!   exhaustion, a write that lands but whose answer is lost, and a
 //!   concurrent writer on a contents path.
 //! - It checks the token (`Authorization: Bearer`), and can play a missing
-//!   repository (`repo_exists`) or a read-only token (`token_can_write`).
+//!   repository (`repo_exists`), a read-only token (`token_can_write`), a
+//!   token without one permission, and the repository's Actions settings
+//!   (`settings`, in settings.rs).
 
 mod handlers;
 mod releases;
+mod settings;
 mod state;
 
 use std::net::SocketAddr;
@@ -36,6 +39,7 @@ use tokio::net::TcpListener;
 use ward::forge::github::{GitHubForge, GitHubSettings};
 use ward::forge::retry::RetryPolicy;
 
+pub use settings::Settings;
 pub use state::*;
 
 pub const OWNER: &str = "octo";
@@ -134,7 +138,9 @@ async fn serve(
         if let Some(response) = releases::handle(&mut state, &parts.method, &parts.uri, &parts.headers) {
             return Ok(response);
         }
-        state.handle(&parts.method, &parts.uri, &parts.headers, &body)
+        // The settings `ward doctor` reads, and per-permission refusals (settings.rs).
+        settings::handle(&mut state, &parts.method, &parts.uri, &parts.headers, &body)
+            .unwrap_or_else(|| state.handle(&parts.method, &parts.uri, &parts.headers, &body))
     };
     let mut response = Response::builder().status(answer.status);
     for (k, v) in &answer.headers {

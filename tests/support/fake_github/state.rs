@@ -189,6 +189,8 @@ pub struct State {
     pub statuses: BTreeMap<String, Vec<(String, String)>>,
     /// Releases of any repository (releases.rs).
     pub releases: super::releases::Releases,
+    /// Actions settings and the token's missing permissions (settings.rs).
+    pub settings: super::settings::Settings,
     pub log: Vec<Exchange>,
     pub unknown: Vec<String>,
     pub faults: Vec<Fault>,
@@ -223,6 +225,7 @@ impl State {
             check_runs: BTreeMap::new(),
             statuses: BTreeMap::new(),
             releases: Default::default(),
+            settings: Default::default(),
             log: Vec::new(),
             unknown: Vec::new(),
             faults: Vec::new(),
