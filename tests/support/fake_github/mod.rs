@@ -39,7 +39,6 @@ use tokio::net::TcpListener;
 use ward::forge::github::{GitHubForge, GitHubSettings};
 use ward::forge::retry::RetryPolicy;
 
-pub use settings::Settings;
 pub use state::*;
 
 pub const OWNER: &str = "octo";
