@@ -47,6 +47,7 @@ async fn bench() -> anyhow::Result<()> {
             notes_file: notes_dir.join("unused"),
             worktree: root.join("scratch"),
             sentinel: "WARD".into(),
+            prompt: None,
         };
         std::fs::create_dir_all(&env.worktree)?;
         let visit = default_visit(&env).map_err(anyhow::Error::msg)?;

@@ -6,7 +6,10 @@
 //!
 //! Also the built-in stand-in agent (`ward stand-in`): deterministic notes
 //! for every role and mode of the default pipeline, so the demo needs no
-//! model; with `--script` it writes exactly what a scenario says.
+//! model; with `--script` it writes exactly what a scenario says. When the
+//! issue names a file of the worktree (the demo's `greet.sh`), its notes
+//! cite that file's real paths and lines, so the groundedness check has
+//! something to check; it never runs code from the repository.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -14,6 +17,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
+
+use crate::chart::NoteKind;
 
 /// Everything one agent run needs.
 #[derive(Debug, Clone)]
@@ -187,7 +192,7 @@ pub struct ScriptedVisit {
 #[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedNote {
-    pub kind: String,
+    pub kind: NoteKind,
     pub body: String,
 }
 
@@ -200,6 +205,8 @@ pub struct StandInEnv {
     pub notes_file: PathBuf,
     pub worktree: PathBuf,
     pub sentinel: String,
+    /// The prompt (`$WARD_PROMPT`), where the issue's text is.
+    pub prompt: Option<PathBuf>,
 }
 
 impl StandInEnv {
@@ -214,6 +221,7 @@ impl StandInEnv {
             notes_file: get("WARD_NOTES")?.into(),
             worktree: get("WARD_WORKTREE")?.into(),
             sentinel: std::env::var("WARD_SENTINEL").unwrap_or_else(|_| "WARD".into()),
+            prompt: std::env::var_os("WARD_PROMPT").map(PathBuf::from),
         })
     }
 }
@@ -232,60 +240,240 @@ pub fn render_notes(sentinel: &str, notes: &[ScriptedNote], outcome: &str) -> St
     out
 }
 
+/// What the stand-in talks about: the first file the issue names that the
+/// worktree has (the entry point), and the sample app's check script.
+struct Sample {
+    /// Path, text and the 1-based line of its first line of code.
+    entry: Option<(String, String, usize)>,
+    check: Option<String>,
+}
+
+/// The guard the stand-in's treatment adds to a shell entry point.
+const GUARD_TEST: &str = r#"[ -z "$1" ]"#;
+/// The check it adds to the check script.
+const CHECK_NAME: &str = "refuses_empty_name";
+/// The skill a plan review holds a plan to.
+const PLAN_FORMAT: &str = "skills/plan-format.md";
+
+impl Sample {
+    fn find(env: &StandInEnv) -> Self {
+        let issue = env.prompt.as_deref().and_then(|p| std::fs::read_to_string(p).ok()).map(|p| untrusted_text(&p));
+        let entry = issue.and_then(|text| {
+            crate::groundedness::extract_claims(&text).into_iter().find_map(|c| {
+                let path = c.path.filter(|p| c.kind != crate::groundedness::ClaimKind::Test && !p.ends_with('/'))?;
+                let body = read_inside(&env.worktree, &path)?;
+                let first = body.lines().position(is_code).map_or(1, |i| i + 1);
+                Some((path, body, first))
+            })
+        });
+        let check = read_inside(&env.worktree, "check.sh").map(|_| "check.sh".to_string());
+        Sample { entry, check }
+    }
+
+    fn shell_entry(&self) -> Option<&(String, String, usize)> {
+        self.entry.as_ref().filter(|(p, body, _)| p.ends_with(".sh") || body.starts_with("#!/bin/sh"))
+    }
+}
+
+/// The issue's text in a prompt: what its `untrusted` fence holds.
+fn untrusted_text(prompt: &str) -> String {
+    let mut lines = prompt.lines();
+    let Some(open) = lines.find(|l| l.trim_start_matches('`').starts_with("untrusted") && l.starts_with("```")) else {
+        return String::new();
+    };
+    let marks: String = open.chars().take_while(|c| *c == '`').collect();
+    lines.take_while(|l| l.trim_end() != marks).collect::<Vec<_>>().join("\n")
+}
+
+/// A relative path's text when it is a regular file inside `root`.
+fn read_inside(root: &Path, path: &str) -> Option<String> {
+    let rel = Path::new(path.trim_start_matches("./"));
+    if !rel.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+        return None;
+    }
+    let full = root.join(rel);
+    full.symlink_metadata().ok().filter(|m| m.is_file())?;
+    std::fs::read_to_string(full).ok()
+}
+
+fn is_code(line: &str) -> bool {
+    let t = line.trim();
+    !(t.is_empty() || t.starts_with('#') || t.starts_with("//"))
+}
+
+/// 1-based number of the first line of `text` containing `needle`.
+fn line_of(text: &str, needle: &str) -> Option<usize> {
+    text.lines().position(|l| l.contains(needle)).map(|i| i + 1)
+}
+
+/// The treatment: a guard in a shell entry point, a check that it refuses
+/// the empty name, a changelog line. Returns what changed, as `path:lines`
+/// with what each does, for the TREATMENT_NOTE.
+fn treat(env: &StandInEnv, sample: &Sample) -> Result<Vec<String>, String> {
+    let write = |path: &str, text: &str| {
+        std::fs::write(env.worktree.join(path), text).map_err(|e| format!("could not write {path}: {e}"))
+    };
+    let mut changes = Vec::new();
+    if let Some((path, body, first)) = sample.shell_entry() {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let mut lines: Vec<String> = body.lines().map(String::from).collect();
+        if !body.contains(GUARD_TEST) {
+            let guard =
+                format!("if {GUARD_TEST}; then\n  echo \"{name}: a non-empty argument is required\" >&2\n  exit 2\nfi");
+            lines.insert(first - 1, guard);
+            write(path, &(lines.join("\n") + "\n"))?;
+        }
+        let text = read_inside(&env.worktree, path).unwrap_or_default();
+        let at = line_of(&text, GUARD_TEST).unwrap_or(*first);
+        changes.push(format!("`{path}:{at}-{}`: refuses the empty name on stderr with exit code 2", at + 3));
+        if let Some(check) = &sample.check {
+            let body = read_inside(&env.worktree, check).unwrap_or_default();
+            if !body.contains(CHECK_NAME) {
+                let mut lines: Vec<String> = body.lines().map(String::from).collect();
+                let at = lines.iter().position(|l| l.trim() == "echo ok").unwrap_or(lines.len());
+                lines.insert(
+                    at,
+                    format!(
+                        "# {CHECK_NAME}: the empty name is refused with exit code 2.\n\
+                         status=0; ./{path} \"\" 2>/dev/null || status=$?; [ \"$status\" = 2 ]"
+                    ),
+                );
+                write(check, &(lines.join("\n") + "\n"))?;
+            }
+            let text = read_inside(&env.worktree, check).unwrap_or_default();
+            let at = line_of(&text, CHECK_NAME).unwrap_or(1);
+            changes.push(format!("`{check}:{at}-{}`: `{CHECK_NAME}` checks it", at + 1));
+        }
+    }
+    let mut text = read_inside(&env.worktree, "CHANGELOG.md").unwrap_or_default();
+    text.push_str(&format!("- Treated #{}: the entry point validates its input.\n", env.issue));
+    write("CHANGELOG.md", &text)?;
+    match sample.entry {
+        Some(_) => changes.push(format!("`CHANGELOG.md:{}`: records the change", text.lines().count())),
+        None => changes.push("CHANGELOG.md: recorded the change, as planned".into()),
+    }
+    Ok(changes)
+}
+
+/// The stand-in's treatment plan: what the sample's entry point does wrong,
+/// cited by path and line when the issue names it.
+fn diagnosis_plan(cited: Option<&(&str, String)>, sample: &Sample) -> ScriptedNote {
+    let (reading, diagnosis, files, tests) = match (cited, &sample.check) {
+        (Some((path, line)), check) => (
+            format!("Read {line}: it runs whatever it is given, the empty input included."),
+            format!("{line} does not validate its input."),
+            format!(
+                "- `{path}`: refuse the empty input on stderr with exit code 2.\n{}- `CHANGELOG.md`: record the fix.",
+                check
+                    .as_ref()
+                    .map(|c| format!("- `{c}`: check that the empty input is refused.\n"))
+                    .unwrap_or_default()
+            ),
+            match check {
+                Some(c) => format!("- `{CHECK_NAME}` in `{c}`: the empty input exits 2."),
+                None => "- A check that the empty input is refused.".into(),
+            },
+        ),
+        (None, _) => (
+            "Ran the sample app's check; the behaviour described in the issue reproduces.".into(),
+            "The entry point does not validate its input.".into(),
+            "- CHANGELOG.md".into(),
+            "- A check that the empty input is refused.".into(),
+        ),
+    };
+    ScriptedNote {
+        kind: NoteKind::TreatmentPlan,
+        body: format!(
+            "## Reproduction\n{reading}\n\n\
+             ## Differential diagnosis\n1. Input not validated (confirmed by reading the entry point).\n\
+             2. Wrong default value (ruled out: no default is set).\n\n\
+             ## Diagnosis\n{diagnosis}\n\n\
+             ## Files to change\n{files}\n\n\
+             ## Tests to add\n{tests}\n\n\
+             ## Risks\nCallers that relied on the lenient behaviour now get an error.\n\n\
+             ## Open questions\nNone."
+        ),
+    }
+}
+
+/// The stand-in's code review: the guard and the check, cited where they are.
+fn code_review(env: &StandInEnv, sample: &Sample) -> ScriptedNote {
+    let head = git_head(&env.worktree).unwrap_or_else(|| "unknown".into());
+    let guard = sample.entry.as_ref().and_then(|(p, body, _)| Some((p, line_of(body, GUARD_TEST)?)));
+    let correctness = match guard {
+        Some((path, at)) => format!("The guard at `{path}:{at}` refuses the empty input before anything runs."),
+        None => "The change does what the plan says.".into(),
+    };
+    let check = sample.check.as_ref().and_then(|c| {
+        let at = line_of(&read_inside(&env.worktree, c)?, CHECK_NAME)?;
+        Some(format!("The planned check `{CHECK_NAME}` is at `{c}:{at}`."))
+    });
+    ScriptedNote {
+        kind: NoteKind::CodeReview,
+        body: format!(
+            "## Scope against the plan\nOnly the planned files changed.\n\n\
+             ## Correctness\n{correctness}\n\n## Tests\n{}\n\n\
+             ## Security\nNo new input reaches a shell, a query or a path.\n\n## Verdict\napprove\n\n\
+             Commit: {head}",
+            check.unwrap_or_else(|| "The planned check is present.".into())
+        ),
+    }
+}
+
 /// The happy-path visit of the default pipeline for `mode`.
 pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
-    let note = |kind: &str, body: String| ScriptedNote { kind: kind.parse().expect("a known note kind"), body };
+    let note = |kind: NoteKind, body: String| ScriptedNote { kind, body };
     let issue = &env.issue;
     let visit = |outcome: &str, notes: Vec<ScriptedNote>| ScriptedVisit { outcome: outcome.into(), notes };
+    let sample = Sample::find(env);
+    // `greet.sh:3`: the entry point's first line of code, before treatment.
+    let cited = sample.entry.as_ref().map(|(p, _, first)| (p.as_str(), format!("`{p}:{first}`")));
     Ok(match env.mode.as_str() {
         "triage" => visit(
             "ready",
             vec![note(
-                "TRIAGE",
+                NoteKind::Triage,
                 format!(
-                    "## Assessment\nIssue #{issue} names one defect in one place; one fellow can diagnose and treat it.\n\n\
-                     ## Decision\nready: no decomposition needed."
+                    "## Assessment\nIssue #{issue} names one defect in one place{}; one fellow can diagnose and treat it.\n\n\
+                     ## Decision\nready: no decomposition needed.",
+                    cited.as_ref().map(|(p, _)| format!(" (`{p}`)")).unwrap_or_default()
                 ),
             )],
         ),
-        "diagnose" => visit(
-            "plan-posted",
-            vec![note(
-                "TREATMENT_PLAN",
-                "## Reproduction\nRan the sample app's check; the behaviour described in the issue reproduces.\n\n\
-                 ## Differential diagnosis\n1. Input not validated (confirmed by reading the entry point).\n\
-                 2. Wrong default value (ruled out: defaults are set once and tested).\n\n\
-                 ## Diagnosis\nThe entry point does not validate its input.\n\n\
-                 ## Files to change\n- CHANGELOG.md\n\n\
-                 ## Tests to add\n- A check that the empty input is refused.\n\n\
-                 ## Risks\nCallers that relied on the lenient behaviour now get an error.\n\n\
-                 ## Open questions\nNone."
-                    .into(),
-            )],
-        ),
+        "diagnose" => visit("plan-posted", vec![diagnosis_plan(cited.as_ref(), &sample)]),
         "plan" => visit(
             "approve",
             vec![note(
-                "PLAN_REVIEW",
-                "## Findings\nThe diagnosis follows from the reproduction; files and tests are named; the risk is stated.\n\n\
-                 ## Verdict\napprove"
-                    .into(),
+                NoteKind::PlanReview,
+                format!(
+                    "## Findings\nThe diagnosis follows from the reproduction{}; files and tests are named; the risk is stated{}.\n\n\
+                     ## Verdict\napprove",
+                    cited.as_ref().map(|(_, line)| format!(" ({line} reads as the plan says)")).unwrap_or_default(),
+                    read_inside(&env.worktree, PLAN_FORMAT)
+                        .map(|_| format!("; every section `{PLAN_FORMAT}` asks for is there"))
+                        .unwrap_or_default()
+                ),
             )],
         ),
         "treat" => {
-            let changelog = env.worktree.join("CHANGELOG.md");
-            let mut text = std::fs::read_to_string(&changelog).unwrap_or_default();
-            text.push_str(&format!("- Treated #{issue}: the entry point validates its input.\n"));
-            std::fs::write(&changelog, text).map_err(|e| format!("could not write {}: {e}", changelog.display()))?;
+            let changes = treat(env, &sample)?;
             let head = commit_all(&env.worktree, &format!("Treat #{issue}: validate the entry point's input"))
                 .unwrap_or_else(|| "not a git repository".into());
+            let tests = match (&sample.check, sample.shell_entry()) {
+                (Some(check), Some(_)) => format!(
+                    "- None run: the stand-in runs no code from the repository. `{CHECK_NAME}` is in `{check}` for CI \
+                     (`sh {check}`)."
+                ),
+                _ => "- The sample app's check: passed.".into(),
+            };
+            let changes: String = changes.iter().map(|c| format!("- {c}.\n")).collect();
             visit(
                 "treated",
                 vec![note(
-                    "TREATMENT_NOTE",
+                    NoteKind::TreatmentNote,
                     format!(
-                        "## Changes against the plan\n- CHANGELOG.md: recorded the change, as planned.\n\n\
-                         ## Tests run\n- The sample app's check: passed.\n\n\
+                        "## Changes against the plan\n{changes}\n\
+                         ## Tests run\n{tests}\n\n\
                          ## Review findings addressed\nNone yet.\n\n\
                          ## Notes for the reviewer\nNothing outside the plan was touched.\n\n\
                          Commit: {head}"
@@ -296,7 +484,7 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
         "consult" => visit(
             "resume",
             vec![note(
-                "IPASS_READBACK",
+                NoteKind::IpassReadback,
                 "## Illness severity\nStable: nothing is broken on the base branch.\n\n\
                  ## Patient summary\nThe fellow's approved plan stalled on one step.\n\n\
                  ## Action list\nClarify the step; resume treatment.\n\n\
@@ -306,25 +494,11 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
                     .into(),
             )],
         ),
-        "code" => {
-            let head = git_head(&env.worktree).unwrap_or_else(|| "unknown".into());
-            visit(
-                "approve",
-                vec![note(
-                    "CODE_REVIEW",
-                    format!(
-                        "## Scope against the plan\nOnly the planned files changed.\n\n\
-                         ## Correctness\nThe change does what the plan says.\n\n## Tests\nThe planned check is present.\n\n\
-                         ## Security\nNo new input reaches a shell, a query or a path.\n\n## Verdict\napprove\n\n\
-                         Commit: {head}"
-                    ),
-                )],
-            )
-        }
+        "code" => visit("approve", vec![code_review(env, &sample)]),
         "discharge" => visit(
             "discharged",
             vec![note(
-                "DISCHARGE_CHECKLIST",
+                NoteKind::DischargeChecklist,
                 "The engine's checklist above is what counts; nothing on it is left blank by this nurse.".into(),
             )],
         ),
@@ -431,6 +605,69 @@ mod tests {
         let alive = unsafe { libc::kill(pid, 0) } == 0;
         let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z")).unwrap_or(true);
         assert!(!alive || zombie, "the grandchild {pid} survived the limit");
+    }
+
+    /// The demo's sample app, its issue in a prompt, and the stand-in's
+    /// environment in that worktree.
+    fn sample_app(mode: &str) -> (tempfile::TempDir, StandInEnv) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("greet.sh"), "#!/bin/sh\n# Greets.\necho \"Hello, $1!\"\n").unwrap();
+        std::fs::write(
+            root.join("check.sh"),
+            "#!/bin/sh\nset -e\n[ \"$(./greet.sh Ada)\" = \"Hello, Ada!\" ]\necho ok\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("CHANGELOG.md"), "# Changelog\n\n").unwrap();
+        crate::demo::init_repository(&root).unwrap();
+        let prompt = dir.path().join("prompt.md");
+        std::fs::write(
+            &prompt,
+            "# Role\nSee `engine/x.rs`.\n\n```untrusted\nRunning `./greet.sh \"\"` prints `Hello, !`.\n```\n",
+        )
+        .unwrap();
+        let env = StandInEnv {
+            issue: "1".into(),
+            stage: mode.into(),
+            mode: mode.into(),
+            notes_file: dir.path().join("notes.md"),
+            worktree: root,
+            sentinel: "WARD".into(),
+            prompt: Some(prompt),
+        };
+        (dir, env)
+    }
+
+    #[test]
+    fn the_stand_in_cites_real_lines_of_the_file_the_issue_names() {
+        let (_dir, mut env) = sample_app("diagnose");
+        let precedents = std::collections::HashSet::new();
+        let mut claims = 0;
+        for (mode, after) in [("diagnose", false), ("plan", false), ("treat", true), ("code", true)] {
+            env.mode = mode.into();
+            let visit = default_visit(&env).unwrap();
+            let tree = crate::groundedness::Tree::worktree(&env.worktree).unwrap();
+            let facts = crate::groundedness::Facts { tree: &tree, precedents: &precedents, after_treatment: after };
+            let notes = visit.notes.iter().map(|n| (n.kind.as_str(), n.body.as_str()));
+            let score = crate::groundedness::score_notes(notes, &facts);
+            assert!(!score.checked.is_empty() && score.value() == 1.0, "{mode}: {score:#?}");
+            claims += score.checked.len();
+        }
+        assert!(claims >= 10, "{claims} claims");
+        // The treatment is real: the guard is in, and the check names it.
+        let greet = std::fs::read_to_string(env.worktree.join("greet.sh")).unwrap();
+        assert!(greet.lines().nth(2).unwrap().starts_with("if [ -z \"$1\" ]"), "{greet}");
+        let check = std::fs::read_to_string(env.worktree.join("check.sh")).unwrap();
+        assert!(check.contains(CHECK_NAME), "{check}");
+    }
+
+    #[test]
+    fn without_a_named_file_the_stand_in_makes_no_claims_it_cannot_back() {
+        let (_dir, mut env) = sample_app("diagnose");
+        env.prompt = None;
+        let visit = default_visit(&env).unwrap();
+        assert!(crate::groundedness::extract_claims(&visit.notes[0].body).is_empty(), "{}", visit.notes[0].body);
     }
 
     #[tokio::test]

@@ -40,6 +40,10 @@ pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<DemoRun> {
     std::fs::create_dir_all(dir).with_context(|| format!("could not create {}", dir.display()))?;
     for (path, text) in SAMPLE_FILES {
         std::fs::write(dir.join(path), text)?;
+        if path.ends_with(".sh") {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.join(path), std::fs::Permissions::from_mode(0o755))?;
+        }
     }
     crate::defaults::install(dir)?;
     init_repository(dir)?;

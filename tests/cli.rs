@@ -42,6 +42,12 @@ fn demo_discharges_the_sample_patient() {
     Chart:      [DIR]/charts/1.md
     Artifacts:  [DIR]/.ward/runs/1
     "#);
+    // The stand-in names real paths and lines, and the check finds them.
+    let chart = std::fs::read_to_string(demo.join("charts/1.md")).unwrap();
+    let claims: Vec<usize> = chart.lines().filter_map(|l| l.strip_prefix("claims: ")?.parse().ok()).collect();
+    assert_eq!(claims.len(), 6, "one GROUNDEDNESS note per stage run: {chart}");
+    assert!(claims.iter().sum::<usize>() >= 10 && claims[1] > 0 && claims[3] > 0, "{claims:?}");
+    assert!(!chart.contains("verdict: invalid") && chart.contains("`greet.sh:3`"), "{chart}");
     // A non-empty folder is refused, and left as it was.
     let again = std::process::Command::new(support::ward_bin())
         .args(["demo", "--dir", demo.to_str().unwrap()])

@@ -551,7 +551,9 @@ async fn an_ungrounded_note_is_invalid_reruns_once_then_escalates() {
     std::fs::write(tree.path().join("engine/chart.rs"), "fn a() {}\nfn b() {}\n#[test]\nfn appends_once() {}\n")
         .unwrap();
     let precedents: HashSet<String> = ["P-0001".to_string()].into();
-    let facts = Facts { worktree: tree.path(), precedents: &precedents, after_treatment: true };
+    // Not a git repository: the folder is read as it is.
+    let tree = groundedness::Tree::worktree(tree.path()).unwrap();
+    let facts = Facts { tree: &tree, precedents: &precedents, after_treatment: true };
 
     let grounded = "## Treatment\nChanged `engine/chart.rs:2`, per P-0001.\n## Tests\n- `appends_once`\n";
     let s = groundedness::score([grounded], &facts);

@@ -5,6 +5,8 @@
 
 use std::collections::HashSet;
 
+use anyhow::Context;
+
 use super::guard::Patient;
 use super::prepare::Prepared;
 use super::visit::{AgentText, Visit};
@@ -105,7 +107,7 @@ pub async fn judge(
         }
         None => (outcome, None),
     };
-    let groundedness = match grounded(h, patient, prepared, &notes) {
+    let groundedness = match grounded(h, patient, prepared, &notes)? {
         Grounded::Off => None,
         Grounded::Yes(note) => Some(note),
         Grounded::No { note, score, decision } => return Ok(Judgment::Ungrounded { note, score, decision }),
@@ -212,22 +214,25 @@ enum Grounded {
 }
 
 /// The notes' checkable claims against the worktree and the precedent log.
-fn grounded(h: &Hospital, patient: &Patient<'_>, prepared: &Prepared, notes: &AgentNotes) -> Grounded {
+fn grounded(h: &Hospital, patient: &Patient<'_>, prepared: &Prepared, notes: &AgentNotes) -> anyhow::Result<Grounded> {
     let threshold = h.config.departments.groundedness.threshold;
     if threshold <= 0.0 {
-        return Grounded::Off;
+        return Ok(Grounded::Off);
     }
     let ids: HashSet<String> = h.precedents.entries.iter().map(|p| p.id.clone()).collect();
     let after_treatment = notes.kinds().any(|k| k.after_treatment());
-    let facts = g::Facts { worktree: &prepared.workdir, precedents: &ids, after_treatment };
+    let tree = g::Tree::worktree(&prepared.workdir).with_context(|| {
+        format!("could not check the notes of issue {}, stage `{}`", patient.issue.number, patient.stage.name)
+    })?;
+    let facts = g::Facts { tree: &tree, precedents: &ids, after_treatment };
     let score = g::score_notes(notes.notes.iter().map(|n| (n.kind.as_str(), n.body.as_str())), &facts);
     let stage = patient.stage.name;
     let note = g::groundedness_note(&score, threshold, stage, &patient.run, h.now());
     let earlier = g::earlier_invalid(&prepared.chart, stage, g::visit_start(&prepared.chart));
-    match g::decide(score.value(), threshold, earlier) {
+    Ok(match g::decide(score.value(), threshold, earlier) {
         g::Decision::Accept => Grounded::Yes(note),
         decision => Grounded::No { note, score, decision },
-    }
+    })
 }
 
 fn list<T: std::fmt::Display>(items: &[T]) -> String {
