@@ -116,9 +116,10 @@ pub fn preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name)
 }
 
-/// The preset names, for the schema's `enum`.
-pub fn preset_names() -> Vec<&'static str> {
-    PRESETS.iter().map(|p| p.name).collect()
+/// The preset names, for the schema's `enum` (and `null`, which serde
+/// reads as no preset).
+pub fn preset_names() -> Vec<serde_json::Value> {
+    PRESETS.iter().map(|p| p.name.into()).chain([serde_json::Value::Null]).collect()
 }
 
 /// The preset names, joined for messages.
