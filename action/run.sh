@@ -19,6 +19,7 @@ args_for() {
     report) args=(--forge github report) ;;
     precedents-check) args=(precedents check) ;;
     simulate) args=(simulate) ;;
+    doctor) args=(--forge github doctor) ;;
     *) return 1 ;;
   esac
 }

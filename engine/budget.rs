@@ -40,11 +40,24 @@ pub struct Usage {
     pub cache_creation_input_tokens: u64,
     pub cache_read_input_tokens: u64,
     /// Where the figures came from: `claude-result`, `claude-stream`
-    /// (estimated from prices mid-run), `regex`.
+    /// (estimated from prices mid-run), `codex-json`, `gemini-json`,
+    /// `opencode-json`, `regex`.
     pub source: String,
 }
 
 impl Usage {
+    /// Adds another step's figures (dollars too, when both have them).
+    fn add(&mut self, other: &Usage) {
+        self.cost_usd = match (self.cost_usd, other.cost_usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_creation_input_tokens += other.cache_creation_input_tokens;
+        self.cache_read_input_tokens += other.cache_read_input_tokens;
+    }
+
     fn add_tokens(&mut self, usage: &Value) {
         let get = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
         self.input_tokens += get("input_tokens");
@@ -89,7 +102,8 @@ pub fn parse_claude(stdout: &str, prices: Option<&Prices>) -> Option<Usage> {
     {
         return Some(u);
     }
-    let config = BudgetConfig { usage: UsageFormat::ClaudeJson, prices: prices.cloned(), ..BudgetConfig::default() };
+    let config =
+        BudgetConfig { usage: Some(UsageFormat::ClaudeJson), prices: prices.cloned(), ..BudgetConfig::default() };
     let mut meter = Meter::new(&config);
     meter.feed(stdout.as_bytes());
     meter.finish();
@@ -118,12 +132,19 @@ pub struct Meter {
     any_stream: bool,
     result: Option<Usage>,
     last_match: Option<Usage>,
+    /// Codex's and opencode's events, added up.
+    events: Option<Usage>,
+    /// Gemini's output, read whole at the end (it is one pretty-printed object).
+    whole: String,
 }
+
+/// Gemini's output is one object; more than this is not its result.
+const GEMINI_OUTPUT_MAX: usize = 8 << 20;
 
 impl Meter {
     pub fn new(budget: &BudgetConfig) -> Self {
         Self {
-            format: budget.usage,
+            format: budget.usage(),
             regex: budget.usage_regex.as_deref().and_then(|r| Regex::new(r).ok()),
             prices: budget.prices.clone(),
             carry: Vec::new(),
@@ -132,6 +153,8 @@ impl Meter {
             any_stream: false,
             result: None,
             last_match: None,
+            events: None,
+            whole: String::new(),
         }
     }
 
@@ -155,6 +178,20 @@ impl Meter {
     fn line(&mut self, line: &str) {
         match self.format {
             UsageFormat::None => {}
+            UsageFormat::CodexJson | UsageFormat::OpencodeJson => {
+                let Ok(v) = serde_json::from_str::<Value>(line.trim()) else { return };
+                let read = if self.format == UsageFormat::CodexJson { codex_turn(&v) } else { opencode_step(&v) };
+                if let Some(step) = read {
+                    let total =
+                        self.events.get_or_insert_with(|| Usage { source: step.source.clone(), ..Usage::default() });
+                    total.add(&step);
+                }
+            }
+            UsageFormat::GeminiJson => {
+                if self.whole.len() + line.len() <= GEMINI_OUTPUT_MAX {
+                    self.whole.push_str(line);
+                }
+            }
             UsageFormat::Regex => {
                 if let Some(u) = self.regex.as_ref().and_then(|re| parse_regex(line, re)) {
                     self.last_match = Some(u);
@@ -185,18 +222,85 @@ impl Meter {
 
     /// What the output says so far: the final result when there is one.
     pub fn usage(&self) -> Option<Usage> {
-        if let Some(r) = &self.result {
-            return Some(r.clone());
-        }
-        if let Some(m) = &self.last_match {
-            return Some(m.clone());
-        }
-        self.any_stream.then(|| {
-            let mut u = self.stream.clone();
-            u.cost_usd = self.prices.as_ref().map(|p| u.estimate(p));
+        let priced = |mut u: Usage| {
+            if u.cost_usd.is_none() {
+                u.cost_usd = self.prices.as_ref().map(|p| u.estimate(p));
+            }
             u
-        })
+        };
+        match self.format {
+            UsageFormat::None => None,
+            UsageFormat::Regex => self.last_match.clone(),
+            UsageFormat::CodexJson | UsageFormat::OpencodeJson => self.events.clone().map(priced),
+            UsageFormat::GeminiJson => parse_gemini(&self.whole).map(priced),
+            UsageFormat::ClaudeJson => {
+                if let Some(r) = &self.result {
+                    return Some(r.clone());
+                }
+                self.any_stream.then(|| {
+                    let mut u = self.stream.clone();
+                    u.cost_usd = self.prices.as_ref().map(|p| u.estimate(p));
+                    u
+                })
+            }
+        }
     }
+}
+
+/// One `turn.completed` event of `codex exec --json`: its `input_tokens`
+/// count the cached ones too.
+fn codex_turn(v: &Value) -> Option<Usage> {
+    if v.get("type").and_then(Value::as_str) != Some("turn.completed") {
+        return None;
+    }
+    let usage = v.get("usage")?;
+    let get = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let cached = get("cached_input_tokens");
+    Some(Usage {
+        input_tokens: get("input_tokens").saturating_sub(cached),
+        cache_read_input_tokens: cached,
+        output_tokens: get("output_tokens"),
+        source: "codex-json".into(),
+        ..Usage::default()
+    })
+}
+
+/// One `step_finish` event of `opencode run --format json`: the step's
+/// tokens (reasoning counts as output) and its dollars.
+fn opencode_step(v: &Value) -> Option<Usage> {
+    if v.get("type").and_then(Value::as_str) != Some("step_finish") {
+        return None;
+    }
+    let part = v.get("part")?;
+    let tokens = part.get("tokens").unwrap_or(&Value::Null);
+    let get = |path: &[&str]| path.iter().try_fold(tokens, |at, k| at.get(*k)).and_then(Value::as_u64).unwrap_or(0);
+    Some(Usage {
+        cost_usd: part.get("cost").and_then(Value::as_f64),
+        input_tokens: get(&["input"]),
+        output_tokens: get(&["output"]) + get(&["reasoning"]),
+        cache_creation_input_tokens: get(&["cache", "write"]),
+        cache_read_input_tokens: get(&["cache", "read"]),
+        source: "opencode-json".into(),
+    })
+}
+
+/// Gemini CLI's `--output-format json` object: `stats.models.<model>.tokens`
+/// per model (`input` not cached, `cached`, `candidates` and `thoughts` out).
+/// It reports no dollars.
+pub fn parse_gemini(stdout: &str) -> Option<Usage> {
+    let v: Value = serde_json::from_str(stdout.trim()).ok()?;
+    let models = v.get("stats")?.get("models")?.as_object()?;
+    let mut u = Usage { source: "gemini-json".into(), ..Usage::default() };
+    for model in models.values() {
+        let Some(t) = model.get("tokens") else { continue };
+        let get = |k: &str| t.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let cached = get("cached");
+        let input = t.get("input").and_then(Value::as_u64).unwrap_or_else(|| get("prompt").saturating_sub(cached));
+        u.input_tokens += input;
+        u.cache_read_input_tokens += cached;
+        u.output_tokens += get("candidates") + get("thoughts");
+    }
+    Some(u)
 }
 
 /// The last match of `re` in `stdout`: groups `cost`, `input_tokens`, `output_tokens`.
@@ -214,13 +318,19 @@ pub fn parse_regex(stdout: &str, re: &Regex) -> Option<Usage> {
 
 /// Usage from the agent's stdout as configured; `None` when it says nothing.
 pub fn parse_usage(stdout: &str, budget: &BudgetConfig) -> Option<Usage> {
-    match budget.usage {
+    match budget.usage() {
         UsageFormat::ClaudeJson => parse_claude(stdout, budget.prices.as_ref()),
         UsageFormat::Regex => {
             let re = Regex::new(budget.usage_regex.as_deref()?).ok()?;
             parse_regex(stdout, &re)
         }
         UsageFormat::None => None,
+        UsageFormat::CodexJson | UsageFormat::GeminiJson | UsageFormat::OpencodeJson => {
+            let mut meter = Meter::new(budget);
+            meter.feed(stdout.as_bytes());
+            meter.finish();
+            meter.usage()
+        }
     }
 }
 

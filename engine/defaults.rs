@@ -1,5 +1,5 @@
-//! The embedded default installation: the pipeline, roles, skills and an
-//! example precedent log, as shipped in this repository. `ward demo` and
+//! The embedded default installation: the pipeline (and its JSON Schema),
+//! roles, skills and an example precedent log, as shipped in this repository. `ward demo` and
 //! `ward init` write them into a repository.
 
 use std::path::Path;
@@ -9,6 +9,9 @@ use include_dir::{Dir, include_dir};
 static ROLES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/roles");
 static SKILLS: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/skills");
 const PIPELINE: &str = include_str!("../.github/ward.yml");
+/// The schema `.github/ward.yml`'s first line points editors at
+/// (`tests/schema.rs` keeps it equal to `ward config schema`).
+const SCHEMA: &str = include_str!("../.github/ward.schema.json");
 const PRECEDENTS: &str = include_str!("../precedents/log.yaml");
 const CHART_README: &str = include_str!("../charts/README.md");
 
@@ -16,6 +19,7 @@ const CHART_README: &str = include_str!("../charts/README.md");
 pub fn files() -> Vec<(String, &'static str)> {
     let mut out = vec![
         (".github/ward.yml".to_string(), PIPELINE),
+        (crate::config::schema::SCHEMA_PATH.to_string(), SCHEMA),
         ("precedents/log.yaml".to_string(), PRECEDENTS),
         ("charts/README.md".to_string(), CHART_README),
     ];

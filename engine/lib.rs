@@ -10,6 +10,7 @@ pub mod config;
 pub mod defaults;
 pub mod demo;
 pub mod discharge;
+pub mod doctor;
 pub mod event;
 pub mod family;
 pub mod forge;

@@ -511,6 +511,7 @@ fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
         ("report", "[--forge] [github] [report]"),
         ("precedents-check", "[precedents] [check]"),
         ("simulate", "[simulate]"),
+        ("doctor", "[--forge] [github] [doctor]"),
     ];
     assert_eq!(run_sh_commands(), table.map(|(c, _)| c), "a command of run.sh is not tested here");
     for (command, expected) in table {
@@ -532,7 +533,7 @@ fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
     assert_eq!(ran.code, 2);
     assert_eq!(
         ran.stdout,
-        "::error title=ward::input command must be one of stage, event, sweep, report, precedents-check, simulate; \
+        "::error title=ward::input command must be one of stage, event, sweep, report, precedents-check, simulate, doctor; \
          not 'deploy; rm -rf /'\n"
     );
 }

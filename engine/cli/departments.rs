@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -20,17 +19,6 @@ pub fn now_from(flag: Option<&str>) -> anyhow::Result<DateTime<Utc>> {
     }
 }
 
-/// Pings the Docker daemon (the local socket or `DOCKER_HOST`), for the
-/// sweep's facility check.
-pub async fn probe_docker() -> Result<(), String> {
-    let docker = bollard::Docker::connect_with_local_defaults().map_err(|e| e.to_string())?;
-    match tokio::time::timeout(Duration::from_secs(10), docker.ping()).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("no answer within 10s".into()),
-    }
-}
-
 pub async fn sweep(
     forge: &dyn Forge,
     config: &Config,
@@ -40,7 +28,8 @@ pub async fn sweep(
     reap: bool,
 ) -> anyhow::Result<ExitCode> {
     let now = now_from(now)?;
-    let facilities = sweep::Facilities { docker_reachable: if docker { Some(probe_docker().await) } else { None } };
+    let facilities =
+        sweep::Facilities { docker_reachable: if docker { Some(crate::doctor::probe_docker().await) } else { None } };
     let reaper = if reap { sweep::reap::for_workspace(root, config) } else { None };
     if reap && reaper.is_none() {
         eprintln!("--reap: {} is not a git repository with a branch checked out; nothing to reap", root.display());

@@ -146,6 +146,16 @@ pub enum Command {
     },
     /// Write the default pipeline, roles, skills and precedent log into --root.
     Init,
+    /// Check the installation: ward.yml, roles, the agent, Docker; with
+    /// `--forge github` also the workflows, their permissions, the token,
+    /// labels, the charts branch and the repository's settings. One line
+    /// per check; exit 0 only when every check passes.
+    Doctor {
+        /// Set up what ward owns and finds missing: labels, the charts
+        /// branch, `.ward/` in .gitignore, the schema beside ward.yml.
+        #[arg(long)]
+        fix: bool,
+    },
     /// The built-in deterministic agent (run by the engine, not by people).
     #[command(hide = true)]
     StandIn {
@@ -177,6 +187,8 @@ pub enum LockdownCommand {
 pub enum ConfigCommand {
     /// Parse and validate everything; exit 2 on any problem.
     Check,
+    /// Print the JSON Schema of .github/ward.yml (what `.github/ward.schema.json` holds).
+    Schema,
 }
 
 #[derive(Debug, Subcommand)]
@@ -319,6 +331,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { command: ConfigCommand::Check } => config_check(&cli.root),
+        Command::Config { command: ConfigCommand::Schema } => {
+            print!("{}", crate::config::schema::schema_text());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Chart { command } => read::chart(&cli, command).await,
         Command::Precedents { command: PrecedentCommand::Check { base, today } } => {
             read::precedents_check(&cli.root, base.as_deref(), *today)
@@ -361,6 +377,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("wrote {} files under {}; next: `ward config check`", written.len(), cli.root.display());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Doctor { fix } => doctor(&cli, *fix).await,
         Command::StandIn { script } => match crate::agent::stand_in(script.as_deref()) {
             Ok(()) => Ok(ExitCode::SUCCESS),
             Err(message) => {
@@ -419,6 +436,31 @@ pub fn describe_result(result: &StageResult) -> String {
     }
 }
 
+/// `ward doctor`: the local checks, then (with `--forge github`) GitHub's.
+async fn doctor(cli: &Cli, fix: bool) -> anyhow::Result<ExitCode> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let (mut report, config) = crate::doctor::local(&cli.root, &path, fix).await;
+    if forge_kind(cli) == ForgeKind::Github {
+        match &config {
+            Some(config) => {
+                let forge = crate::forge::github::GitHubForge::from_env(
+                    cli.repo.as_deref(),
+                    &config.charts_branch,
+                    &config.engine_account,
+                )?;
+                report.0.extend(crate::doctor::github(&forge, config, fix).await.0);
+            }
+            None => report.0.push(crate::doctor::Check::fail(
+                "github",
+                "not checked: ward.yml must load first (it names the labels and the charts branch)",
+                "fix ward.yml, then run doctor again",
+            )),
+        }
+    }
+    print!("{report}");
+    Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
 fn config_check(root: &Path) -> anyhow::Result<ExitCode> {
     let config = load_config(root)?;
     let mut problems: Vec<String> = Prompts::new(root).check(&config).iter().map(|e| e.to_string()).collect();
@@ -432,6 +474,10 @@ fn config_check(root: &Path) -> anyhow::Result<ExitCode> {
             config.roles.len(),
             config.labels.len()
         );
+        match &config.agent.applied {
+            Some(applied) => println!("{}", applied.describe()),
+            None => println!("agent: ward.yml's `command` (no preset)"),
+        }
         return Ok(ExitCode::SUCCESS);
     }
     for p in &problems {

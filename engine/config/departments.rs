@@ -12,12 +12,13 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use regex::Regex;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{Config, LOCKDOWN_LABEL, de_duration};
 
 /// Every section has defaults; `departments:` may be left out entirely.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Departments {
     /// The charge nurse (`ward sweep`). Defaults: see [`SweepConfig`].
@@ -43,7 +44,7 @@ impl Departments {
 
 /// `sweep:` in `.github/ward.yml`. Every field has a default; the section
 /// may be left out.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SweepConfig {
     /// Re-triggers of one stage (per visit of its label) before the patient
@@ -61,9 +62,11 @@ pub struct SweepConfig {
     /// as crashed (workspace set-up and clean-up run outside the agent's
     /// limit). Default 10m.
     #[serde(default = "default_grace", deserialize_with = "de_duration")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub grace: Duration,
     /// How long a sweep holds its lock before another may take it. Default 15m.
     #[serde(default = "default_lock_ttl", deserialize_with = "de_duration")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub lock_ttl: Duration,
     /// When the sweep declares a lockdown itself.
     #[serde(default)]
@@ -71,7 +74,7 @@ pub struct SweepConfig {
 }
 
 /// `sweep.facilities`: failures that lock the building.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FacilityConfig {
     /// Lock down when the agent command failed on this many consecutive runs,
@@ -83,6 +86,7 @@ pub struct FacilityConfig {
     pub base_branch: String,
     /// Lock down when the base branch's CI has been red this long. Default 6h.
     #[serde(default = "default_ci_red_for", deserialize_with = "de_duration")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub ci_red_for: Duration,
     /// Lock down when the Docker probe fails. Default true.
     #[serde(default = "default_true")]
@@ -177,20 +181,39 @@ impl SweepConfig {
 }
 
 /// How the agent reports what it spent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum UsageFormat {
-    /// Claude Code's JSON or stream-JSON result (default).
+    /// Claude Code's JSON or stream-JSON result (the default without a preset).
     #[default]
     ClaudeJson,
+    /// Codex's `exec --json` events: tokens of each `turn.completed`, no dollars.
+    CodexJson,
+    /// Gemini CLI's `--output-format json` object: tokens per model, no dollars.
+    GeminiJson,
+    /// opencode's `run --format json` events: tokens and dollars of each `step_finish`.
+    OpencodeJson,
     /// `usage_regex` with named groups `cost`, `input_tokens`, `output_tokens`.
     Regex,
     /// The agent reports nothing; dollar limits cannot be enforced.
     None,
 }
 
+impl UsageFormat {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            UsageFormat::ClaudeJson => "claude-json",
+            UsageFormat::CodexJson => "codex-json",
+            UsageFormat::GeminiJson => "gemini-json",
+            UsageFormat::OpencodeJson => "opencode-json",
+            UsageFormat::Regex => "regex",
+            UsageFormat::None => "none",
+        }
+    }
+}
+
 /// Dollars per million tokens, to estimate spend while a run is going.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Prices {
     pub input: f64,
@@ -204,12 +227,13 @@ pub struct Prices {
 }
 
 /// `departments.budget`. A limit of 0 turns that limit off.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetConfig {
-    /// How usage is read from the agent's stdout. Default `claude-json`.
+    /// How usage is read from the agent's stdout. Default: the agent
+    /// preset's parser, else `claude-json`. Read it with [`Self::usage`].
     #[serde(default)]
-    pub usage: UsageFormat,
+    pub usage: Option<UsageFormat>,
     /// With `usage: regex`: e.g. `cost: \$(?P<cost>[0-9.]+)`; the last match wins.
     #[serde(default)]
     pub usage_regex: Option<String>,
@@ -250,7 +274,7 @@ fn default_send_backs() -> u32 {
 impl Default for BudgetConfig {
     fn default() -> Self {
         Self {
-            usage: UsageFormat::default(),
+            usage: None,
             usage_regex: None,
             run_usd: default_run_usd(),
             patient_usd: default_patient_usd(),
@@ -263,6 +287,11 @@ impl Default for BudgetConfig {
 }
 
 impl BudgetConfig {
+    /// The parser that reads the agent's output.
+    pub fn usage(&self) -> UsageFormat {
+        self.usage.unwrap_or_default()
+    }
+
     pub fn validate(&self, config: &Config) -> Vec<(String, String)> {
         let mut p = Vec::new();
         let base = "departments.budget";
@@ -271,7 +300,7 @@ impl BudgetConfig {
                 p.push((format!("{base}.{name}"), format!("`{v}` must be a number of dollars, 0 or more")));
             }
         }
-        match (&self.usage, &self.usage_regex) {
+        match (&self.usage(), &self.usage_regex) {
             (UsageFormat::Regex, None) => {
                 p.push((format!("{base}.usage_regex"), "`usage: regex` needs `usage_regex`".into()));
             }
@@ -326,7 +355,7 @@ pub const DEFAULT_SEND_BACKS: &[&str] =
     &["plan-review.reject", "code-review.changes-requested", "discharge.audit-failed"];
 
 /// `departments.groundedness`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GroundednessConfig {
     /// Minimum score (0 to 1) of a valid run; 0 turns the rule off. Default 0.8.

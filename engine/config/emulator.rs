@@ -19,11 +19,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::de_duration;
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EmulatorConfig {
     /// Image reference. It must be present on the Docker host: ward never
@@ -50,7 +51,7 @@ pub struct EmulatorConfig {
 }
 
 /// Exactly one of `http`, `tcp`, `log`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadinessConfig {
     /// Ready when `GET http://127.0.0.1:<host port>/<path>` answers 2xx.
@@ -64,10 +65,11 @@ pub struct ReadinessConfig {
     pub log: Option<String>,
     /// How long to wait. Default 30s.
     #[serde(default = "default_ready_limit", deserialize_with = "de_duration")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub time_limit: Duration,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpProbe {
     /// A container port listed in `ports`.
@@ -77,7 +79,7 @@ pub struct HttpProbe {
     pub path: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SeedConfig {
     /// Argument vector, run in the worktree with PATH, HOME, LANG and the
@@ -85,6 +87,7 @@ pub struct SeedConfig {
     pub command: Vec<String>,
     /// Default 2m.
     #[serde(default = "default_seed_limit", deserialize_with = "de_duration")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub time_limit: Duration,
 }
 

@@ -10,14 +10,17 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
 use crate::forge::{LabelSpec, Permission};
 
+pub mod agents;
 mod departments;
 mod emulator;
 mod locate;
 mod pipeline;
+pub mod schema;
 
 pub use departments::*;
 pub use emulator::{
@@ -33,7 +36,7 @@ pub const CONFIG_PATH: &str = ".github/ward.yml";
 pub const LOCKDOWN_LABEL: &str = "ward:lockdown";
 
 /// The whole pipeline. Every field documents its default.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Schema version; must be 1.
@@ -50,6 +53,7 @@ pub struct Config {
     /// Minimum permission of a person who applies the admission label.
     /// Default `triage`.
     #[serde(default = "default_admit_permission", deserialize_with = "de_permission")]
+    #[schemars(schema_with = "schema::permission")]
     pub admit_permission: Permission,
     /// Branch that holds the charts in GitHub mode. Default `ward-charts`.
     #[serde(default = "default_charts_branch")]
@@ -63,6 +67,7 @@ pub struct Config {
     /// (`ward:awaiting-chief`). Default `false`.
     #[serde(default)]
     pub human_approval: bool,
+    /// The coding agent: a preset, a command, or both. See [`AgentConfig`].
     pub agent: AgentConfig,
     /// Every label the engine owns, with how people see it.
     pub labels: BTreeMap<String, LabelConfig>,
@@ -89,6 +94,10 @@ pub struct Config {
     /// it). Default: none. See [`EmulatorConfig`].
     #[serde(default)]
     pub emulator: Option<EmulatorConfig>,
+    /// The repository's CI workflows, started with `workflow_dispatch` on a
+    /// treatment branch. Default: none. See [`CiConfig`].
+    #[serde(default)]
+    pub ci: CiConfig,
 }
 
 fn default_engine_account() -> String {
@@ -153,6 +162,9 @@ impl fmt::Display for ConfigErrors {
 impl Config {
     /// Reads, parses and validates `<root>/.github/ward.yml` (structure
     /// only; [`crate::prompt`] checks that role templates render).
+    ///
+    /// `WARD_AGENT_PRESET` names the agent preset when ward.yml names none
+    /// (see [`agents::resolve`]).
     pub fn load(root: &Path) -> Result<Self, ConfigErrors> {
         let file = root.join(CONFIG_PATH);
         let text = std::fs::read_to_string(&file).map_err(|e| {
@@ -164,11 +176,23 @@ impl Config {
                 message: format!("cannot read the pipeline ({e}); is this a repository with ward installed?"),
             }])
         })?;
-        Self::parse(&text, &file, Some(root))
+        let preset = std::env::var(agents::PRESET_VAR).ok();
+        Self::parse_with_preset(&text, &file, Some(root), preset.as_deref())
     }
 
     /// Parses and validates; `root` (when given) is where role files must exist.
     pub fn parse(text: &str, file: &Path, root: Option<&Path>) -> Result<Self, ConfigErrors> {
+        Self::parse_with_preset(text, file, root, None)
+    }
+
+    /// [`Self::parse`], with the agent preset the environment names (used
+    /// when ward.yml names none).
+    pub fn parse_with_preset(
+        text: &str,
+        file: &Path,
+        root: Option<&Path>,
+        preset: Option<&str>,
+    ) -> Result<Self, ConfigErrors> {
         let config: Config = serde_yaml::from_str(text).map_err(|e| {
             let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
             ConfigErrors(vec![ConfigError {
@@ -181,6 +205,7 @@ impl Config {
         })?;
         let mut config = config;
         let mut problems = config.resolve_modes();
+        problems.extend(agents::resolve(&mut config, preset));
         if problems.is_empty() {
             problems = config.validate(root);
         }
@@ -210,6 +235,7 @@ impl Config {
         if let Some(e) = &self.emulator {
             p.extend(emulator::validate(e, "emulator"));
         }
+        p.extend(self.ci.validate());
         // Reachability: every stage must be reachable from admission.
         let reached = self.reachable_labels();
         for stage in self.stages() {

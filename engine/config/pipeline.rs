@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::{EmulatorConfig, de_duration, de_permission};
@@ -16,7 +17,7 @@ use crate::forge::Permission;
 /// What a stage does. The role's template branches on it, and the engine
 /// acts on it: only a treating stage may leave code behind, and exactly one
 /// stage audits the reviews and merges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// The planner reads a new patient (and may decompose it).
@@ -85,7 +86,7 @@ impl FromStr for Mode {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecompositionConfig {
     /// How deep a tree of child issues may grow: 1 lets a patient have
@@ -115,7 +116,7 @@ impl Default for DecompositionConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DischargeConfig {
     /// A merged and closed patient. Default `ward:discharged`.
@@ -131,6 +132,7 @@ pub struct DischargeConfig {
     /// Least permission of the person who applies `approved_label`: `maintain`
     /// (default) or `admin`.
     #[serde(default = "default_approver_permission", deserialize_with = "de_permission")]
+    #[schemars(schema_with = "super::schema::permission")]
     pub approver_permission: Permission,
 }
 
@@ -145,36 +147,55 @@ impl Default for DischargeConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DispatchMode {
+    /// ward sends `repository_dispatch` after a label moved (labels set with
+    /// the workflow token start no workflow).
     #[default]
     RepositoryDispatch,
+    /// An app token is configured: the labeled event starts the next stage.
     Label,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// The coding agent every stage runs: a preset (`preset: claude-code`), a
+/// command of your own, or a preset whose command you replace.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
-    /// Argument vector. `{prompt}` becomes the prompt text, `{prompt_file}`
-    /// its path, `{ward}` this ward binary (the built-in stand-in is
-    /// `["{ward}", "stand-in"]`).
+    /// A known agent (see `docs/agents.md`): `claude-code`, `codex`,
+    /// `gemini`, `aider` or `opencode`. It gives the command, the variables
+    /// passed to the agent and how its usage is read. Without it,
+    /// `WARD_AGENT_PRESET` (the action's `agent-preset` input) may name one.
+    #[serde(default)]
+    #[schemars(extend("enum" = super::agents::preset_names()))]
+    pub preset: Option<String>,
+    /// Argument vector; replaces the preset's when both are given.
+    /// `{prompt_file}` becomes the prompt's path, `{ward}` this ward binary
+    /// (the built-in stand-in is `["{ward}", "stand-in"]`); `{prompt}`, the
+    /// prompt text, belongs in an argument of its own, never inside a shell
+    /// string. Default: the preset's.
+    #[serde(default)]
     pub command: Vec<String>,
-    /// Names of engine environment variables passed to the agent. Nothing
-    /// else is (tokens included). Default: none.
+    /// Names of engine environment variables passed to the agent, added to
+    /// the preset's. Nothing else is (tokens included). Default: none.
     #[serde(default)]
     pub pass_env: Vec<String>,
+    /// The preset that applied, and why (set by [`super::Config::parse`]).
+    #[serde(skip)]
+    pub applied: Option<super::agents::Applied>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LabelConfig {
     /// Six hex digits, no `#`.
+    #[schemars(regex(pattern = r"^[0-9a-fA-F]{6}$"))]
     pub color: String,
     pub description: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StageConfig {
     /// The label in that starts this stage.
@@ -188,10 +209,12 @@ pub struct StageConfig {
     pub mode: Option<Mode>,
     /// Wall-clock limit of one agent run. Default 30m.
     #[serde(default = "default_time_limit", deserialize_with = "de_duration")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub time_limit: Duration,
     /// A patient whose label is older than this with no live run is
     /// stalled (the charge nurse revives it). Default 1h.
     #[serde(default = "default_stall_after", deserialize_with = "de_duration")]
+    #[schemars(schema_with = "super::schema::duration")]
     pub stall_after: Duration,
     /// Note kinds every run of this stage must write.
     #[serde(default)]
@@ -206,7 +229,7 @@ pub struct StageConfig {
     pub emulator: Option<EmulatorConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoleConfig {
     /// Template path relative to the repository root.
@@ -215,7 +238,7 @@ pub struct RoleConfig {
     pub writes: Vec<NoteKind>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrecedentConfig {
     /// Default `precedents/log.yaml`.
@@ -229,6 +252,37 @@ pub struct PrecedentConfig {
 impl Default for PrecedentConfig {
     fn default() -> Self {
         Self { log: default_precedent_log(), top: default_top() }
+    }
+}
+
+/// `ci:`: the repository's CI, which ward starts on a treatment branch
+/// (issue 11) and `ward doctor` checks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CiConfig {
+    /// File names under `.github/workflows/` of the CI workflows to start
+    /// with `workflow_dispatch` on a treatment branch, e.g. `[ci.yml]`.
+    /// Each must list `workflow_dispatch` in its `on:`. Default: none.
+    #[serde(default)]
+    #[schemars(inner(regex(pattern = r"^[A-Za-z0-9._-]+\.ya?ml$")))]
+    pub workflows: Vec<String>,
+}
+
+impl CiConfig {
+    pub(super) fn validate(&self) -> Vec<(String, String)> {
+        let mut p = Vec::new();
+        for (i, name) in self.workflows.iter().enumerate() {
+            let file_name = !name.contains('/') && !name.starts_with('.') && !name.trim().is_empty();
+            if !file_name || !(name.ends_with(".yml") || name.ends_with(".yaml")) {
+                p.push((
+                    format!("ci.workflows.{i}"),
+                    format!("`{name}` is not a workflow file name like `ci.yml` (a file in .github/workflows/)"),
+                ));
+            } else if self.workflows[..i].contains(name) {
+                p.push((format!("ci.workflows.{i}"), format!("`{name}` is listed twice")));
+            }
+        }
+        p
     }
 }
 
@@ -322,8 +376,16 @@ fn is_slug(name: &str) -> bool {
 
 pub(super) fn validate_agent(agent: &AgentConfig) -> Vec<(String, String)> {
     let mut p = Vec::new();
-    if agent.command.is_empty() || agent.command[0].trim().is_empty() {
-        p.push(("agent.command".into(), "must name a program, e.g. [\"claude\", \"-p\", \"{prompt}\"]".into()));
+    if agent.command.is_empty() && agent.applied.is_none() {
+        p.push((
+            "agent".into(),
+            format!(
+                "names no agent: add `preset:` (one of {}) or `command:`, e.g. [\"{{ward}}\", \"stand-in\"]",
+                super::agents::known()
+            ),
+        ));
+    } else if agent.command.first().is_none_or(|program| program.trim().is_empty()) {
+        p.push(("agent.command".into(), "must name a program, e.g. [\"{ward}\", \"stand-in\"]".into()));
     }
     for (i, name) in agent.pass_env.iter().enumerate() {
         if crate::secrets::is_credential(name) {

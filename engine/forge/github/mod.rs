@@ -10,10 +10,14 @@
 //! chart, write the chart twice, set the labels, dispatch: six.
 //!
 //! `transport` sends (and retries) requests and names refusals; `wire`
-//! holds the API's shapes and their conversions.
+//! holds the API's shapes and their conversions; `setup` is what
+//! `ward doctor` reads and sets up (never on a stage's path).
 
+mod setup;
 mod transport;
 mod wire;
+
+pub use setup::{Probe, WorkflowSettings};
 
 use std::time::Duration;
 

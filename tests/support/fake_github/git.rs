@@ -221,6 +221,23 @@ impl BareRepo {
         Ok((commit.to_string(), blob.to_string()))
     }
 
+    /// Commits the removal of `path` on `branch`, by `login`.
+    pub fn remove_file(&self, branch: &str, path: &str, message: &str, login: &str, at: i64) -> Result<String, String> {
+        let r = self.open();
+        let head = self.branch_head(branch).ok_or_else(|| format!("no branch {branch}"))?;
+        let parent = r.find_commit(Oid::from_str(&head).unwrap()).unwrap();
+        let tree = git2::build::TreeUpdateBuilder::new()
+            .remove(path)
+            .create_updated(&r, &parent.tree().unwrap())
+            .map_err(|e| e.to_string())?;
+        let tree = r.find_tree(tree).unwrap();
+        let commit = r
+            .commit(None, &identity(login, at), &committer(at), message, &tree, &[&parent])
+            .map_err(|e| e.to_string())?;
+        self.set_ref(&format!("refs/heads/{branch}"), &commit.to_string(), Some(&head))?;
+        Ok(commit.to_string())
+    }
+
     /// A commit of `tree` with `parents` (the git data API), on no branch.
     pub fn commit_tree(
         &self,

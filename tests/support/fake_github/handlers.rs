@@ -400,6 +400,7 @@ impl State {
         }
         r["name"] = json!(self.repo);
         r["full_name"] = json!(format!("{}/{}", self.owner, self.repo));
+        r["default_branch"] = json!("main");
         r["url"] = json!(self.repo_url());
         answer(200, r)
     }

@@ -74,11 +74,15 @@
 //!   recorded event and otherwise only when a test or the runner advances
 //!   it, so "CI takes ten minutes, a person approves an hour later" takes
 //!   no real time.
+//! - **Repository settings** `ward doctor` reads (`settings`, in
+//!   settings.rs): the workflow token's defaults, the Actions runs list,
+//!   and a token refused one permission (`settings.denied`).
 
 mod events;
 pub mod git;
 mod handlers;
 mod releases;
+mod settings;
 mod state;
 
 use std::net::SocketAddr;
@@ -226,7 +230,9 @@ async fn serve(
         if let Some(response) = releases::handle(&mut state, &parts.method, &parts.uri, &parts.headers) {
             return Ok(response);
         }
-        state.handle(&parts.method, &parts.uri, &parts.headers, &body)
+        // The settings `ward doctor` reads, and per-permission refusals (settings.rs).
+        settings::handle(&mut state, &parts.method, &parts.uri, &parts.headers, &body)
+            .unwrap_or_else(|| state.handle(&parts.method, &parts.uri, &parts.headers, &body))
     };
     let mut response = Response::builder().status(answer.status);
     for (k, v) in &answer.headers {

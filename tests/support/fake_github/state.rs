@@ -371,6 +371,8 @@ pub struct State {
     pub releases: super::releases::Releases,
     /// Every webhook delivery, in order (the runner reads them).
     pub deliveries: Vec<Delivery>,
+    /// Actions settings and the token's missing permissions (settings.rs).
+    pub settings: super::settings::Settings,
     pub log: Vec<Exchange>,
     pub git_log: Vec<GitExchange>,
     pub unknown: Vec<String>,
@@ -418,6 +420,7 @@ impl State {
             statuses: BTreeMap::new(),
             releases: Default::default(),
             deliveries: Vec::new(),
+            settings: Default::default(),
             log: Vec::new(),
             git_log: Vec::new(),
             unknown: Vec::new(),
@@ -689,6 +692,23 @@ impl State {
     pub fn put_file(&mut self, branch: &str, path: &str, text: &str) {
         let owner = self.owner.clone();
         self.commit_files(branch, &[(path, text)], "Update from elsewhere", &owner);
+    }
+
+    /// Another writer removes a file (its push is delivered).
+    pub fn remove_file(&mut self, branch: &str, path: &str) {
+        let (owner, at) = (self.owner.clone(), self.now_secs());
+        self.git.remove_file(branch, path, "Remove from elsewhere", &owner, at).expect("a commit");
+        self.sync_refs(&owner);
+    }
+
+    /// A branch at the default branch's head, made elsewhere.
+    pub fn create_branch(&mut self, name: &str) {
+        let main = self.git.branch_head("main").expect("a default branch");
+        self.git.set_ref(&format!("refs/heads/{name}"), &main, None).expect("a new branch");
+    }
+
+    pub fn delete_branch(&mut self, name: &str) {
+        self.git.delete_ref(&format!("refs/heads/{name}"));
     }
 
     /// `by` commits `files` on `branch` (created from the default branch

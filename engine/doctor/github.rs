@@ -1,0 +1,178 @@
+//! The checks of the repository on GitHub. Reads only, except what `--fix`
+//! sets up: the labels and the charts branch.
+
+use super::workflows::{differences, dispatchable, missing_permissions, shipped};
+use super::{Check, Report};
+use crate::config::{Config, DispatchMode};
+use crate::forge::Forge;
+use crate::forge::github::{GitHubForge, Probe};
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Every GitHub check, in the order a person sets things up.
+pub async fn github(forge: &GitHubForge, config: &Config, fix: bool) -> Report {
+    let mut report = Report::default();
+    let repo = forge.describe();
+    let branch = match forge.default_branch().await {
+        Ok(b) => {
+            report.0.push(Check::ok("repository", format!("{repo} (default branch `{b}`)")));
+            b
+        }
+        Err(e) => {
+            let fix = "check --repo / GITHUB_REPOSITORY, and that the token (WARD_TOKEN or GITHUB_TOKEN) can see it";
+            report.0.push(Check::fail("repository", e.to_string(), fix));
+            return report;
+        }
+    };
+    report.0.push(token(forge, &branch).await);
+    report.0.extend(installed_workflows(forge).await);
+    report.0.push(labels(forge, config, fix).await);
+    report.0.push(charts_branch(forge, fix).await);
+    report.0.push(pull_requests(forge, config).await);
+    report.0.extend(ci(forge, config).await);
+    report
+}
+
+async fn token(forge: &GitHubForge, branch: &str) -> Check {
+    let mut missing = Vec::new();
+    for probe in Probe::ALL {
+        match forge.token_may(*probe, branch).await {
+            Ok(true) => {}
+            Ok(false) => missing.push(format!("`{}`", probe.grant())),
+            Err(e) => return Check::fail("token", e.to_string(), "run again; if it stays, check the token"),
+        }
+    }
+    if missing.is_empty() {
+        let all: Vec<&str> = Probe::ALL.iter().map(|p| p.grant()).collect();
+        return Check::ok("token", format!("may {} (nothing was changed to find out)", all.join(", ")));
+    }
+    Check::fail(
+        "token",
+        format!("lacks {} (nothing was changed to find out)", missing.join(", ")),
+        "run doctor with the token the stages use: in a workflow, give the job those permissions; \
+         an app token (WARD_TOKEN) needs them as installation permissions",
+    )
+}
+
+/// Each workflow ward ships: present, not outdated, its jobs' permissions.
+async fn installed_workflows(forge: &GitHubForge) -> Vec<Check> {
+    let mut out = Vec::new();
+    for (name, text) in shipped() {
+        let path = format!(".github/workflows/{name}");
+        let copy = format!("copy `{path}` of ward {VERSION} into the repository's default branch (docs/github.md)");
+        let installed = match forge.file_on_default_branch(&path).await {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                out.push(Check::fail(format!("workflow {name}"), "missing", copy));
+                continue;
+            }
+            Err(e) => {
+                out.push(Check::fail(format!("workflow {name}"), e.to_string(), "give the token `contents: read`"));
+                continue;
+            }
+        };
+        out.push(match differences(text, &installed) {
+            Ok(d) if d.is_empty() => Check::ok(format!("workflow {name}"), format!("matches ward {VERSION}'s")),
+            Ok(d) => Check::fail(
+                format!("workflow {name}"),
+                format!("differs from ward {VERSION}'s: {}", d.join("; ")),
+                format!("update it: {copy}"),
+            ),
+            Err(e) => Check::fail(format!("workflow {name}"), format!("`{path}` {e}"), copy),
+        });
+        for (job, missing) in missing_permissions(text, &installed).unwrap_or_default() {
+            let name = format!("permissions {name}/{job}");
+            out.push(if missing.is_empty() {
+                Check::ok(name, "grants what the job needs")
+            } else {
+                let grants = missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");
+                Check::fail(name, format!("lacks {grants}"), format!("add {grants} to the job's `permissions:`"))
+            });
+        }
+    }
+    out
+}
+
+async fn labels(forge: &GitHubForge, config: &Config, fix: bool) -> Check {
+    let have = match forge.label_names().await {
+        Ok(h) => h,
+        Err(e) => return Check::fail("labels", e.to_string(), "give the token `issues: read`"),
+    };
+    let specs = config.label_specs();
+    let missing: Vec<&str> = specs
+        .iter()
+        .filter(|s| !have.iter().any(|h| h.eq_ignore_ascii_case(&s.name)))
+        .map(|s| s.name.as_str())
+        .collect();
+    if missing.is_empty() {
+        return Check::ok("labels", format!("all {} of ward.yml's labels exist", specs.len()));
+    }
+    let list = missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");
+    if fix {
+        return match forge.ensure_labels(&specs).await {
+            Ok(()) => Check::fixed("labels", format!("created {list}")),
+            Err(e) => Check::fail("labels", e.to_string(), "create them with a token that has `issues: write`"),
+        };
+    }
+    Check::fail("labels", format!("{} missing: {list}", missing.len()), "run `ward doctor --fix` to create them")
+}
+
+async fn charts_branch(forge: &GitHubForge, fix: bool) -> Check {
+    let name = format!("charts branch `{}`", forge.charts_branch());
+    match forge.has_charts_branch().await {
+        Ok(true) => Check::ok("charts branch", format!("{name} exists")),
+        Ok(false) if fix => match forge.set_up_charts_branch().await {
+            Ok(()) => Check::fixed("charts branch", format!("created {name}")),
+            Err(e) => Check::fail("charts branch", e.to_string(), "create it with a token that has `contents: write`"),
+        },
+        Ok(false) => Check::fail("charts branch", format!("{name} is missing"), "run `ward doctor --fix` to create it"),
+        Err(e) => Check::fail("charts branch", e.to_string(), "give the token `contents: read`"),
+    }
+}
+
+/// The workflow token may open the treatment's pull request only when the
+/// repository allows it (off on a new repository).
+async fn pull_requests(forge: &GitHubForge, config: &Config) -> Check {
+    const NAME: &str = "Actions may create pull requests";
+    if config.dispatch == DispatchMode::Label {
+        return Check::ok(NAME, "not needed: `dispatch: label` means an app token (WARD_TOKEN) opens them");
+    }
+    match forge.workflow_settings().await {
+        Ok(s) if s.can_approve_pull_request_reviews => Check::ok(NAME, "allowed"),
+        Ok(_) => Check::fail(
+            NAME,
+            "not allowed: the treat stage cannot open its pull request with the workflow token",
+            "Settings -> Actions -> General -> Workflow permissions: tick \"Allow GitHub Actions to create and \
+             approve pull requests\" (or use an app token)",
+        ),
+        Err(e) => Check::fail(
+            NAME,
+            format!("could not tell: {e}"),
+            "run `ward doctor --forge github` with an admin's token, or check the setting by hand \
+             (Settings -> Actions -> General)",
+        ),
+    }
+}
+
+/// Each CI workflow ward.yml lists must be startable by `workflow_dispatch`.
+async fn ci(forge: &GitHubForge, config: &Config) -> Vec<Check> {
+    let mut out = Vec::new();
+    for name in &config.ci.workflows {
+        let path = format!(".github/workflows/{name}");
+        let check = format!("ci {name}");
+        out.push(match forge.file_on_default_branch(&path).await {
+            Ok(None) => Check::fail(check, format!("`{path}` is missing"), "fix `ci.workflows` in .github/ward.yml"),
+            Ok(Some(text)) => match dispatchable(&text) {
+                Ok(true) => Check::ok(check, "can be started by `workflow_dispatch`"),
+                Ok(false) => Check::fail(
+                    check,
+                    "cannot be started by `workflow_dispatch`, so ward cannot run it on a treatment branch",
+                    format!("add `workflow_dispatch:` to the `on:` of `{path}`"),
+                ),
+                Err(e) => Check::fail(check, format!("`{path}` {e}"), "fix the workflow file"),
+            },
+            Err(e) => Check::fail(check, e.to_string(), "give the token `contents: read`"),
+        });
+    }
+    out
+}
