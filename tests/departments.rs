@@ -255,7 +255,12 @@ async fn sweep_api_calls_are_pages_plus_a_few_per_stalled_patient() {
     let r = sweep::sweep(&counting, &w.config, w.now(), &Facilities::default(), None).await.unwrap();
     assert_eq!(r.actions.len(), 3, "{r}");
     let pages = counting.of("open_issues_with_label (pages)");
-    assert_eq!(pages, 3 + 6 + 1, "3 pages of treat, one page for each other stage label, one for `ward:lockdown`");
+    assert_eq!(
+        pages,
+        3 + 6 + 1 + 2,
+        "3 pages of treat, one page for each other stage label, one for `ward:lockdown`, one each for \
+         `ward:blocked` and `ward:waiting` (families left half released)"
+    );
     let others = counting.total() - pages;
     // state: read+write to lock, read+write to release; ci_status;
     // per stalled patient: label events, chart, re-read, note, dispatch.

@@ -485,8 +485,10 @@ async fn an_interrupted_release_is_repaired() {
     forge.set_labels(schema, &["ward:discharged".into()]).await.unwrap();
     forge.close_issue(schema).await.unwrap();
     let now = chrono::Utc::now();
-    let moved = ward::family::repair(&*forge, &h.config, "sweep-1", now).await.unwrap();
-    assert_eq!(moved.len(), 2, "{moved:?}");
+    // The charge nurse's sweep repairs it.
+    let facilities = ward::sweep::Facilities::default();
+    let report = ward::sweep::sweep(&*forge, &h.config, now, &facilities, None).await.unwrap();
+    assert_eq!(report.released.len(), 2, "{report}");
     assert_eq!(label_of(&forge, children["api"].number.0), "ward:admit");
     assert_eq!(label_of(&forge, children["cli"].number.0), "ward:admit");
     assert_eq!(label_of(&forge, children["docs"].number.0), "ward:blocked");

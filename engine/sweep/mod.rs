@@ -124,6 +124,8 @@ pub struct SweepReport {
     pub problems: Vec<String>,
     /// Reaper output.
     pub reaped: Vec<String>,
+    /// Decomposed families released by the repair.
+    pub released: Vec<String>,
     /// True when a cap stopped the sweep before every due patient was seen.
     pub capped: bool,
     pub cursor: u64,
@@ -140,6 +142,7 @@ impl SweepReport {
             moved_on: Vec::new(),
             problems: Vec::new(),
             reaped: Vec::new(),
+            released: Vec::new(),
             capped: false,
             cursor: 0,
         }
@@ -178,6 +181,9 @@ impl fmt::Display for SweepReport {
         }
         for r in &self.reaped {
             writeln!(f, "- reaped: {r}")?;
+        }
+        for r in &self.released {
+            writeln!(f, "- released: {r}")?;
         }
         Ok(())
     }
@@ -379,6 +385,12 @@ impl Walk<'_> {
         }
         report.cursor = state.cursor;
         state.watch = watch;
+        // Families a crash left half released: blocked children whose
+        // dependencies are all discharged, parents whose children all are.
+        match crate::family::repair(self.forge, self.config, &self.run, self.now).await {
+            Ok(moved) => report.released = moved,
+            Err(e) => report.problems.push(format!("could not repair decomposed families: {e:#}")),
+        }
         Ok((report, state))
     }
 
