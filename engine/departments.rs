@@ -40,31 +40,35 @@ impl Departments {
     }
 }
 
-/// The charge nurse's reaper over the workspace module: containers past
-/// their `ward.expires`, worktrees older than any run can live, and
-/// `ward/issue-<n>` branches of closed issues. Only what carries ward's
-/// labels or markers is touched (the workspace module checks).
+/// The charge nurse's reaper over the workspace module: this installation's
+/// containers past their `ward.expires`, patient worktrees that are
+/// half-made, of closed issues or idle longer than `worktree_ttl`, and
+/// `ward/issue-<n>` branches of closed issues. Only what ward can prove it
+/// made is touched (the workspace module checks).
 pub struct WorkspaceReaper {
     /// The repository whose worktrees and branches are reaped.
     pub root: std::path::PathBuf,
     pub plan: crate::workspace::WorkspacePlan,
-    /// Worktrees created longer ago than this are left over from crashed runs.
+    /// Patient worktrees unused for longer than this are removed (the next
+    /// stage of the patient makes a new one).
     pub worktree_ttl: std::time::Duration,
     /// Where container diagnostics go before removal.
     pub artifacts: std::path::PathBuf,
 }
 
 impl WorkspaceReaper {
-    /// `None` when `root` is not a git repository with a branch checked out.
-    pub fn detect(root: &std::path::Path, config: &Config) -> Option<Self> {
-        let plan = crate::workspace::WorkspacePlan::detect(root, |k| std::env::var(k).ok())?;
+    /// `Ok(None)` when `root` is in no git repository.
+    pub fn detect(root: &std::path::Path, config: &Config) -> Result<Option<Self>, crate::workspace::PlanError> {
+        let Some(plan) = crate::workspace::WorkspacePlan::detect_for_reaping(root, |k| std::env::var(k).ok())? else {
+            return Ok(None);
+        };
         let longest = config.stages().map(|s| s.config.time_limit).max().unwrap_or_default();
-        Some(Self {
+        Ok(Some(Self {
             root: root.to_path_buf(),
             artifacts: plan.home.join("reaped"),
             plan,
             worktree_ttl: longest + config.departments.sweep.grace,
-        })
+        }))
     }
 }
 
@@ -75,18 +79,7 @@ impl crate::sweep::Reaper for WorkspaceReaper {
         forge: &dyn crate::forge::Forge,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<String>, String> {
-        use crate::workspace::emulator::{Docker, reap_expired};
-        let mut lines = Vec::new();
-        match Docker::connect(self.plan.docker_socket.as_deref()).await {
-            Ok(docker) => {
-                let gone = reap_expired(&docker, now, &self.artifacts)
-                    .await
-                    .map_err(|e| format!("could not reap expired containers: {e}"))?;
-                lines.extend(gone.into_iter().map(|name| format!("container `{name}` (past its `ward.expires`)")));
-            }
-            Err(e) => lines.push(format!("containers not checked: Docker is not reachable ({e})")),
-        }
-        // Branches of closed issues: one listing of every issue (paginated).
+        // Branches and worktrees of closed issues: one listing of every issue (paginated).
         let closed: Vec<u64> = forge
             .all_issues()
             .await
@@ -95,12 +88,9 @@ impl crate::sweep::Reaper for WorkspaceReaper {
             .filter(|i| i.state == crate::forge::IssueState::Closed)
             .map(|i| i.number.0)
             .collect();
-        let repo = crate::workspace::worktree::GitRepo::open(&self.root).map_err(|e| e.to_string())?;
-        let report =
-            repo.reap(self.worktree_ttl, now, &closed).map_err(|e| format!("could not reap worktrees: {e}"))?;
-        lines.extend(report.removed_worktrees.into_iter().map(|w| format!("worktree `{w}` (older than its TTL)")));
-        lines.extend(report.deleted_branches.into_iter().map(|b| format!("branch `{b}` (its issue is closed)")));
-        Ok(lines)
+        crate::workspace::reap(&self.plan, &self.root, now, self.worktree_ttl, &closed, &self.artifacts)
+            .await
+            .map_err(|e| format!("could not reap workspaces: {e}"))
     }
 }
 
@@ -147,9 +137,9 @@ pub mod commands {
     ) -> anyhow::Result<ExitCode> {
         let now = now_from(now)?;
         let facilities = sweep::Facilities { docker_reachable: if docker { Some(probe_docker().await) } else { None } };
-        let reaper = if reap { super::WorkspaceReaper::detect(root, config) } else { None };
+        let reaper = if reap { super::WorkspaceReaper::detect(root, config)? } else { None };
         if reap && reaper.is_none() {
-            eprintln!("--reap: {} is not a git repository with a branch checked out; nothing to reap", root.display());
+            eprintln!("--reap: {} is not in a git repository; nothing to reap", root.display());
         }
         let reaper = reaper.as_ref().map(|r| r as &dyn sweep::Reaper);
         let report = sweep::sweep(forge, config, now, &facilities, reaper).await?;

@@ -45,10 +45,11 @@ pub struct Hospital {
     /// This ward binary (the stand-in agent is `ward stand-in`).
     pub ward_exe: PathBuf,
     pub clock: Clock,
-    /// Each run's own worktree on `ward/issue-<n>` (and emulator, when the
-    /// stage has one); `None` runs the agent in `workdir`. Set when `root`
-    /// is a git repository on a branch.
-    pub workspace: Option<WorkspacePlan>,
+    /// The patient's workspace on `ward/issue-<n>` (and emulator, when the
+    /// stage has one); `Ok(None)` runs the agent in `workdir` (`root` is in
+    /// no git repository, or the caller chose scratch); an error (a detached
+    /// HEAD without `WARD_BASE`) refuses every stage run with its sentence.
+    pub workspace: Result<Option<WorkspacePlan>, crate::workspace::PlanError>,
 }
 
 impl Hospital {
@@ -164,8 +165,16 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let result = stage_steps(h, req, &mut workspace).await;
     let Some(ws) = workspace else { return result };
     let run = ws.run.clone();
-    match (result, ws.down().await) {
-        (Ok(r), Ok(report)) => {
+    // A patient who leaves takes its worktree along.
+    let leaving = matches!(&result, Ok(StageResult::Moved(t)) if t.to == h.config.discharge.discharged_label);
+    let teardown = if leaving { ws.release().await } else { ws.down().await };
+    match (result, teardown) {
+        (Ok(mut r), Ok(report)) => {
+            // The stage's time includes the workspace's teardown.
+            if let StageResult::Moved(t) = &mut r {
+                t.total_ms += report.down_ms as u128;
+                t.engine_us += report.down_ms as u128 * 1000;
+            }
             if !r.is_failure() {
                 report.write()?;
             }
@@ -182,6 +191,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
 async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspace>) -> anyhow::Result<StageResult> {
     let started = Instant::now();
     let number = IssueNumber(req.issue);
+    let plan = h.workspace.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?.as_ref();
     let issue = h.forge.issue(number).await.with_context(|| format!("could not read issue {number}"))?;
     let no_op = |reason: String| Ok(StageResult::NoOp { issue: req.issue, reason });
 
@@ -301,7 +311,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
     chart_notes.extend(before_agent);
 
     // Workspace up: the task's worktree, and the stage's emulator if it has one.
-    if let Some(plan) = &h.workspace {
+    if let Some(plan) = plan {
         let mut wreq = plan.request(&h.root, req.issue, stage.name, &run, &artifacts);
         wreq.emulator = h.config.emulator_for(stage.name).cloned();
         wreq.expires_after = stage.config.time_limit + stage.config.stall_after;
@@ -334,7 +344,7 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         workspace: WorkspaceContext {
             path: workdir.display().to_string(),
             branch: crate::workspace::worktree::branch_name(req.issue),
-            base: h.workspace.as_ref().map_or_else(|| "main".into(), |p| p.base.clone()),
+            base: plan.map_or_else(|| "main".into(), |p| p.base.clone()),
             env: emulator_env.iter().map(|(k, _)| k.clone()).collect(),
         },
         sentinel: h.sentinels.prefix().into(),
@@ -398,11 +408,11 @@ async fn stage_steps(h: &Hospital, req: &StageRequest, slot: &mut Option<Workspa
         // Durable before any label moves: the next stage starts from it.
         ws.commit_leftovers().await?;
         // GitHub mode: the treat stage pushes the branch and opens (or, by the push, updates) the pull request.
-        let push = h.workspace.as_ref().and_then(|p| p.push.as_ref());
+        let push = plan.and_then(|p| p.push.as_ref());
         if let Some(target) = push.filter(|_| stage.mode() == "treat")
             && ws.push(target).await?
         {
-            let base = h.workspace.as_ref().map(|p| p.base.clone()).unwrap_or_default();
+            let base = plan.map(|p| p.base.clone()).unwrap_or_default();
             let new = crate::forge::NewPullRequest {
                 head_branch: ws.branch.name.clone(),
                 base_branch: base,
