@@ -337,6 +337,11 @@ async fn a_branch_checked_out_by_a_person_or_held_by_a_run_is_not_checked_out_tw
     assert!(text.contains("not a workspace ward made") && text.contains("switch"), "{text}");
     assert!(theirs.join("README.md").exists(), "their checkout is untouched");
     run(repo.git().args(["worktree", "remove"]).arg(&theirs));
+    // Or in the repository's own checkout.
+    run(repo.git().args(["checkout", "--quiet", "ward/issue-10"]));
+    let err = Workspace::up(repo.request(10, "treat", "run-1"), &cancel).await.err().expect("refused");
+    assert!(err.to_string().contains(&format!("checked out in {}", repo.path.display())), "{err}");
+    run(repo.git().args(["checkout", "--quiet", "main"]));
     // The refused run left a record of what it was about to make, and no
     // worktree: the next run goes ahead.
     let first = Workspace::up(repo.request(10, "treat", "run-2"), &cancel).await.unwrap();
@@ -381,6 +386,33 @@ async fn an_agent_that_rewrites_git_pointers_cannot_make_ward_delete_or_commit_e
     assert_eq!(ws.worktree.path, path);
     assert!(meta.exists(), "made again");
     ws.release().await.unwrap();
+    assert_eq!(std::fs::read_to_string(victim.join("precious.txt")).unwrap(), "keep me\n");
+    assert_no_worktrees(&repo);
+}
+
+/// `core.worktree` in the shared `.git/config` or in the worktree's own
+/// config would send a plain `git clean -ffdx` into another folder.
+#[tokio::test]
+async fn a_planted_core_worktree_cannot_send_wards_reset_and_clean_elsewhere() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let victim = repo.tmp.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("precious.txt"), "keep me\n").unwrap();
+    let ws = Workspace::up(repo.request(23, "treat", "run-1"), &Cancel::new()).await.unwrap();
+    let path = ws.worktree.path.clone();
+    let planted = |args: &[&str]| run(git(&path, &repo.git_home).args(args));
+    planted(&["config", "extensions.worktreeConfig", "true"]);
+    planted(&["config", "--worktree", "core.worktree", victim.to_str().unwrap()]);
+    run(repo.git().args(["config", "core.worktree", victim.to_str().unwrap()]));
+    std::fs::write(path.join("stray.txt"), "left\n").unwrap();
+    ws.down().await.unwrap();
+    let ws = Workspace::up(repo.request(23, "code-review", "run-2"), &Cancel::new()).await.unwrap();
+    assert!(!path.join("stray.txt").exists(), "ward's clean ran in the worktree");
+    assert_eq!(std::fs::read_to_string(victim.join("precious.txt")).unwrap(), "keep me\n");
+    assert!(!victim.join("README.md").exists(), "nor did its reset write there");
+    ws.release().await.unwrap();
+    run(repo.git().args(["config", "--unset", "core.worktree"]));
+    run(repo.git().args(["config", "--unset", "extensions.worktreeConfig"]));
     assert_eq!(std::fs::read_to_string(victim.join("precious.txt")).unwrap(), "keep me\n");
     assert_no_worktrees(&repo);
 }

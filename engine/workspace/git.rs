@@ -104,6 +104,33 @@ pub fn local(dir: &Path) -> Command {
     cmd
 }
 
+/// A checkout ward runs git on: its git folder and its work tree, both
+/// given to every command (`--git-dir`, `--work-tree`), so that neither a
+/// rewritten `.git` file nor a planted `core.worktree` (in `.git/config`,
+/// or per worktree) can send ward's reset, clean or commit elsewhere.
+#[derive(Debug, Clone)]
+pub struct Checkout {
+    pub git_dir: PathBuf,
+    pub work_tree: PathBuf,
+}
+
+impl Checkout {
+    pub fn new(git_dir: &Path, work_tree: &Path) -> Self {
+        Self { git_dir: git_dir.to_path_buf(), work_tree: work_tree.to_path_buf() }
+    }
+
+    /// A [`local`] command on this checkout.
+    pub fn git(&self) -> Command {
+        let mut cmd = local(&self.work_tree);
+        let mut git_dir = std::ffi::OsString::from("--git-dir=");
+        git_dir.push(&self.git_dir);
+        let mut work_tree = std::ffi::OsString::from("--work-tree=");
+        work_tree.push(&self.work_tree);
+        cmd.arg(git_dir).arg(work_tree);
+        cmd
+    }
+}
+
 /// A token-carrying git command: no system or global configuration, no
 /// hooks, `HOME` in ward's private scratch folder; proxies pass through.
 pub fn remote(scratch: &Path) -> Command {
@@ -349,8 +376,8 @@ struct Change {
 }
 
 /// Staged changes against HEAD (`--raw -z`: `:<mode> <mode> <old> <new> <status>\0<path>\0`).
-fn staged(dir: &Path) -> Result<Vec<Change>> {
-    let mut cmd = local(dir);
+fn staged(co: &Checkout) -> Result<Vec<Change>> {
+    let mut cmd = co.git();
     cmd.args(["diff", "--cached", "--raw", "-z", "--no-abbrev", "--no-renames", "--ignore-submodules=none", "HEAD"]);
     let out = run(cmd, "list the staged changes in", None)?;
     let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());
@@ -383,38 +410,38 @@ fn under(path: &str, state: &str) -> bool {
 /// an LFS pointer: without `git-lfs`, or when a raw file slipped in, ward
 /// commits nothing and says which file.
 pub fn commit_leftovers(
-    dir: &Path,
+    co: &Checkout,
     state_paths: &[String],
     who: &super::worktree::CommitIdentity,
     message: &str,
 ) -> Result<Option<String>> {
-    let mut add = local(dir);
+    let mut add = co.git();
     add.args(["add", "--all", "--", "."]);
-    for p in excludable(dir, state_paths)? {
+    for p in excludable(co, state_paths)? {
         add.arg(format!(":(top,exclude){p}"));
     }
     run(add, "stage the changes in", None)?;
-    let mut changes = staged(dir)?;
+    let mut changes = staged(co)?;
     // Anything the agent staged itself under ward's folders leaves the index again.
     let (theirs, ours): (Vec<Change>, Vec<Change>) =
         changes.drain(..).partition(|c| state_paths.iter().any(|s| under(&c.path, s)));
     if !theirs.is_empty() {
         tracing::warn!(paths = ?theirs.iter().map(|c| &c.path).collect::<Vec<_>>(), "left out of the commit: ward's own folders");
-        let mut reset = local(dir);
+        let mut reset = co.git();
         reset.args(["reset", "--quiet", "HEAD", "--"]).args(theirs.iter().map(|c| c.path.as_str()));
         run(reset, "unstage ward's own folders in", None)?;
     }
     if ours.is_empty() {
         return Ok(None);
     }
-    check_lfs(dir, &ours)?;
-    let mut write = local(dir);
+    check_lfs(co, &ours)?;
+    let mut write = co.git();
     write.arg("write-tree");
     let tree = text(write, "write the tree of")?;
-    let mut head = local(dir);
+    let mut head = co.git();
     head.args(["rev-parse", "--verify", "--quiet", "HEAD"]);
     let parent = text(head, "read HEAD of")?;
-    let mut commit = local(dir);
+    let mut commit = co.git();
     commit.args(["commit-tree", "--no-gpg-sign", &tree, "-p", &parent, "-m", message]);
     let date = who.time.map(|t| format!("@{t} +0000"));
     for role in ["AUTHOR", "COMMITTER"] {
@@ -424,7 +451,7 @@ pub fn commit_leftovers(
         }
     }
     let made = text(commit, "commit in")?;
-    let mut update = local(dir);
+    let mut update = co.git();
     update.args(["update-ref", "-m", "ward: the agent's leftovers", "HEAD", &made, &parent]);
     run(update, "move the branch of", None)?;
     Ok(Some(made))
@@ -433,16 +460,16 @@ pub fn commit_leftovers(
 /// The state folders `git add` must be told to leave out: those that exist
 /// and are not ignored already (git refuses an exclude that names an
 /// ignored path).
-fn excludable(dir: &Path, state_paths: &[String]) -> Result<Vec<String>> {
+fn excludable(co: &Checkout, state_paths: &[String]) -> Result<Vec<String>> {
     let present: Vec<String> = state_paths
         .iter()
         .map(|p| p.trim_matches('/').to_string())
-        .filter(|p| dir.join(p).symlink_metadata().is_ok())
+        .filter(|p| co.work_tree.join(p).symlink_metadata().is_ok())
         .collect();
     if present.is_empty() {
         return Ok(present);
     }
-    let mut check = local(dir);
+    let mut check = co.git();
     check.args(["check-ignore", "--"]).args(&present);
     // Exit 1 means none is ignored.
     let ignored = match run(check, "check-ignore", None) {
@@ -454,12 +481,12 @@ fn excludable(dir: &Path, state_paths: &[String]) -> Result<Vec<String>> {
 }
 
 /// The LFS rule for staged changes (see [`commit_leftovers`]).
-fn check_lfs(dir: &Path, changes: &[Change]) -> Result<()> {
+fn check_lfs(co: &Checkout, changes: &[Change]) -> Result<()> {
     let new: Vec<&Change> = changes.iter().filter(|c| matches!(c.status, 'A' | 'M' | 'T')).collect();
     if new.is_empty() {
         return Ok(());
     }
-    let mut attr = local(dir);
+    let mut attr = co.git();
     attr.args(["check-attr", "--cached", "-z", "--stdin", "filter"]);
     let input: Vec<u8> = new.iter().flat_map(|c| c.path.bytes().chain([0])).collect();
     let out = run_with_input(attr, &input, "read the attributes in")?;
@@ -473,9 +500,10 @@ fn check_lfs(dir: &Path, changes: &[Change]) -> Result<()> {
         return Ok(());
     }
     if !lfs_installed() {
-        return Err(WorktreeError::LfsMissing { path: dir.to_path_buf(), file: Some(lfs[0].to_string()) });
+        return Err(WorktreeError::LfsMissing { path: co.work_tree.clone(), file: Some(lfs[0].to_string()) });
     }
-    let repo = git2::Repository::open(dir).map_err(super::worktree::git("open", dir.display().to_string()))?;
+    let dir = co.git_dir.display().to_string();
+    let repo = git2::Repository::open(&co.git_dir).map_err(super::worktree::git("open", dir))?;
     for change in new.iter().filter(|c| lfs.contains(&c.path.as_str())) {
         let raw = git2::Oid::from_str(&change.blob)
             .ok()

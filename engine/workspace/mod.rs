@@ -627,7 +627,8 @@ impl Workspace {
             // A repository that keeps files in LFS needs git-lfs to commit them.
             if !git::lfs_installed() && git.declares_lfs(&wt.start)? {
                 if let Hold::Checkout(original) = &hold {
-                    worktree::restore_checkout(&wt.path, original, &r.state_paths, submodules)?;
+                    let co = git::Checkout::new(&wt.metadata, &wt.path);
+                    worktree::restore_checkout(&git, &co, original, &r.state_paths, submodules)?;
                 }
                 return Err(WorktreeError::LfsMissing { path: top, file: None });
             }
@@ -720,7 +721,7 @@ impl Workspace {
         let made = blocking(move || {
             let git = GitRepo::open(&repo)?;
             worktree::verify_git_dir(&wt.path, &wt.metadata, git.git_dir())?;
-            git::commit_leftovers(&wt.path, &state, &who, &message)
+            git::commit_leftovers(&git::Checkout::new(&wt.metadata, &wt.path), &state, &who, &message)
         })
         .await;
         self.commit_ms += started.elapsed().as_millis() as u64;
@@ -760,7 +761,13 @@ impl Workspace {
                     Original::Branch(b) => b.clone(),
                     Original::Detached(sha) => sha.clone(),
                 };
-                blocking(move || worktree::restore_checkout(&path, &original, &state, submodules)).await?;
+                let (repo, metadata) = (self.repo.clone(), self.worktree.metadata.clone());
+                blocking(move || {
+                    let git = GitRepo::open(&repo)?;
+                    let co = git::Checkout::new(&metadata, &path);
+                    worktree::restore_checkout(&git, &co, &original, &state, submodules)
+                })
+                .await?;
                 Ok(WorktreeEnd::Restored { path: self.worktree.path.clone(), to })
             }
             Hold::Patient { layout, .. } => {

@@ -29,7 +29,7 @@ use chrono::{DateTime, Utc};
 use git2::{BranchType, ErrorCode, Repository};
 use serde::{Deserialize, Serialize};
 
-use super::git::{self, local};
+use super::git::{self, Checkout, local};
 
 /// Task branches are `ward/issue-<n>`.
 pub const BRANCH_PREFIX: &str = "ward/issue-";
@@ -372,6 +372,12 @@ impl GitRepo {
     /// the metadata files directly: another run may be adding or removing
     /// its own worktree at this moment, and a half-made one is skipped.
     fn checked_out_in(&self, refname: &str) -> Result<Option<PathBuf>> {
+        // The main checkout (whose HEAD is the common folder's).
+        let main = std::fs::read_to_string(self.root.join("HEAD")).unwrap_or_default();
+        if main.trim() == format!("ref: {refname}") && !self.repo.is_bare() {
+            let top = self.root.parent().map(Path::to_path_buf).unwrap_or_else(|| self.root.clone());
+            return Ok(Some(top));
+        }
         let admin = self.root.join("worktrees");
         let Ok(entries) = std::fs::read_dir(&admin) else { return Ok(None) };
         for entry in entries.flatten() {
@@ -427,10 +433,6 @@ impl GitRepo {
         for name in doomed {
             if let Some(path) = self.checked_out_in(&format!("refs/heads/{name}"))? {
                 report.kept.push((name, format!("checked out in {}", path.display())));
-                continue;
-            }
-            if self.repo.head().ok().and_then(|h| h.shorthand().map(str::to_string)).as_deref() == Some(&name) {
-                report.kept.push((name, "checked out in the repository itself".into()));
                 continue;
             }
             let mut branch = self.repo.find_branch(&name, BranchType::Local).map_err(git("look up branch", &name))?;
@@ -645,9 +647,10 @@ pub fn open_patient(
         if record.state == RecordState::Ready
             && let Some(metadata) = intact(git, layout, req.issue, record)
         {
-            let (branch, start) = refresh(git, &path, req)?;
+            let co = Checkout::new(&metadata, &path);
+            let (branch, start) = refresh(git, &co, req)?;
             if req.submodules {
-                submodules(git, &path, true)?;
+                fresh_submodules(git, &co)?;
             }
             let used = Record { used_at: now, run: req.run.into(), stage: req.stage.into(), ..record.clone() };
             layout.write_record(&used)?;
@@ -682,7 +685,9 @@ pub fn open_patient(
     {
         let _meta = git.metadata_lock()?;
         let mut add = local(git.workdir().unwrap_or(&git.root));
-        add.args(["worktree", "add", "--quiet"]).arg(&path).arg(&branch.name);
+        let mut git_dir = std::ffi::OsString::from("--git-dir=");
+        git_dir.push(&git.root);
+        add.arg(git_dir).args(["worktree", "add", "--quiet"]).arg(&path).arg(&branch.name);
         git::run(add, "worktree add", None)?;
     }
     let metadata = gitdir_of(&path.join(".git"))
@@ -690,7 +695,7 @@ pub fn open_patient(
         .ok_or_else(|| WorktreeError::Tampered { path: path.clone(), points_to: path.join(".git") })?;
     record.metadata = Some(metadata.clone());
     if req.submodules {
-        submodules(git, &path, false)?;
+        submodules(git, &Checkout::new(&metadata, &path))?;
     }
     record.state = RecordState::Ready;
     layout.write_record(&record)?;
@@ -744,16 +749,15 @@ fn intact(git: &GitRepo, layout: &Layout, issue: u64, record: &Record) -> Option
 
 /// Back to exactly the committed state of the branch head (or of the base
 /// on `restart`): reset, then clean out everything else, ignored files too.
-fn refresh(git: &GitRepo, path: &Path, req: &PatientRequest<'_>) -> Result<(TaskBranch, String)> {
+fn refresh(git: &GitRepo, co: &Checkout, req: &PatientRequest<'_>) -> Result<(TaskBranch, String)> {
     // The patient's lock is ours: an index lock can only be a killed run's.
-    let metadata = gitdir_of(&path.join(".git")).unwrap_or_default();
-    let _ = std::fs::remove_file(metadata.join("index.lock"));
+    let _ = std::fs::remove_file(co.git_dir.join("index.lock"));
     let base = git.base_id(req.base)?;
     let target = if req.restart { base.clone() } else { "HEAD".to_string() };
-    let mut reset = local(path);
+    let mut reset = co.git();
     reset.args(["reset", "--quiet", "--hard", &target]);
     git::run(reset, "reset", None)?;
-    let mut clean = local(path);
+    let mut clean = co.git();
     clean.args(["clean", "-ffdxq"]);
     git::run(clean, "clean", None)?;
     let name = branch_name(req.issue);
@@ -762,23 +766,39 @@ fn refresh(git: &GitRepo, path: &Path, req: &PatientRequest<'_>) -> Result<(Task
     Ok((branch, head))
 }
 
-/// Initialises (or, `again`, resets and cleans) the submodules of the
-/// checkout at `path`. A submodule the repository's own checkout already
-/// has (`.git/modules/<name>`) is cloned from there, without the network.
-fn submodules(git: &GitRepo, path: &Path, again: bool) -> Result<()> {
-    if !path.join(".gitmodules").exists() {
+/// The submodule paths `.gitmodules` names, each a plain relative path
+/// inside the checkout (anything else is left to git to refuse).
+fn submodule_paths(co: &Checkout) -> Vec<(String, PathBuf)> {
+    let file = co.work_tree.join(".gitmodules");
+    if !file.exists() {
+        return Vec::new();
+    }
+    let mut list = local(&co.work_tree);
+    list.arg("config").arg("--file").arg(&file).args(["--get-regexp", r"^submodule\..*\.path$"]);
+    let listed = git::run(list, "read .gitmodules in", None).map(|o| String::from_utf8_lossy(&o).into_owned());
+    listed
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (key, path) = line.split_once(' ')?;
+            let name = key.strip_prefix("submodule.")?.strip_suffix(".path")?;
+            let path = PathBuf::from(path.trim());
+            let plain = path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+            (plain && !name.contains("..")).then(|| (name.to_string(), path))
+        })
+        .collect()
+}
+
+/// Initialises the submodules of a checkout. A submodule the repository's
+/// own checkout already has (`.git/modules/<name>`) is cloned from there,
+/// without the network.
+fn submodules(git: &GitRepo, co: &Checkout) -> Result<()> {
+    let paths = submodule_paths(co);
+    if paths.is_empty() {
         return Ok(());
     }
-    let mut names = local(path);
-    names.args(["config", "--file", ".gitmodules", "--get-regexp", r"^submodule\..*\.path$"]);
-    let listed = git::run(names, "read .gitmodules in", None).map(|o| String::from_utf8_lossy(&o).into_owned());
-    let mut update = local(path);
-    for line in listed.unwrap_or_default().lines() {
-        let Some(name) =
-            line.split_whitespace().next().and_then(|k| k.strip_prefix("submodule.")?.strip_suffix(".path"))
-        else {
-            continue;
-        };
+    let mut update = co.git();
+    for (name, _) in &paths {
         let module = git.root.join("modules").join(name);
         if module.join("HEAD").exists() {
             update.args(["-c", "protocol.file.allow=always", "-c"]);
@@ -786,16 +806,24 @@ fn submodules(git: &GitRepo, path: &Path, again: bool) -> Result<()> {
         }
     }
     update.args(["submodule", "update", "--init", "--recursive", "--quiet"]);
-    if again {
-        update.arg("--force");
+    git::run(update, "submodule update", None).map(drop)
+}
+
+/// Submodules made again from scratch for the next stage: a submodule's
+/// git folder is the agent's to write (its `core.worktree` included), so
+/// nothing of it is kept between stages.
+fn fresh_submodules(git: &GitRepo, co: &Checkout) -> Result<()> {
+    let modules = co.git_dir.join("modules");
+    if modules.symlink_metadata().is_ok() {
+        std::fs::remove_dir_all(&modules).map_err(io_err("remove the submodules of", &modules))?;
     }
-    git::run(update, "submodule update", None)?;
-    if again {
-        let mut clean = local(path);
-        clean.args(["submodule", "foreach", "--recursive", "--quiet", "git reset --quiet --hard && git clean -ffdxq"]);
-        git::run(clean, "submodule foreach", None)?;
+    for (_, path) in submodule_paths(co) {
+        let dir = co.work_tree.join(path);
+        if dir.symlink_metadata().is_ok() {
+            std::fs::remove_dir_all(&dir).map_err(io_err("remove the submodule", &dir))?;
+        }
     }
-    Ok(())
+    submodules(git, co)
 }
 
 /// Removes the patient's worktree (after its stages, at discharge), then
@@ -942,8 +970,8 @@ pub enum Original {
 }
 
 /// Paths with changes in the checkout at `root`, ward's own folders left out.
-fn changes(root: &Path, state_paths: &[String]) -> Result<Vec<String>> {
-    let mut status = local(root);
+fn changes(co: &Checkout, state_paths: &[String]) -> Result<Vec<String>> {
+    let mut status = co.git();
     status.args(["status", "--porcelain=v1", "-z", "--untracked-files=normal", "--", "."]);
     for p in state_paths {
         status.arg(format!(":(top,exclude){}", p.trim_matches('/')));
@@ -966,18 +994,19 @@ pub fn switch_checkout(
         Head::Detached(sha) => Original::Detached(sha),
         Head::Unborn(_) => return Err(WorktreeError::BaseMissing { base: req.base.into(), repo: git.root.clone() }),
     };
-    let dirty = changes(root, state_paths)?;
+    let co = Checkout::new(&git.root, root);
+    let dirty = changes(&co, state_paths)?;
     if !dirty.is_empty() {
         let mut files: Vec<String> = dirty.into_iter().take(5).collect();
         files.iter_mut().for_each(|f| *f = format!("`{f}`"));
         return Err(WorktreeError::CheckoutDirty { path: root.to_path_buf(), files });
     }
     let branch = git.task_branch(req.issue, req.base, req.restart)?;
-    let mut checkout = local(root);
+    let mut checkout = co.git();
     checkout.args(["checkout", "--quiet", &branch.name]);
     git::run(checkout, "checkout", None)?;
     if req.submodules {
-        submodules(git, root, true)?;
+        fresh_submodules(git, &co)?;
     }
     let wt = Worktree {
         name: "checkout".into(),
@@ -993,24 +1022,28 @@ pub fn switch_checkout(
 
 /// CI mode, after the stage: the checkout back where it was, and what the
 /// agent left there (outside ward's own folders and ignored files) gone.
-pub fn restore_checkout(root: &Path, original: &Original, state_paths: &[String], submodules: bool) -> Result<()> {
-    let mut checkout = local(root);
+pub fn restore_checkout(
+    git: &GitRepo,
+    co: &Checkout,
+    original: &Original,
+    state_paths: &[String],
+    submodules: bool,
+) -> Result<()> {
+    let mut checkout = co.git();
     checkout.args(["checkout", "--quiet", "--force"]);
     match original {
         Original::Branch(b) => checkout.arg(b),
         Original::Detached(sha) => checkout.args(["--detach", sha]),
     };
     git::run(checkout, "checkout", None)?;
-    let mut clean = local(root);
+    let mut clean = co.git();
     clean.args(["clean", "-ffdq", "--", "."]);
     for p in state_paths {
         clean.arg(format!(":(top,exclude){}", p.trim_matches('/')));
     }
     git::run(clean, "clean", None)?;
-    if submodules && root.join(".gitmodules").exists() {
-        let mut update = local(root);
-        update.args(["submodule", "update", "--init", "--recursive", "--quiet", "--force"]);
-        git::run(update, "submodule update", None)?;
+    if submodules {
+        fresh_submodules(git, co)?;
     }
     Ok(())
 }
