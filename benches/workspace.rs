@@ -12,7 +12,10 @@
 //!   image, one at a time and three in parallel (target: ready < 1 s).
 //!   `WARD_BENCH_SKIP_DOCKER=1` leaves them out.
 //!
-//! Prints medians. `WARD_BENCH_ROUNDS` sets the rounds (default 9).
+//! Every measured operation starts after a `sync`, so that one's write-back
+//! does not land on the next. Prints medians. `WARD_BENCH_ROUNDS` sets the
+//! rounds (default 9); `WARD_BENCH_VERBOSE=1` prints each stage's own
+//! setup, commit and teardown times.
 
 #[allow(dead_code)]
 #[path = "../tests/support/workspace.rs"]
@@ -87,22 +90,40 @@ fn big_repo(files: usize) -> support::TestRepo {
 
 /// One stage as the engine runs it around a stand-in agent that leaves one
 /// new file: up, commit leftovers, down. Returns the engine's time.
+/// Each measured operation starts with the disk caught up: the kernel's
+/// write-back of the previous one's 30,000 files would land on whichever
+/// operation comes next.
+fn settle() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+}
+
 async fn stage(repo: &support::TestRepo, issue: u64, run: &str) -> Duration {
+    settle();
     let t = Instant::now();
     let mut ws = Workspace::up(repo.request(issue, "bench", run), &Cancel::new()).await.expect("up");
     let agent = Instant::now();
     std::fs::write(ws.worktree.path.join(format!("{run}.txt")), "left by the agent\n").unwrap();
     let agent = agent.elapsed();
     assert!(ws.commit_leftovers().await.expect("commit").is_some());
-    ws.down().await.expect("down");
+    let checkout = ws.worktree.ready_ms;
+    let report = ws.down().await.expect("down");
+    if std::env::var_os("WARD_BENCH_VERBOSE").is_some() {
+        let (up, commit, down) = (report.up_ms, report.commit_ms, report.down_ms);
+        println!("  {run}: checkout {checkout} ms, up {up} ms, commit {commit} ms, down {down} ms");
+    }
     t.elapsed() - agent
 }
 
-/// The git CLI's own worktree of the same branch: add, then remove.
-fn cli(repo: &support::TestRepo, branch: &str, round: usize) -> Duration {
+/// The git CLI's own worktree of the same commit (on a branch of its own:
+/// the patient's stays checked out in its worktree): add, then remove.
+fn cli(repo: &support::TestRepo, round: usize) -> Duration {
+    let branch = format!("bench/cli-{round}");
+    support::run(repo.git().args(["branch", &branch, "main"]));
     let path = repo.tmp.path().join(format!("cli-{round}"));
+    settle();
     let t = Instant::now();
-    support::run(repo.git().args(["worktree", "add", "--quiet"]).arg(&path).arg(branch));
+    support::run(repo.git().args(["worktree", "add", "--quiet"]).arg(&path).arg(&branch));
     support::run(repo.git().args(["worktree", "remove", "--force"]).arg(&path));
     let took = t.elapsed();
     assert!(!path.exists());
@@ -123,13 +144,11 @@ async fn main() {
     for round in 0..rounds {
         // A new patient each round: its first stage creates its workspace.
         let issue = 1000 + round as u64;
-        let branch = format!("ward/issue-{issue}");
-        support::run(repo.git().args(["branch", &branch, "main"]));
         let (ours, theirs) = if round % 2 == 0 {
             let ours = stage(&repo, issue, &format!("r{round}-1")).await;
-            (ours, cli(&repo, &branch, round))
+            (ours, cli(&repo, round))
         } else {
-            let theirs = cli(&repo, &branch, round);
+            let theirs = cli(&repo, round);
             (stage(&repo, issue, &format!("r{round}-1")).await, theirs)
         };
         first.push(ours);
@@ -139,6 +158,7 @@ async fn main() {
             later.push(stage(&repo, issue, &format!("r{round}-{s}")).await);
         }
         // Discharge: the patient's worktree goes, verified.
+        settle();
         let t = Instant::now();
         let git = GitRepo::open(&repo.path).unwrap();
         let cleanup = remove_patient(&git, &layout, issue, None).unwrap().expect("the patient's worktree");

@@ -417,6 +417,35 @@ async fn a_planted_core_worktree_cannot_send_wards_reset_and_clean_elsewhere() {
     assert_no_worktrees(&repo);
 }
 
+/// For stages that must not change code: what the run changed, however
+/// it changed it, and a way to throw all of it away.
+#[tokio::test]
+async fn a_runs_changes_are_listed_and_can_be_thrown_away_entirely() {
+    let repo = TestRepo::new(&[("README.md", "hello\n"), ("src/lib.rs", "fn a() {}\n"), (".gitignore", "/target/\n")]);
+    let mut ws = Workspace::up(repo.request(24, "code-review", "run-1"), &Cancel::new()).await.unwrap();
+    let path = ws.worktree.path.clone();
+    let start = ws.worktree.start.clone();
+    assert!(ws.changed_paths().await.unwrap().is_empty());
+    // The agent commits one change itself, leaves another, adds a file,
+    // writes build output and ward's own notes.
+    std::fs::write(path.join("README.md"), "rewritten\n").unwrap();
+    run(git(&path, &repo.git_home).args(["commit", "--quiet", "-am", "the agent's own commit"]));
+    std::fs::write(path.join("src/lib.rs"), "fn b() {}\n").unwrap();
+    std::fs::write(path.join("new.rs"), "fn c() {}\n").unwrap();
+    std::fs::create_dir_all(path.join("target")).unwrap();
+    std::fs::write(path.join("target/out"), "built\n").unwrap();
+    std::fs::create_dir_all(path.join(".ward")).unwrap();
+    std::fs::write(path.join(".ward/notes.md"), "n\n").unwrap();
+    assert_eq!(ws.changed_paths().await.unwrap(), vec!["README.md", "new.rs", "src/lib.rs"]);
+    ws.discard().await.unwrap();
+    assert_eq!(repo.rev("ward/issue-24").unwrap(), start, "the agent's commit is gone too");
+    assert_eq!(std::fs::read_to_string(path.join("README.md")).unwrap(), "hello\n");
+    assert!(!path.join("new.rs").exists() && !path.join("target").exists());
+    assert!(ws.changed_paths().await.unwrap().is_empty());
+    ws.release().await.unwrap();
+    assert_no_worktrees(&repo);
+}
+
 #[tokio::test]
 async fn the_leftovers_commit_never_takes_wards_own_folders() {
     let repo = TestRepo::new(&[("README.md", "hello\n")]);

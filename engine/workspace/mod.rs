@@ -732,6 +732,29 @@ impl Workspace {
         Ok(made)
     }
 
+    /// The files this run changed, relative to the top of the checkout:
+    /// against the commit it started at, whether the agent committed them,
+    /// staged them or left them (untracked files included, ignored ones and
+    /// ward's own folders not). For stages that must not change code.
+    pub async fn changed_paths(&self) -> Result<Vec<String>, WorkspaceError> {
+        let (wt, state) = (self.worktree.clone(), self.state_paths.clone());
+        blocking(move || worktree::changed_since(&git::Checkout::new(&wt.metadata, &wt.path), &wt.start, &state)).await
+    }
+
+    /// Throws away everything this run did: the branch back at the commit
+    /// the run started at (the agent's own commits included), the checkout
+    /// clean. What [`Workspace::commit_leftovers`] made is discarded too.
+    pub async fn discard(&mut self) -> Result<(), WorkspaceError> {
+        let (wt, state, mode) = (self.worktree.clone(), self.state_paths.clone(), self.mode);
+        blocking(move || {
+            let co = git::Checkout::new(&wt.metadata, &wt.path);
+            worktree::reset_to(&co, &wt.start, mode == WorkspaceMode::Worktree, &state)
+        })
+        .await?;
+        self.commit = None;
+        Ok(())
+    }
+
     /// Pushes the task branch (forced after a `restart` reset it). `false`
     /// when there is nothing to push: the branch is still at the base.
     pub async fn push(&self, target: &PushTarget) -> Result<bool, WorkspaceError> {

@@ -582,13 +582,14 @@ impl Layout {
     }
 
     /// Writes the record whole (a temporary file, then a rename): a run
-    /// killed mid-write leaves the old record or the new one.
+    /// killed mid-write leaves the old record or the new one. No fsync: a
+    /// killed process loses nothing the kernel has, and an fsync right
+    /// after a checkout would wait for the whole checkout to reach the disk.
     fn write_record(&self, record: &Record) -> Result<()> {
         let path = self.record(record.issue);
         let tmp = self.state.join(format!(".issue-{}.json.tmp", record.issue));
         let text = serde_json::to_string_pretty(record).unwrap_or_default();
         std::fs::write(&tmp, text + "\n").map_err(io_err("write", &tmp))?;
-        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io_err("sync", &tmp))?;
         std::fs::rename(&tmp, &path).map_err(io_err("write", &path))
     }
 
@@ -1046,6 +1047,37 @@ pub fn restore_checkout(
         fresh_submodules(git, co)?;
     }
     Ok(())
+}
+
+/// Files changed in the checkout since `start` (committed, staged, left,
+/// untracked), ward's own folders and ignored files left out.
+pub fn changed_since(co: &Checkout, start: &str, state_paths: &[String]) -> Result<Vec<String>> {
+    let excludes: Vec<String> = state_paths.iter().map(|p| format!(":(top,exclude){}", p.trim_matches('/'))).collect();
+    let mut diff = co.git();
+    diff.args(["diff", "--name-only", "-z", "--no-renames", start, "--", "."]).args(&excludes);
+    let mut others = co.git();
+    others.args(["ls-files", "--others", "--exclude-standard", "-z", "--", "."]).args(&excludes);
+    let mut paths = BTreeSet::new();
+    for (cmd, op) in [(diff, "diff"), (others, "ls-files")] {
+        let out = git::run(cmd, op, None)?;
+        paths.extend(out.split(|b| *b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()));
+    }
+    Ok(paths.into_iter().collect())
+}
+
+/// The checkout and its branch back at `commit`, everything else cleaned
+/// out (ignored files too when `ignored`; never ward's own folders).
+pub fn reset_to(co: &Checkout, commit: &str, ignored: bool, state_paths: &[String]) -> Result<()> {
+    let _ = std::fs::remove_file(co.git_dir.join("index.lock"));
+    let mut reset = co.git();
+    reset.args(["reset", "--quiet", "--hard", commit]);
+    git::run(reset, "reset", None)?;
+    let mut clean = co.git();
+    clean.args(["clean", if ignored { "-ffdxq" } else { "-ffdq" }, "--", "."]);
+    for p in state_paths {
+        clean.arg(format!(":(top,exclude){}", p.trim_matches('/')));
+    }
+    git::run(clean, "clean", None).map(drop)
 }
 
 /// Refuses to commit through a `.git` that no longer leads to `git_dir` in
