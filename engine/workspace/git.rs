@@ -438,9 +438,10 @@ pub fn commit_leftovers(
     let mut write = co.git();
     write.arg("write-tree");
     let tree = text(write, "write the tree of")?;
-    let mut head = co.git();
-    head.args(["rev-parse", "--verify", "--quiet", "HEAD"]);
-    let parent = text(head, "read HEAD of")?;
+    let dir = co.git_dir.display().to_string();
+    let repo = git2::Repository::open(&co.git_dir).map_err(super::worktree::git("open", dir.clone()))?;
+    let parent = repo.head().and_then(|h| h.peel_to_commit()).map_err(super::worktree::git("read HEAD of", dir))?;
+    let parent = parent.id().to_string();
     let mut commit = co.git();
     commit.args(["commit-tree", "--no-gpg-sign", &tree, "-p", &parent, "-m", message]);
     let date = who.time.map(|t| format!("@{t} +0000"));
