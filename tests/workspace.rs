@@ -511,10 +511,10 @@ fn the_reaper_removes_only_what_ward_recorded_and_nothing_outside_its_folder() {
     std::fs::write(layout.record(99), forged.to_string()).unwrap();
 
     let report = reap_patients(&git, &layout, Duration::from_secs(3600), now, &[3, 4]).unwrap();
-    let removed: Vec<&str> = report.removed_worktrees.iter().map(|w| w.split(' ').next().unwrap()).collect();
+    let removed: Vec<&str> = report.removed_worktrees.iter().map(|(w, _)| w.as_str()).collect();
     assert_eq!(removed, vec!["ward-issue-1", "ward-issue-3", "ward-issue-99"], "{report:?}");
-    assert!(report.removed_worktrees[0].contains("unused for longer than 1h"), "{report:?}");
-    assert!(report.removed_worktrees[1].contains("its issue is closed"), "{report:?}");
+    assert_eq!(report.removed_worktrees[0].1, "unused for longer than 1h", "{report:?}");
+    assert_eq!(report.removed_worktrees[1].1, "its issue is closed", "{report:?}");
     assert_eq!(report.deleted_branches, vec!["ward/issue-3".to_string(), "ward/issue-4".to_string()]);
     assert!(report.kept.iter().any(|(n, why)| n == "ward-issue-5" && why.contains("in use")), "{report:?}");
     assert!(report.kept.iter().any(|(n, why)| n == "ward-issue-2" && why.contains("used within")), "{report:?}");
@@ -829,6 +829,64 @@ async fn a_detached_or_unborn_head_is_an_error_naming_ward_base_never_a_run_in_p
     assert_no_worktrees(&repo);
 }
 
+/// The sweep's reaper end to end: the forge says which patients are closed;
+/// their worktrees and branches go, an expired container of this
+/// installation and repository goes, a look-alike of another installation
+/// stays.
+#[tokio::test]
+async fn the_sweeps_reaper_clears_closed_patients_and_only_its_own_containers() {
+    use ward::forge::Forge;
+    use ward::sweep::Reaper;
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, git_home, forge, h) = stage_repo(tmp.path(), "");
+    let plan = h.workspace.as_ref().unwrap().as_ref().unwrap().clone();
+    let (open, closed) = (forge.admit(new_issue()).unwrap(), forge.admit(new_issue()).unwrap());
+    for issue in [&open, &closed] {
+        let artifacts = ward::workspace::artifacts_dir(&plan.home, issue.number.0, "run-1");
+        let req = plan.request(&root, issue.number.0, "treat", "run-1", &artifacts);
+        Workspace::up(req, &Cancel::new()).await.unwrap().down().await.unwrap();
+    }
+    forge.close_issue(closed.number).await.unwrap();
+    let run_name = run_id("sweep-reaper");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let past = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    let ours = ward::workspace::installation_id(&plan.home).unwrap();
+    let create = |suffix: &str, installation: &str| {
+        let labels = [
+            format!("ward.run={run_name}"),
+            format!("ward.expires={past}"),
+            format!("ward.installation={installation}"),
+            format!("ward.repository={}", plan.repository),
+        ];
+        let mut args = vec!["create".to_string(), "--name".into(), format!("{run_name}-{suffix}")];
+        labels.iter().for_each(|l| args.extend(["--label".to_string(), l.clone()]));
+        args.push(docstore_image().into());
+        run_docker(&args.iter().map(String::as_str).collect::<Vec<_>>()).trim().to_string()
+    };
+    let mine = create("mine", &ours);
+    let theirs = create("theirs", "ffffffffffffffffffffffffffffffff");
+    let reaper = ward::departments::WorkspaceReaper {
+        root: root.clone(),
+        artifacts: tmp.path().join("reaped"),
+        plan,
+        worktree_ttl: Duration::from_secs(3600),
+    };
+    let lines = reaper.reap(&*forge, chrono::Utc::now()).await.unwrap();
+    let n = closed.number.0;
+    assert!(lines.contains(&format!("container `{run_name}-mine` (past its `ward.expires`)")), "{lines:?}");
+    assert!(lines.contains(&format!("worktree `ward-issue-{n}` (its issue is closed)")), "{lines:?}");
+    assert!(lines.contains(&format!("branch `ward/issue-{n}` (its issue is closed)")), "{lines:?}");
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(containers_of_run(&run_name).contains(&theirs) && !containers_of_run(&run_name).contains(&mine));
+    let list = run(git(&root, &git_home).args(["worktree", "list", "--porcelain"]));
+    assert_eq!(list.matches("worktree ").count(), 2, "the open patient's stays: {list}");
+    run_docker(&["rm", "-f", &theirs]);
+}
+
+fn new_issue() -> ward::forge::NewIssue {
+    ward::forge::NewIssue { title: "t".into(), body: "b".into(), labels: vec!["ward:admit".into()] }
+}
+
 #[tokio::test]
 async fn a_stage_run_on_a_detached_head_is_refused_and_changes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
@@ -964,7 +1022,8 @@ async fn a_run_killed_during_checkout_does_not_lock_the_patient() {
     // Killed again; this time the sweep's reaper clears it, at once.
     kill_during_checkout(dir.path());
     let reaped = reap_patients(&git_repo, &layout, Duration::from_secs(86_400), chrono::Utc::now(), &[]).unwrap();
-    assert_eq!(reaped.removed_worktrees, vec!["ward-issue-7 (half-made by a run that was killed)".to_string()]);
+    let half_made = ("ward-issue-7".to_string(), "half-made by a run that was killed".to_string());
+    assert_eq!(reaped.removed_worktrees, vec![half_made]);
     assert!(!layout.worktree(7).exists() && layout.read_record(7).is_none());
     run(git(&repo_path, &git_home).args(["worktree", "add", "--quiet"]).arg(&elsewhere).arg("ward/issue-7"));
     run(git(&repo_path, &git_home).args(["worktree", "remove"]).arg(&elsewhere));

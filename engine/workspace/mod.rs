@@ -905,7 +905,7 @@ pub async fn reap(
         worktree::reap_patients(&git, &layout, idle, now, &closed)
     })
     .await?;
-    lines.extend(report.removed_worktrees.into_iter().map(|w| format!("worktree `{w}`")));
+    lines.extend(report.removed_worktrees.into_iter().map(|(w, why)| format!("worktree `{w}` ({why})")));
     lines.extend(report.deleted_branches.into_iter().map(|b| format!("branch `{b}` (its issue is closed)")));
     Ok(lines)
 }

@@ -202,8 +202,8 @@ impl WorktreeCleanup {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ReapReport {
-    /// `ward-issue-<n> (why)`
-    pub removed_worktrees: Vec<String>,
+    /// (name, why it was removed)
+    pub removed_worktrees: Vec<(String, String)>,
     pub deleted_branches: Vec<String>,
     /// (name, why it was kept)
     pub kept: Vec<(String, String)>,
@@ -953,7 +953,7 @@ pub fn reap_patients(
             }
         };
         remove_patient_locked(git, layout, issue, record.as_ref())?;
-        report.removed_worktrees.push(format!("{name} ({why})"));
+        report.removed_worktrees.push((name, why));
     }
     git.delete_closed_branches(closed, &mut report)?;
     Ok(report)
