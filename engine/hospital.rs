@@ -35,10 +35,11 @@ pub struct Hospital {
     /// This ward binary (the stand-in agent is `ward stand-in`).
     pub ward_exe: PathBuf,
     pub clock: Clock,
-    /// Each run's own worktree on `ward/issue-<n>` (and emulator, when the
-    /// stage has one); `None` runs the agent in `workdir`. Set when `root`
-    /// is a git repository on a branch.
-    pub workspace: Option<WorkspacePlan>,
+    /// The patient's workspace on `ward/issue-<n>` (and emulator, when the
+    /// stage has one); `Ok(None)` runs the agent in `workdir` (`root` is in
+    /// no git repository, or the caller chose scratch); an error (a detached
+    /// HEAD without `WARD_BASE`) refuses every stage run with its sentence.
+    pub workspace: Result<Option<WorkspacePlan>, crate::workspace::PlanError>,
 }
 
 impl Hospital {
@@ -62,6 +63,11 @@ impl Hospital {
             clock: system_clock(),
             workspace: WorkspacePlan::detect(root, |k| std::env::var(k).ok()),
         })
+    }
+
+    /// The workspace plan, or the sentence that refuses every run.
+    pub fn workspace_plan(&self) -> anyhow::Result<Option<&WorkspacePlan>> {
+        Ok(self.workspace.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?.as_ref())
     }
 
     pub fn now(&self) -> DateTime<Utc> {

@@ -415,7 +415,7 @@ pub async fn run_scenario(root: &Path, file: &Path, scratch: &Path, ward_exe: &P
     let mut h = Hospital::load(root, forge.clone())?;
     h.artifacts = scratch.join("runs");
     h.workdir = scratch.join("work");
-    h.workspace = None; // scenarios run in scratch, never in the repository's worktrees
+    h.workspace = Ok(None); // scenarios run in scratch, never in the repository's worktrees
     h.ward_exe = ward_exe.to_path_buf();
     std::fs::create_dir_all(&h.workdir)?;
     init_workdir(&h.workdir)?;

@@ -1308,6 +1308,14 @@ async fn with_an_app_token_the_labeled_event_starts_the_next_stage_and_nothing_i
     let text = std::fs::read_to_string(&yml).unwrap();
     assert!(text.contains("\ndispatch: repository_dispatch\n"));
     std::fs::write(&yml, text.replace("\ndispatch: repository_dispatch\n", "\ndispatch: label\n")).unwrap();
+    // Committed: a job's checkout is the repository as pushed (ward refuses a changed one).
+    let commit = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo.path())
+        .args(["-c", "user.name=tester", "-c", "user.email=tester@ward.invalid", "commit", "-qam", "dispatch: label"])
+        .output()
+        .unwrap();
+    assert!(commit.status.success(), "{}", String::from_utf8_lossy(&commit.stderr));
     let n = {
         let mut s = gh.state();
         s.add_collaborator("alice", "admin");

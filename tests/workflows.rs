@@ -68,7 +68,8 @@ fn hospital(gh: &FakeGitHub, extra: &[(&str, &str)], config: impl Fn(String) -> 
     let mut files: Vec<(String, String)> = vec![
         (".github/ward.yml".into(), config(ours(".github/ward.yml"))),
         ("precedents/log.yaml".into(), ours("precedents/log.yaml")),
-        (".gitignore".into(), ".ward/\n".into()),
+        // As in ward's own repository: the workflow builds ward into `target/`.
+        (".gitignore".into(), ".ward/\n/target\n".into()),
         ("CHANGELOG.md".into(), "# Changelog\n".into()),
     ];
     for dir in ["roles", "skills"] {
@@ -1158,7 +1159,7 @@ async fn an_unrelated_label_applied_while_a_dispatch_is_pending_does_not_lose_th
     // Stopped once plan review was dispatched: admission, diagnosis, `bug`, plan review (queued).
     let runs = runner.runs_of("ward-stage.yml");
     let described: Vec<String> = runs.iter().map(|r| r.describe()).collect();
-    assert_eq!(runs.len(), 4, "{described:#?}");
+    assert_eq!(runs.len(), 4, "{described:#?}\n{}", runs[0].job("stage").log());
     let (admit, diagnose, bug) = (runs[0], runs[1], runs[2]);
     assert_eq!(runs[3].payload["client_payload"]["label"], json!("ward:plan-review"));
     assert_eq!(bug.payload["label"]["name"], json!("bug"));

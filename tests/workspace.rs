@@ -13,8 +13,10 @@ use std::time::Duration;
 use serde_json::json;
 use support::workspace::*;
 use ward::workspace::emulator::{Docker, EmulatorError};
-use ward::workspace::worktree::{GitRepo, Marker, WorktreeError, worktree_name};
-use ward::workspace::{Cancel, Workspace, WorkspaceError, WorkspaceReport};
+use ward::workspace::worktree::{GitRepo, WorktreeError, reap_patients, remove_patient};
+use ward::workspace::{
+    Cancel, PlanError, Workspace, WorkspaceError, WorkspaceMode, WorkspacePlan, WorkspaceReport, WorktreeEnd,
+};
 
 const DB: &str = "fleetchargetest-agent-isolation";
 const COLL: &str = "dispatchUpdates";
@@ -134,34 +136,74 @@ fn assert_no_containers(runs: &[&str]) {
     }
 }
 
+/// Releases every patient worktree ward has a record of (each removal
+/// verified), then proves nothing of ward's is left: no worktree but the
+/// main one, no git metadata, no folder, no record.
 fn assert_no_worktrees(repo: &TestRepo) {
+    let git = GitRepo::open(&repo.path).unwrap();
+    let layout = repo.layout();
+    for entry in std::fs::read_dir(&layout.state).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(issue) = name.strip_prefix("issue-").and_then(|n| n.strip_suffix(".json")) else { continue };
+        let cleanup = remove_patient(&git, &layout, issue.parse().unwrap(), None).unwrap().expect("recorded");
+        assert!(cleanup.verified(), "{cleanup:?}");
+    }
     let list = run(repo.git().args(["worktree", "list", "--porcelain"]));
     assert_eq!(list.matches("worktree ").count(), 1, "only the main worktree may remain:\n{list}");
     let meta = repo.path.join(".git/worktrees");
     let entries = std::fs::read_dir(&meta).map(|d| d.count()).unwrap_or(0);
     assert_eq!(entries, 0, "{} still has entries", meta.display());
+    assert_eq!(std::fs::read_dir(&layout.worktrees).unwrap().count(), 0, "a worktree folder is left");
+    let records: Vec<_> = std::fs::read_dir(&layout.state)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .collect();
+    assert!(records.is_empty(), "records left: {records:?}");
+}
+
+/// Files in a checkout, `.git` left out (submodules counted inside).
+fn count_files(dir: &Path) -> usize {
+    let mut n = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_name() == ".git" {
+                continue;
+            }
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                n += 1;
+            }
+        }
+    }
+    n
 }
 
 // ---------------------------------------------------------------- worktrees
 
 #[tokio::test]
-async fn a_task_branch_is_created_reused_committed_to_and_reset() {
-    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+async fn a_patient_keeps_one_worktree_reset_to_its_committed_state_at_every_stage() {
+    let repo = TestRepo::new(&[("README.md", "hello\n"), (".gitignore", "/build/\n")]);
     let base = repo.rev("main").unwrap();
     let cancel = Cancel::new();
 
-    let ws = Workspace::up(repo.request(7, "treat", "run-1"), &cancel).await.unwrap();
-    assert!(ws.branch.created);
+    let mut ws = Workspace::up(repo.request(7, "treat", "run-1"), &cancel).await.unwrap();
+    assert!(ws.branch.created && ws.worktree.created);
     assert_eq!(ws.worktree.start, base);
-    assert!(ws.worktree.path.starts_with(repo.home.join("worktrees")));
-    let shown = ws.worktree.path.display().to_string();
-    assert!(shown.contains("issue-7") && shown.contains("run-1"), "{shown}");
+    assert_eq!(ws.worktree.path, repo.patient_worktree(7));
+    let record = repo.layout().read_record(7).expect("ownership recorded in ward's state folder");
+    assert_eq!(record.state, ward::workspace::worktree::RecordState::Ready);
+    assert!(!repo.layout().state.starts_with(&repo.path), "the record is outside the repository");
     std::fs::write(ws.worktree.path.join("fix.txt"), "fixed\n").unwrap();
     std::fs::remove_file(ws.worktree.path.join("README.md")).unwrap();
-    let (path, meta) = (ws.worktree.path.clone(), ws.worktree.metadata.clone());
+    let commit = ws.commit_leftovers().await.unwrap().expect("the agent's changes are committed");
+    let path = ws.worktree.path.clone();
     let report = ws.down().await.unwrap();
-    assert!(report.worktree_cleanup_verified && !path.exists() && !meta.exists());
-    let commit = report.commit.clone().expect("the agent's changes are committed");
+    assert!(matches!(&report.worktree, WorktreeEnd::Kept { created: true, .. }), "{:?}", report.worktree);
+    assert!(path.join("fix.txt").exists(), "kept for the patient's next stage");
+    assert_eq!(report.commit.as_deref(), Some(commit.as_str()));
     assert_eq!(repo.rev("ward/issue-7").unwrap(), commit);
     let log = run(repo.git().args(["log", "-1", "--format=%an <%ae>%n%at%n%B", "ward/issue-7"]));
     assert!(log.starts_with(&format!("ward <ward@users.noreply.github.com>\n{EPOCH}\n")), "{log}");
@@ -169,22 +211,39 @@ async fn a_task_branch_is_created_reused_committed_to_and_reset() {
     let files = run(repo.git().args(["show", "--name-status", "--format=", "ward/issue-7"]));
     assert_eq!(files, "D\tREADME.md\nA\tfix.txt\n");
 
-    // The next stage reuses the branch and starts from the commit.
+    // The next stage reuses it, at the commit; what it leaves uncommitted
+    // (tracked, untracked, ignored) is not committed by teardown...
     let ws = Workspace::up(repo.request(7, "code-review", "run-2"), &cancel).await.unwrap();
-    assert!(!ws.branch.created && !ws.branch.reset);
-    assert_eq!(ws.worktree.start, commit);
-    assert!(ws.worktree.path.join("fix.txt").exists());
+    assert!(!ws.branch.created && !ws.branch.reset && !ws.worktree.created);
+    assert_eq!((ws.worktree.path.clone(), ws.worktree.start.clone()), (path.clone(), commit.clone()));
+    std::fs::write(path.join("fix.txt"), "changed by a reviewer\n").unwrap();
+    std::fs::write(path.join("stray.txt"), "untracked\n").unwrap();
+    std::fs::create_dir_all(path.join("build")).unwrap();
+    std::fs::write(path.join("build/out.o"), "ignored\n").unwrap();
     let report = ws.down().await.unwrap();
-    assert_eq!(report.commit, None, "nothing left uncommitted, nothing committed");
+    assert_eq!(report.commit, None, "teardown commits nothing");
+    assert_eq!(repo.rev("ward/issue-7").unwrap(), commit);
 
-    // `restart` resets the task branch to the base.
-    let mut req = repo.request(7, "diagnose", "run-3");
+    // ...and the stage after starts from exactly the committed state again.
+    let ws = Workspace::up(repo.request(7, "discharge", "run-3"), &cancel).await.unwrap();
+    assert_eq!(std::fs::read_to_string(path.join("fix.txt")).unwrap(), "fixed\n");
+    assert!(!path.join("stray.txt").exists() && !path.join("build").exists());
+    assert_eq!(run(git(&path, &repo.git_home).args(["status", "--porcelain", "--ignored"])), "");
+    ws.down().await.unwrap();
+
+    // `restart` resets the task branch to the base, in the same worktree.
+    let mut req = repo.request(7, "diagnose", "run-4");
     req.restart = true;
     let ws = Workspace::up(req, &cancel).await.unwrap();
     assert!(ws.branch.reset);
     assert_eq!(ws.worktree.start, base);
-    ws.down().await.unwrap();
+    assert!(path.join("README.md").exists() && !path.join("fix.txt").exists());
+    // The patient leaves: its worktree goes, verified.
+    let report = ws.release().await.unwrap();
+    let WorktreeEnd::Removed(cleanup) = &report.worktree else { panic!("{:?}", report.worktree) };
+    assert!(cleanup.verified() && !path.exists());
     assert_eq!(repo.rev("ward/issue-7").unwrap(), base);
+    assert!(repo.layout().read_record(7).is_none());
     assert_no_worktrees(&repo);
 }
 
@@ -204,7 +263,7 @@ async fn a_fresh_checkout_continues_the_task_branch_an_earlier_stage_pushed() {
     let work = TestRepo::new(&[("placeholder", "")]);
     std::fs::remove_dir_all(&work.path).unwrap();
     run(git(work.tmp.path(), &work.git_home)
-        .args(["clone", "--quiet", "--single-branch", "--branch", "main", &url])
+        .args(["clone", "--quiet", "--depth", "1", "--single-branch", "--branch", "main", &url])
         .arg(&work.path));
     assert_eq!(work.rev("ward/issue-21"), None);
 
@@ -227,16 +286,23 @@ async fn a_fresh_checkout_continues_the_task_branch_an_earlier_stage_pushed() {
 }
 
 #[tokio::test]
-async fn a_worktree_path_that_already_exists_is_refused_and_left_alone() {
+async fn a_worktree_path_that_ward_did_not_make_is_refused_and_left_alone() {
     let repo = TestRepo::new(&[("README.md", "hello\n")]);
-    let taken = repo.home.join("worktrees").join(worktree_name(8, "run-1"));
+    let taken = repo.patient_worktree(8);
     std::fs::create_dir_all(&taken).unwrap();
     std::fs::write(taken.join("someone-elses.txt"), "mine\n").unwrap();
     let err = Workspace::up(repo.request(8, "treat", "run-1"), &Cancel::new()).await.err().expect("refused");
     let text = err.to_string();
     assert!(matches!(err, WorkspaceError::Worktree(WorktreeError::PathExists { .. })), "{err:?}");
-    assert!(text.contains(&taken.display().to_string()) && text.contains("already exists"), "{text}");
+    assert!(text.contains(&taken.display().to_string()) && text.contains("no record of creating it"), "{text}");
     assert_eq!(std::fs::read_to_string(taken.join("someone-elses.txt")).unwrap(), "mine\n");
+    // Nor does the reaper or a release touch it.
+    let git = GitRepo::open(&repo.path).unwrap();
+    let reaped = reap_patients(&git, &repo.layout(), Duration::ZERO, chrono::Utc::now(), &[8]).unwrap();
+    assert!(reaped.removed_worktrees.is_empty(), "{reaped:?}");
+    assert!(remove_patient(&git, &repo.layout(), 8, None).is_err());
+    assert!(taken.join("someone-elses.txt").exists());
+    std::fs::remove_dir_all(&taken).unwrap();
     assert_no_worktrees(&repo);
 }
 
@@ -252,76 +318,221 @@ async fn a_missing_base_branch_is_named() {
         text.contains("base branch `trunk` does not exist") && text.contains("refs/remotes/origin/trunk"),
         "{text}"
     );
+    assert!(text.contains("WARD_BASE"), "{text}");
     assert_eq!(repo.rev("ward/issue-9"), None, "no task branch without a base");
     assert_no_worktrees(&repo);
 }
 
 #[tokio::test]
-async fn a_branch_held_by_a_live_worktree_is_not_checked_out_twice() {
+async fn a_branch_checked_out_by_a_person_or_held_by_a_run_is_not_checked_out_twice() {
     let repo = TestRepo::new(&[("README.md", "hello\n")]);
     let cancel = Cancel::new();
-    let first = Workspace::up(repo.request(10, "treat", "run-1"), &cancel).await.unwrap();
-    let err = Workspace::up(repo.request(10, "treat", "run-2"), &cancel).await.err().expect("refused");
-    assert!(err.to_string().contains("already checked out"), "{err}");
+    // A person's own checkout of the patient's branch.
+    run(repo.git().args(["branch", "ward/issue-10", "main"]));
+    let theirs = repo.tmp.path().join("their-checkout");
+    run(repo.git().args(["worktree", "add", "--quiet"]).arg(&theirs).arg("ward/issue-10"));
+    let err = Workspace::up(repo.request(10, "treat", "run-1"), &cancel).await.err().expect("refused");
+    let text = err.to_string();
+    assert!(text.contains(&format!("checked out in {}", theirs.display())), "{text}");
+    assert!(text.contains("not a workspace ward made") && text.contains("switch"), "{text}");
+    assert!(theirs.join("README.md").exists(), "their checkout is untouched");
+    run(repo.git().args(["worktree", "remove"]).arg(&theirs));
+    // Or in the repository's own checkout.
+    run(repo.git().args(["checkout", "--quiet", "ward/issue-10"]));
+    let err = Workspace::up(repo.request(10, "treat", "run-1"), &cancel).await.err().expect("refused");
+    assert!(err.to_string().contains(&format!("checked out in {}", repo.path.display())), "{err}");
+    run(repo.git().args(["checkout", "--quiet", "main"]));
+    // The refused run left a record of what it was about to make, and no
+    // worktree: the next run goes ahead.
+    let first = Workspace::up(repo.request(10, "treat", "run-2"), &cancel).await.unwrap();
+    // A second process on the same patient waits for the first, then says
+    // who holds it (the stage pipeline runs one stage per patient anyway).
+    let mut layout = repo.layout();
+    layout.lock_wait = Duration::from_millis(200);
+    let err = layout.lock(10).expect_err("held by the first run");
+    let text = err.to_string();
+    assert!(text.contains("in use by another ward process (stage `treat`, run `run-2`)"), "{text}");
+    assert!(text.contains("released the moment that process ends"), "{text}");
     first.down().await.unwrap();
+    assert!(layout.lock(10).is_ok(), "released at teardown");
     assert_no_worktrees(&repo);
 }
 
 #[tokio::test]
-async fn an_agent_that_rewrites_git_pointers_cannot_make_cleanup_delete_or_commit_elsewhere() {
+async fn an_agent_that_rewrites_git_pointers_cannot_make_ward_delete_or_commit_elsewhere() {
     let repo = TestRepo::new(&[("README.md", "hello\n")]);
     let victim = repo.tmp.path().join("victim");
     std::fs::create_dir_all(victim.join(".git")).unwrap();
     std::fs::write(victim.join("precious.txt"), "keep me\n").unwrap();
     let other = TestRepo::new(&[("README.md", "other\n")]);
-    let ws = Workspace::up(repo.request(18, "treat", "run-1"), &Cancel::new()).await.unwrap();
+    let mut ws = Workspace::up(repo.request(18, "treat", "run-1"), &Cancel::new()).await.unwrap();
     // What a hostile agent can reach: its `.git` file and the metadata's `gitdir`.
     std::fs::write(ws.worktree.metadata.join("gitdir"), format!("{}\n", victim.join(".git").display())).unwrap();
     std::fs::write(ws.worktree.path.join(".git"), format!("gitdir: {}\n", other.path.join(".git").display())).unwrap();
     std::fs::write(ws.worktree.path.join("evil.txt"), "x\n").unwrap();
     let (path, meta) = (ws.worktree.path.clone(), ws.worktree.metadata.clone());
-    let err = ws.down().await.expect_err("the teardown reports the tampering");
+    let err = ws.commit_leftovers().await.expect_err("refused");
     assert!(err.to_string().contains("will not commit there"), "{err}");
-    assert_eq!(std::fs::read_to_string(victim.join("precious.txt")).unwrap(), "keep me\n");
+    ws.down().await.unwrap();
     assert_eq!(run(other.git().args(["rev-list", "--count", "HEAD"])).trim(), "1", "nothing committed elsewhere");
-    assert!(!path.exists() && !meta.exists(), "ward's own folder and metadata are still removed");
+    // The next stage finds the worktree no longer intact: ward removes its
+    // own folder and metadata, never the folder `gitdir` names, and makes
+    // a new one.
+    let ws = Workspace::up(repo.request(18, "code-review", "run-2"), &Cancel::new()).await.unwrap();
+    assert!(ws.worktree.created);
+    assert!(!ws.worktree.path.join("evil.txt").exists());
+    assert_eq!(std::fs::read_to_string(victim.join("precious.txt")).unwrap(), "keep me\n");
+    assert!(victim.join(".git").exists());
+    assert_eq!(ws.worktree.path, path);
+    assert!(meta.exists(), "made again");
+    ws.release().await.unwrap();
+    assert_eq!(std::fs::read_to_string(victim.join("precious.txt")).unwrap(), "keep me\n");
+    assert_no_worktrees(&repo);
+}
+
+/// `core.worktree` in the shared `.git/config` or in the worktree's own
+/// config would send a plain `git clean -ffdx` into another folder.
+#[tokio::test]
+async fn a_planted_core_worktree_cannot_send_wards_reset_and_clean_elsewhere() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let victim = repo.tmp.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("precious.txt"), "keep me\n").unwrap();
+    let ws = Workspace::up(repo.request(23, "treat", "run-1"), &Cancel::new()).await.unwrap();
+    let path = ws.worktree.path.clone();
+    let planted = |args: &[&str]| run(git(&path, &repo.git_home).args(args));
+    planted(&["config", "extensions.worktreeConfig", "true"]);
+    planted(&["config", "--worktree", "core.worktree", victim.to_str().unwrap()]);
+    run(repo.git().args(["config", "core.worktree", victim.to_str().unwrap()]));
+    std::fs::write(path.join("stray.txt"), "left\n").unwrap();
+    ws.down().await.unwrap();
+    let ws = Workspace::up(repo.request(23, "code-review", "run-2"), &Cancel::new()).await.unwrap();
+    assert!(!path.join("stray.txt").exists(), "ward's clean ran in the worktree");
+    assert_eq!(std::fs::read_to_string(victim.join("precious.txt")).unwrap(), "keep me\n");
+    assert!(!victim.join("README.md").exists(), "nor did its reset write there");
+    ws.release().await.unwrap();
+    run(repo.git().args(["config", "--unset", "core.worktree"]));
+    run(repo.git().args(["config", "--unset", "extensions.worktreeConfig"]));
+    assert_eq!(std::fs::read_to_string(victim.join("precious.txt")).unwrap(), "keep me\n");
+    assert_no_worktrees(&repo);
+}
+
+/// For stages that must not change code: what the run changed, however
+/// it changed it, and a way to throw all of it away.
+#[tokio::test]
+async fn a_runs_changes_are_listed_and_can_be_thrown_away_entirely() {
+    let repo = TestRepo::new(&[("README.md", "hello\n"), ("src/lib.rs", "fn a() {}\n"), (".gitignore", "/target/\n")]);
+    let mut ws = Workspace::up(repo.request(24, "code-review", "run-1"), &Cancel::new()).await.unwrap();
+    let path = ws.worktree.path.clone();
+    let start = ws.worktree.start.clone();
+    assert!(ws.changed_paths().await.unwrap().is_empty());
+    // The agent commits one change itself, leaves another, adds a file,
+    // writes build output and ward's own notes.
+    std::fs::write(path.join("README.md"), "rewritten\n").unwrap();
+    run(git(&path, &repo.git_home).args(["commit", "--quiet", "-am", "the agent's own commit"]));
+    std::fs::write(path.join("src/lib.rs"), "fn b() {}\n").unwrap();
+    std::fs::write(path.join("new.rs"), "fn c() {}\n").unwrap();
+    std::fs::create_dir_all(path.join("target")).unwrap();
+    std::fs::write(path.join("target/out"), "built\n").unwrap();
+    std::fs::create_dir_all(path.join(".ward")).unwrap();
+    std::fs::write(path.join(".ward/notes.md"), "n\n").unwrap();
+    assert_eq!(ws.changed_paths().await.unwrap(), vec!["README.md", "new.rs", "src/lib.rs"]);
+    ws.discard().await.unwrap();
+    assert_eq!(repo.rev("ward/issue-24").unwrap(), start, "the agent's commit is gone too");
+    assert_eq!(std::fs::read_to_string(path.join("README.md")).unwrap(), "hello\n");
+    assert!(!path.join("new.rs").exists() && !path.join("target").exists());
+    assert!(ws.changed_paths().await.unwrap().is_empty());
+    ws.release().await.unwrap();
+    assert_no_worktrees(&repo);
+}
+
+#[tokio::test]
+async fn the_leftovers_commit_never_takes_wards_own_folders() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let mut ws = Workspace::up(repo.request(19, "treat", "run-1"), &Cancel::new()).await.unwrap();
+    let path = ws.worktree.path.clone();
+    for (file, text) in [(".ward/runs/1/notes.md", "n\n"), ("charts/19.md", "chart\n"), ("src/fix.rs", "fn x() {}\n")] {
+        std::fs::create_dir_all(path.join(file).parent().unwrap()).unwrap();
+        std::fs::write(path.join(file), text).unwrap();
+    }
+    // Even what the agent staged there itself.
+    run(git(&path, &repo.git_home).args(["add", "-f", ".ward/runs/1/notes.md", "charts/19.md"]));
+    let commit = ws.commit_leftovers().await.unwrap().expect("a commit");
+    let files = run(repo.git().args(["show", "--name-only", "--format=", &commit]));
+    assert_eq!(files, "src/fix.rs\n");
+    ws.release().await.unwrap();
     assert_no_worktrees(&repo);
 }
 
 #[test]
-fn the_reaper_removes_only_old_ward_worktrees_and_branches_of_closed_issues() {
+fn the_reaper_removes_only_what_ward_recorded_and_nothing_outside_its_folder() {
     let repo = TestRepo::new(&[("README.md", "hello\n")]);
     let git = GitRepo::open(&repo.path).unwrap();
-    let now = chrono::DateTime::parse_from_rfc3339("2026-01-02T12:00:00Z").unwrap().to_utc();
-    let old =
-        Marker { issue: 1, stage: "treat".into(), run: "old".into(), created_at: now - chrono::Duration::hours(5) };
-    let young =
-        Marker { issue: 2, stage: "treat".into(), run: "young".into(), created_at: now - chrono::Duration::minutes(5) };
-    let b1 = git.task_branch(1, "main", false).unwrap();
-    let b2 = git.task_branch(2, "main", false).unwrap();
-    let _ = git.task_branch(3, "main", false).unwrap();
-    let old_wt = git.add_worktree(&repo.home, &b1.name, &old).unwrap();
-    let young_wt = git.add_worktree(&repo.home, &b2.name, &young).unwrap();
+    let now = chrono::Utc::now();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = |issue: u64| {
+        let ws = rt.block_on(Workspace::up(repo.request(issue, "treat", &format!("run-{issue}")), &Cancel::new()));
+        rt.block_on(ws.unwrap().down()).unwrap();
+    };
+    for issue in [1, 2, 3, 5] {
+        up(issue);
+    }
+    let layout = repo.layout();
+    let mut idle = layout.read_record(1).unwrap();
+    idle.used_at = now - chrono::Duration::hours(5);
+    std::fs::write(layout.record(1), serde_json::to_string(&idle).unwrap()).unwrap();
+    // Issue 5's worktree is held by a running stage.
+    let held = layout.lock(5).unwrap();
+    let _ = git.task_branch(4, "main", false).unwrap();
     // Somebody's own worktree and branches, with look-alike names.
     run(repo.git().args(["branch", "ward/issue-1-notes", "main"]));
     run(repo.git().args(["branch", "feature/x", "main"]));
     let theirs = repo.tmp.path().join("their-worktree");
     run(repo.git().args(["worktree", "add", "--quiet"]).arg(&theirs).arg("feature/x"));
+    // Forgeries: a marker in the agent-writable `.git` (what older versions
+    // trusted) and a record naming folders ward never made.
+    // The victim has the shape of a ward worktree path (`…/worktrees/<name>`).
+    let victim = repo.tmp.path().join("elsewhere/worktrees/forged");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("precious.txt"), "keep me\n").unwrap();
+    let forged_meta = repo.path.join(".git/worktrees/forged");
+    std::fs::create_dir_all(&forged_meta).unwrap();
+    let old_marker =
+        json!({"issue": 6, "stage": "treat", "run": "x", "created_at": "2020-01-01T00:00:00Z", "path": victim});
+    std::fs::write(forged_meta.join("ward.json"), old_marker.to_string()).unwrap();
+    let mut forged = layout.read_record(2).unwrap();
+    forged.issue = 99;
+    forged.state = ward::workspace::worktree::RecordState::Creating;
+    forged.metadata = Some(repo.path.join(".git/worktrees/their-worktree"));
+    forged.repository = victim.clone();
+    let mut forged = serde_json::to_value(&forged).unwrap();
+    forged["worktree"] = json!(victim);
+    forged["path"] = json!(victim);
+    std::fs::write(layout.record(99), forged.to_string()).unwrap();
 
-    let report = git.reap(Duration::from_secs(3600), now, &[1, 3]).unwrap();
-    assert_eq!(report.removed_worktrees, vec![old_wt.name.clone()]);
-    assert_eq!(report.deleted_branches, vec!["ward/issue-1".to_string(), "ward/issue-3".to_string()]);
-    assert!(!old_wt.path.exists() && !old_wt.metadata.exists());
-    assert!(young_wt.path.exists(), "a young worktree stays");
+    let report = reap_patients(&git, &layout, Duration::from_secs(3600), now, &[3, 4]).unwrap();
+    let removed: Vec<&str> = report.removed_worktrees.iter().map(|(w, _)| w.as_str()).collect();
+    assert_eq!(removed, vec!["ward-issue-1", "ward-issue-3", "ward-issue-99"], "{report:?}");
+    assert_eq!(report.removed_worktrees[0].1, "unused for longer than 1h", "{report:?}");
+    assert_eq!(report.removed_worktrees[1].1, "its issue is closed", "{report:?}");
+    assert_eq!(report.deleted_branches, vec!["ward/issue-3".to_string(), "ward/issue-4".to_string()]);
+    assert!(report.kept.iter().any(|(n, why)| n == "ward-issue-5" && why.contains("in use")), "{report:?}");
+    assert!(report.kept.iter().any(|(n, why)| n == "ward-issue-2" && why.contains("used within")), "{report:?}");
+    assert!(!layout.worktree(1).exists() && !layout.worktree(3).exists());
+    assert!(layout.worktree(2).exists() && layout.worktree(5).exists());
+    assert_eq!(
+        std::fs::read_to_string(victim.join("precious.txt")).unwrap(),
+        "keep me\n",
+        "a forged path is never removed"
+    );
+    assert!(forged_meta.join("ward.json").exists(), "metadata ward did not record is not ward's");
     assert!(theirs.join("README.md").exists(), "a worktree ward did not create stays");
+    assert!(repo.path.join(".git/worktrees/their-worktree").exists(), "its metadata too");
     for kept in ["ward/issue-2", "ward/issue-1-notes", "feature/x", "main"] {
         assert!(repo.rev(kept).is_some(), "{kept} must stay");
     }
-    // A closed issue's branch still checked out is kept, not forced.
-    let report = git.reap(Duration::from_secs(3600), now, &[2]).unwrap();
-    assert!(report.deleted_branches.is_empty());
-    assert!(report.kept.iter().any(|(n, why)| n == "ward/issue-2" && why.contains("checked out")), "{report:?}");
-    git.remove_worktree(&young_wt).unwrap();
+    drop(held);
+    std::fs::remove_dir_all(&forged_meta).unwrap();
     run(repo.git().args(["worktree", "remove"]).arg(&theirs));
     assert_no_worktrees(&repo);
 }
@@ -365,6 +576,514 @@ fn push_sends_the_branch_and_keeps_the_token_out_of_errors() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("git could not push or fetch `ward/issue-11`") && !err.contains("s3cr3t-token"), "{err}");
+}
+
+/// Issue 10, finding 5: the fetch used to run `git fetch` inside the
+/// repository the agent wrote, with the token in git's environment. The
+/// agent plants an fsmonitor and an `insteadOf` that would each dump their
+/// environment; neither runs, and the fetch still brings the branch.
+#[test]
+fn fetch_runs_nothing_the_agent_planted_and_never_shows_it_the_token() {
+    let origin = TestRepo::new(&[("README.md", "hello\n")]);
+    run(origin.git().args(["checkout", "--quiet", "-b", "ward/issue-12"]));
+    std::fs::write(origin.path.join("treated.txt"), "pushed by an earlier stage\n").unwrap();
+    run(origin.git().args(["add", "-A"]));
+    run(origin.git().args(["commit", "--quiet", "-m", "earlier stage"]));
+    run(origin.git().args(["checkout", "--quiet", "main"]));
+    let url = format!("file://{}", origin.path.display());
+    let repo = TestRepo::new(&[("placeholder", "")]);
+    std::fs::remove_dir_all(&repo.path).unwrap();
+    run(git(repo.tmp.path(), &repo.git_home).args(["clone", "--quiet", "--depth", "1", &url]).arg(&repo.path));
+
+    let dumps = repo.tmp.path().join("dumps");
+    std::fs::create_dir_all(&dumps).unwrap();
+    let fsmonitor = repo.tmp.path().join("fsmonitor.sh");
+    std::fs::write(&fsmonitor, format!("#!/bin/sh\nenv > {}/fsmonitor\n", dumps.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fsmonitor, std::fs::Permissions::from_mode(0o755)).unwrap();
+    run(repo.git().args(["config", "core.fsmonitor"]).arg(&fsmonitor));
+    run(repo.git().args(["config", "protocol.ext.allow", "always"]));
+    let ext = format!("ext::sh -c env>{}/insteadof;false", dumps.display());
+    run(repo.git().args(["config", &format!("url.{ext}.insteadOf"), &url]));
+    run(repo.git().args(["config", "fetch.recurseSubmodules", "true"]));
+
+    let fetched =
+        ward::workspace::worktree::fetch_branch(&repo.path, &url, "ward/issue-12", Some("s3cr3t-token")).unwrap();
+    assert!(fetched);
+    let dumped: Vec<_> = std::fs::read_dir(&dumps).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(dumped.is_empty(), "planted commands ran: {dumped:?}");
+    assert_eq!(repo.rev("origin/ward/issue-12"), origin.rev("ward/issue-12"), "the fetch still works");
+    let treated = run(repo.git().args(["show", "origin/ward/issue-12:treated.txt"]));
+    assert_eq!(treated, "pushed by an earlier stage\n");
+    // A branch the remote does not have is `false`, and errors never show the token.
+    let missing = ward::workspace::worktree::fetch_branch(&repo.path, &url, "ward/issue-13", Some("s3cr3t-token"));
+    assert!(!missing.unwrap());
+    let err = ward::workspace::worktree::fetch_branch(
+        &repo.path,
+        "file:///nonexistent/s3cr3t-token",
+        "ward/issue-12",
+        Some("s3cr3t-token"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(!err.contains("s3cr3t-token"), "{err}");
+}
+
+// ---------------------------------------------------------------- repositories shaped like real ones
+
+/// `git-lfs` is installed by `.ci/run`; these tests need it.
+fn require_git_lfs() {
+    let ok = std::process::Command::new("git-lfs").arg("version").output().is_ok_and(|o| o.status.success());
+    assert!(ok, "git-lfs is not installed: `apt-get install git-lfs` (`.ci/run` installs it)");
+}
+
+/// `n` small files in folders of 100, committed.
+fn add_files(repo: &TestRepo, n: usize) {
+    for i in 0..n {
+        let dir = repo.path.join(format!("src/d{:03}", i / 100));
+        if i % 100 == 0 {
+            std::fs::create_dir_all(&dir).unwrap();
+        }
+        std::fs::write(dir.join(format!("f{i:05}.txt")), format!("file {i}\n")).unwrap();
+    }
+    run(repo.git().args(["add", "-A"]));
+    run(repo.git().args(["commit", "--quiet", "-m", &format!("{n} files")]));
+}
+
+/// The environment `WorkspacePlan::detect` reads in these tests.
+fn plan_env(repo: &TestRepo, extra: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let mut vars: BTreeMap<String, String> =
+        [("WARD_HOME".to_string(), repo.home.display().to_string())].into_iter().collect();
+    vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    move |k: &str| vars.get(k).cloned()
+}
+
+fn lfs_pointer_oid(text: &str) -> Option<String> {
+    text.starts_with("version https://git-lfs.github.com/spec/v1\n")
+        .then(|| text.lines().find_map(|l| l.strip_prefix("oid sha256:")).map(str::to_string))
+        .flatten()
+}
+
+fn sha256_hex_of(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn a_30000_file_monorepo_on_master_with_a_submodule_and_lfs_files() {
+    require_git_lfs();
+    let sub = TestRepo::new(&[("s.txt", "panda\n"), ("lib/x.c", "int x;\n")]);
+    let repo = TestRepo::on_branch(
+        "master",
+        &[("README.md", "monorepo\n"), (".gitattributes", "*.bin filter=lfs diff=lfs merge=lfs -text\n")],
+    );
+    run(repo.git().args(["lfs", "install", "--local"]));
+    let model = b"weights ".repeat(300);
+    std::fs::write(repo.path.join("model.bin"), &model).unwrap();
+    add_files(&repo, 30_000);
+    run(repo
+        .git()
+        .args(["-c", "protocol.file.allow=always", "submodule", "add", "--quiet"])
+        .arg(&sub.path)
+        .arg("vendor/panda"));
+    run(repo.git().args(["commit", "--quiet", "-m", "submodule"]));
+    let stored = run(repo.git().args(["cat-file", "-p", "HEAD:model.bin"]));
+    assert_eq!(lfs_pointer_oid(&stored), Some(sha256_hex_of(&model)), "the fixture stores an LFS pointer");
+
+    let plan = WorkspacePlan::detect(&repo.path, plan_env(&repo, &[])).unwrap().expect("a plan");
+    assert_eq!((plan.base.as_str(), plan.mode), ("master", WorkspaceMode::Worktree));
+    let artifacts = ward::workspace::artifacts_dir(&repo.home, 31, "run-1");
+    let mut req = plan.request(&repo.path, 31, "treat", "run-1", &artifacts);
+    req.identity = identity();
+    let mut ws = Workspace::up(req.clone(), &Cancel::new()).await.unwrap();
+    let path = ws.worktree.path.clone();
+    assert!(count_files(&path) >= 30_000 + 3, "{} files", count_files(&path));
+    assert_eq!(std::fs::read_to_string(path.join("vendor/panda/s.txt")).unwrap(), "panda\n", "the submodule is there");
+    assert_eq!(std::fs::read(path.join("model.bin")).unwrap(), model, "LFS content, not the pointer");
+
+    // The agent leaves a new LFS file and a changed file: one commit, through the filters.
+    let weights = b"new weights ".repeat(500);
+    std::fs::create_dir_all(path.join("weights")).unwrap();
+    std::fs::write(path.join("weights/new.bin"), &weights).unwrap();
+    std::fs::write(path.join("src/d000/f00000.txt"), "changed\n").unwrap();
+    let commit = ws.commit_leftovers().await.unwrap().expect("a commit");
+    let files = run(repo.git().args(["show", "--name-only", "--format=", &commit]));
+    assert_eq!(files, "src/d000/f00000.txt\nweights/new.bin\n");
+    let blob = run(repo.git().args(["cat-file", "-p", &format!("{commit}:weights/new.bin")]));
+    let oid = lfs_pointer_oid(&blob).unwrap_or_else(|| panic!("committed raw: {}", &blob[..blob.len().min(80)]));
+    assert_eq!(oid, sha256_hex_of(&weights));
+    assert!(
+        repo.path.join(".git/lfs/objects").join(&oid[..2]).join(&oid[2..4]).join(&oid).exists(),
+        "in the LFS store"
+    );
+    ws.down().await.unwrap();
+
+    // The next stage reuses the worktree: submodule and LFS content intact,
+    // and what a run left in the submodule is cleaned out.
+    std::fs::write(path.join("vendor/panda/stray.txt"), "left\n").unwrap();
+    std::fs::write(path.join("vendor/panda/s.txt"), "edited\n").unwrap();
+    req.run = "run-2".into();
+    let ws = Workspace::up(req, &Cancel::new()).await.unwrap();
+    assert!(!ws.worktree.created);
+    assert_eq!(std::fs::read_to_string(path.join("vendor/panda/s.txt")).unwrap(), "panda\n");
+    assert!(!path.join("vendor/panda/stray.txt").exists());
+    assert_eq!(std::fs::read(path.join("weights/new.bin")).unwrap(), weights);
+    let report = ws.release().await.unwrap();
+    assert!(matches!(report.worktree, WorktreeEnd::Removed(ref c) if c.verified()), "{:?}", report.worktree);
+    assert_no_worktrees(&repo);
+}
+
+/// The child half of the no-git-lfs test: runs with a PATH that has git
+/// and sh but no git-lfs. Does nothing unless the parent started it.
+#[tokio::test]
+async fn no_git_lfs_child() {
+    let Some(dir) = std::env::var_os("WARD_NO_LFS_CHILD").map(PathBuf::from) else { return };
+    let pointer = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 12345\n";
+    let lfs = TestRepo::new(&[(".gitattributes", "*.bin filter=lfs -text\n"), ("model.bin", pointer)]);
+    let err = Workspace::up(lfs.request(1, "treat", "run-1"), &Cancel::new()).await.err().map(|e| e.to_string());
+    std::fs::write(dir.join("up.txt"), err.unwrap_or_else(|| "up succeeded".into())).unwrap();
+
+    let plain = TestRepo::new(&[("README.md", "hello\n")]);
+    let mut ws = Workspace::up(plain.request(2, "treat", "run-1"), &Cancel::new()).await.unwrap();
+    std::fs::write(ws.worktree.path.join(".gitattributes"), "*.bin filter=lfs -text\n").unwrap();
+    std::fs::write(ws.worktree.path.join("big.bin"), "raw bytes ".repeat(100)).unwrap();
+    let err = ws.commit_leftovers().await.err().map(|e| e.to_string());
+    std::fs::write(dir.join("commit.txt"), err.unwrap_or_else(|| "committed".into())).unwrap();
+    let head = plain.rev("ward/issue-2").unwrap();
+    std::fs::write(dir.join("moved.txt"), (head != plain.rev("main").unwrap()).to_string()).unwrap();
+    ws.release().await.unwrap();
+}
+
+#[test]
+fn without_git_lfs_an_lfs_repository_is_refused_in_one_sentence_and_nothing_is_committed_raw() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for tool in ["git", "sh"] {
+        let found = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+            .map(|p| p.join(tool))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("no {tool} on PATH"));
+        std::os::unix::fs::symlink(found, bin.join(tool)).unwrap();
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "no_git_lfs_child", "--nocapture", "--test-threads=1"])
+        .env("PATH", &bin)
+        .env("WARD_NO_LFS_CHILD", dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let up = std::fs::read_to_string(dir.path().join("up.txt")).unwrap();
+    assert!(up.contains("stores files in Git LFS but `git-lfs` is not installed"), "{up}");
+    assert!(up.contains("apt-get install git-lfs") && !up.contains(". "), "one sentence with the fix: {up}");
+    let commit = std::fs::read_to_string(dir.path().join("commit.txt")).unwrap();
+    assert!(
+        commit.contains("(`big.bin`) but `git-lfs` is not installed")
+            && commit.contains("never commits such files raw"),
+        "{commit}"
+    );
+    assert_eq!(std::fs::read_to_string(dir.path().join("moved.txt")).unwrap(), "false", "nothing committed");
+}
+
+#[tokio::test]
+async fn a_detached_or_unborn_head_is_an_error_naming_ward_base_never_a_run_in_place() {
+    let repo = TestRepo::on_branch("master", &[("README.md", "hello\n")]);
+    std::fs::write(repo.path.join("second.txt"), "2\n").unwrap();
+    run(repo.git().args(["add", "-A"]));
+    run(repo.git().args(["commit", "--quiet", "-m", "second"]));
+    run(repo.git().args(["checkout", "--quiet", "--detach", "HEAD~1"]));
+    let detached = repo.rev("HEAD").unwrap();
+    let err = WorkspacePlan::detect(&repo.path, plan_env(&repo, &[])).expect_err("a detached HEAD");
+    let text = err.to_string();
+    assert!(matches!(err, PlanError::Detached { .. }), "{err:?}");
+    assert!(text.contains(&format!("is detached (at {})", &detached[..12])), "{text}");
+    assert!(text.contains("set WARD_BASE to that branch (for example `WARD_BASE=master`)"), "{text}");
+    assert!(text.contains("switch master`") && text.contains("never runs an agent in your own checkout"), "{text}");
+
+    // With WARD_BASE the patient gets its own worktree; the person's
+    // checkout stays as it was, detached, with nothing added.
+    let plan = WorkspacePlan::detect(&repo.path, plan_env(&repo, &[("WARD_BASE", "master")])).unwrap().unwrap();
+    assert_eq!(plan.base, "master");
+    let artifacts = ward::workspace::artifacts_dir(&repo.home, 5, "run-1");
+    let mut ws =
+        Workspace::up(plan.request(&repo.path, 5, "treat", "run-1", &artifacts), &Cancel::new()).await.unwrap();
+    assert_ne!(ws.worktree.path, repo.path);
+    assert!(ws.worktree.path.join("second.txt").exists(), "from master, not from the detached commit");
+    std::fs::write(ws.worktree.path.join("fix.txt"), "x\n").unwrap();
+    ws.commit_leftovers().await.unwrap().unwrap();
+    ws.release().await.unwrap();
+    assert_eq!(repo.rev("HEAD").unwrap(), detached);
+    assert_eq!(run(repo.git().args(["status", "--porcelain", "--ignored"])), "");
+    assert!(!repo.path.join("fix.txt").exists());
+
+    // An unborn branch, a folder in no repository, a folder inside one.
+    let empty = tempfile::tempdir().unwrap();
+    run(git(empty.path(), &repo.git_home).args(["init", "--quiet", "--initial-branch=trunk"]));
+    let err = WorkspacePlan::detect(empty.path(), plan_env(&repo, &[])).expect_err("unborn");
+    assert!(err.to_string().contains("branch `trunk` is unborn") && err.to_string().contains("WARD_BASE"), "{err}");
+    let nowhere = tempfile::tempdir().unwrap();
+    assert!(WorkspacePlan::detect(nowhere.path(), plan_env(&repo, &[])).unwrap().is_none());
+    std::fs::create_dir_all(repo.path.join("sub")).unwrap();
+    let err = WorkspacePlan::detect(&repo.path.join("sub"), plan_env(&repo, &[])).expect_err("not the top");
+    assert!(err.to_string().contains("--root"), "{err}");
+    assert_no_worktrees(&repo);
+}
+
+/// The sweep's reaper end to end: the forge says which patients are closed;
+/// their worktrees and branches go, an expired container of this
+/// installation and repository goes, a look-alike of another installation
+/// stays.
+#[tokio::test]
+async fn the_sweeps_reaper_clears_closed_patients_and_only_its_own_containers() {
+    use ward::forge::Forge;
+    use ward::sweep::Reaper;
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, git_home, forge, h) = stage_repo(tmp.path(), "");
+    let plan = h.workspace.as_ref().unwrap().as_ref().unwrap().clone();
+    let (open, closed) = (forge.admit(new_issue()).unwrap(), forge.admit(new_issue()).unwrap());
+    for issue in [&open, &closed] {
+        let artifacts = ward::workspace::artifacts_dir(&plan.home, issue.number.0, "run-1");
+        let req = plan.request(&root, issue.number.0, "treat", "run-1", &artifacts);
+        Workspace::up(req, &Cancel::new()).await.unwrap().down().await.unwrap();
+    }
+    forge.close_issue(closed.number).await.unwrap();
+    let run_name = run_id("sweep-reaper");
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let past = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    let ours = ward::workspace::installation_id(&plan.home).unwrap();
+    let create = |suffix: &str, installation: &str| {
+        let labels = [
+            format!("ward.run={run_name}"),
+            format!("ward.expires={past}"),
+            format!("ward.installation={installation}"),
+            format!("ward.repository={}", plan.repository),
+        ];
+        let mut args = vec!["create".to_string(), "--name".into(), format!("{run_name}-{suffix}")];
+        labels.iter().for_each(|l| args.extend(["--label".to_string(), l.clone()]));
+        args.push(docstore_image().into());
+        run_docker(&args.iter().map(String::as_str).collect::<Vec<_>>()).trim().to_string()
+    };
+    let mine = create("mine", &ours);
+    let theirs = create("theirs", "ffffffffffffffffffffffffffffffff");
+    let reaper = ward::workspace::reaper::WorkspaceReaper {
+        root: root.clone(),
+        artifacts: tmp.path().join("reaped"),
+        plan,
+        worktree_ttl: Duration::from_secs(3600),
+    };
+    let lines = reaper.reap(&*forge, chrono::Utc::now()).await.unwrap();
+    let n = closed.number.0;
+    assert!(lines.contains(&format!("container `{run_name}-mine` (past its `ward.expires`)")), "{lines:?}");
+    assert!(lines.contains(&format!("worktree `ward-issue-{n}` (its issue is closed)")), "{lines:?}");
+    assert!(lines.contains(&format!("branch `ward/issue-{n}` (its issue is closed)")), "{lines:?}");
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(containers_of_run(&run_name).contains(&theirs) && !containers_of_run(&run_name).contains(&mine));
+    let list = run(git(&root, &git_home).args(["worktree", "list", "--porcelain"]));
+    assert_eq!(list.matches("worktree ").count(), 2, "the open patient's stays: {list}");
+    run_docker(&["rm", "-f", &theirs]);
+}
+
+fn new_issue() -> ward::forge::NewIssue {
+    ward::forge::NewIssue { title: "t".into(), body: "b".into(), labels: vec!["ward:admit".into()] }
+}
+
+#[tokio::test]
+async fn a_stage_run_on_a_detached_head_is_refused_and_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, git_home, forge, h) = stage_repo(tmp.path(), "");
+    drop(h);
+    run(git(&root, &git_home).args(["checkout", "--quiet", "--detach"]));
+    let head = run(git(&root, &git_home).args(["rev-parse", "HEAD"]));
+    let h = ward::hospital::Hospital::load(&root, forge.clone()).unwrap();
+    let issue = forge
+        .admit(ward::forge::NewIssue { title: "t".into(), body: "b".into(), labels: vec![h.config.admission.clone()] })
+        .unwrap();
+    let req = ward::stage::StageRequest {
+        issue: issue.number,
+        label: None,
+        agent_command: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            "echo in-place > in-place.txt; exec {ward} stand-in".into(),
+        ]),
+        run_id: Some(run_id("detached")),
+    };
+    let err = ward::stage::run_stage(&h, &req).await.expect_err("refused");
+    assert!(err.to_string().contains("WARD_BASE"), "{err}");
+    assert!(!root.join("in-place.txt").exists(), "the agent never ran in the person's checkout");
+    assert_eq!(run(git(&root, &git_home).args(["rev-parse", "HEAD"])), head);
+    assert_eq!(run(git(&root, &git_home).args(["status", "--porcelain", "--untracked-files=no"])), "");
+}
+
+/// The child half of the killed-checkout test: brings a workspace up in
+/// the parent's repository, where a slow filter holds the checkout until
+/// the parent kills this process (and its git) with SIGKILL.
+#[tokio::test]
+async fn killed_checkout_child() {
+    let Some(dir) = std::env::var_os("WARD_KILL_CHILD").map(PathBuf::from) else { return };
+    let mut req = ward::workspace::WorkspaceRequest {
+        repo: dir.join("repo"),
+        home: dir.join("ward-home"),
+        artifacts: dir.join("artifacts"),
+        ..TestRepo::new(&[("x", "")]).request(7, "treat", "killed")
+    };
+    req.repository = req.repo.display().to_string();
+    let _ = Workspace::up(req, &Cancel::new()).await;
+    unreachable!("the parent kills this process during the checkout");
+}
+
+/// A repository whose checkout of `slow.txt` waits while `<dir>/hold`
+/// exists (after touching `<dir>/in-checkout`).
+fn slow_checkout_repo(dir: &Path, git_home: &Path) -> PathBuf {
+    let path = dir.join("repo");
+    std::fs::create_dir_all(&path).unwrap();
+    run(git(&path, git_home).args(["init", "--quiet", "--initial-branch=main"]));
+    let smudge = format!("sh -c 'if [ -e {0}/hold ]; then touch {0}/in-checkout; sleep 120; fi; cat'", dir.display());
+    run(git(&path, git_home).args(["config", "filter.slow.smudge", &smudge]));
+    run(git(&path, git_home).args(["config", "filter.slow.clean", "cat"]));
+    std::fs::write(path.join(".gitattributes"), "slow.txt filter=slow\n").unwrap();
+    std::fs::write(path.join("slow.txt"), "slow\n").unwrap();
+    for i in 0..50 {
+        std::fs::write(path.join(format!("f{i}.txt")), format!("{i}\n")).unwrap();
+    }
+    run(git(&path, git_home).args(["add", "-A"]));
+    run(git(&path, git_home).args(["commit", "--quiet", "-m", "base"]));
+    path
+}
+
+/// Starts the child, waits until its checkout is under way, kills its
+/// whole process group with SIGKILL.
+fn kill_during_checkout(dir: &Path) {
+    use std::os::unix::process::CommandExt;
+    let _ = std::fs::remove_file(dir.join("in-checkout"));
+    std::fs::write(dir.join("hold"), "").unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "killed_checkout_child", "--nocapture", "--test-threads=1"])
+        .env("WARD_KILL_CHILD", dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    for _ in 0..600 {
+        if dir.join("in-checkout").exists() {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the child ended before its checkout");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(dir.join("in-checkout").exists(), "the checkout never started");
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    child.wait().unwrap();
+    std::fs::remove_file(dir.join("hold")).unwrap();
+}
+
+#[tokio::test]
+async fn a_run_killed_during_checkout_does_not_lock_the_patient() {
+    let dir = tempfile::tempdir().unwrap();
+    let git_home = dir.path().join("git-home");
+    std::fs::create_dir_all(&git_home).unwrap();
+    let repo_path = slow_checkout_repo(dir.path(), &git_home);
+    let home = dir.path().join("ward-home");
+    let request = |run: &str| ward::workspace::WorkspaceRequest {
+        repo: repo_path.clone(),
+        home: home.clone(),
+        artifacts: dir.path().join("artifacts"),
+        repository: repo_path.display().to_string(),
+        ..TestRepo::new(&[("x", "")]).request(7, "treat", run)
+    };
+    let git_repo = GitRepo::open(&repo_path).unwrap();
+    let layout = ward::workspace::worktree::Layout::new(&home, &git_repo).unwrap();
+
+    kill_during_checkout(dir.path());
+    // What the killed run left: the ownership record (written first), a
+    // half-made folder, and git's metadata holding the branch.
+    let record = layout.read_record(7).expect("recorded before the checkout started");
+    assert_eq!(record.state, ward::workspace::worktree::RecordState::Creating);
+    assert!(layout.worktree(7).exists());
+    let elsewhere = dir.path().join("elsewhere");
+    let busy = git(&repo_path, &git_home)
+        .args(["worktree", "add", "--quiet"])
+        .arg(&elsewhere)
+        .arg("ward/issue-7")
+        .output()
+        .unwrap();
+    assert!(!busy.status.success(), "git itself sees the branch as checked out");
+
+    // The next run of the patient clears it at once and goes ahead.
+    let started = std::time::Instant::now();
+    let ws = Workspace::up(request("next"), &Cancel::new()).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(ws.worktree.created);
+    assert_eq!(std::fs::read_to_string(ws.worktree.path.join("slow.txt")).unwrap(), "slow\n");
+    assert_eq!(layout.read_record(7).unwrap().state, ward::workspace::worktree::RecordState::Ready);
+    ws.release().await.unwrap();
+
+    // Killed again; this time the sweep's reaper clears it, at once.
+    kill_during_checkout(dir.path());
+    let reaped = reap_patients(&git_repo, &layout, Duration::from_secs(86_400), chrono::Utc::now(), &[]).unwrap();
+    let half_made = ("ward-issue-7".to_string(), "half-made by a run that was killed".to_string());
+    assert_eq!(reaped.removed_worktrees, vec![half_made]);
+    assert!(!layout.worktree(7).exists() && layout.read_record(7).is_none());
+    run(git(&repo_path, &git_home).args(["worktree", "add", "--quiet"]).arg(&elsewhere).arg("ward/issue-7"));
+    run(git(&repo_path, &git_home).args(["worktree", "remove"]).arg(&elsewhere));
+    assert_eq!(std::fs::read_dir(repo_path.join(".git/worktrees")).map(|d| d.count()).unwrap_or(0), 0);
+}
+
+#[tokio::test]
+async fn in_ci_the_patients_branch_is_checked_out_in_the_jobs_own_checkout() {
+    let origin = TestRepo::on_branch("master", &[("README.md", "hello\n"), (".gitignore", "/build/\n")]);
+    run(origin.git().args(["checkout", "--quiet", "-b", "ward/issue-40"]));
+    std::fs::write(origin.path.join("plan.md"), "an earlier stage\n").unwrap();
+    run(origin.git().args(["add", "-A"]));
+    run(origin.git().args(["commit", "--quiet", "-m", "earlier stage"]));
+    run(origin.git().args(["checkout", "--quiet", "master"]));
+    let pushed = origin.rev("ward/issue-40").unwrap();
+    let url = format!("file://{}", origin.path.display());
+    // The job's fresh checkout, as actions/checkout makes it: one commit deep.
+    let job = TestRepo::new(&[("x", "")]);
+    std::fs::remove_dir_all(&job.path).unwrap();
+    run(git(job.tmp.path(), &job.git_home).args(["clone", "--quiet", "--depth", "1", &url]).arg(&job.path));
+    let job = TestRepo { base: "master".into(), ..job };
+    let env = plan_env(&job, &[("GITHUB_ACTIONS", "true"), ("GITHUB_REPOSITORY", "o/n"), ("GITHUB_TOKEN", "tok")]);
+    let mut plan = WorkspacePlan::detect(&job.path, env).unwrap().unwrap();
+    assert_eq!((plan.mode, plan.base.as_str(), plan.repository.as_str()), (WorkspaceMode::Checkout, "master", "o/n"));
+    assert_eq!(plan.state_paths, vec![".ward".to_string()]);
+    plan.push = Some(ward::workspace::PushTarget { url: url.clone(), token: Some("tok".into()) });
+    plan.identity = identity();
+    std::fs::create_dir_all(job.path.join(".ward/runs")).unwrap();
+    std::fs::write(job.path.join(".ward/runs/event.json"), "{}\n").unwrap();
+
+    let artifacts = ward::workspace::artifacts_dir(&plan.home, 40, "run-1");
+    let mut ws =
+        Workspace::up(plan.request(&job.path, 40, "treat", "run-1", &artifacts), &Cancel::new()).await.unwrap();
+    assert_eq!(ws.worktree.path, job.path, "no second checkout");
+    assert_eq!(ws.worktree.start, pushed);
+    assert_eq!(run(job.git().args(["symbolic-ref", "--short", "HEAD"])), "ward/issue-40\n");
+    assert!(job.path.join("plan.md").exists());
+    assert_eq!(run(job.git().args(["worktree", "list", "--porcelain"])).matches("worktree ").count(), 1);
+    std::fs::write(job.path.join("fix.txt"), "fixed\n").unwrap();
+    std::fs::write(job.path.join(".ward/runs/notes.md"), "ward's own\n").unwrap();
+    std::fs::create_dir_all(job.path.join("build")).unwrap();
+    let commit = ws.commit_leftovers().await.unwrap().expect("a commit");
+    assert_eq!(run(job.git().args(["show", "--name-only", "--format=", &commit])), "fix.txt\n");
+    assert!(ws.push(plan.push.as_ref().unwrap()).await.unwrap());
+    assert_eq!(origin.rev("ward/issue-40").unwrap(), commit);
+    let report = ws.down().await.unwrap();
+    assert!(matches!(&report.worktree, WorktreeEnd::Restored { to, .. } if to == "master"), "{:?}", report.worktree);
+    assert_eq!(run(job.git().args(["symbolic-ref", "--short", "HEAD"])), "master\n");
+    assert!(!job.path.join("fix.txt").exists() && !job.path.join("plan.md").exists());
+    assert!(job.path.join(".ward/runs/notes.md").exists(), "ward's own folder is left alone");
+
+    // A checkout with changes is not the job's fresh one: refused, untouched.
+    std::fs::write(job.path.join("stray.txt"), "someone's\n").unwrap();
+    let err = Workspace::up(plan.request(&job.path, 40, "treat", "run-2", &artifacts), &Cancel::new())
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("has changes (`stray.txt`)"), "{err}");
+    assert_eq!(run(job.git().args(["symbolic-ref", "--short", "HEAD"])), "master\n");
+    assert!(job.path.join("stray.txt").exists());
 }
 
 // ---------------------------------------------------------------- emulator faults
@@ -573,6 +1292,8 @@ async fn ports_are_loopback_only_labels_say_who_owns_it_and_a_look_alike_is_unto
     assert_eq!(labels["ward.issue"], "16");
     assert_eq!(labels["ward.stage"], "treat");
     assert!(chrono::DateTime::parse_from_rfc3339(&labels["ward.expires"]).is_ok());
+    assert_eq!(labels["ward.repository"], repo.path.display().to_string());
+    assert_eq!(labels["ward.installation"], ward::workspace::installation_id(&repo.home).unwrap());
     // The variables go to the agent's environment, not the engine's.
     let env: BTreeMap<String, String> = ws.agent_env().into_iter().collect();
     assert_eq!(env["DOCSTORE_ENDPOINT"], format!("http://127.0.0.1:{}", em.ports[&8081]));
@@ -588,7 +1309,7 @@ async fn ports_are_loopback_only_labels_say_who_owns_it_and_a_look_alike_is_unto
     let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(written["containers"][0]["id"], em.id);
     assert_eq!(written["emulator_cleanup_verified"], true);
-    assert_eq!(written["worktree_cleanup_verified"], true);
+    assert_eq!(written["worktree"]["state"], "kept", "the patient's worktree stays for its next stage");
     assert_eq!(written["containers"][0]["ports"]["8081"], em.ports[&8081]);
     assert!(written.to_string().find("DOCSTORE_ENDPOINT").is_none(), "variables stay out of the report");
     assert!(artifacts.join(format!("{}.log", em.name)).exists());
@@ -600,14 +1321,19 @@ async fn ports_are_loopback_only_labels_say_who_owns_it_and_a_look_alike_is_unto
 }
 
 #[tokio::test]
-async fn the_container_reaper_removes_only_expired_ward_containers() {
+async fn the_container_reaper_removes_only_this_installations_expired_containers_of_this_repository() {
     let image = docstore_image();
     let run_name = run_id("reap");
-    let _janitor = DockerJanitor(vec![run_name.clone(), format!("{run_name}-young")]);
-    let create = |name: &str, labels: &[String]| {
-        let mut args: Vec<String> = vec!["create".into(), "--name".into(), name.into()];
-        for l in labels {
-            args.extend(["--label".into(), l.clone()]);
+    let _janitor = DockerJanitor(vec![run_name.clone()]);
+    let home = tempfile::tempdir().unwrap();
+    let ours = ward::workspace::installation_id(home.path()).unwrap();
+    assert_eq!(ward::workspace::installation_id(home.path()).unwrap(), ours, "generated once, then kept");
+    assert_eq!(ours.len(), 32);
+    let repository = "/srv/repos/fleet/.git";
+    let create = |suffix: &str, labels: &[(&str, String)]| {
+        let mut args: Vec<String> = vec!["create".into(), "--name".into(), format!("{run_name}-{suffix}")];
+        for (k, v) in labels {
+            args.extend(["--label".into(), format!("{k}={v}")]);
         }
         args.push(image.into());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -615,21 +1341,34 @@ async fn the_container_reaper_removes_only_expired_ward_containers() {
     };
     let past = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
     let future = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
-    let expired =
-        create(&format!("{run_name}-expired"), &[format!("ward.run={run_name}"), format!("ward.expires={past}")]);
-    let young =
-        create(&format!("{run_name}-young"), &[format!("ward.run={run_name}-young"), format!("ward.expires={future}")]);
-    // Not ward's: an expiry label alone does not make a container ours.
-    let foreign = create(&format!("{run_name}-foreign"), &[format!("ward.expires={past}")]);
+    let labels = |expires: &str, installation: &str, repo: &str| {
+        [
+            ("ward.run", run_name.clone()),
+            ("ward.expires", expires.to_string()),
+            ("ward.installation", installation.to_string()),
+            ("ward.repository", repo.to_string()),
+        ]
+    };
+    let expired = create("expired", &labels(&past, &ours, repository));
+    let young = create("young", &labels(&future, &ours, repository));
+    // Not ward's to reap, though they carry every one of ward's labels:
+    // another installation's, another repository's, and an expiry alone.
+    let foreign = "0123456789abcdef0123456789abcdef";
+    let other_installation = create("other-installation", &labels(&past, foreign, repository));
+    let other_repository = create("other-repository", &labels(&past, &ours, "/srv/repos/other/.git"));
+    let expiry_only = create("expiry-only", &[("ward.expires", past.clone())]);
     let dir = tempfile::tempdir().unwrap();
     let docker = Docker::connect(None).await.unwrap();
-    let reaped = ward::workspace::emulator::reap_expired(&docker, chrono::Utc::now(), dir.path()).await.unwrap();
-    assert!(reaped.contains(&format!("{run_name}-expired")), "{reaped:?}");
+    let reaped = ward::workspace::emulator::reap_expired(&docker, chrono::Utc::now(), dir.path(), repository, &ours)
+        .await
+        .unwrap();
+    assert_eq!(reaped, vec![format!("{run_name}-expired")]);
     assert!(docker.inspect(&expired).await.unwrap().is_none());
-    assert!(docker.inspect(&young).await.unwrap().is_some());
-    assert!(docker.inspect(&foreign).await.unwrap().is_some());
+    for kept in [&young, &other_installation, &other_repository, &expiry_only] {
+        assert!(docker.inspect(kept).await.unwrap().is_some(), "{kept} must stay");
+    }
     assert!(dir.path().join(format!("{run_name}-expired.inspect.json")).exists(), "diagnostics before removal");
-    run_docker(&["rm", "-f", &young, &foreign]);
+    run_docker(&["rm", "-f", &young, &other_installation, &other_repository, &expiry_only]);
 }
 
 // ---------------------------------------------------------------- isolation proof
@@ -731,7 +1470,7 @@ async fn isolation_proof_two_emulators_with_identical_identities_do_not_see_each
         let report: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
         assert_eq!(report["emulator_cleanup_verified"], true);
-        assert_eq!(report["worktree_cleanup_verified"], true);
+        assert_eq!(report["worktree"]["state"], "kept");
         assert!(report["readiness_ms"].as_u64().is_some());
         assert_eq!(report["seed"]["exit_code"], 0);
     }
@@ -788,6 +1527,8 @@ async fn task_run(repo: &TestRepo, task: &Task, run_name: &str, evidence: &Path)
     let (check_ok, check_log) = run_agent(&ws, "checks/check.sh", &[task.name, task.bay, task.update]).await;
     std::fs::write(evidence.join(format!("{}.agent.log", task.name)), &agent_log).unwrap();
     std::fs::write(evidence.join(format!("{}.check.log", task.name)), &check_log).unwrap();
+    let mut ws = ws;
+    ws.commit_leftovers().await.map_err(|e| e.to_string())?;
     let report = ws.down().await.map_err(|e| e.to_string())?;
     for f in std::fs::read_dir(&report.artifacts).unwrap().flatten() {
         std::fs::copy(f.path(), evidence.join(format!("{}.{}", task.name, f.file_name().to_string_lossy()))).unwrap();
@@ -888,7 +1629,7 @@ async fn swarm_proof_three_tasks_in_parallel_then_a_lost_write_on_a_shared_emula
     // Integration: merge the task branches, run every task on a fresh emulator.
     let mut req = repo.request(100, "integration", &runs[4]);
     req.emulator = Some(seeded_emulator());
-    let integ = Workspace::up(req, &Cancel::new()).await.unwrap();
+    let mut integ = Workspace::up(req, &Cancel::new()).await.unwrap();
     let branches: Vec<String> = TASKS.iter().map(|t| format!("ward/issue-{}", t.issue)).collect();
     run(git(&integ.worktree.path, &repo.git_home).args(["merge", "--quiet", "--no-edit"]).args(&branches));
     let mut integration_log = String::new();
@@ -905,14 +1646,15 @@ async fn swarm_proof_three_tasks_in_parallel_then_a_lost_write_on_a_shared_emula
     let merged = std::fs::read_to_string(integ.worktree.path.join("dispatch/dispatch-a.md")).unwrap();
     assert_eq!(merged.lines().count(), 2, "the task's edit merged, plus the integration run's: {merged}");
     std::fs::write(evidence.join("integration.log"), &integration_log).unwrap();
+    assert!(integ.commit_leftovers().await.unwrap().is_some());
     let report = integ.down().await.unwrap();
     std::fs::copy(report.write().unwrap(), evidence.join("integration.report.json")).unwrap();
 
     // Temporary branches go through the reaper, as the charge nurse would.
-    let reaped = GitRepo::open(&repo.path)
-        .unwrap()
-        .reap(Duration::from_secs(3600), chrono::Utc::now(), &[100, 101, 102, 103, 110])
-        .unwrap();
+    let git = GitRepo::open(&repo.path).unwrap();
+    let closed = [100, 101, 102, 103, 110];
+    let reaped = reap_patients(&git, &repo.layout(), Duration::from_secs(3600), chrono::Utc::now(), &closed).unwrap();
+    assert_eq!(reaped.removed_worktrees.len(), 5, "{reaped:?}");
     assert_eq!(reaped.deleted_branches.len(), 5, "{reaped:?}");
     assert_eq!(run(repo.git().args(["branch", "--list", "ward/*"])), "");
     let all: Vec<&str> = runs.iter().map(String::as_str).collect();
@@ -944,7 +1686,7 @@ async fn swarm_task_proof() {
         let _janitor = DockerJanitor(vec![run_name.clone()]);
         let evidence = evidence_dir(&format!("task-{}", task.name));
         let report = task_run(&repo, task, &run_name, &evidence).await.unwrap();
-        assert!(report.emulator_cleanup_verified && report.worktree_cleanup_verified);
+        assert!(report.emulator_cleanup_verified && matches!(report.worktree, WorktreeEnd::Kept { .. }));
         assert!(evidence.join(format!("{}.patch", task.name)).exists());
         assert_no_containers(&[&run_name]);
         assert_no_worktrees(&repo);
@@ -978,7 +1720,7 @@ async fn signal_child() {
     // Cancelled: teardown verified, but no success report.
     std::fs::write(
         dir.join("down.json"),
-        json!({"verified": report.emulator_cleanup_verified && report.worktree_cleanup_verified}).to_string(),
+        json!({"verified": report.emulator_cleanup_verified, "worktree": report.worktree}).to_string(),
     )
     .unwrap();
 }
@@ -1015,7 +1757,16 @@ async fn sigterm_still_runs_diagnostics_and_cleanup() {
     let log = std::fs::read_to_string(artifacts.join(format!("{}.log", up["name"].as_str().unwrap()))).unwrap();
     assert!(log.contains("docstore ready"), "diagnostics captured before removal: {log}");
     assert!(!artifacts.join("report.json").exists());
-    assert!(!PathBuf::from(up["worktree"].as_str().unwrap()).exists());
+    // The patient's worktree stays, recorded as ward's and no longer held:
+    // the next stage resets it, the reaper may remove it.
+    assert_eq!(down["worktree"]["state"], "kept", "{down}");
+    let worktree = PathBuf::from(up["worktree"].as_str().unwrap());
+    assert!(worktree.exists());
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(down["worktree"]["record"].as_str().unwrap()).unwrap()).unwrap();
+    assert_eq!(record["state"], "ready");
+    let lock = PathBuf::from(down["worktree"]["record"].as_str().unwrap()).with_extension("lock");
+    assert!(std::fs::File::open(&lock).unwrap().try_lock().is_ok(), "the patient is not locked");
     assert_no_containers(&[&run_name]);
 }
 
@@ -1045,8 +1796,9 @@ fn stage_repo(
     let forge = std::sync::Arc::new(ward::forge::local::LocalForge::new(&root, "ward-engine").with_actor("chief"));
     let mut h = ward::hospital::Hospital::load(&root, forge.clone()).unwrap();
     h.ward_exe = PathBuf::from(env!("CARGO_BIN_EXE_ward"));
-    let plan = h.workspace.as_mut().expect("a git repository on a branch gets workspaces");
+    let plan = h.workspace.as_mut().unwrap().as_mut().expect("a git repository on a branch gets workspaces");
     assert_eq!(plan.base, "main");
+    plan.mode = ward::workspace::WorkspaceMode::Worktree;
     plan.home = tmp.join("ward-home");
     plan.push = None;
     (root, git_home, forge, h)
@@ -1083,20 +1835,27 @@ async fn a_stage_run_brings_its_workspace_up_for_the_agent_and_down_after() {
     let pwd = std::fs::read_to_string(seen.with_extension("pwd")).unwrap();
     assert!(pwd.trim().starts_with(&tmp.path().join("ward-home/worktrees").display().to_string()), "{pwd}");
     assert!(env.contains(&format!("WARD_WORKTREE={}", pwd.trim())), "{env}");
-    assert!(!Path::new(pwd.trim()).exists(), "the worktree is gone");
+    assert!(Path::new(pwd.trim()).exists(), "the patient's worktree stays for its next stage");
 
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(t.artifacts.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["run"], run_name.as_str());
     assert_eq!(report["emulator_cleanup_verified"], true);
-    assert_eq!(report["worktree_cleanup_verified"], true);
+    assert_eq!(report["worktree"]["state"], "kept");
+    assert_eq!(report["worktree"]["path"], pwd.trim());
     let port = report["containers"][0]["ports"]["8081"].as_u64().unwrap();
     assert_eq!(endpoint, format!("http://127.0.0.1:{port}"));
     assert!(t.artifacts.join(format!("{}.log", report["containers"][0]["name"].as_str().unwrap())).exists());
     assert_no_containers(&[&run_name]);
     let list = run(git(&root, &git_home).args(["worktree", "list", "--porcelain"]));
-    assert_eq!(list.matches("worktree ").count(), 1, "{list}");
+    assert_eq!(list.matches("worktree ").count(), 2, "{list}");
     assert!(run(git(&root, &git_home).args(["branch", "--list", "ward/issue-1"])).contains("ward/issue-1"));
+    // When the patient leaves, its worktree goes, verified.
+    let plan = h.workspace.as_ref().unwrap().as_ref().unwrap();
+    let cleanup = plan.release(&root, issue.number.0).await.unwrap().expect("ward's worktree");
+    assert!(cleanup.verified() && !Path::new(pwd.trim()).exists());
+    let list = run(git(&root, &git_home).args(["worktree", "list", "--porcelain"]));
+    assert_eq!(list.matches("worktree ").count(), 1, "{list}");
 }
 
 /// GitHub mode's treat stage: the agent's work is committed, the task
@@ -1107,7 +1866,7 @@ async fn the_treat_stage_pushes_the_task_branch_and_opens_a_pull_request() {
     let (root, git_home, forge, mut h) = stage_repo(tmp.path(), "");
     let bare = tmp.path().join("origin.git");
     run(git(tmp.path(), &git_home).args(["init", "--quiet", "--bare"]).arg(&bare));
-    h.workspace.as_mut().unwrap().push = Some(ward::workspace::PushTarget {
+    h.workspace.as_mut().unwrap().as_mut().unwrap().push = Some(ward::workspace::PushTarget {
         url: format!("file://{}", bare.display()),
         token: Some("not-a-real-token".into()),
     });

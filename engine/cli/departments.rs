@@ -30,9 +30,9 @@ pub async fn sweep(
     let now = now_from(now)?;
     let facilities =
         sweep::Facilities { docker_reachable: if docker { Some(crate::doctor::probe_docker().await) } else { None } };
-    let reaper = if reap { sweep::reap::for_workspace(root, config) } else { None };
+    let reaper = if reap { sweep::reap::for_workspace(root, config)? } else { None };
     if reap && reaper.is_none() {
-        eprintln!("--reap: {} is not a git repository with a branch checked out; nothing to reap", root.display());
+        eprintln!("--reap: {} is not in a git repository; nothing to reap", root.display());
     }
     let reaper = reaper.as_ref().map(|r| r as &dyn sweep::Reaper);
     let report = sweep::sweep(forge, config, now, &facilities, reaper).await?;

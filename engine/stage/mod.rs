@@ -40,6 +40,9 @@ use crate::workspace::Workspace;
 /// happened: diagnostics, removal, verification. The workspace report is
 /// written only when the run succeeded and the teardown was verified.
 pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<StageResult> {
+    // A repository ward can't work in (a detached HEAD without WARD_BASE)
+    // refuses before anything is read or written.
+    h.workspace_plan()?;
     let patient = match guard::admit(h, req).await? {
         guard::Admitted::Stop(result) => return Ok(result),
         guard::Admitted::Approval(patient) => {
@@ -52,7 +55,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let span = info_span!("stage", repo = %h.forge.describe(), issue = patient.issue.number.0, stage = patient.stage.name, run = %patient.run);
     let mut workspace = None;
     let result = rounds(h, &patient, req, &mut workspace).instrument(span).await;
-    teardown(workspace, result).await
+    teardown(h, workspace, result).await
 }
 
 /// Prepare, treat, judge, record.
@@ -68,11 +71,23 @@ async fn rounds(
     record::record(h, patient, &prepared, &visit, judgment, workspace.as_ref()).await
 }
 
-async fn teardown(workspace: Option<Workspace>, result: anyhow::Result<StageResult>) -> anyhow::Result<StageResult> {
+async fn teardown(
+    h: &Hospital,
+    workspace: Option<Workspace>,
+    result: anyhow::Result<StageResult>,
+) -> anyhow::Result<StageResult> {
     let Some(ws) = workspace else { return result };
     let run = ws.run.clone();
-    match (result, ws.down().await) {
-        (Ok(r), Ok(report)) => {
+    // A patient who leaves takes its worktree along.
+    let leaving = matches!(&result, Ok(StageResult::Moved(t)) if t.to == h.config.discharge.discharged_label);
+    let down = if leaving { ws.release().await } else { ws.down().await };
+    match (result, down) {
+        (Ok(mut r), Ok(report)) => {
+            // The stage's time includes the workspace's teardown.
+            if let StageResult::Moved(t) = &mut r {
+                t.total_ms += u128::from(report.down_ms);
+                t.engine_us += u128::from(report.down_ms) * 1000;
+            }
             if !r.is_failure() {
                 report.write()?;
             }

@@ -70,7 +70,7 @@ pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Work
     chart.extend(before_agent);
 
     // The task's worktree, and the stage's emulator if it has one.
-    if let Some(plan) = &h.workspace {
+    if let Some(plan) = h.workspace_plan()? {
         let mut wreq = plan.request(&h.root, number.0, stage.name, &patient.run, &patient.folder);
         wreq.emulator = h.config.emulator_for(stage.name).cloned();
         wreq.expires_after = stage.config.time_limit + stage.config.stall_after;
@@ -90,7 +90,7 @@ pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Work
     let workspace = WorkspaceContext {
         path: workdir.display().to_string(),
         branch: crate::workspace::worktree::branch_name(number.0),
-        base: h.workspace.as_ref().map_or_else(|| "main".into(), |p| p.base.clone()),
+        base: h.workspace_plan()?.map_or_else(|| "main".into(), |p| p.base.clone()),
         env: emulator_env.iter().map(|(k, _)| k.clone()).collect(),
     };
     let ctx = PromptContext::new(&h.config, &h.sentinels, stage, &patient.issue, &chart, &found, workspace);

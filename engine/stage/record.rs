@@ -163,7 +163,7 @@ async fn accept(
 /// A treating stage proposes its change: the branch is pushed and a pull
 /// request opened (or, by the push, updated). GitHub mode only.
 async fn propose(h: &Hospital, patient: &Patient<'_>, ws: &Workspace) -> anyhow::Result<()> {
-    let Some(plan) = &h.workspace else { return Ok(()) };
+    let Some(plan) = h.workspace_plan()? else { return Ok(()) };
     let Some(target) = &plan.push else { return Ok(()) };
     if !ws.push(target).await? {
         return Ok(());

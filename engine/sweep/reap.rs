@@ -17,9 +17,9 @@ pub trait Reaper: Send + Sync {
     async fn reap(&self, forge: &dyn Forge, now: DateTime<Utc>) -> Result<Vec<String>, String>;
 }
 
-/// The workspace's reaper for the repository at `root`; `None` when it is
-/// not a git repository with a branch checked out.
-pub fn for_workspace(root: &Path, config: &Config) -> Option<WorkspaceReaper> {
+/// The workspace's reaper for the repository at `root`; `Ok(None)` when it
+/// is in no git repository.
+pub fn for_workspace(root: &Path, config: &Config) -> Result<Option<WorkspaceReaper>, crate::workspace::PlanError> {
     let longest = config.stages().map(|s| s.config.time_limit).max().unwrap_or_default();
     WorkspaceReaper::detect(root, longest + config.departments.sweep.grace)
 }
@@ -27,7 +27,7 @@ pub fn for_workspace(root: &Path, config: &Config) -> Option<WorkspaceReaper> {
 #[async_trait]
 impl Reaper for WorkspaceReaper {
     async fn reap(&self, forge: &dyn Forge, now: DateTime<Utc>) -> Result<Vec<String>, String> {
-        // Branches of closed issues: one listing of every issue (paginated).
+        // Branches and worktrees of closed issues: one listing of every issue (paginated).
         let closed: Vec<u64> = forge
             .all_issues()
             .await
@@ -36,6 +36,6 @@ impl Reaper for WorkspaceReaper {
             .filter(|i| i.state == IssueState::Closed)
             .map(|i| i.number.0)
             .collect();
-        WorkspaceReaper::reap(self, &closed, now).await
+        self.reap_closed(&closed, now).await
     }
 }

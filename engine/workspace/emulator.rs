@@ -5,7 +5,8 @@
 //! lifecycle around it:
 //!
 //! - create with labels that say who owns the container (`ward.run`,
-//!   `ward.issue`, `ward.stage`, `ward.expires`) and a name with the run id;
+//!   `ward.issue`, `ward.stage`, `ward.expires`, and whose it is:
+//!   `ward.repository` and `ward.installation`) and a name with the run id;
 //! - publish every port on 127.0.0.1 with a host port Docker picks, read the
 //!   ports back from inspect (two runs never race for one host port);
 //! - wait for readiness, run the seed command, render the agent's variables;
@@ -41,6 +42,8 @@ pub const LABEL_RUN: &str = "ward.run";
 pub const LABEL_ISSUE: &str = "ward.issue";
 pub const LABEL_STAGE: &str = "ward.stage";
 pub const LABEL_EXPIRES: &str = "ward.expires";
+pub const LABEL_REPOSITORY: &str = "ward.repository";
+pub const LABEL_INSTALLATION: &str = "ward.installation";
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmulatorError {
@@ -239,6 +242,10 @@ pub struct Owner {
     pub stage: String,
     /// After this the charge nurse may reap it ([`reap_expired`]).
     pub expires: DateTime<Utc>,
+    /// The repository it works for (see [`super::WorkspacePlan::repository`]).
+    pub repository: String,
+    /// The ward installation that made it ([`super::installation_id`]).
+    pub installation: String,
 }
 
 impl Owner {
@@ -254,6 +261,8 @@ impl Owner {
             (LABEL_ISSUE.into(), self.issue.to_string()),
             (LABEL_STAGE.into(), self.stage.clone()),
             (LABEL_EXPIRES.into(), self.expires.to_rfc3339()),
+            (LABEL_REPOSITORY.into(), self.repository.clone()),
+            (LABEL_INSTALLATION.into(), self.installation.clone()),
         ])
     }
 }
@@ -608,16 +617,28 @@ pub async fn stop(docker: &Docker, id: &str, name: &str, artifacts: &Path) -> Re
 }
 
 /// The charge nurse's reaper for containers: removes (with diagnostics into
-/// `artifacts`) every container whose `ward.expires` label is before `now`.
-/// Containers without ward's labels are never listed, so never touched.
-pub async fn reap_expired(docker: &Docker, now: DateTime<Utc>, artifacts: &Path) -> Result<Vec<String>> {
+/// `artifacts`) every container of this installation and this repository
+/// whose `ward.expires` is before `now`. A container is ward's to remove
+/// only when both its `ward.installation` and its `ward.repository` match
+/// (anyone can put ward's labels on a container; another installation's
+/// or another repository's containers are theirs to reap).
+pub async fn reap_expired(
+    docker: &Docker,
+    now: DateTime<Utc>,
+    artifacts: &Path,
+    repository: &str,
+    installation: &str,
+) -> Result<Vec<String>> {
     let mut reaped = Vec::new();
-    for (id, name, labels) in docker.labelled(LABEL_EXPIRES, None).await? {
+    for (id, name, labels) in docker.labelled(LABEL_INSTALLATION, Some(installation)).await? {
         let expired = labels
             .get(LABEL_EXPIRES)
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
             .is_some_and(|t| t.with_timezone(&Utc) < now);
-        if expired && labels.contains_key(LABEL_RUN) {
+        let ours = labels.get(LABEL_INSTALLATION).is_some_and(|i| i == installation)
+            && labels.get(LABEL_REPOSITORY).is_some_and(|r| r == repository)
+            && labels.contains_key(LABEL_RUN);
+        if expired && ours {
             stop(docker, &id, &name, artifacts).await?;
             reaped.push(name);
         }

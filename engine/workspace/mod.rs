@@ -1,14 +1,24 @@
-//! One task's isolated environment for one stage run: its own git worktree
-//! on `ward/issue-<n>` and, when the stage asks for one, its own emulator
-//! container. [`Workspace::up`] before the agent, [`Workspace::down`] after
-//! it, whatever happened in between (a signal included, see [`Cancel`]).
+//! A patient's isolated environment for one stage run: a checkout of its
+//! branch `ward/issue-<n>` and, when the stage asks for one, its own
+//! emulator container. [`Workspace::up`] before the agent,
+//! [`Workspace::commit_leftovers`] after it, [`Workspace::down`] whatever
+//! happened in between (a signal included, see [`Cancel`]).
 //!
-//! Down is diagnostics first, then removal of what this run owns, then
-//! verification that it is gone. [`WorkspaceReport::write`] puts
-//! `report.json` in the run's artifacts folder; callers write it only when
-//! the run and its teardown both succeeded.
+//! The checkout is one per patient, not one per run ([`WorkspaceMode`]):
+//! locally a worktree under the ward home, kept between the patient's
+//! stages and reset and cleaned at the start of each; in a CI job the job's
+//! own fresh checkout. [`Workspace::release`] removes the worktree when the
+//! patient leaves; [`reap`] removes what killed runs and closed patients
+//! left, and only what ward can prove it made.
+//!
+//! Down is diagnostics first, then removal of what this run owns (the
+//! emulator), then verification that it is gone. [`WorkspaceReport::write`]
+//! puts `report.json` in the run's artifacts folder; the report carries the
+//! workspace's own setup, commit and teardown times.
 
 pub mod emulator;
+mod errors;
+pub mod git;
 pub mod reaper;
 pub mod worktree;
 
@@ -16,12 +26,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio::sync::watch;
 
 use self::emulator::{Docker, Emulator, EmulatorError, Owner, Teardown};
-use self::worktree::{CommitIdentity, GitRepo, Marker, TaskBranch, Worktree, WorktreeCleanup, WorktreeError};
+use self::worktree::{
+    CommitIdentity, GitRepo, Head, Layout, Original, PatientLock, PatientRequest, TaskBranch, Worktree,
+    WorktreeCleanup, WorktreeError,
+};
 use crate::config::EmulatorConfig;
 
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +43,7 @@ pub enum WorkspaceError {
     Worktree(#[from] WorktreeError),
     #[error(transparent)]
     Emulator(#[from] EmulatorError),
-    #[error("{first}; the worktree cleanup failed too: {cleanup}")]
+    #[error("{first}; putting the checkout back failed too: {cleanup}")]
     CleanupAfter { first: Box<WorkspaceError>, cleanup: Box<WorkspaceError> },
     #[error("the workspace of issue #{issue}, run {run} was not cleaned up: {}", problems.join("; "))]
     Teardown { issue: u64, run: String, problems: Vec<String> },
@@ -140,16 +153,71 @@ impl Cancel {
     }
 }
 
+/// Where a patient's stages run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceMode {
+    /// One worktree per patient under the ward home, kept between its
+    /// stages (reset and cleaned at the start of each), removed when the
+    /// patient leaves or by the reaper. The default outside CI.
+    Worktree,
+    /// The job's own checkout: ward checks the patient's branch out there
+    /// and runs the agent in it, with no second checkout, then puts the
+    /// checkout back. For CI jobs, whose fresh checkout is disposable; the
+    /// default when `GITHUB_ACTIONS=true`.
+    Checkout,
+}
+
+/// Why a repository's stages cannot get a workspace. Each is one sentence
+/// with the fix; ward never falls back to running an agent in a person's
+/// own checkout.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error(
+        "HEAD of {} is detached (at {}), so ward cannot tell which branch patients' branches start from: \
+         set WARD_BASE to that branch (for example `WARD_BASE={suggestion}`) or check it out \
+         (`git -C {} switch {suggestion}`); ward never runs an agent in your own checkout",
+        root.display(), &commit[..commit.len().min(12)], root.display()
+    )]
+    Detached { root: PathBuf, commit: String, suggestion: String },
+    #[error(
+        "the repository at {} has no commit yet (branch `{branch}` is unborn), and patients' branches start \
+         from a commit: commit the project first, or set WARD_BASE to a branch that has commits",
+        root.display()
+    )]
+    Unborn { root: PathBuf, branch: String },
+    #[error(
+        "{} is inside the repository at {}, not at its top: run ward with `--root {}`",
+        root.display(), top.display(), top.display()
+    )]
+    NotTopLevel { root: PathBuf, top: PathBuf },
+    #[error("`{value}` is not a workspace mode: set WARD_WORKSPACE to `worktree` or `checkout`")]
+    BadMode { value: String },
+    #[error("could not read the git repository at {}: {message}", root.display())]
+    Unreadable { root: PathBuf, message: String },
+}
+
 /// How a repository's stage runs get their workspace: decided once per
-/// command by [`WorkspacePlan::detect`].
+/// command by [`WorkspacePlan::detect`]; the caller may change any field
+/// (the mode included).
 #[derive(Debug, Clone)]
 pub struct WorkspacePlan {
+    pub mode: WorkspaceMode,
     pub home: PathBuf,
     pub base: String,
     pub docker_socket: Option<String>,
     pub identity: CommitIdentity,
     /// GitHub mode: where the treat stage pushes the task branch.
     pub push: Option<PushTarget>,
+    /// Whose containers these are, with [`installation_id`]: `owner/name`
+    /// in Actions, else the repository's git folder.
+    pub repository: String,
+    /// Folders (from the top of the checkout) ward never commits: its own
+    /// state, `.ward/`, and locally the local forge's `charts/`.
+    pub state_paths: Vec<String>,
+    /// Initialise submodules in the workspace; `None`: when `.gitmodules`
+    /// exists. `WARD_SUBMODULES=0` or `1` sets it.
+    pub submodules: Option<bool>,
 }
 
 /// A remote to push task branches to, with the token to do it.
@@ -183,28 +251,83 @@ impl PushTarget {
 }
 
 impl WorkspacePlan {
-    /// `None` when `root` is not a git repository with a branch checked out
-    /// (then a run works in the folder it was given, as before). The base
-    /// branch is `WARD_BASE`, else the branch checked out at `root`.
-    pub fn detect(root: &Path, get: impl Fn(&str) -> Option<String>) -> Option<Self> {
-        let git = GitRepo::open(root).ok()?;
-        let base = get("WARD_BASE").filter(|b| !b.is_empty()).or_else(|| git.current_branch().ok().flatten());
-        let Some(base) = base else {
-            tracing::warn!(
-                root = %root.display(),
-                "no worktrees: HEAD is detached or unborn; set WARD_BASE to the branch task branches start from"
-            );
-            return None;
+    /// The plan for the repository whose top folder is `root`. `Ok(None)`
+    /// when `root` is in no git repository at all (there is no checkout to
+    /// protect and nothing to commit to: the caller runs the agent in the
+    /// folder it was given). The base branch is `WARD_BASE`, else the branch
+    /// checked out at `root`; a detached or unborn HEAD without `WARD_BASE`
+    /// is an error naming both, never a fallback. The mode is `checkout`
+    /// when `GITHUB_ACTIONS=true`, else `worktree`; `WARD_WORKSPACE` sets it.
+    pub fn detect(root: &Path, get: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, PlanError> {
+        Self::detect_for(root, get, true)
+    }
+
+    /// [`WorkspacePlan::detect`] for the reaper, which starts no branch:
+    /// a detached or unborn HEAD is no error (`base` is then empty).
+    pub fn detect_for_reaping(root: &Path, get: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, PlanError> {
+        Self::detect_for(root, get, false)
+    }
+
+    fn detect_for(
+        root: &Path,
+        get: impl Fn(&str) -> Option<String>,
+        needs_base: bool,
+    ) -> Result<Option<Self>, PlanError> {
+        let set = |k: &str| get(k).filter(|v| !v.is_empty());
+        let unreadable = |e: WorktreeError| PlanError::Unreadable { root: root.to_path_buf(), message: e.to_string() };
+        let Some(git) = GitRepo::discover(root).map_err(unreadable)? else { return Ok(None) };
+        if let Some(top) = git.workdir()
+            && !same_dir(top, root)
+        {
+            return Err(PlanError::NotTopLevel { root: root.to_path_buf(), top: top.to_path_buf() });
+        }
+        let base = match (set("WARD_BASE"), git.head().map_err(unreadable)?) {
+            (Some(base), _) => base,
+            (None, Head::Branch(b)) => b,
+            (None, _) if !needs_base => String::new(),
+            (None, Head::Detached(commit)) => {
+                let suggestion = git.default_branch_guess().unwrap_or_else(|| "main".into());
+                return Err(PlanError::Detached { root: root.to_path_buf(), commit, suggestion });
+            }
+            (None, Head::Unborn(branch)) => return Err(PlanError::Unborn { root: root.to_path_buf(), branch }),
+        };
+        let actions = set("GITHUB_ACTIONS").as_deref() == Some("true");
+        let mode = match set("WARD_WORKSPACE").as_deref() {
+            None => {
+                if actions {
+                    WorkspaceMode::Checkout
+                } else {
+                    WorkspaceMode::Worktree
+                }
+            }
+            Some("worktree") => WorkspaceMode::Worktree,
+            Some("checkout") => WorkspaceMode::Checkout,
+            Some(other) => return Err(PlanError::BadMode { value: other.into() }),
         };
         let home = ward_home(&get).unwrap_or_else(|| root.join(".ward").join("home"));
+        let repository = match set("GITHUB_REPOSITORY").filter(|_| actions) {
+            Some(r) => r,
+            None => git.git_dir().canonicalize().unwrap_or_else(|_| git.git_dir().to_path_buf()).display().to_string(),
+        };
+        let mut state_paths = vec![".ward".to_string()];
+        if !actions {
+            state_paths.push("charts".into());
+        }
+        let submodules = match set("WARD_SUBMODULES").as_deref() {
+            Some("0") | Some("false") => Some(false),
+            Some(_) => Some(true),
+            None => None,
+        };
         let push = PushTarget::detect(&get, crate::secrets::Secrets::global().github_token());
-        Some(Self { home, base, docker_socket: None, identity: CommitIdentity::default(), push })
+        let identity = CommitIdentity::default();
+        Ok(Some(Self { mode, home, base, docker_socket: None, identity, push, repository, state_paths, submodules }))
     }
 
     /// The request of one stage run: no emulator, no restart, containers
     /// expiring after two hours; the caller adjusts the fields.
     pub fn request(&self, root: &Path, issue: u64, stage: &str, run: &str, artifacts: &Path) -> WorkspaceRequest {
         WorkspaceRequest {
+            mode: self.mode,
             repo: root.to_path_buf(),
             home: self.home.clone(),
             base: self.base.clone(),
@@ -218,14 +341,78 @@ impl WorkspacePlan {
             identity: self.identity.clone(),
             artifacts: artifacts.to_path_buf(),
             remote: self.push.clone(),
+            repository: self.repository.clone(),
+            state_paths: self.state_paths.clone(),
+            submodules: self.submodules,
         }
+    }
+
+    /// Removes the patient's worktree when the patient leaves without a
+    /// workspace up (closed by a person, say), verified; `None` when there
+    /// is none, or in checkout mode (the job's checkout is not ward's).
+    pub async fn release(&self, root: &Path, issue: u64) -> Result<Option<WorktreeCleanup>, WorkspaceError> {
+        if self.mode == WorkspaceMode::Checkout {
+            return Ok(None);
+        }
+        let (root, home) = (root.to_path_buf(), self.home.clone());
+        blocking(move || {
+            let git = GitRepo::open(&root)?;
+            let layout = Layout::new(&home, &git)?;
+            worktree::remove_patient(&git, &layout, issue, None)
+        })
+        .await
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// This installation of ward: a random id generated once and kept in the
+/// ward home (`<home>/installation-id`). Containers carry it, and the
+/// reaper removes only containers that carry it.
+pub fn installation_id(home: &Path) -> Result<String, WorkspaceError> {
+    let path = home.join("installation-id");
+    let io = |op: &'static str, p: &Path| {
+        let path = p.to_path_buf();
+        move |source| WorkspaceError::Io { op, path, source }
+    };
+    if let Ok(text) = std::fs::read_to_string(&path)
+        && !text.trim().is_empty()
+    {
+        return Ok(text.trim().to_string());
+    }
+    std::fs::create_dir_all(home).map_err(io("create", home))?;
+    let mut bytes = [0u8; 16];
+    {
+        use std::io::Read;
+        let mut urandom = std::fs::File::open("/dev/urandom").map_err(io("open", Path::new("/dev/urandom")))?;
+        urandom.read_exact(&mut bytes).map_err(io("read", Path::new("/dev/urandom")))?;
+    }
+    let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    // Written aside, then linked into place: two first runs at once agree
+    // on whichever id was linked first.
+    let tmp = home.join(format!(".installation-id.{}", std::process::id()));
+    std::fs::write(&tmp, format!("{id}\n")).map_err(io("write", &tmp))?;
+    let linked = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(id),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Ok(std::fs::read_to_string(&path).map_err(io("read", &path))?.trim().to_string())
+        }
+        Err(e) => Err(io("write", &path)(e)),
     }
 }
 
 /// What a stage run asks for.
 #[derive(Debug, Clone)]
 pub struct WorkspaceRequest {
-    /// The repository (its worktree root or `.git`).
+    pub mode: WorkspaceMode,
+    /// The repository (its top folder, or `.git`).
     pub repo: PathBuf,
     /// [`ward_home`].
     pub home: PathBuf,
@@ -248,6 +435,20 @@ pub struct WorkspaceRequest {
     /// GitHub mode: fetch the task branch from here first, so a fresh
     /// checkout continues where the last stage's push left it.
     pub remote: Option<PushTarget>,
+    /// See [`WorkspacePlan::repository`].
+    pub repository: String,
+    /// See [`WorkspacePlan::state_paths`].
+    pub state_paths: Vec<String>,
+    /// See [`WorkspacePlan::submodules`].
+    pub submodules: Option<bool>,
+}
+
+/// What the workspace holds while it is up.
+enum Hold {
+    /// The patient's lock; released at down.
+    Patient { layout: Layout, lock: PatientLock },
+    /// Where the job's checkout was, to put it back at down.
+    Checkout(Original),
 }
 
 /// A workspace that is up.
@@ -255,17 +456,35 @@ pub struct Workspace {
     pub issue: u64,
     pub stage: String,
     pub run: String,
+    pub mode: WorkspaceMode,
     pub repo: PathBuf,
     pub branch: TaskBranch,
+    /// Where the agent works.
     pub worktree: Worktree,
     pub emulator: Option<Emulator>,
-    /// `<home>/runs/issue-<n>-<run>`: diagnostics, seed logs, report.json.
+    /// The run's artifacts folder: diagnostics, seed logs, report.json.
     pub artifacts: PathBuf,
     /// The commit [`Workspace::commit_leftovers`] made, if any.
     pub commit: Option<String>,
     docker: Option<Docker>,
     identity: CommitIdentity,
+    state_paths: Vec<String>,
+    submodules: bool,
+    hold: Hold,
     up_ms: u64,
+    commit_ms: u64,
+}
+
+/// What became of the checkout at the end of a stage.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum WorktreeEnd {
+    /// Kept for the patient's next stage, recorded as ward's in `record`.
+    Kept { path: PathBuf, record: PathBuf, created: bool },
+    /// Removed, and verified gone (the patient left).
+    Removed(WorktreeCleanup),
+    /// CI mode: the job's checkout, put back on what it was on.
+    Restored { path: PathBuf, to: String },
 }
 
 /// The success report: everything a person needs to trust the teardown.
@@ -274,15 +493,19 @@ pub struct WorkspaceReport {
     pub issue: u64,
     pub stage: String,
     pub run: String,
+    pub mode: WorkspaceMode,
     pub branch: String,
     pub commit: Option<String>,
-    pub worktree: WorktreeCleanup,
-    pub worktree_cleanup_verified: bool,
+    pub worktree: WorktreeEnd,
     pub containers: Vec<ContainerReport>,
     pub emulator_cleanup_verified: bool,
     pub readiness_ms: Option<u64>,
     pub seed: Option<emulator::SeedResult>,
+    /// Setup: the checkout (created, or reset and cleaned) and the emulator.
     pub up_ms: u64,
+    /// The leftovers commit.
+    pub commit_ms: u64,
+    /// Teardown.
     pub down_ms: u64,
     #[serde(skip)]
     pub artifacts: PathBuf,
@@ -334,11 +557,18 @@ impl WorkspaceReport {
         })?;
         Ok(path)
     }
+
+    /// The workspace's share of the stage's time: setup, commit, teardown.
+    pub fn engine_ms(&self) -> u64 {
+        self.up_ms + self.commit_ms + self.down_ms
+    }
 }
 
 /// The artifacts folder of one run.
 pub fn artifacts_dir(home: &Path, issue: u64, run: &str) -> PathBuf {
-    home.join("runs").join(worktree::worktree_name(issue, run).trim_start_matches("ward-"))
+    let run: String =
+        run.chars().map(|c| if c.is_ascii_alphanumeric() || "-_".contains(c) { c } else { '-' }).collect();
+    home.join("runs").join(format!("issue-{issue}-{run}"))
 }
 
 async fn blocking<T: Send + 'static>(
@@ -348,8 +578,10 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Workspace {
-    /// Task branch, worktree, then the emulator if asked for. A failure
-    /// removes whatever this call made before it returns.
+    /// The patient's checkout at its branch head, then the emulator if
+    /// asked for. A failure puts back whatever this call changed (the
+    /// patient's worktree is kept: it is clean, and the next run resets it
+    /// anyway) before it returns.
     pub async fn up(req: WorkspaceRequest, cancel: &Cancel) -> Result<Self, WorkspaceError> {
         if cancel.is_cancelled() {
             return Err(WorkspaceError::Cancelled { issue: req.issue });
@@ -361,25 +593,54 @@ impl Workspace {
             path: artifacts.clone(),
             source,
         })?;
-        let marker =
-            Marker { issue: req.issue, stage: req.stage.clone(), run: req.run.clone(), created_at: Utc::now() };
-        let (repo, home, base, issue, restart) =
-            (req.repo.clone(), req.home.clone(), req.base.clone(), req.issue, req.restart);
-        let remote = req.remote.clone();
-        let (branch, worktree) = blocking(move || {
-            if let Some(remote) = remote.filter(|_| !restart) {
-                worktree::fetch_branch(&repo, &remote.url, &worktree::branch_name(issue), remote.token.as_deref())?;
+        let r = req.clone();
+        let (branch, worktree, hold, submodules) = blocking(move || {
+            let git = GitRepo::open(&r.repo)?;
+            if let Some(remote) = r.remote.as_ref().filter(|_| !r.restart) {
+                git::fetch_branch(
+                    git.git_dir(),
+                    &remote.url,
+                    &worktree::branch_name(r.issue),
+                    remote.token.as_deref(),
+                )?;
             }
-            let git = GitRepo::open(&repo)?;
-            let branch = git.task_branch(issue, &base, restart)?;
-            let wt = git.add_worktree(&home, &branch.name, &marker)?;
-            Ok((branch, wt))
+            let top = git.workdir().map(Path::to_path_buf).unwrap_or_else(|| r.repo.clone());
+            let submodules = r.submodules.unwrap_or_else(|| top.join(".gitmodules").exists());
+            let preq = PatientRequest {
+                issue: r.issue,
+                base: &r.base,
+                restart: r.restart,
+                stage: &r.stage,
+                run: &r.run,
+                submodules,
+            };
+            let (branch, wt, hold) = match r.mode {
+                WorkspaceMode::Worktree => {
+                    let layout = Layout::new(&r.home, &git)?;
+                    let (branch, wt, lock) = worktree::open_patient(&git, &layout, &preq)?;
+                    (branch, wt, Hold::Patient { layout, lock })
+                }
+                WorkspaceMode::Checkout => {
+                    let (branch, wt, original) = worktree::switch_checkout(&git, &top, &preq, &r.state_paths)?;
+                    (branch, wt, Hold::Checkout(original))
+                }
+            };
+            // A repository that keeps files in LFS needs git-lfs to commit them.
+            if !git::lfs_installed() && git.declares_lfs(&wt.start)? {
+                if let Hold::Checkout(original) = &hold {
+                    let co = git::Checkout::new(&wt.metadata, &wt.path);
+                    worktree::restore_checkout(&git, &co, original, &r.state_paths, submodules)?;
+                }
+                return Err(WorktreeError::LfsMissing { path: top, file: None });
+            }
+            Ok((branch, wt, hold, submodules))
         })
         .await?;
         let mut ws = Workspace {
             issue: req.issue,
             stage: req.stage.clone(),
             run: req.run.clone(),
+            mode: req.mode,
             repo: req.repo.clone(),
             branch,
             worktree,
@@ -388,17 +649,27 @@ impl Workspace {
             docker: None,
             artifacts,
             identity: req.identity.clone(),
+            state_paths: req.state_paths.clone(),
+            submodules,
+            hold,
             up_ms: 0,
+            commit_ms: 0,
         };
         if let Some(config) = &req.emulator {
-            let owner = Owner {
-                run: req.run.clone(),
-                issue: req.issue,
-                stage: req.stage.clone(),
-                expires: Utc::now()
-                    + chrono::Duration::from_std(req.expires_after).unwrap_or(chrono::Duration::hours(2)),
-            };
             let started = async {
+                let owner = Owner {
+                    run: req.run.clone(),
+                    issue: req.issue,
+                    stage: req.stage.clone(),
+                    expires: Utc::now()
+                        + chrono::Duration::from_std(req.expires_after).unwrap_or(chrono::Duration::hours(2)),
+                    repository: req.repository.clone(),
+                    installation: installation_id(&req.home).map_err(|e| EmulatorError::Api {
+                        op: "label containers with",
+                        object: "the installation id".into(),
+                        message: e.to_string(),
+                    })?,
+                };
                 let docker = Docker::connect(req.docker_socket.as_deref()).await?;
                 let em = emulator::start(&docker, config, &owner, &ws.worktree.path, &ws.artifacts, cancel).await?;
                 Ok::<_, EmulatorError>((docker, em))
@@ -410,10 +681,7 @@ impl Workspace {
                     ws.emulator = Some(em);
                 }
                 Err(first) => {
-                    let wt = ws.worktree.clone();
-                    let repo = ws.repo.clone();
-                    let cleanup = blocking(move || GitRepo::open(&repo)?.remove_worktree(&wt)).await;
-                    return Err(match cleanup {
+                    return Err(match ws.put_back().await {
                         Ok(_) => first.into(),
                         Err(c) => WorkspaceError::CleanupAfter { first: Box::new(first.into()), cleanup: Box::new(c) },
                     });
@@ -434,19 +702,58 @@ impl Workspace {
         env
     }
 
-    /// Commits what the agent left uncommitted; `None` when nothing changed.
-    /// The commit is remembered for the report.
+    /// The setup time so far (checkout and emulator).
+    pub fn up_ms(&self) -> u64 {
+        self.up_ms
+    }
+
+    /// Commits what the agent left uncommitted, once, through the
+    /// repository's own filters (see [`git::commit_leftovers`]); `None`
+    /// when nothing changed. Refused when the checkout's `.git` no longer
+    /// leads to the repository ward checked out there.
     pub async fn commit_leftovers(&mut self) -> Result<Option<String>, WorkspaceError> {
+        let started = Instant::now();
         let message = format!(
             "ward: issue #{} stage {} run {}\n\nChanges the agent left uncommitted in its worktree.\n",
             self.issue, self.stage, self.run
         );
-        let (repo, wt, who) = (self.repo.clone(), self.worktree.clone(), self.identity.clone());
-        let made = blocking(move || GitRepo::open(&repo)?.commit_all(&wt, &who, &message)).await?;
+        let (repo, wt, who, state) =
+            (self.repo.clone(), self.worktree.clone(), self.identity.clone(), self.state_paths.clone());
+        let made = blocking(move || {
+            let git = GitRepo::open(&repo)?;
+            worktree::verify_git_dir(&wt.path, &wt.metadata, git.git_dir())?;
+            git::commit_leftovers(&git::Checkout::new(&wt.metadata, &wt.path), &state, &who, &message)
+        })
+        .await;
+        self.commit_ms += started.elapsed().as_millis() as u64;
+        let made = made?;
         if made.is_some() {
             self.commit = made.clone();
         }
         Ok(made)
+    }
+
+    /// The files this run changed, relative to the top of the checkout:
+    /// against the commit it started at, whether the agent committed them,
+    /// staged them or left them (untracked files included, ignored ones and
+    /// ward's own folders not). For stages that must not change code.
+    pub async fn changed_paths(&self) -> Result<Vec<String>, WorkspaceError> {
+        let (wt, state) = (self.worktree.clone(), self.state_paths.clone());
+        blocking(move || worktree::changed_since(&git::Checkout::new(&wt.metadata, &wt.path), &wt.start, &state)).await
+    }
+
+    /// Throws away everything this run did: the branch back at the commit
+    /// the run started at (the agent's own commits included), the checkout
+    /// clean. What [`Workspace::commit_leftovers`] made is discarded too.
+    pub async fn discard(&mut self) -> Result<(), WorkspaceError> {
+        let (wt, state, mode) = (self.worktree.clone(), self.state_paths.clone(), self.mode);
+        blocking(move || {
+            let co = git::Checkout::new(&wt.metadata, &wt.path);
+            worktree::reset_to(&co, &wt.start, mode == WorkspaceMode::Worktree, &state)
+        })
+        .await?;
+        self.commit = None;
+        Ok(())
     }
 
     /// Pushes the task branch (forced after a `restart` reset it). `false`
@@ -460,23 +767,59 @@ impl Workspace {
             if git.branch_head(&branch)?.is_none_or(|head| head == base) {
                 return Ok(false);
             }
-            worktree::push_branch(&repo, &target.url, &branch, target.token.as_deref(), force)?;
+            git::push_branch(git.git_dir(), &target.url, &branch, target.token.as_deref(), force)?;
             Ok(true)
         })
         .await
     }
 
-    /// Commits leftovers, captures the emulator's diagnostics, removes the
-    /// container and the worktree, and verifies both are gone. Every step
-    /// runs even when an earlier one failed; any failure is an error naming
-    /// all of them.
-    pub async fn down(mut self) -> Result<WorkspaceReport, WorkspaceError> {
+    /// The checkout's part of teardown: in CI mode the job's checkout back
+    /// on what it was on; locally the record's time of use (the worktree
+    /// stays for the next stage, which resets it).
+    async fn put_back(&mut self) -> Result<WorktreeEnd, WorkspaceError> {
+        let (path, state, submodules) = (self.worktree.path.clone(), self.state_paths.clone(), self.submodules);
+        match &self.hold {
+            Hold::Checkout(original) => {
+                let original = original.clone();
+                let to = match &original {
+                    Original::Branch(b) => b.clone(),
+                    Original::Detached(sha) => sha.clone(),
+                };
+                let (repo, metadata) = (self.repo.clone(), self.worktree.metadata.clone());
+                blocking(move || {
+                    let git = GitRepo::open(&repo)?;
+                    let co = git::Checkout::new(&metadata, &path);
+                    worktree::restore_checkout(&git, &co, &original, &state, submodules)
+                })
+                .await?;
+                Ok(WorktreeEnd::Restored { path: self.worktree.path.clone(), to })
+            }
+            Hold::Patient { layout, .. } => {
+                Ok(WorktreeEnd::Kept { path, record: layout.record(self.issue), created: self.worktree.created })
+            }
+        }
+    }
+
+    /// Captures the emulator's diagnostics, removes the container and
+    /// verifies it is gone, and puts the checkout back (the patient's
+    /// worktree stays for its next stage). Every step runs even when an
+    /// earlier one failed; any failure is an error naming all of them.
+    /// Nothing is committed here: [`Workspace::commit_leftovers`] does that
+    /// once, when the caller decides the run's work is kept.
+    pub async fn down(self) -> Result<WorkspaceReport, WorkspaceError> {
+        self.finish(false).await
+    }
+
+    /// [`Workspace::down`], then the patient's worktree removed and
+    /// verified gone: the patient left (discharge). In CI mode the same as
+    /// down (the job's checkout is not ward's to remove).
+    pub async fn release(self) -> Result<WorkspaceReport, WorkspaceError> {
+        self.finish(true).await
+    }
+
+    async fn finish(mut self, release: bool) -> Result<WorkspaceReport, WorkspaceError> {
         let started = Instant::now();
         let mut problems = Vec::new();
-        if let Err(e) = self.commit_leftovers().await {
-            problems.push(format!("committing the agent's changes: {e}"));
-        }
-        let commit = self.commit.clone();
         let mut containers = Vec::new();
         if let (Some(docker), Some(em)) = (&self.docker, &self.emulator) {
             match emulator::stop(docker, &em.id, &em.name, &self.artifacts).await {
@@ -484,36 +827,88 @@ impl Workspace {
                 Err(e) => problems.push(e.to_string()),
             }
         }
-        let (repo, wt) = (self.repo.clone(), self.worktree.clone());
-        let cleanup = blocking(move || GitRepo::open(&repo)?.remove_worktree(&wt)).await;
-        let cleanup = match cleanup {
-            Ok(c) => Some(c),
+        let mut end = match self.put_back().await {
+            Ok(end) => Some(end),
             Err(e) => {
                 problems.push(e.to_string());
                 None
             }
         };
+        match std::mem::replace(&mut self.hold, Hold::Checkout(Original::Detached(String::new()))) {
+            Hold::Patient { layout, lock } if release => {
+                let (repo, issue) = (self.repo.clone(), self.issue);
+                let removed = blocking(move || {
+                    let git = GitRepo::open(&repo)?;
+                    worktree::remove_patient(&git, &layout, issue, Some(&lock))
+                })
+                .await;
+                match removed {
+                    Ok(Some(cleanup)) => end = Some(WorktreeEnd::Removed(cleanup)),
+                    Ok(None) => {}
+                    Err(e) => problems.push(e.to_string()),
+                }
+            }
+            // Dropping the hold releases the patient's lock.
+            _ => {}
+        }
         if !problems.is_empty() {
             return Err(WorkspaceError::Teardown { issue: self.issue, run: self.run, problems });
         }
-        let worktree = cleanup.expect("no problems means the worktree cleanup succeeded");
         Ok(WorkspaceReport {
             issue: self.issue,
             stage: self.stage,
             run: self.run,
+            mode: self.mode,
             branch: self.branch.name,
-            commit,
-            worktree_cleanup_verified: worktree.verified(),
-            worktree,
+            commit: self.commit,
+            worktree: end.expect("no problems means the checkout was put back"),
             emulator_cleanup_verified: containers.iter().all(|c| c.removed_verified),
             readiness_ms: self.emulator.as_ref().map(|e| e.ready_ms),
             seed: self.emulator.as_ref().and_then(|e| e.seed.clone()),
             containers,
             up_ms: self.up_ms,
+            commit_ms: self.commit_ms,
             down_ms: started.elapsed().as_millis() as u64,
             artifacts: self.artifacts,
         })
     }
+}
+
+/// The charge nurse's reaper over workspaces. Removes containers past their
+/// `ward.expires` that carry both this installation's id and this
+/// repository (a container of another installation or repository is never
+/// touched, whatever its labels say); patient worktrees ward has records
+/// of that no run holds and that are half-made, of `closed` issues, or
+/// unused for longer than `idle` (see [`worktree::reap_patients`]); and
+/// `ward/issue-<n>` branches of `closed` issues. One line per thing
+/// removed; Docker being unreachable is a line too, not an error.
+pub async fn reap(
+    plan: &WorkspacePlan,
+    root: &Path,
+    now: DateTime<Utc>,
+    idle: Duration,
+    closed: &[u64],
+    artifacts: &Path,
+) -> Result<Vec<String>, WorkspaceError> {
+    let mut lines = Vec::new();
+    match Docker::connect(plan.docker_socket.as_deref()).await {
+        Ok(docker) => {
+            let installation = installation_id(&plan.home)?;
+            let gone = emulator::reap_expired(&docker, now, artifacts, &plan.repository, &installation).await?;
+            lines.extend(gone.into_iter().map(|name| format!("container `{name}` (past its `ward.expires`)")));
+        }
+        Err(e) => lines.push(format!("containers not checked: {e}")),
+    }
+    let (root, home, closed) = (root.to_path_buf(), plan.home.clone(), closed.to_vec());
+    let report = blocking(move || {
+        let git = GitRepo::open(&root)?;
+        let layout = Layout::new(&home, &git)?;
+        worktree::reap_patients(&git, &layout, idle, now, &closed)
+    })
+    .await?;
+    lines.extend(report.removed_worktrees.into_iter().map(|(w, why)| format!("worktree `{w}` ({why})")));
+    lines.extend(report.deleted_branches.into_iter().map(|b| format!("branch `{b}` (its issue is closed)")));
+    Ok(lines)
 }
 
 #[cfg(test)]
@@ -543,6 +938,47 @@ mod tests {
         assert_eq!(t.token.as_deref(), Some("gh-secret"));
         assert!(!format!("{t:?}").contains("gh-secret"));
         assert_eq!(PushTarget::detect(env(&actions), Some("")).unwrap().token, None);
+    }
+
+    /// A repository with one commit on `master`.
+    fn repo_on_master() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = git2::RepositoryInitOptions::new();
+        opts.initial_head("master");
+        let repo = git2::Repository::init_opts(dir.path(), &opts).unwrap();
+        let tree = repo.treebuilder(None).unwrap().write().unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "base", &repo.find_tree(tree).unwrap(), &[]).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_mode_follows_ci_unless_ward_workspace_says_otherwise() {
+        let dir = repo_on_master();
+        let local = WorkspacePlan::detect(dir.path(), env(&[("WARD_HOME", "/w")])).unwrap().unwrap();
+        assert_eq!((local.mode, local.base.as_str()), (WorkspaceMode::Worktree, "master"));
+        assert_eq!(local.state_paths, vec![".ward".to_string(), "charts".to_string()]);
+        assert!(local.repository.ends_with(".git"), "{}", local.repository);
+        assert_eq!(local.submodules, None);
+        let ci = [("GITHUB_ACTIONS", "true"), ("GITHUB_REPOSITORY", "o/n"), ("WARD_SUBMODULES", "0")];
+        let ci = WorkspacePlan::detect(dir.path(), env(&ci)).unwrap().unwrap();
+        assert_eq!((ci.mode, ci.repository.as_str(), ci.submodules), (WorkspaceMode::Checkout, "o/n", Some(false)));
+        assert_eq!(ci.state_paths, vec![".ward".to_string()]);
+        let chosen = [("GITHUB_ACTIONS", "true"), ("WARD_WORKSPACE", "worktree")];
+        assert_eq!(WorkspacePlan::detect(dir.path(), env(&chosen)).unwrap().unwrap().mode, WorkspaceMode::Worktree);
+        let err = WorkspacePlan::detect(dir.path(), env(&[("WARD_WORKSPACE", "in-place")])).unwrap_err();
+        assert!(err.to_string().contains("`in-place` is not a workspace mode"), "{err}");
+    }
+
+    #[test]
+    fn an_installation_id_is_made_once_and_kept() {
+        let home = tempfile::tempdir().unwrap();
+        let id = installation_id(home.path()).unwrap();
+        assert_eq!(id.len(), 32);
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(installation_id(home.path()).unwrap(), id);
+        let other = tempfile::tempdir().unwrap();
+        assert_ne!(installation_id(other.path()).unwrap(), id, "another home is another installation");
     }
 
     #[tokio::test]

@@ -1,53 +1,41 @@
-//! The reaper over what crashed runs left in the workspace: containers past
-//! their `ward.expires`, worktrees older than any run can live, and
-//! `ward/issue-<n>` branches of closed issues. Only what carries ward's
-//! labels or markers is touched (the emulator and worktree modules check).
+//! The reaper over what crashed or finished runs left in the workspace:
+//! this installation's containers past their `ward.expires`, patient
+//! worktrees that are half-made, of closed issues or idle too long, and
+//! `ward/issue-<n>` branches of closed issues. Only what ward can prove it
+//! made is touched ([`super::reap`] and the modules below it check).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::WorkspacePlan;
-use super::emulator::{Docker, reap_expired};
-use super::worktree::GitRepo;
+use super::{PlanError, WorkspacePlan};
 
 pub struct WorkspaceReaper {
     /// The repository whose worktrees and branches are reaped.
     pub root: PathBuf,
     pub plan: WorkspacePlan,
-    /// Worktrees created longer ago than this are left over from crashed runs.
+    /// Patient worktrees unused for longer than this are removed (the next
+    /// stage of the patient makes a new one).
     pub worktree_ttl: Duration,
     /// Where container diagnostics go before removal.
     pub artifacts: PathBuf,
 }
 
 impl WorkspaceReaper {
-    /// `None` when `root` is not a git repository with a branch checked out.
-    /// `worktree_ttl` is how long the longest run may live.
-    pub fn detect(root: &Path, worktree_ttl: Duration) -> Option<Self> {
-        let plan = WorkspacePlan::detect(root, |k| std::env::var(k).ok())?;
-        Some(Self { root: root.to_path_buf(), artifacts: plan.home.join("reaped"), plan, worktree_ttl })
+    /// `Ok(None)` when `root` is in no git repository.
+    pub fn detect(root: &Path, worktree_ttl: Duration) -> Result<Option<Self>, PlanError> {
+        let Some(plan) = WorkspacePlan::detect_for_reaping(root, |k| std::env::var(k).ok())? else {
+            return Ok(None);
+        };
+        Ok(Some(Self { root: root.to_path_buf(), artifacts: plan.home.join("reaped"), plan, worktree_ttl }))
     }
 
-    /// Removes what is expired; `closed` are the issues whose branches may
-    /// go. One line per thing removed (or left, with why), or an error
-    /// sentence.
-    pub async fn reap(&self, closed: &[u64], now: DateTime<Utc>) -> Result<Vec<String>, String> {
-        let mut lines = Vec::new();
-        match Docker::connect(self.plan.docker_socket.as_deref()).await {
-            Ok(docker) => {
-                let gone = reap_expired(&docker, now, &self.artifacts)
-                    .await
-                    .map_err(|e| format!("could not reap expired containers: {e}"))?;
-                lines.extend(gone.into_iter().map(|name| format!("container `{name}` (past its `ward.expires`)")));
-            }
-            Err(e) => lines.push(format!("containers not checked: Docker is not reachable ({e})")),
-        }
-        let repo = GitRepo::open(&self.root).map_err(|e| e.to_string())?;
-        let report = repo.reap(self.worktree_ttl, now, closed).map_err(|e| format!("could not reap worktrees: {e}"))?;
-        lines.extend(report.removed_worktrees.into_iter().map(|w| format!("worktree `{w}` (older than its TTL)")));
-        lines.extend(report.deleted_branches.into_iter().map(|b| format!("branch `{b}` (its issue is closed)")));
-        Ok(lines)
+    /// Removes what is expired; `closed` are the issues whose worktrees and
+    /// branches may go. One line per thing removed, or an error sentence.
+    pub async fn reap_closed(&self, closed: &[u64], now: DateTime<Utc>) -> Result<Vec<String>, String> {
+        super::reap(&self.plan, &self.root, now, self.worktree_ttl, closed, &self.artifacts)
+            .await
+            .map_err(|e| format!("could not reap workspaces: {e}"))
     }
 }

@@ -1,86 +1,40 @@
-//! The git boundary of a workspace. Every git2 call ward makes for
-//! worktrees and task branches is in this file, behind [`GitRepo`]; a
-//! missing object comes back as `None`, never as an error to match on.
+//! The git boundary of a workspace: task branches (git2, refs only) and the
+//! patient's checkout (the git CLI, see [`super::git`]).
 //!
-//! - One branch per task, `ward/issue-<n>`, created from the base branch on
-//!   first use and reused afterwards; a `restart` resets it to the base.
-//! - One worktree per stage run, `<WARD_HOME>/worktrees/ward-issue-<n>-<run>`,
-//!   whose git metadata (`.git/worktrees/<name>/`) holds a `ward.json` marker:
-//!   the reaper only ever touches worktrees that carry it.
-//! - Removal deletes the folder and the metadata, then checks both are gone.
+//! - One branch per patient, `ward/issue-<n>`, created from the base branch
+//!   on first use and reused afterwards; a `restart` resets it to the base.
+//! - Locally, one worktree per patient, `<home>/worktrees/<repo>/ward-issue-<n>`,
+//!   kept between its stages: each stage resets it to the branch head and
+//!   cleans it, so every run starts from exactly the committed state. It is
+//!   removed when the patient leaves (discharge) or by the reaper.
+//! - Ownership is recorded in ward's state folder,
+//!   `<home>/state/<repo>/issue-<n>.json`, outside every worktree and every
+//!   `.git` (the agent is pointed at neither), and before any checkout
+//!   starts: a run killed half-way leaves a record that says "creating",
+//!   and the next run of the patient, or the reaper, clears it at once.
+//!   A run holds `issue-<n>.lock` (an advisory lock the kernel releases when
+//!   the process ends, however it ends) while the workspace is up.
+//! - Removal deletes only `<home>/worktrees/<repo>/ward-issue-<n>` (a path
+//!   ward derives, never one it reads back from a file) and the git
+//!   metadata of that worktree, then checks both are gone.
+//! - In a disposable CI checkout, the patient's branch is checked out in
+//!   the checkout itself ([`switch_checkout`]): no second checkout.
 
 use std::collections::BTreeSet;
-use std::io;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use git2::{BranchType, ErrorCode, IndexAddOption, Repository, WorktreeAddOptions, WorktreePruneOptions};
+use git2::{BranchType, ErrorCode, Repository};
 use serde::{Deserialize, Serialize};
+
+pub use super::errors::WorktreeError;
+use super::errors::{Result, git, io_err};
+pub use super::git::CommitIdentity;
+use super::git::{self, Checkout, local};
 
 /// Task branches are `ward/issue-<n>`.
 pub const BRANCH_PREFIX: &str = "ward/issue-";
-/// Marker file in a worktree's git metadata folder: ward created it.
-const MARKER: &str = "ward.json";
-
-#[derive(Debug, thiserror::Error)]
-pub enum WorktreeError {
-    #[error("could not {op} `{object}`: {}", source.message())]
-    Git {
-        op: &'static str,
-        object: String,
-        #[source]
-        source: git2::Error,
-    },
-    #[error(
-        "base branch `{base}` does not exist in {} (looked for refs/heads/{base} and refs/remotes/origin/{base}); \
-         fetch it or configure the right base branch",
-        repo.display()
-    )]
-    BaseMissing { base: String, repo: PathBuf },
-    #[error(
-        "worktree path {} already exists; ward never reuses or deletes a folder it did not create: \
-         remove it by hand or point WARD_HOME elsewhere",
-        path.display()
-    )]
-    PathExists { path: PathBuf },
-    #[error(
-        "branch `{branch}` is already checked out in {}; another run may still hold it \
-         (`ward sweep` reaps worktrees older than their TTL)",
-        path.display()
-    )]
-    BranchBusy { branch: String, path: PathBuf },
-    #[error("cleanup of worktree `{name}` is not verified: {what} is still at {}", path.display())]
-    NotRemoved { name: String, what: &'static str, path: PathBuf },
-    #[error("could not {op} {}: {source}", path.display())]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error(
-        "the `.git` file of worktree {} now points to {}, not to its metadata; ward will not commit there",
-        path.display(),
-        points_to.display()
-    )]
-    Tampered { path: PathBuf, points_to: PathBuf },
-    #[error("git could not push or fetch `{branch}` ({status}): {stderr}")]
-    Push { branch: String, status: String, stderr: String },
-}
-
-type Result<T> = std::result::Result<T, WorktreeError>;
-
-fn git(op: &'static str, object: impl Into<String>) -> impl FnOnce(git2::Error) -> WorktreeError {
-    let object = object.into();
-    move |source| WorktreeError::Git { op, object, source }
-}
-
-fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> WorktreeError {
-    let path = path.to_path_buf();
-    move |source| WorktreeError::Io { op, path, source }
-}
 
 /// `Ok(None)` for NotFound, the error otherwise.
 fn found<T>(r: std::result::Result<T, git2::Error>) -> std::result::Result<Option<T>, git2::Error> {
@@ -88,21 +42,6 @@ fn found<T>(r: std::result::Result<T, git2::Error>) -> std::result::Result<Optio
         Ok(v) => Ok(Some(v)),
         Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
         Err(e) => Err(e),
-    }
-}
-
-/// Who commits what an agent left behind. Default: `ward <ward@users.noreply.github.com>`, now.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CommitIdentity {
-    pub name: String,
-    pub email: String,
-    /// Seconds since the epoch (UTC); `None` is now. Tests fix it.
-    pub time: Option<i64>,
-}
-
-impl Default for CommitIdentity {
-    fn default() -> Self {
-        Self { name: "ward".into(), email: "ward@users.noreply.github.com".into(), time: None }
     }
 }
 
@@ -120,34 +59,22 @@ pub struct TaskBranch {
     pub from_remote: bool,
 }
 
-/// One stage run's worktree.
+/// Where a stage's agent works: the patient's worktree, or the job's checkout.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Worktree {
-    /// Also the name of its metadata folder `.git/worktrees/<name>`.
+    /// The name of its git metadata folder (`.git/worktrees/<name>`), or
+    /// `checkout` for the job's own checkout.
     pub name: String,
     pub path: PathBuf,
     pub branch: String,
-    /// The commit the worktree started at.
+    /// The commit the run started at.
     pub start: String,
+    /// Its git folder: `.git/worktrees/<name>`, or the checkout's `.git`.
     pub metadata: PathBuf,
-}
-
-/// What ward records about a worktree it created, in its metadata folder.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Marker {
-    pub issue: u64,
-    pub stage: String,
-    pub run: String,
-    pub created_at: DateTime<Utc>,
-}
-
-/// The marker as written: what ward knows, and the folder it created.
-/// Removal trusts this path, never the `gitdir` file an agent could rewrite.
-#[derive(Serialize, Deserialize)]
-struct Recorded {
-    #[serde(flatten)]
-    marker: Marker,
-    path: PathBuf,
+    /// How long the checkout took (creation, or reset and clean).
+    pub ready_ms: u64,
+    /// Whether this run created it (a patient's first stage) or reused it.
+    pub created: bool,
 }
 
 /// Proof that a worktree is gone.
@@ -167,7 +94,8 @@ impl WorktreeCleanup {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ReapReport {
-    pub removed_worktrees: Vec<String>,
+    /// (name, why it was removed)
+    pub removed_worktrees: Vec<(String, String)>,
     pub deleted_branches: Vec<String>,
     /// (name, why it was kept)
     pub kept: Vec<(String, String)>,
@@ -178,14 +106,13 @@ pub fn branch_name(issue: u64) -> String {
     format!("{BRANCH_PREFIX}{issue}")
 }
 
-/// A run id as it may appear in a folder and a git metadata name.
-fn sanitize(run: &str) -> String {
-    run.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' }).collect()
-}
-
-/// The worktree name of one stage run: `ward-issue-<n>-<run>`.
-pub fn worktree_name(issue: u64, run: &str) -> String {
-    format!("ward-issue-{issue}-{}", sanitize(run))
+/// The HEAD of a checkout, for [`super::WorkspacePlan::detect`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Head {
+    Branch(String),
+    Detached(String),
+    /// No commit yet; the branch HEAD names.
+    Unborn(String),
 }
 
 /// A repository, opened once; the only holder of git2 objects in ward's workspace.
@@ -201,10 +128,27 @@ impl GitRepo {
         Ok(Self { repo, root })
     }
 
+    /// The repository `path` is in (searching upwards), or `None`.
+    pub fn discover(path: &Path) -> Result<Option<Self>> {
+        match Repository::discover(path) {
+            Ok(repo) => {
+                let root = repo.commondir().to_path_buf();
+                Ok(Some(Self { repo, root }))
+            }
+            Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(git("open the repository", path.display().to_string())(e)),
+        }
+    }
+
+    /// The folder of the checkout it was opened at, if it has one.
+    pub fn workdir(&self) -> Option<&Path> {
+        self.repo.workdir()
+    }
+
     /// Serialises changes to worktree metadata across threads and processes
-    /// (an exclusive lock on `.git/ward-worktrees.lock`, released on drop).
-    /// libgit2's "already checked out" check reads every worktree and is
-    /// fooled by one another run is adding at the same moment.
+    /// (an exclusive lock on `.git/ward-worktrees.lock`, released on drop):
+    /// git's "already checked out" check reads every worktree and is fooled
+    /// by one another run is adding or removing at the same moment.
     fn metadata_lock(&self) -> Result<std::fs::File> {
         let path = self.root.join("ward-worktrees.lock");
         let file = std::fs::OpenOptions::new()
@@ -222,15 +166,41 @@ impl GitRepo {
         &self.root
     }
 
+    /// What HEAD of the checkout it was opened at is.
+    pub fn head(&self) -> Result<Head> {
+        match self.repo.head() {
+            Ok(h) if h.is_branch() => Ok(Head::Branch(h.shorthand().unwrap_or_default().to_string())),
+            Ok(h) => Ok(Head::Detached(h.target().map(|o| o.to_string()).unwrap_or_default())),
+            Err(e) if matches!(e.code(), ErrorCode::UnbornBranch | ErrorCode::NotFound) => {
+                let name = self
+                    .repo
+                    .find_reference("HEAD")
+                    .ok()
+                    .and_then(|r| r.symbolic_target().map(str::to_string))
+                    .unwrap_or_default();
+                Ok(Head::Unborn(name.trim_start_matches("refs/heads/").to_string()))
+            }
+            Err(e) => Err(git("read HEAD of", self.root.display().to_string())(e)),
+        }
+    }
+
     /// The short name of the branch checked out at the repository's root;
     /// `None` on a detached or unborn HEAD.
     pub fn current_branch(&self) -> Result<Option<String>> {
-        let head = match found(self.repo.head()) {
-            Ok(h) => h,
-            Err(e) if e.code() == ErrorCode::UnbornBranch => None,
-            Err(e) => return Err(git("read HEAD of", self.root.display().to_string())(e)),
-        };
-        Ok(head.filter(|h| h.is_branch()).and_then(|h| h.shorthand().map(str::to_string)))
+        Ok(match self.head()? {
+            Head::Branch(b) => Some(b),
+            _ => None,
+        })
+    }
+
+    /// The branch a person would call the default: `origin/HEAD`'s, else
+    /// `main` or `master` when one exists. For error messages.
+    pub fn default_branch_guess(&self) -> Option<String> {
+        let origin = self.repo.find_reference("refs/remotes/origin/HEAD").ok();
+        if let Some(target) = origin.as_ref().and_then(|r| r.symbolic_target()) {
+            return Some(target.trim_start_matches("refs/remotes/origin/").to_string());
+        }
+        ["main", "master"].into_iter().find(|b| self.repo.find_branch(b, BranchType::Local).is_ok()).map(str::to_string)
     }
 
     /// The commit a branch points at, or `None`.
@@ -250,8 +220,14 @@ impl GitRepo {
         Err(WorktreeError::BaseMissing { base: base.into(), repo: self.root.clone() })
     }
 
-    /// `ward/issue-<n>`: created from `base` on first use, reused after, reset
-    /// to `base` when `restart`.
+    /// The base branch's commit id.
+    pub fn base_id(&self, base: &str) -> Result<String> {
+        Ok(self.base_commit(base)?.id().to_string())
+    }
+
+    /// `ward/issue-<n>`: created from `base` on first use (or from the
+    /// remote's branch of an earlier stage), reused after, reset to `base`
+    /// when `restart`. A branch checked out anywhere is never reset here.
     pub fn task_branch(&self, issue: u64, base: &str, restart: bool) -> Result<TaskBranch> {
         let name = branch_name(issue);
         let _lock = self.metadata_lock()?;
@@ -288,6 +264,12 @@ impl GitRepo {
     /// the metadata files directly: another run may be adding or removing
     /// its own worktree at this moment, and a half-made one is skipped.
     fn checked_out_in(&self, refname: &str) -> Result<Option<PathBuf>> {
+        // The main checkout (whose HEAD is the common folder's).
+        let main = std::fs::read_to_string(self.root.join("HEAD")).unwrap_or_default();
+        if main.trim() == format!("ref: {refname}") && !self.repo.is_bare() {
+            let top = self.root.parent().map(Path::to_path_buf).unwrap_or_else(|| self.root.clone());
+            return Ok(Some(top));
+        }
         let admin = self.root.join("worktrees");
         let Ok(entries) = std::fs::read_dir(&admin) else { return Ok(None) };
         for entry in entries.flatten() {
@@ -302,149 +284,32 @@ impl GitRepo {
         Ok(None)
     }
 
-    /// Adds the worktree of one stage run on the task branch.
-    pub fn add_worktree(&self, home: &Path, branch: &str, marker: &Marker) -> Result<Worktree> {
-        let name = worktree_name(marker.issue, &marker.run);
-        let _lock = self.metadata_lock()?;
-        let parent = home.join("worktrees");
-        let path = parent.join(&name);
-        if path.exists() || path.symlink_metadata().is_ok() {
-            return Err(WorktreeError::PathExists { path });
-        }
-        let metadata = self.root.join("worktrees").join(&name);
-        if metadata.exists() {
-            return Err(WorktreeError::PathExists { path: metadata });
-        }
-        let refname = format!("refs/heads/{branch}");
-        if let Some(busy) = self.checked_out_in(&refname)? {
-            return Err(WorktreeError::BranchBusy { branch: branch.into(), path: busy });
-        }
-        std::fs::create_dir_all(&parent).map_err(io_err("create the worktrees folder", &parent))?;
-        // libgit2 creates `.git/worktrees` exclusively: two runs adding their
-        // first worktrees at once would race for it.
-        let admin = self.root.join("worktrees");
-        std::fs::create_dir_all(&admin).map_err(io_err("create", &admin))?;
-        let reference = self.repo.find_reference(&refname).map_err(git("look up", &refname))?;
-        let start = reference.target().map(|o| o.to_string()).unwrap_or_default();
-        let mut opts = WorktreeAddOptions::new();
-        opts.reference(Some(&reference));
-        if let Err(e) = self.repo.worktree(&name, &path, Some(&opts)) {
-            // libgit2 creates the metadata folder before the working folder:
-            // leave nothing half-made behind.
-            let _ = std::fs::remove_dir_all(&metadata);
-            let _ = std::fs::remove_dir(&path);
-            return Err(git("add worktree", path.display().to_string())(e));
-        }
-        let recorded = Recorded { marker: marker.clone(), path: path.clone() };
-        let text = serde_json::to_string_pretty(&recorded).unwrap_or_default();
-        std::fs::write(metadata.join(MARKER), text).map_err(io_err("write the ward marker in", &metadata))?;
-        Ok(Worktree { name, path, branch: branch.into(), start, metadata })
-    }
-
-    /// Commits whatever the agent left in the worktree (new, changed and
-    /// deleted files; ignored files stay out). `None` when nothing changed.
-    pub fn commit_all(&self, wt: &Worktree, who: &CommitIdentity, message: &str) -> Result<Option<String>> {
-        let object = wt.path.display().to_string();
-        let repo = Repository::open(&wt.path).map_err(git("open worktree", &object))?;
-        // The agent owns the folder, `.git` file included: commit only if it
-        // still leads to this worktree's metadata in this repository.
-        let same = |a: &Path, b: &Path| a.canonicalize().ok().is_some_and(|a| b.canonicalize().is_ok_and(|b| a == b));
-        if !same(repo.path(), &wt.metadata) || !same(repo.commondir(), &self.root) {
-            return Err(WorktreeError::Tampered { path: wt.path.clone(), points_to: repo.path().to_path_buf() });
-        }
-        let mut index = repo.index().map_err(git("read the index of", &object))?;
-        index.add_all(["*"], IndexAddOption::DEFAULT, None).map_err(git("stage the changes in", &object))?;
-        index.update_all(["*"], None).map_err(git("stage the deletions in", &object))?;
-        index.write().map_err(git("write the index of", &object))?;
-        let tree_id = index.write_tree().map_err(git("write the tree of", &object))?;
-        let parent = repo.head().and_then(|h| h.peel_to_commit()).map_err(git("read HEAD of", &object))?;
-        if parent.tree_id() == tree_id {
-            return Ok(None);
-        }
-        let tree = repo.find_tree(tree_id).map_err(git("read the tree of", &object))?;
-        let sig = match who.time {
-            Some(t) => git2::Signature::new(&who.name, &who.email, &git2::Time::new(t, 0)),
-            None => git2::Signature::now(&who.name, &who.email),
-        }
-        .map_err(git("make the signature of", &who.name))?;
-        let oid =
-            repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&parent]).map_err(git("commit in", &object))?;
-        Ok(Some(oid.to_string()))
-    }
-
-    /// Removes the worktree folder and its metadata, then checks both are gone.
-    pub fn remove_worktree(&self, wt: &Worktree) -> Result<WorktreeCleanup> {
-        let _lock = self.metadata_lock()?;
-        self.remove_worktree_locked(wt)
-    }
-
-    fn remove_worktree_locked(&self, wt: &Worktree) -> Result<WorktreeCleanup> {
-        let handle = found(self.repo.find_worktree(&wt.name)).map_err(git("open worktree", &wt.name))?;
-        if let Some(handle) = handle {
-            // Metadata only: libgit2 would delete the folder named in the
-            // `gitdir` file, which the agent could have rewritten. The folder
-            // ward created is removed below, by the path ward recorded.
-            let mut opts = WorktreePruneOptions::new();
-            opts.valid(true).working_tree(false).locked(false);
-            handle.prune(Some(&mut opts)).map_err(git("remove worktree", wt.path.display().to_string()))?;
-        }
-        if wt.path.symlink_metadata().is_ok() {
-            std::fs::remove_dir_all(&wt.path).map_err(io_err("remove worktree folder", &wt.path))?;
-        }
-        self.verify_removed(wt)
-    }
-
-    fn verify_removed(&self, wt: &Worktree) -> Result<WorktreeCleanup> {
-        let known = found(self.repo.find_worktree(&wt.name)).map_err(git("look up worktree", &wt.name))?.is_some();
-        let cleanup = WorktreeCleanup {
-            name: wt.name.clone(),
-            path: wt.path.clone(),
-            folder_gone: wt.path.symlink_metadata().is_err(),
-            metadata_gone: !known && wt.metadata.symlink_metadata().is_err(),
-        };
-        if !cleanup.folder_gone {
-            return Err(WorktreeError::NotRemoved { name: wt.name.clone(), what: "the folder", path: wt.path.clone() });
-        }
-        if !cleanup.metadata_gone {
-            let path = wt.metadata.clone();
-            return Err(WorktreeError::NotRemoved { name: wt.name.clone(), what: "the git metadata", path });
-        }
-        Ok(cleanup)
-    }
-
-    /// The charge nurse's reaper: removes ward's worktrees created more than
-    /// `ttl` before `now`, and deletes `ward/issue-<n>` branches of the
-    /// `closed` issues that no worktree holds. Worktrees without ward's
-    /// marker and other branches are never touched.
-    pub fn reap(&self, ttl: Duration, now: DateTime<Utc>, closed: &[u64]) -> Result<ReapReport> {
-        let _lock = self.metadata_lock()?;
-        let mut report = ReapReport::default();
-        let names = self.repo.worktrees().map_err(git("list worktrees of", self.root.display().to_string()))?;
-        let names: Vec<String> = names.iter().flatten().map(str::to_string).collect();
-        for name in names {
-            let metadata = self.root.join("worktrees").join(&name);
-            let marker = std::fs::read_to_string(metadata.join(MARKER)).ok();
-            let Some(Recorded { marker, path }) = marker.and_then(|t| serde_json::from_str(&t).ok()) else {
-                report.kept.push((name, "not created by ward".into()));
-                continue;
-            };
-            let ward_shaped = path.file_name().is_some_and(|f| f == name.as_str())
-                && path.parent().and_then(Path::file_name).is_some_and(|p| p == "worktrees");
-            if !ward_shaped {
-                report.kept.push((name, format!("recorded path {} is not a ward worktree path", path.display())));
-                continue;
+    /// Whether the tree of `commit` has a `.gitattributes` that puts files
+    /// in LFS (`filter=lfs`). Reads the attribute files only.
+    pub fn declares_lfs(&self, commit: &str) -> Result<bool> {
+        let oid = git2::Oid::from_str(commit).map_err(git("read", commit))?;
+        let tree = self.repo.find_commit(oid).and_then(|c| c.tree()).map_err(git("read the tree of", commit))?;
+        let mut lfs = false;
+        tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+            if entry.name() == Some(".gitattributes")
+                && let Ok(blob) = self.repo.find_blob(entry.id())
+                && String::from_utf8_lossy(blob.content()).contains("filter=lfs")
+            {
+                lfs = true;
+                return git2::TreeWalkResult::Abort;
             }
-            let age = now.signed_duration_since(marker.created_at).to_std().unwrap_or_default();
-            if age <= ttl {
-                report.kept.push((name, format!("younger than {}", humantime::format_duration(ttl))));
-                continue;
-            }
-            let head = std::fs::read_to_string(metadata.join("HEAD")).unwrap_or_default();
-            let branch = head.trim().trim_start_matches("ref: refs/heads/").to_string();
-            let wt = Worktree { name: name.clone(), path, branch, start: String::new(), metadata };
-            self.remove_worktree_locked(&wt)?;
-            report.removed_worktrees.push(name);
-        }
+            git2::TreeWalkResult::Ok
+        })
+        .or_else(|e| if lfs { Ok(()) } else { Err(e) })
+        .map_err(git("read the tree of", commit))?;
+        let info = self.root.join("info/attributes");
+        Ok(lfs || std::fs::read_to_string(info).is_ok_and(|t| t.contains("filter=lfs")))
+    }
+
+    /// Deletes `ward/issue-<n>` of the `closed` issues that no checkout
+    /// holds; other branches are never touched.
+    pub fn delete_closed_branches(&self, closed: &[u64], report: &mut ReapReport) -> Result<()> {
+        let _lock = self.metadata_lock()?;
         let closed: BTreeSet<u64> = closed.iter().copied().collect();
         let branches =
             self.repo.branches(Some(BranchType::Local)).map_err(git("list branches of", "the repository"))?;
@@ -469,112 +334,663 @@ impl GitRepo {
             }
             report.deleted_branches.push(name);
         }
-        Ok(report)
+        Ok(())
     }
 }
 
-/// Pushes `branch` to `remote_url` with the `git` CLI.
-///
-/// Why the CLI and not git2: ward builds git2 without its `https` feature,
-/// which would pull OpenSSL (a C build dependency on every machine that
-/// builds ward, and a second TLS stack next to rustls); every runner has
-/// `git`, and it honours the runner's proxy settings.
-///
-/// The token never reaches argv or logs: it goes to git through `GIT_CONFIG_*`
-/// environment variables as an `http.<remote_url>.extraheader`, and is
-/// scrubbed from any error text. The repository's own configuration and
-/// hooks are writable by the agent, so git never reads them here: the push
-/// runs from a throwaway bare clone that shares the repository's objects
-/// (`--shared`), with no system or global configuration and no hooks.
-pub fn push_branch(repo: &Path, remote_url: &str, branch: &str, token: Option<&str>, force: bool) -> Result<()> {
-    let scratch = Scratch::new()?;
-    let bare = scratch.0.join("push.git");
-    let mut clone = Command::new("git");
-    clone.args(["clone", "--quiet", "--bare", "--shared", "--no-tags", "--single-branch", "--branch", branch]);
-    clone.arg(repo).arg(&bare);
-    clean_git_env(&mut clone, &scratch.0);
-    run_git(clone, branch, None, "run `git clone --shared` of", repo)?;
-    let refspec = format!("{}refs/heads/{branch}:refs/heads/{branch}", if force { "+" } else { "" });
-    let mut cmd = Command::new("git");
-    cmd.arg("--git-dir").arg(&bare).args(["-c", "core.hooksPath=/dev/null", "push", "--no-verify", "--porcelain"]);
-    cmd.args([remote_url, &refspec]);
-    clean_git_env(&mut cmd, &scratch.0);
-    authorize(&mut cmd, remote_url, token);
-    run_git(cmd, branch, token, "run `git push` in", repo)
+// ---------------------------------------------------------------------------
+// Patient worktrees
+// ---------------------------------------------------------------------------
+
+/// Where ward keeps one repository's patient worktrees and its records of
+/// them, under the ward home. `<repo>` is the repository's folder name and
+/// a hash of its git folder, so repositories sharing a home never meet.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// `<home>/worktrees/<repo>`: the only folder ward removes worktrees from.
+    pub worktrees: PathBuf,
+    /// `<home>/state/<repo>`: ownership records and locks.
+    pub state: PathBuf,
+    /// The repository's common git folder, canonical.
+    pub git_dir: PathBuf,
+    /// How long [`Layout::lock`] waits for another holder of a patient.
+    pub lock_wait: Duration,
 }
 
-/// Fetches `branch` from `remote_url` into `refs/remotes/origin/<branch>`,
-/// so a run on a fresh checkout continues the task where the last stage's
-/// push left it. `false` when the remote has no such branch. Runs before the
-/// agent, with the same clean environment and scoped token as the push.
-pub fn fetch_branch(repo: &Path, remote_url: &str, branch: &str, token: Option<&str>) -> Result<bool> {
-    let scratch = Scratch::new()?;
-    let refspec = format!("+refs/heads/{branch}:refs/remotes/origin/{branch}");
-    let mut cmd = Command::new("git");
-    cmd.arg("-C").arg(repo).args(["-c", "core.hooksPath=/dev/null", "fetch", "--quiet", "--no-tags", remote_url]);
-    cmd.arg(&refspec);
-    clean_git_env(&mut cmd, &scratch.0);
-    authorize(&mut cmd, remote_url, token);
-    match run_git(cmd, branch, token, "run `git fetch` in", repo) {
-        Ok(()) => Ok(true),
-        Err(WorktreeError::Push { stderr, .. }) if stderr.contains("couldn't find remote ref") => Ok(false),
-        Err(e) => Err(e),
+/// What ward records about a patient's worktree, before it exists.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub issue: u64,
+    /// `creating` until the checkout is complete, then `ready`.
+    pub state: RecordState,
+    /// The repository's git folder (for people; ward derives every path it removes).
+    pub repository: PathBuf,
+    /// The worktree's git metadata folder, once git made it.
+    pub metadata: Option<PathBuf>,
+    pub created_at: DateTime<Utc>,
+    pub used_at: DateTime<Utc>,
+    /// The stage run that last used it.
+    pub run: String,
+    pub stage: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordState {
+    Creating,
+    Ready,
+}
+
+/// A patient's workspace lock; released when dropped or when the process ends.
+#[derive(Debug)]
+pub struct PatientLock(#[allow(dead_code)] std::fs::File);
+
+/// How long a run waits for another process's hold on the same patient
+/// (the reaper's is brief) before it gives up with [`WorktreeError::Busy`].
+const LOCK_WAIT: Duration = Duration::from_secs(120);
+
+impl Layout {
+    /// The layout of `git`'s repository under `home`, folders created.
+    pub fn new(home: &Path, git: &GitRepo) -> Result<Self> {
+        use sha2::Digest;
+        let git_dir = git.root.canonicalize().map_err(io_err("resolve", &git.root))?;
+        let hash: String = sha2::Sha256::digest(git_dir.as_os_str().as_encoded_bytes())
+            .iter()
+            .take(6)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let folder = if git_dir.file_name().is_some_and(|n| n == ".git") { git_dir.parent() } else { Some(&*git_dir) };
+        let name: String = folder
+            .and_then(Path::file_name)
+            .map(|n| {
+                n.to_string_lossy()
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '-' })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let key = format!("{}-{hash}", name.trim_start_matches('.'));
+        let mut out = Vec::new();
+        for kind in ["worktrees", "state"] {
+            let dir = home.join(kind).join(&key);
+            std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+            out.push(dir.canonicalize().map_err(io_err("resolve", &dir))?);
+        }
+        let state = out.pop().expect("two folders");
+        let worktrees = out.pop().expect("two folders");
+        Ok(Self { worktrees, state, git_dir, lock_wait: LOCK_WAIT })
     }
-}
 
-/// A private temporary folder, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Result<Self> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-        let dir = std::env::temp_dir().join(format!("ward-git-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
-        Ok(Self(dir))
+    /// The patient's worktree folder.
+    pub fn worktree(&self, issue: u64) -> PathBuf {
+        self.worktrees.join(format!("ward-issue-{issue}"))
     }
-}
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+    /// The patient's ownership record.
+    pub fn record(&self, issue: u64) -> PathBuf {
+        self.state.join(format!("issue-{issue}.json"))
     }
-}
 
-/// No system or global git configuration, no prompts; proxies pass through.
-fn clean_git_env(cmd: &mut Command, home: &Path) {
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0");
-    for proxy in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"] {
-        if let Some(v) = std::env::var_os(proxy) {
-            cmd.env(proxy, v);
+    fn lock_file(&self, issue: u64) -> Result<std::fs::File> {
+        let path = self.state.join(format!("issue-{issue}.lock"));
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io_err("open", &path))
+    }
+
+    /// Takes the patient's lock, waiting a while for another holder.
+    pub fn lock(&self, issue: u64) -> Result<PatientLock> {
+        let file = self.lock_file(issue)?;
+        let deadline = std::time::Instant::now() + self.lock_wait;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(PatientLock(file)),
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let holder = self
+                        .read_record(issue)
+                        .map(|r| format!("stage `{}`, run `{}`", r.stage, r.run))
+                        .unwrap_or_else(|| "a run or the reaper".into());
+                    return Err(WorktreeError::Busy { issue, holder });
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &self.state)(e)),
+            }
         }
     }
-}
 
-/// The token as an `http.<remote_url>.extraheader`, through the environment.
-fn authorize(cmd: &mut Command, remote_url: &str, token: Option<&str>) {
-    use base64::Engine as _;
-    if let Some(token) = token {
-        let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
-        cmd.env("GIT_CONFIG_COUNT", "1")
-            .env("GIT_CONFIG_KEY_0", format!("http.{remote_url}.extraheader"))
-            .env("GIT_CONFIG_VALUE_0", format!("AUTHORIZATION: basic {basic}"));
+    /// The patient's lock if nobody holds it.
+    fn try_lock(&self, issue: u64) -> Result<Option<PatientLock>> {
+        let file = self.lock_file(issue)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(PatientLock(file))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(io_err("lock", &self.state)(e)),
+        }
+    }
+
+    pub fn read_record(&self, issue: u64) -> Option<Record> {
+        let text = std::fs::read_to_string(self.record(issue)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Writes the record whole (a temporary file, then a rename): a run
+    /// killed mid-write leaves the old record or the new one. No fsync: a
+    /// killed process loses nothing the kernel has, and an fsync right
+    /// after a checkout would wait for the whole checkout to reach the disk.
+    fn write_record(&self, record: &Record) -> Result<()> {
+        let path = self.record(record.issue);
+        let tmp = self.state.join(format!(".issue-{}.json.tmp", record.issue));
+        let text = serde_json::to_string_pretty(record).unwrap_or_default();
+        std::fs::write(&tmp, text + "\n").map_err(io_err("write", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io_err("write", &path))
+    }
+
+    /// The issues ward has records for, from the record file names.
+    fn recorded_issues(&self) -> Vec<u64> {
+        let Ok(entries) = std::fs::read_dir(&self.state) else { return Vec::new() };
+        let mut issues: Vec<u64> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_prefix("issue-")?.strip_suffix(".json")?.parse().ok()
+            })
+            .collect();
+        issues.sort_unstable();
+        issues
     }
 }
 
-/// Runs git; a failure is an error with git's own words, the token scrubbed.
-fn run_git(mut cmd: Command, branch: &str, token: Option<&str>, op: &'static str, repo: &Path) -> Result<()> {
-    let out = cmd.output().map_err(io_err(op, repo))?;
-    if out.status.success() {
+/// What a patient's stage asks of its worktree.
+#[derive(Debug, Clone)]
+pub struct PatientRequest<'a> {
+    pub issue: u64,
+    pub base: &'a str,
+    pub restart: bool,
+    pub stage: &'a str,
+    pub run: &'a str,
+    /// Initialise submodules (`git submodule update --init --recursive`).
+    pub submodules: bool,
+}
+
+/// A `.git` file's target: `gitdir: <path>`.
+fn gitdir_of(dot_git: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(dot_git).ok()?;
+    text.trim().strip_prefix("gitdir:").map(|p| PathBuf::from(p.trim()))
+}
+
+fn same(a: &Path, b: &Path) -> bool {
+    a.canonicalize().ok().is_some_and(|a| b.canonicalize().is_ok_and(|b| a == b))
+}
+
+/// The patient's worktree, up and at its branch head: reused (reset and
+/// cleaned) when ward made it and it is intact; else created, after
+/// clearing whatever a killed run left. Returns it with the patient's lock,
+/// which the caller holds until the stage is done.
+pub fn open_patient(
+    git: &GitRepo,
+    layout: &Layout,
+    req: &PatientRequest<'_>,
+) -> Result<(TaskBranch, Worktree, PatientLock)> {
+    let started = std::time::Instant::now();
+    let lock = layout.lock(req.issue)?;
+    let path = layout.worktree(req.issue);
+    let record = layout.read_record(req.issue);
+    let now = Utc::now();
+    if let Some(record) = &record {
+        if record.state == RecordState::Ready
+            && let Some(metadata) = intact(git, layout, req.issue, record)
+        {
+            let co = Checkout::new(&metadata, &path);
+            let (branch, start) = refresh(git, &co, req)?;
+            if req.submodules {
+                fresh_submodules(git, &co)?;
+            }
+            let used = Record { used_at: now, run: req.run.into(), stage: req.stage.into(), ..record.clone() };
+            layout.write_record(&used)?;
+            let wt = worktree(&path, &metadata, &branch.name, start, started, false);
+            return Ok((branch, wt, lock));
+        }
+        // Half-made by a run that was killed, or no longer intact: clear it.
+        remove_patient_locked(git, layout, req.issue, Some(record))?;
+    } else if path.symlink_metadata().is_ok() {
+        return Err(WorktreeError::PathExists { path });
+    }
+    let mut record = Record {
+        issue: req.issue,
+        state: RecordState::Creating,
+        repository: layout.git_dir.clone(),
+        metadata: None,
+        created_at: now,
+        used_at: now,
+        run: req.run.into(),
+        stage: req.stage.into(),
+    };
+    // Recorded before any checkout starts.
+    layout.write_record(&record)?;
+    let branch = match checkout_free(git, req) {
+        Ok(branch) => branch,
+        Err(e) => {
+            // Nothing was made: no record either.
+            let _ = std::fs::remove_file(layout.record(req.issue));
+            return Err(e);
+        }
+    };
+    {
+        let _meta = git.metadata_lock()?;
+        let mut add = local(git.workdir().unwrap_or(&git.root));
+        let mut git_dir = std::ffi::OsString::from("--git-dir=");
+        git_dir.push(&git.root);
+        add.arg(git_dir).args(["worktree", "add", "--quiet"]).arg(&path).arg(&branch.name);
+        git::run(add, "worktree add", None)?;
+    }
+    let metadata = gitdir_of(&path.join(".git"))
+        .filter(|m| m.parent().is_some_and(|p| same(p, &git.root.join("worktrees"))))
+        .ok_or_else(|| WorktreeError::Tampered { path: path.clone(), points_to: path.join(".git") })?;
+    record.metadata = Some(metadata.clone());
+    if req.submodules {
+        submodules(git, &Checkout::new(&metadata, &path))?;
+    }
+    record.state = RecordState::Ready;
+    layout.write_record(&record)?;
+    let wt = worktree(&path, &metadata, &branch.name, branch.head.clone(), started, true);
+    Ok((branch, wt, lock))
+}
+
+/// The task branch, when no checkout holds it.
+fn checkout_free(git: &GitRepo, req: &PatientRequest<'_>) -> Result<TaskBranch> {
+    let branch = git.task_branch(req.issue, req.base, req.restart)?;
+    let _meta = git.metadata_lock()?;
+    match git.checked_out_in(&format!("refs/heads/{}", branch.name))? {
+        Some(busy) => Err(WorktreeError::BranchBusy { branch: branch.name, path: busy }),
+        None => Ok(branch),
+    }
+}
+
+fn worktree(
+    path: &Path,
+    metadata: &Path,
+    branch: &str,
+    start: String,
+    started: std::time::Instant,
+    created: bool,
+) -> Worktree {
+    Worktree {
+        name: metadata.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        path: path.to_path_buf(),
+        branch: branch.into(),
+        start,
+        metadata: metadata.to_path_buf(),
+        ready_ms: started.elapsed().as_millis() as u64,
+        created,
+    }
+}
+
+/// The metadata folder of a ready worktree whose links all still lead
+/// where ward made them; `None` when anything was changed.
+fn intact(git: &GitRepo, layout: &Layout, issue: u64, record: &Record) -> Option<PathBuf> {
+    let path = layout.worktree(issue);
+    let metadata = record.metadata.clone()?;
+    let ok = metadata.parent().is_some_and(|p| same(p, &git.root.join("worktrees")))
+        && gitdir_of(&path.join(".git")).is_some_and(|m| same(&m, &metadata))
+        && std::fs::read_to_string(metadata.join("gitdir"))
+            .is_ok_and(|g| same(Path::new(g.trim()), &path.join(".git")))
+        && std::fs::read_to_string(metadata.join("commondir")).is_ok_and(|c| same(&metadata.join(c.trim()), &git.root))
+        && std::fs::read_to_string(metadata.join("HEAD"))
+            .is_ok_and(|h| h.trim() == format!("ref: refs/heads/{}", branch_name(issue)));
+    ok.then_some(metadata)
+}
+
+/// Back to exactly the committed state of the branch head (or of the base
+/// on `restart`): reset, then clean out everything else, ignored files too.
+fn refresh(git: &GitRepo, co: &Checkout, req: &PatientRequest<'_>) -> Result<(TaskBranch, String)> {
+    // The patient's lock is ours: an index lock can only be a killed run's.
+    let _ = std::fs::remove_file(co.git_dir.join("index.lock"));
+    let base = git.base_id(req.base)?;
+    let target = if req.restart { base.clone() } else { "HEAD".to_string() };
+    let mut reset = co.git();
+    reset.args(["reset", "--quiet", "--hard", &target]);
+    git::run(reset, "reset", None)?;
+    let mut clean = co.git();
+    clean.args(["clean", "-ffdxq"]);
+    git::run(clean, "clean", None)?;
+    let name = branch_name(req.issue);
+    let head = git.branch_head(&name)?.unwrap_or_default();
+    let branch = TaskBranch { name, head: head.clone(), base, created: false, reset: req.restart, from_remote: false };
+    Ok((branch, head))
+}
+
+/// The submodule paths `.gitmodules` names, each a plain relative path
+/// inside the checkout (anything else is left to git to refuse).
+fn submodule_paths(co: &Checkout) -> Vec<(String, PathBuf)> {
+    let file = co.work_tree.join(".gitmodules");
+    if !file.exists() {
+        return Vec::new();
+    }
+    let mut list = local(&co.work_tree);
+    list.arg("config").arg("--file").arg(&file).args(["--get-regexp", r"^submodule\..*\.path$"]);
+    let listed = git::run(list, "read .gitmodules in", None).map(|o| String::from_utf8_lossy(&o).into_owned());
+    listed
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (key, path) = line.split_once(' ')?;
+            let name = key.strip_prefix("submodule.")?.strip_suffix(".path")?;
+            let path = PathBuf::from(path.trim());
+            let plain = path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+            (plain && !name.contains("..")).then(|| (name.to_string(), path))
+        })
+        .collect()
+}
+
+/// Initialises the submodules of a checkout. A submodule the repository's
+/// own checkout already has (`.git/modules/<name>`) is cloned from there,
+/// without the network.
+fn submodules(git: &GitRepo, co: &Checkout) -> Result<()> {
+    let paths = submodule_paths(co);
+    if paths.is_empty() {
         return Ok(());
     }
-    let mut stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    if let Some(token) = token.filter(|t| !t.is_empty()) {
-        stderr = stderr.replace(token, "***");
+    let mut update = co.git();
+    for (name, _) in &paths {
+        let module = git.root.join("modules").join(name);
+        if module.join("HEAD").exists() {
+            update.args(["-c", "protocol.file.allow=always", "-c"]);
+            update.arg(format!("submodule.{name}.url={}", module.display()));
+        }
     }
-    Err(WorktreeError::Push { branch: branch.into(), status: out.status.to_string(), stderr })
+    update.args(["submodule", "update", "--init", "--recursive", "--quiet"]);
+    git::run(update, "submodule update", None).map(drop)
+}
+
+/// Submodules made again from scratch for the next stage: a submodule's
+/// git folder is the agent's to write (its `core.worktree` included), so
+/// nothing of it is kept between stages.
+fn fresh_submodules(git: &GitRepo, co: &Checkout) -> Result<()> {
+    let modules = co.git_dir.join("modules");
+    if modules.symlink_metadata().is_ok() {
+        std::fs::remove_dir_all(&modules).map_err(io_err("remove the submodules of", &modules))?;
+    }
+    for (_, path) in submodule_paths(co) {
+        let dir = co.work_tree.join(path);
+        if dir.symlink_metadata().is_ok() {
+            std::fs::remove_dir_all(&dir).map_err(io_err("remove the submodule", &dir))?;
+        }
+    }
+    submodules(git, co)
+}
+
+/// Removes the patient's worktree (after its stages, at discharge), then
+/// checks it is gone. `None` when ward has no record of one. `held` is the
+/// patient's lock when the caller holds it already.
+pub fn remove_patient(
+    git: &GitRepo,
+    layout: &Layout,
+    issue: u64,
+    held: Option<&PatientLock>,
+) -> Result<Option<WorktreeCleanup>> {
+    let _lock = match held {
+        Some(_) => None,
+        None => Some(layout.lock(issue)?),
+    };
+    let record = layout.read_record(issue);
+    if record.is_none() && layout.worktree(issue).symlink_metadata().is_err() {
+        return Ok(None);
+    }
+    if record.is_none() {
+        // A folder at ward's path that ward has no record of is not ward's.
+        return Err(WorktreeError::PathExists { path: layout.worktree(issue) });
+    }
+    remove_patient_locked(git, layout, issue, record.as_ref()).map(Some)
+}
+
+/// The git metadata folders of the patient's worktree: any whose `gitdir`
+/// leads to ward's path, and the recorded one while it is named after
+/// ward's folder (git names it so) and holds the patient's branch (an agent
+/// may have rewritten its `gitdir`).
+fn metadata_of(git: &GitRepo, layout: &Layout, issue: u64, record: Option<&Record>) -> Vec<PathBuf> {
+    let admin = git.root.join("worktrees");
+    let dot_git = layout.worktree(issue).join(".git");
+    let head = format!("ref: refs/heads/{}", branch_name(issue));
+    let prefix = format!("ward-issue-{issue}");
+    let ours = |m: &Path| {
+        let named = m.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix(&prefix));
+        std::fs::read_to_string(m.join("gitdir")).is_ok_and(|g| Path::new(g.trim()) == dot_git)
+            || (named.is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
+                && std::fs::read_to_string(m.join("HEAD")).is_ok_and(|h| h.trim() == head))
+    };
+    let mut found: Vec<PathBuf> = Vec::new();
+    let recorded = record.and_then(|r| r.metadata.as_ref()).and_then(|m| m.file_name()).map(|n| admin.join(n));
+    if let Some(m) = recorded.filter(|m| ours(m)) {
+        found.push(m);
+    }
+    if let Ok(entries) = std::fs::read_dir(&admin) {
+        for e in entries.flatten() {
+            let m = e.path();
+            let leads_here = std::fs::read_to_string(m.join("gitdir")).is_ok_and(|g| Path::new(g.trim()) == dot_git);
+            if leads_here && !found.contains(&m) {
+                found.push(m);
+            }
+        }
+    }
+    found
+}
+
+fn remove_patient_locked(
+    git: &GitRepo,
+    layout: &Layout,
+    issue: u64,
+    record: Option<&Record>,
+) -> Result<WorktreeCleanup> {
+    let _meta = git.metadata_lock()?;
+    let path = layout.worktree(issue);
+    let metadata = metadata_of(git, layout, issue, record);
+    for m in &metadata {
+        std::fs::remove_dir_all(m).map_err(io_err("remove worktree metadata", m))?;
+    }
+    if path.symlink_metadata().is_ok() {
+        std::fs::remove_dir_all(&path).map_err(io_err("remove worktree folder", &path))?;
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let cleanup = WorktreeCleanup {
+        name: name.clone(),
+        path: path.clone(),
+        folder_gone: path.symlink_metadata().is_err(),
+        metadata_gone: metadata.iter().all(|m| m.symlink_metadata().is_err()),
+    };
+    if !cleanup.folder_gone {
+        return Err(WorktreeError::NotRemoved { name, what: "the folder", path });
+    }
+    if let Some(m) = metadata.iter().find(|m| m.symlink_metadata().is_ok()) {
+        return Err(WorktreeError::NotRemoved { name, what: "the git metadata", path: m.clone() });
+    }
+    let file = layout.record(issue);
+    if file.exists() {
+        std::fs::remove_file(&file).map_err(io_err("remove the record", &file))?;
+    }
+    Ok(cleanup)
+}
+
+/// The charge nurse's reaper for patient worktrees: removes, among those
+/// ward has records of and no run holds, the half-made ones (a killed run's)
+/// at once, those of `closed` issues, and those unused for longer than
+/// `idle`; then deletes the `ward/issue-<n>` branches of `closed` issues
+/// that no checkout holds. Nothing ward has no record of is touched, and
+/// nothing outside its own worktree folder is ever removed.
+pub fn reap_patients(
+    git: &GitRepo,
+    layout: &Layout,
+    idle: Duration,
+    now: DateTime<Utc>,
+    closed: &[u64],
+) -> Result<ReapReport> {
+    let mut report = ReapReport::default();
+    for issue in layout.recorded_issues() {
+        let name = format!("ward-issue-{issue}");
+        let Some(_lock) = layout.try_lock(issue)? else {
+            report.kept.push((name, "in use by a running stage".into()));
+            continue;
+        };
+        let record = layout.read_record(issue);
+        let idle_for = record.as_ref().map(|r| now.signed_duration_since(r.used_at).to_std().unwrap_or_default());
+        let why = match &record {
+            None => "its record is unreadable".to_string(),
+            Some(r) if r.state == RecordState::Creating => "half-made by a run that was killed".into(),
+            Some(_) if closed.contains(&issue) => "its issue is closed".into(),
+            Some(_) if idle_for.is_some_and(|d| d > idle) => {
+                format!("unused for longer than {}", humantime::format_duration(idle))
+            }
+            Some(_) => {
+                report.kept.push((name, format!("used within {}", humantime::format_duration(idle))));
+                continue;
+            }
+        };
+        remove_patient_locked(git, layout, issue, record.as_ref())?;
+        report.removed_worktrees.push((name, why));
+    }
+    git.delete_closed_branches(closed, &mut report)?;
+    Ok(report)
+}
+
+// ---------------------------------------------------------------------------
+// The job's own checkout (CI)
+// ---------------------------------------------------------------------------
+
+/// Where the job's checkout was before ward switched it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Original {
+    Branch(String),
+    Detached(String),
+}
+
+/// Paths with changes in the checkout at `root`, ward's own folders left out.
+fn changes(co: &Checkout, state_paths: &[String]) -> Result<Vec<String>> {
+    let mut status = co.git();
+    status.args(["status", "--porcelain=v1", "-z", "--untracked-files=normal", "--", "."]);
+    for p in state_paths {
+        status.arg(format!(":(top,exclude){}", p.trim_matches('/')));
+    }
+    let out = git::run(status, "status", None)?;
+    Ok(out.split(|b| *b == 0).filter(|f| f.len() > 3).map(|f| String::from_utf8_lossy(&f[3..]).into_owned()).collect())
+}
+
+/// CI mode: checks the patient's branch out in the job's own checkout at
+/// `root` (which must be clean), and returns where it was.
+pub fn switch_checkout(
+    git: &GitRepo,
+    root: &Path,
+    req: &PatientRequest<'_>,
+    state_paths: &[String],
+) -> Result<(TaskBranch, Worktree, Original)> {
+    let started = std::time::Instant::now();
+    let original = match git.head()? {
+        Head::Branch(b) => Original::Branch(b),
+        Head::Detached(sha) => Original::Detached(sha),
+        Head::Unborn(_) => return Err(WorktreeError::BaseMissing { base: req.base.into(), repo: git.root.clone() }),
+    };
+    let co = Checkout::new(&git.root, root);
+    let dirty = changes(&co, state_paths)?;
+    if !dirty.is_empty() {
+        let mut files: Vec<String> = dirty.into_iter().take(5).collect();
+        files.iter_mut().for_each(|f| *f = format!("`{f}`"));
+        return Err(WorktreeError::CheckoutDirty { path: root.to_path_buf(), files });
+    }
+    let branch = git.task_branch(req.issue, req.base, req.restart)?;
+    let mut checkout = co.git();
+    checkout.args(["checkout", "--quiet", &branch.name]);
+    git::run(checkout, "checkout", None)?;
+    if req.submodules {
+        fresh_submodules(git, &co)?;
+    }
+    let wt = Worktree {
+        name: "checkout".into(),
+        path: root.to_path_buf(),
+        branch: branch.name.clone(),
+        start: branch.head.clone(),
+        metadata: git.root.clone(),
+        ready_ms: started.elapsed().as_millis() as u64,
+        created: false,
+    };
+    Ok((branch, wt, original))
+}
+
+/// CI mode, after the stage: the checkout back where it was, and what the
+/// agent left there (outside ward's own folders and ignored files) gone.
+pub fn restore_checkout(
+    git: &GitRepo,
+    co: &Checkout,
+    original: &Original,
+    state_paths: &[String],
+    submodules: bool,
+) -> Result<()> {
+    let mut checkout = co.git();
+    checkout.args(["checkout", "--quiet", "--force"]);
+    match original {
+        Original::Branch(b) => checkout.arg(b),
+        Original::Detached(sha) => checkout.args(["--detach", sha]),
+    };
+    git::run(checkout, "checkout", None)?;
+    let mut clean = co.git();
+    clean.args(["clean", "-ffdq", "--", "."]);
+    for p in state_paths {
+        clean.arg(format!(":(top,exclude){}", p.trim_matches('/')));
+    }
+    git::run(clean, "clean", None)?;
+    if submodules {
+        fresh_submodules(git, co)?;
+    }
+    Ok(())
+}
+
+/// Files changed in the checkout since `start` (committed, staged, left,
+/// untracked), ward's own folders and ignored files left out.
+pub fn changed_since(co: &Checkout, start: &str, state_paths: &[String]) -> Result<Vec<String>> {
+    let excludes: Vec<String> = state_paths.iter().map(|p| format!(":(top,exclude){}", p.trim_matches('/'))).collect();
+    let mut diff = co.git();
+    diff.args(["diff", "--name-only", "-z", "--no-renames", start, "--", "."]).args(&excludes);
+    let mut others = co.git();
+    others.args(["ls-files", "--others", "--exclude-standard", "-z", "--", "."]).args(&excludes);
+    let mut paths = BTreeSet::new();
+    for (cmd, op) in [(diff, "diff"), (others, "ls-files")] {
+        let out = git::run(cmd, op, None)?;
+        paths.extend(out.split(|b| *b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()));
+    }
+    Ok(paths.into_iter().collect())
+}
+
+/// The checkout and its branch back at `commit`, everything else cleaned
+/// out (ignored files too when `ignored`; never ward's own folders).
+pub fn reset_to(co: &Checkout, commit: &str, ignored: bool, state_paths: &[String]) -> Result<()> {
+    let _ = std::fs::remove_file(co.git_dir.join("index.lock"));
+    let mut reset = co.git();
+    reset.args(["reset", "--quiet", "--hard", commit]);
+    git::run(reset, "reset", None)?;
+    let mut clean = co.git();
+    clean.args(["clean", if ignored { "-ffdxq" } else { "-ffdq" }, "--", "."]);
+    for p in state_paths {
+        clean.arg(format!(":(top,exclude){}", p.trim_matches('/')));
+    }
+    git::run(clean, "clean", None).map(drop)
+}
+
+/// Refuses to commit through a `.git` that no longer leads to `git_dir` in
+/// the repository `common` (the agent owns the folder, `.git` included).
+pub fn verify_git_dir(path: &Path, git_dir: &Path, common: &Path) -> Result<()> {
+    let object = path.display().to_string();
+    let repo = Repository::open(path).map_err(git("open the checkout", &object))?;
+    if !same(repo.path(), git_dir) || !same(repo.commondir(), common) {
+        return Err(WorktreeError::Tampered { path: path.to_path_buf(), points_to: repo.path().to_path_buf() });
+    }
+    Ok(())
+}
+
+/// Pushes `branch` to `remote_url`; see [`git::push_branch`].
+pub fn push_branch(repo: &Path, remote_url: &str, branch: &str, token: Option<&str>, force: bool) -> Result<()> {
+    let git_dir = GitRepo::open(repo)?.root;
+    git::push_branch(&git_dir, remote_url, branch, token, force)
+}
+
+/// Fetches `branch` from `remote_url`; see [`git::fetch_branch`].
+pub fn fetch_branch(repo: &Path, remote_url: &str, branch: &str, token: Option<&str>) -> Result<bool> {
+    let git_dir = GitRepo::open(repo)?.root;
+    git::fetch_branch(&git_dir, remote_url, branch, token)
 }

@@ -242,6 +242,8 @@ impl Sandbox {
             serde_json::to_string(pass_env).unwrap()
         );
         std::fs::write(&config, text.replacen(default, &ours, 1)).unwrap();
+        // Committed: in a CI job ward works in the job's checkout, which must be clean.
+        self.git(&["commit", "-q", "-a", "-m", "the agent under test"]);
     }
 
     /// The environment of a workflow step: every canary, plus `RUNNER_TEMP`.

@@ -138,10 +138,17 @@ pub struct TestRepo {
     pub path: PathBuf,
     pub home: PathBuf,
     pub git_home: PathBuf,
+    /// The first branch (`main` unless [`TestRepo::on_branch`] said otherwise).
+    pub base: String,
 }
 
 impl TestRepo {
     pub fn new(files: &[(&str, &str)]) -> Self {
+        Self::on_branch("main", files)
+    }
+
+    /// [`TestRepo::new`] with another first branch (`master`, say).
+    pub fn on_branch(branch: &str, files: &[(&str, &str)]) -> Self {
         let tmp = tempfile::tempdir().expect("temporary folder");
         let path = tmp.path().join("repo");
         let home = tmp.path().join("ward-home");
@@ -149,8 +156,8 @@ impl TestRepo {
         for d in [&path, &home, &git_home] {
             std::fs::create_dir_all(d).unwrap();
         }
-        let repo = Self { tmp, path, home, git_home };
-        run(repo.git().args(["init", "--quiet", "--initial-branch=main"]));
+        let repo = Self { tmp, path, home, git_home, base: branch.into() };
+        run(repo.git().args(["init", "--quiet", &format!("--initial-branch={branch}")]));
         for (name, text) in files {
             let file = repo.path.join(name);
             std::fs::create_dir_all(file.parent().unwrap()).unwrap();
@@ -176,9 +183,10 @@ impl TestRepo {
 
     pub fn request(&self, issue: u64, stage: &str, run: &str) -> ward::workspace::WorkspaceRequest {
         ward::workspace::WorkspaceRequest {
+            mode: ward::workspace::WorkspaceMode::Worktree,
             repo: self.path.clone(),
             home: self.home.clone(),
-            base: "main".into(),
+            base: self.base.clone(),
             issue,
             stage: stage.into(),
             run: run.into(),
@@ -189,7 +197,22 @@ impl TestRepo {
             identity: identity(),
             artifacts: ward::workspace::artifacts_dir(&self.home, issue, run),
             remote: None,
+            repository: self.path.display().to_string(),
+            state_paths: vec![".ward".into(), "charts".into()],
+            submodules: None,
         }
+    }
+
+    /// The patient's worktree folder under this repository's ward home.
+    pub fn patient_worktree(&self, issue: u64) -> PathBuf {
+        let git = ward::workspace::worktree::GitRepo::open(&self.path).unwrap();
+        ward::workspace::worktree::Layout::new(&self.home, &git).unwrap().worktree(issue)
+    }
+
+    /// The ward layout of this repository (worktrees and records).
+    pub fn layout(&self) -> ward::workspace::worktree::Layout {
+        let git = ward::workspace::worktree::GitRepo::open(&self.path).unwrap();
+        ward::workspace::worktree::Layout::new(&self.home, &git).unwrap()
     }
 }
 
