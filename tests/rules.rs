@@ -614,3 +614,99 @@ mod over_github {
         }
     }
 }
+
+const TRIAGE_WITH_FOLLOW_UPS: &str = "<!-- WARD:TRIAGE -->
+## Assessment
+A small bug in greet.sh.
+
+## Open questions
+Follow-up: the README's example is out of date.
+- Follow-up: greet.sh has no test @octocat
+- Follow-up: None.
+<!-- /WARD:TRIAGE -->
+<!-- WARD:OUTCOME ready -->
+";
+
+#[tokio::test]
+async fn follow_ups_are_filed_once_as_issues_nobody_admitted_and_charted() {
+    let sandbox = Sandbox::new();
+    git_init(sandbox.root());
+    let (h, forge) = hospital(&sandbox, "reporter");
+    let patient = forge
+        .admit(NewIssue { title: "greet".into(), body: "Hello, !".into(), labels: vec!["ward:admit".into()] })
+        .unwrap();
+    sandbox.write("triage.sh", &format!("cat > \"$WARD_NOTES\" <<'NOTES'\n{TRIAGE_WITH_FOLLOW_UPS}NOTES\n"));
+    let script = vec!["sh".into(), sandbox.root().join("triage.sh").display().to_string()];
+    let req = StageRequest { agent_command: Some(script), ..StageRequest::new(patient.number) };
+    let first = run(&h, &req).await;
+    assert!(matches!(first, StageResult::Moved(ref t) if t.to == "ward:diagnose"), "{first:?}");
+
+    let filed: Vec<_> = forge.all_issues().await.unwrap().into_iter().filter(|i| i.number != patient.number).collect();
+    let titles: Vec<&str> = filed.iter().map(|i| i.title.as_str()).collect();
+    assert_eq!(
+        titles,
+        ["Follow-up of #1: the README's example is out of date.", "Follow-up of #1: greet.sh has no test @octocat"]
+    );
+    for issue in &filed {
+        assert_eq!(issue.labels, ["ward:follow-up"], "filed, not admitted");
+        assert_eq!(issue.author, ENGINE);
+        assert!(issue.body.starts_with("<!-- ward-follow-up patient=1 key="), "{}", issue.body);
+    }
+    let chart = std::fs::read_to_string(forge.chart_path(patient.number)).unwrap();
+    assert_eq!(chart.matches("<!-- WARD:FOLLOW_UP").count(), 1, "{chart}");
+    assert!(chart.contains("- #2: the README's example is out of date. (key `"), "{chart}");
+
+    // The same notes again (the patient put back at admission by hand):
+    // nothing is filed twice.
+    forge.set_labels_as_person(patient.number, &["ward:admit".into()]).unwrap();
+    let again = run(&h, &req).await;
+    assert!(matches!(again, StageResult::Moved(_)), "{again:?}");
+    assert_eq!(forge.all_issues().await.unwrap().len(), 3, "no follow-up filed twice");
+    let chart = std::fs::read_to_string(forge.chart_path(patient.number)).unwrap();
+    assert_eq!(chart.matches("<!-- WARD:FOLLOW_UP").count(), 1, "nothing new to chart: {chart}");
+}
+
+#[tokio::test]
+async fn a_follow_up_filed_before_a_crash_is_found_by_its_marker_and_not_filed_again() {
+    let sandbox = Sandbox::new();
+    git_init(sandbox.root());
+    let (h, forge) = hospital(&sandbox, "reporter");
+    let patient = forge
+        .admit(NewIssue { title: "greet".into(), body: "Hello, !".into(), labels: vec!["ward:admit".into()] })
+        .unwrap();
+    // What a run that died after filing the first follow-up left behind.
+    let notes = ward::chart::Sentinels::new("WARD").parse_agent_notes(TRIAGE_WITH_FOLLOW_UPS).unwrap();
+    let charted: Vec<ward::chart::Note> = notes
+        .notes
+        .iter()
+        .map(|d| ward::chart::Note {
+            kind: d.kind,
+            meta: ward::chart::NoteMeta {
+                run: "r0".into(),
+                stage: "admit".into(),
+                role: "planner".into(),
+                at: chrono::Utc::now(),
+            },
+            body: d.body.clone(),
+        })
+        .collect();
+    let first = ward::followups::collect(patient.number, &charted).remove(0);
+    let early = forge.create_issue(ward::followups::new_issue(&h.config, patient.number, &first)).await.unwrap();
+    // A person's copy of the same marker is not the engine's and is ignored.
+    forge
+        .admit(NewIssue {
+            title: "copy".into(),
+            body: ward::followups::new_issue(&h.config, patient.number, &first).body,
+            labels: vec!["ward:follow-up".into()],
+        })
+        .unwrap();
+
+    sandbox.write("triage.sh", &format!("cat > \"$WARD_NOTES\" <<'NOTES'\n{TRIAGE_WITH_FOLLOW_UPS}NOTES\n"));
+    let script = vec!["sh".into(), sandbox.root().join("triage.sh").display().to_string()];
+    let req = StageRequest { agent_command: Some(script), ..StageRequest::new(patient.number) };
+    assert!(matches!(run(&h, &req).await, StageResult::Moved(_)));
+    assert_eq!(forge.all_issues().await.unwrap().len(), 4, "only the second follow-up is new");
+    let chart = std::fs::read_to_string(forge.chart_path(patient.number)).unwrap();
+    assert!(chart.contains(&format!("- {}: the README's example", early.number)), "{chart}");
+    assert!(chart.contains("- #4: greet.sh has no test"), "{chart}");
+}

@@ -57,6 +57,7 @@ kinds! {
     Lockdown = "LOCKDOWN", engine: true;
     Cost = "COST", engine: true;
     Groundedness = "GROUNDEDNESS", engine: true;
+    FollowUp = "FOLLOW_UP", engine: true;
     Outcome = "OUTCOME", engine: true;
 }
 
@@ -133,7 +134,17 @@ mod tests {
         let engine: Vec<&str> = NoteKind::ALL.iter().filter(|k| k.engine_only()).map(|k| k.as_str()).collect();
         assert_eq!(
             engine,
-            ["ADMISSION", "PRECEDENT_LOOKUP", "REFUSAL", "SWEEP", "LOCKDOWN", "COST", "GROUNDEDNESS", "OUTCOME"]
+            [
+                "ADMISSION",
+                "PRECEDENT_LOOKUP",
+                "REFUSAL",
+                "SWEEP",
+                "LOCKDOWN",
+                "COST",
+                "GROUNDEDNESS",
+                "FOLLOW_UP",
+                "OUTCOME"
+            ]
         );
     }
 }

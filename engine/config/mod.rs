@@ -98,6 +98,10 @@ pub struct Config {
     /// treatment branch. Default: none. See [`CiConfig`].
     #[serde(default)]
     pub ci: CiConfig,
+    /// Follow-ups the agents find, filed as issues. Default: filed, labelled
+    /// `ward:follow-up`, at most 10 per patient. See [`FollowUpConfig`].
+    #[serde(default)]
+    pub follow_ups: FollowUpConfig,
 }
 
 fn default_engine_account() -> String {
@@ -236,6 +240,7 @@ impl Config {
             p.extend(emulator::validate(e, "emulator"));
         }
         p.extend(self.ci.validate());
+        p.extend(self.follow_ups.validate(self));
         // Reachability: every stage must be reachable from admission.
         let reached = self.reachable_labels();
         for stage in self.stages() {
@@ -461,14 +466,23 @@ impl Config {
     }
 
     pub fn label_specs(&self) -> Vec<LabelSpec> {
-        self.labels
+        let mut specs: Vec<LabelSpec> = self
+            .labels
             .iter()
             .map(|(name, l)| LabelSpec {
                 name: name.clone(),
                 color: l.color.clone(),
                 description: l.description.clone(),
             })
-            .collect()
+            .collect();
+        if self.follow_ups.file {
+            specs.push(LabelSpec {
+                name: self.follow_ups.label.clone(),
+                color: "c5def5".into(),
+                description: "Found by ward's agents out of scope; a person admits it or closes it".into(),
+            });
+        }
+        specs
     }
 }
 

@@ -515,3 +515,63 @@ pub(super) fn validate_modes(config: &super::Config) -> Vec<(String, String)> {
     }
     p
 }
+
+/// `follow_ups:`: work the agents found out of scope (`Follow-up: ...`
+/// lines in their notes), filed as issues a person may admit.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FollowUpConfig {
+    /// File follow-ups as issues. Default `true`.
+    #[serde(default = "default_true")]
+    pub file: bool,
+    /// The label on a filed follow-up. It is not a place: the issue is no
+    /// patient until a person admits it. Default `ward:follow-up`.
+    #[serde(default = "default_follow_up_label")]
+    pub label: String,
+    /// At most this many follow-ups are filed per patient, so an agent
+    /// cannot flood the tracker. Default 10.
+    #[serde(default = "default_follow_up_max")]
+    #[schemars(range(min = 1, max = 50))]
+    pub max_per_patient: usize,
+}
+
+impl Default for FollowUpConfig {
+    fn default() -> Self {
+        Self { file: true, label: default_follow_up_label(), max_per_patient: default_follow_up_max() }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_follow_up_label() -> String {
+    "ward:follow-up".into()
+}
+fn default_follow_up_max() -> usize {
+    10
+}
+
+impl FollowUpConfig {
+    pub(super) fn validate(&self, config: &super::Config) -> Vec<(String, String)> {
+        let mut p = Vec::new();
+        if !(1..=50).contains(&self.max_per_patient) {
+            p.push((
+                "follow_ups.max_per_patient".into(),
+                format!("{} is out of range; use 1 to 50", self.max_per_patient),
+            ));
+        }
+        if self.label.trim().is_empty() {
+            p.push(("follow_ups.label".into(), "must not be empty".into()));
+        } else if config.labels.contains_key(&self.label) || self.label == config.admission {
+            p.push((
+                "follow_ups.label".into(),
+                format!(
+                    "`{}` is one of ward's places or the admission label; a follow-up is not a patient until a \
+                     person admits it, so give it a label of its own",
+                    self.label
+                ),
+            ));
+        }
+        p
+    }
+}

@@ -12,6 +12,7 @@ use super::result::{StageResult, Transition};
 use super::visit::Visit;
 use crate::agent::AgentEnd;
 use crate::chart::{Note, NoteKind, Seen};
+use crate::forge::StoredChart;
 use crate::groundedness as g;
 use crate::hospital::Hospital;
 use crate::rules::approval::{self, AfterAudit};
@@ -102,8 +103,9 @@ async fn accept(
     batch.extend(notes.notes.iter().map(|d| patient.note(h, d.kind, role, d.body.clone())));
     batch.extend(overruled.map(|why| patient.engine_note(h, NoteKind::DischargeChecklist, why)));
     batch.push(patient.note(h, NoteKind::Outcome, role, outcome.clone()));
-    let stored =
+    let mut stored =
         crate::chart::append(&*h.forge, &h.sentinels, number, Seen::Read(prepared.stored.clone()), &batch).await?;
+    stored = file_follow_ups(h, patient, stored).await;
 
     // A decomposition: its children exist before the parent starts waiting.
     let mut label_out = stage.config.outcomes[&outcome].clone();
@@ -158,6 +160,31 @@ async fn accept(
     info!(outcome = %t.outcome, to = %t.to, total_ms = t.total_ms, "label moved");
     write_run_json(patient, &serde_json::to_value(&t).unwrap_or_default());
     Ok(StageResult::Moved(t))
+}
+
+/// Files the follow-ups the chart's notes name and charts what was filed.
+/// Filing is a service to people, not a step of the patient's treatment:
+/// a failure is logged and the next valid run of the patient files them.
+async fn file_follow_ups(h: &Hospital, patient: &Patient<'_>, stored: Option<StoredChart>) -> Option<StoredChart> {
+    let number = patient.issue.number;
+    let filed = async {
+        let Some(chart) = &stored else { return Ok(None) };
+        let notes = h.sentinels.parse_chart(&chart.text)?;
+        let Some(body) = crate::followups::file(&*h.forge, &h.config, number, &notes).await? else {
+            return Ok(None);
+        };
+        let note = patient.engine_note(h, NoteKind::FollowUp, body);
+        let seen = Seen::Read(stored.clone());
+        anyhow::Ok(Some(crate::chart::append(&*h.forge, &h.sentinels, number, seen, &[note]).await?))
+    };
+    match filed.await {
+        Ok(Some(newer)) => newer,
+        Ok(None) => stored,
+        Err(e) => {
+            warn!("could not file the follow-ups of {number}; the next run files them: {e:#}");
+            stored
+        }
+    }
 }
 
 /// A treating stage proposes its change: the branch is pushed and a pull
