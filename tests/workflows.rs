@@ -78,7 +78,7 @@ fn hospital(gh: &FakeGitHub, extra: &[(&str, &str)], config: impl Fn(String) -> 
             files.push((format!("{dir}/{name}"), ours(&format!("{dir}/{name}"))));
         }
     }
-    for w in ["ward-stage.yml", "ward-sweep.yml", "ward-precedents.yml", "ward-report.yml"] {
+    for w in ["ward-stage.yml", "ward-sweep.yml", "ward-pipeline.yml", "ward-report.yml"] {
         files.push((format!(".github/workflows/{w}"), ours(&format!(".github/workflows/{w}"))));
     }
     for (p, t) in extra {
@@ -1419,10 +1419,10 @@ async fn each_trigger_starts_what_its_types_branches_paths_and_workflows_allow()
 }
 
 // ---------------------------------------------------------------------------
-// The shipped ward-precedents.yml
+// The shipped ward-pipeline.yml
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_shipped_precedents_workflow_passes_an_appended_entry_and_fails_an_edited_one() {
+async fn the_shipped_pipeline_workflow_checks_every_pull_request_that_touches_the_pipeline() {
     let gh = FakeGitHub::start().await;
     let _repo = hospital(&gh, &[], |c| c);
     let log = ours("precedents/log.yaml");
@@ -1432,6 +1432,9 @@ async fn the_shipped_precedents_workflow_passes_an_appended_entry_and_fails_an_e
     );
     let edited = log.replacen("chief: mara-okafor", "chief: somebody-else", 1);
     assert_ne!(edited, log);
+    let broken = ours(".github/ward.yml").replacen("mode: treat", "mode: treet", 1);
+    assert_ne!(broken, ours(".github/ward.yml"));
+    let role = format!("{}\nBe brief.\n", ours("roles/planner.md"));
     let mut runner = Runner::new(&gh);
     {
         let mut s = gh.state();
@@ -1443,14 +1446,27 @@ async fn the_shipped_precedents_workflow_passes_an_appended_entry_and_fails_an_e
         s.open_pull("edit", "main", "An edit", "", "rob");
         s.commit_files("code", &[("src.txt", "code\n")], "Code", "rob");
         s.open_pull("code", "main", "Code only", "", "rob");
+        s.commit_files("mode", &[(".github/ward.yml", &broken)], "Rename a mode", "rob");
+        s.open_pull("mode", "main", "A typo in ward.yml", "", "rob");
+        s.commit_files("role", &[("roles/planner.md", &role)], "A shorter planner", "rob");
+        s.open_pull("role", "main", "Prompt change", "", "rob");
     }
     runner.run_until_idle(5).await;
-    let runs = runner.runs_of("ward-precedents.yml");
-    assert_eq!(runs.len(), 2, "`paths: precedents/**` skips the code-only pull request\n{}", runner.summary());
-    let (ok, bad) = (runs[0].job("check"), runs[1].job("check"));
-    assert_eq!(ok.conclusion.as_deref(), Some("success"), "{}", ok.log());
-    assert_eq!(bad.conclusion.as_deref(), Some("failure"), "{}", bad.log());
-    assert!(bad.log().contains("P-0001"), "the edited entry is named: {}", bad.log());
+    let runs = runner.runs_of("ward-pipeline.yml");
+    assert_eq!(runs.len(), 4, "`paths:` skips the code-only pull request\n{}", runner.summary());
+    let check = |i: usize| runs[i].job("check");
+    assert_eq!(check(0).conclusion.as_deref(), Some("success"), "{}", check(0).log());
+    assert_eq!(check(1).conclusion.as_deref(), Some("failure"), "{}", check(1).log());
+    assert!(check(1).log().contains("P-0001"), "the edited entry is named: {}", check(1).log());
+    assert_eq!(check(2).conclusion.as_deref(), Some("failure"), "{}", check(2).log());
+    assert!(check(2).step("Check ward.yml, roles and skills").log.contains("treet"), "{}", check(2).log());
+    assert_eq!(check(3).conclusion.as_deref(), Some("success"), "{}", check(3).log());
+    assert!(check(3).log().contains("nothing to simulate"), "{}", check(3).log());
     // fetch-depth: 0 fetched the history the check compares against.
-    assert!(ok.step("Check out the pull request with its history").log.contains("+refs/heads/*:refs/remotes/origin/*"));
+    assert!(
+        check(0)
+            .step("Check out the pull request with its history")
+            .log
+            .contains("+refs/heads/*:refs/remotes/origin/*")
+    );
 }
