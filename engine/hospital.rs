@@ -40,6 +40,9 @@ pub struct Hospital {
     /// no git repository, or the caller chose scratch); an error (a detached
     /// HEAD without `WARD_BASE`) refuses every stage run with its sentence.
     pub workspace: Result<Option<WorkspacePlan>, crate::workspace::PlanError>,
+    /// The pipeline's version ([`crate::governance::version`]), recorded in
+    /// every run's ADMISSION note.
+    pub pipeline_version: String,
 }
 
 impl Hospital {
@@ -62,6 +65,7 @@ impl Hospital {
             ward_exe,
             clock: system_clock(),
             workspace: WorkspacePlan::detect(root, |k| std::env::var(k).ok()),
+            pipeline_version: crate::governance::version(root),
         })
     }
 

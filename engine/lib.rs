@@ -15,6 +15,7 @@ pub mod event;
 pub mod family;
 pub mod followups;
 pub mod forge;
+pub mod governance;
 pub mod groundedness;
 pub mod hospital;
 pub mod lockdown;

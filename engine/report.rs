@@ -144,6 +144,8 @@ pub struct Report {
     /// Patients with spend in the window, costliest first.
     pub costs: Vec<PatientCost>,
     pub total_cost: f64,
+    /// Runs, outcomes, send-backs, stalls and cost by pipeline version.
+    pub versions: Vec<crate::governance::VersionStats>,
     pub problems: Vec<String>,
 }
 
@@ -180,6 +182,7 @@ pub fn compute(config: &Config, patients: &[PatientRecord], from: DateTime<Utc>,
         sweep_escalations: 0,
         costs: Vec::new(),
         total_cost: 0.0,
+        versions: Vec::new(),
         problems: Vec::new(),
     };
     for p in patients {
@@ -261,7 +264,47 @@ pub fn compute(config: &Config, patients: &[PatientRecord], from: DateTime<Utc>,
     report.stalled_patients = stalled.len();
     report.sweep_escalations = sweep_escalations;
     report.costs = costs;
+    report.versions = crate::governance::by_version(
+        patients.iter().map(|p| p.notes.as_slice()),
+        |n| in_window(n.meta.at),
+        |stage, outcome| send_backs.contains(&(stage.to_string(), outcome.to_string())),
+        |n| parse_cost_note(&n.body).and_then(|u| u.cost_usd).unwrap_or(0.0),
+    );
     report
+}
+
+/// The same figures as the Markdown, for other tools (`ward report --json`).
+pub fn render_json(r: &Report) -> serde_json::Value {
+    let stages: Vec<serde_json::Value> = r
+        .stages
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s.name, "label": s.label, "entered": s.entered, "runs": s.runs,
+                "median_stay_seconds": s.median(), "p90_stay_seconds": s.p90(),
+                "send_backs": s.send_backs, "re_triggers": s.sweeps, "cost_usd": s.cost,
+            })
+        })
+        .collect();
+    let flows: Vec<serde_json::Value> = r
+        .flows
+        .iter()
+        .map(|((from, to), n)| serde_json::json!({"from_stage": from, "to_label": to, "outcomes": n}))
+        .collect();
+    let costs: Vec<serde_json::Value> = r
+        .costs
+        .iter()
+        .map(|c| serde_json::json!({"issue": c.issue, "title": c.title, "runs": c.runs, "cost_usd": c.cost}))
+        .collect();
+    serde_json::json!({
+        "from": r.from, "to": r.to,
+        "admitted": r.admitted, "discharged": r.discharged, "escalated": r.escalated,
+        "stalled_patients": r.stalled_patients, "sweep_escalations": r.sweep_escalations,
+        "total_cost_usd": r.total_cost,
+        "stages": stages, "flows": flows, "costs": costs,
+        "pipeline_versions": r.versions,
+        "problems": r.problems,
+    })
 }
 
 /// `3h 05m`, `12m`, `40s`.
@@ -337,6 +380,7 @@ pub fn render_markdown(r: &Report) -> String {
             let _ = writeln!(m, "| #{} | {} | {} | ${:.2} |", c.issue, md_cell(&c.title), c.runs, c.cost);
         }
     }
+    render_versions(&mut m, &r.versions);
     if !r.problems.is_empty() {
         let _ = writeln!(m, "\n## Problems\n");
         for p in &r.problems {
@@ -344,6 +388,28 @@ pub fn render_markdown(r: &Report) -> String {
         }
     }
     m
+}
+
+/// The report by pipeline version: a prompt change that made things worse
+/// stands beside the version before it.
+fn render_versions(m: &mut String, versions: &[crate::governance::VersionStats]) {
+    let _ = writeln!(m, "\n## By pipeline version\n");
+    if versions.is_empty() {
+        let _ = writeln!(m, "No run in this period.");
+        return;
+    }
+    let _ = writeln!(m, "| version | first run | runs | outcomes | send-backs | re-triggers | cost |");
+    let _ = writeln!(m, "|---|---|---:|---|---:|---:|---:|");
+    for v in versions {
+        let first = v.first_seen.map_or("-".to_string(), |t| t.format("%Y-%m-%d %H:%M").to_string());
+        let outcomes = v.outcomes.iter().map(|(o, n)| format!("{n} {o}")).collect::<Vec<_>>().join(", ");
+        let outcomes = if outcomes.is_empty() { "-".to_string() } else { md_cell(&outcomes) };
+        let _ = writeln!(
+            m,
+            "| `{}` | {first} | {} | {outcomes} | {} | {} | ${:.2} |",
+            v.version, v.runs, v.send_backs, v.stalls, v.cost
+        );
+    }
 }
 
 fn esc(text: &str) -> String {

@@ -337,3 +337,24 @@ fn simulate_reports_a_difference_and_refuses_a_malformed_scenario() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("unknown field `outcom`"), "{}", stderr(&out));
 }
+
+#[test]
+fn the_report_breaks_runs_down_by_pipeline_version_and_speaks_json() {
+    let sandbox = Sandbox::new();
+    let demo = sandbox.root().join("demo");
+    let out = sandbox.ward(&["demo", "--dir", demo.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = sandbox.ward(&["--root", demo.to_str().unwrap(), "report", "--since", "1d", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("ward report --json prints JSON");
+    let versions = json["pipeline_versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 1, "{json:#}");
+    assert_eq!(versions[0]["version"], ward::governance::version(&demo), "the demo ran under its own pipeline");
+    assert_eq!(versions[0]["runs"], 6);
+    assert_eq!(versions[0]["outcomes"]["discharged"], 1);
+    assert_eq!(json["discharged"], 1);
+    let md = sandbox.ward(&["--root", demo.to_str().unwrap(), "report", "--since", "1d"]);
+    let md = stdout(&md);
+    assert!(md.contains("## By pipeline version"), "{md}");
+    assert!(md.contains(&format!("| `{}` |", ward::governance::version(&demo))), "{md}");
+}

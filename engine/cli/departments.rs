@@ -75,12 +75,18 @@ pub async fn lockdown_status(forge: &dyn Forge) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Where `ward report` writes besides stdout, and in which form.
+pub struct ReportOutput<'a> {
+    pub html: Option<&'a Path>,
+    pub post: bool,
+    pub json: bool,
+}
+
 pub async fn report(
     forge: &dyn Forge,
     config: &Config,
     since: &str,
-    html: Option<&Path>,
-    post: bool,
+    ReportOutput { html, post, json }: ReportOutput<'_>,
     now: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     let to = now_from(now)?;
@@ -93,7 +99,11 @@ pub async fn report(
     let mut r = report::compute(config, &patients, from, to);
     r.problems = problems;
     let markdown = report::render_markdown(&r);
-    print!("{markdown}");
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report::render_json(&r)).unwrap_or_default());
+    } else {
+        print!("{markdown}");
+    }
     if post {
         let title = format!("ward safety report, {} to {}", from.format("%Y-%m-%d"), to.format("%Y-%m-%d"));
         let issue = forge

@@ -141,6 +141,9 @@ pub enum Command {
         /// Also post the report as a new issue.
         #[arg(long)]
         post: bool,
+        /// Print the figures as JSON instead of Markdown, for other tools.
+        #[arg(long)]
+        json: bool,
         #[arg(long, env = "WARD_NOW")]
         now: Option<String>,
     },
@@ -366,11 +369,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 LockdownCommand::Status => dept::lockdown_status(&*forge).await,
             }
         }
-        Command::Report { since, html, post, now } => {
+        Command::Report { since, html, post, json, now } => {
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
             let (html, now) = (html.as_deref(), now.as_deref());
-            departments::report(&*forge, &config, since, html, *post, now).await
+            let out = departments::ReportOutput { html, post: *post, json: *json };
+            departments::report(&*forge, &config, since, out, now).await
         }
         Command::Init => {
             let written = crate::defaults::install(&cli.root)?;

@@ -42,12 +42,13 @@ pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Work
     let found =
         h.precedents.search(&format!("{} {}", patient.issue.title, patient.issue.body), h.config.precedents.top);
     let admission = format!(
-        "Stage `{}` ({} in {} mode) started for `{}`; time limit {}.",
+        "Stage `{}` ({} in {} mode) started for `{}`; time limit {}.\n{}",
         stage.name,
         stage.config.role,
         stage.mode(),
         patient.label_in,
-        humantime::format_duration(stage.config.time_limit)
+        humantime::format_duration(stage.config.time_limit),
+        crate::governance::admission_line(&h.pipeline_version)
     );
     let mut before_agent = vec![
         patient.engine_note(h, NoteKind::Admission, admission),
