@@ -58,6 +58,8 @@ kinds! {
     Cost = "COST", engine: true;
     Groundedness = "GROUNDEDNESS", engine: true;
     Outcome = "OUTCOME", engine: true;
+    AdmittedText = "ADMITTED_TEXT", engine: true;
+    ProtectedChange = "PROTECTED_CHANGE", engine: true;
 }
 
 impl NoteKind {
@@ -133,7 +135,18 @@ mod tests {
         let engine: Vec<&str> = NoteKind::ALL.iter().filter(|k| k.engine_only()).map(|k| k.as_str()).collect();
         assert_eq!(
             engine,
-            ["ADMISSION", "PRECEDENT_LOOKUP", "REFUSAL", "SWEEP", "LOCKDOWN", "COST", "GROUNDEDNESS", "OUTCOME"]
+            [
+                "ADMISSION",
+                "PRECEDENT_LOOKUP",
+                "REFUSAL",
+                "SWEEP",
+                "LOCKDOWN",
+                "COST",
+                "GROUNDEDNESS",
+                "OUTCOME",
+                "ADMITTED_TEXT",
+                "PROTECTED_CHANGE"
+            ]
         );
     }
 }
