@@ -437,14 +437,43 @@ pub fn read_at_revision(root: &Path, rev: &str, log: &Path) -> Result<Option<Str
     Ok(Some(text.to_string()))
 }
 
-/// Commits between `base` and `HEAD` that changed `log` as the engine's
-/// account (author or committer, by name or by the login in a GitHub
-/// no-reply address): only people write precedents.
+/// Who the engine is in git history: the account it acts as on the forge,
+/// and the name and email ward commits a treatment's leftovers under (the
+/// workspace's `CommitIdentity`). A commit by either is the engine's.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineIdentity<'a> {
+    pub account: &'a str,
+    pub commit_name: &'a str,
+    pub commit_email: &'a str,
+}
+
+impl<'a> EngineIdentity<'a> {
+    /// The forge account alone (no commit identity).
+    pub fn account(account: &'a str) -> Self {
+        Self { account, commit_name: "", commit_email: "" }
+    }
+
+    fn is(&self, sig: &git2::Signature<'_>) -> bool {
+        let name = sig.name().unwrap_or_default().trim();
+        let email = sig.email().unwrap_or_default().trim().to_lowercase();
+        let login = self.account.to_lowercase();
+        let by_account = name.eq_ignore_ascii_case(self.account)
+            || email.split('@').next().is_some_and(|local| local == login || local.ends_with(&format!("+{login}")));
+        let by_commit_identity = (!self.commit_name.is_empty() && name.eq_ignore_ascii_case(self.commit_name))
+            || (!self.commit_email.is_empty() && email == self.commit_email.to_lowercase());
+        by_account || by_commit_identity
+    }
+}
+
+/// Commits between `base` and `HEAD` that changed `log` as the engine
+/// (author or committer, by the account's name or the login in a GitHub
+/// no-reply address, or by ward's commit identity): only people write
+/// precedents, and a treatment's change is committed under ward's identity.
 pub fn engine_commits(
     root: &Path,
     base: &str,
     log: &Path,
-    engine_account: &str,
+    engine: &EngineIdentity<'_>,
 ) -> Result<Vec<LogProblem>, PrecedentError> {
     let fail = |message: String| PrecedentError::Revision { file: log.into(), rev: base.into(), message };
     let git = |e: git2::Error| fail(e.message().to_string());
@@ -456,15 +485,6 @@ pub fn engine_commits(
     }
     walk.hide(base_id).map_err(git)?;
     let blob_at = |commit: &git2::Commit<'_>| commit.tree().ok()?.get_path(log).ok().map(|e| e.id());
-    let is_engine = |sig: &git2::Signature<'_>| {
-        let name = sig.name().unwrap_or_default();
-        let email = sig.email().unwrap_or_default().to_lowercase();
-        name.eq_ignore_ascii_case(engine_account)
-            || email.split('@').next().is_some_and(|local| {
-                let login = engine_account.to_lowercase();
-                local == login || local.ends_with(&format!("+{login}"))
-            })
-    };
     let mut problems = Vec::new();
     for id in walk {
         let commit = repo.find_commit(id.map_err(git)?).map_err(git)?;
@@ -473,15 +493,21 @@ pub fn engine_commits(
             0 => now.is_some(),
             _ => commit.parents().all(|p| blob_at(&p) != now),
         };
-        if changed && (is_engine(&commit.author()) || is_engine(&commit.committer())) {
+        if changed && (engine.is(&commit.author()) || engine.is(&commit.committer())) {
             let sha = commit.id().to_string();
             problems.push(LogProblem {
                 line: 1,
                 entry: format!("commit {}", &sha[..12]),
                 message: format!(
-                    "changed the log as the engine's account `{engine_account}` (author `{}`); only people write \
-                     precedents",
-                    commit.author().name().unwrap_or_default()
+                    "changed the log as the engine (author `{} <{}>`, committer `{} <{}>`; the engine is the \
+                     account `{}` and ward's commit identity `{} <{}>`); only people write precedents",
+                    commit.author().name().unwrap_or_default(),
+                    commit.author().email().unwrap_or_default(),
+                    commit.committer().name().unwrap_or_default(),
+                    commit.committer().email().unwrap_or_default(),
+                    engine.account,
+                    engine.commit_name,
+                    engine.commit_email
                 ),
             });
         }
@@ -496,7 +522,7 @@ pub fn check_against(
     log: &Path,
     base: Option<&str>,
     today: chrono::NaiveDate,
-    engine_account: &str,
+    engine: &EngineIdentity<'_>,
 ) -> Result<Vec<LogProblem>, PrecedentError> {
     let file = root.join(log);
     let current = match std::fs::read_to_string(&file) {
@@ -508,9 +534,9 @@ pub fn check_against(
         Some(rev) => read_at_revision(root, rev, log)?,
         None => None,
     };
-    let mut problems = check_log(&current, before.as_deref(), today, engine_account);
+    let mut problems = check_log(&current, before.as_deref(), today, engine.account);
     if let Some(rev) = base {
-        problems.extend(engine_commits(root, rev, log, engine_account)?);
+        problems.extend(engine_commits(root, rev, log, engine)?);
     }
     Ok(problems)
 }
@@ -589,6 +615,39 @@ mod tests {
             NaiveDate::from_ymd_opt(2026, 11, 29).unwrap()
         }
 
+        /// The engine as `ward precedents check` knows it: the account and
+        /// ward's default commit identity.
+        fn engine() -> EngineIdentity<'static> {
+            EngineIdentity {
+                account: "github-actions[bot]",
+                commit_name: "ward",
+                commit_email: "ward@users.noreply.github.com",
+            }
+        }
+
+        #[test]
+        fn an_append_committed_under_wards_commit_identity_is_the_engines() {
+            let (dir, repo) = repo_with(V1);
+            let base = repo.head().unwrap().target().unwrap().to_string();
+            let root = repo.workdir().unwrap().to_path_buf();
+            std::fs::write(root.join("precedents/log.yaml"), format!("{V1}{P3}")).unwrap();
+            let mut index = repo.index().unwrap();
+            index.add_path(Path::new("precedents/log.yaml")).unwrap();
+            index.write().unwrap();
+            let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+            // What a treatment's leftovers are committed as (workspace::CommitIdentity).
+            let ward = Signature::new("ward", "ward@users.noreply.github.com", &Time::new(1_767_398_400, 0)).unwrap();
+            let parent = repo.head().unwrap().peel_to_commit().unwrap();
+            repo.commit(Some("HEAD"), &ward, &ward, "ward: issue #4 stage treat run r1", &tree, &[&parent]).unwrap();
+            let log = Path::new("precedents/log.yaml");
+            let problems = check_against(dir.path(), log, Some(&base), today(), &engine()).unwrap();
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(problems[0].message.contains("author `ward <ward@users.noreply.github.com>`"), "{problems:?}");
+            // Knowing the account alone, as before, let it through.
+            let account_only = EngineIdentity::account("github-actions[bot]");
+            assert!(check_against(dir.path(), log, Some(&base), today(), &account_only).unwrap().is_empty());
+        }
+
         /// A repository whose `main` holds `V1` in one commit at a fixed time.
         fn repo_with(text: &str) -> (tempfile::TempDir, Repository) {
             let dir = tempfile::tempdir().unwrap();
@@ -613,7 +672,7 @@ mod tests {
 
         fn check_now(dir: &Path, now: &str, base: &str) -> Vec<String> {
             std::fs::write(dir.join("precedents/log.yaml"), now).unwrap();
-            check_against(dir, Path::new("precedents/log.yaml"), Some(base), today(), "github-actions[bot]")
+            check_against(dir, Path::new("precedents/log.yaml"), Some(base), today(), &engine())
                 .unwrap()
                 .iter()
                 .map(ToString::to_string)
@@ -718,8 +777,14 @@ mod tests {
                 let problems = check_now(dir.path(), &edited, rev);
                 assert!(problems.iter().any(|p| p.contains("entry 1 (P-0001): changed")), "{rev}: {problems:?}");
             }
-            let err =
-                check_against(dir.path(), Path::new("precedents/log.yaml"), Some("nope"), today(), "x").unwrap_err();
+            let err = check_against(
+                dir.path(),
+                Path::new("precedents/log.yaml"),
+                Some("nope"),
+                today(),
+                &EngineIdentity::account("x"),
+            )
+            .unwrap_err();
             assert!(err.to_string().contains("at revision `nope`: the revision does not exist"), "{err}");
         }
 
@@ -744,30 +809,32 @@ mod tests {
             .unwrap();
             let parent = repo.head().unwrap().peel_to_commit().unwrap();
             let sha = repo.commit(Some("HEAD"), &bot, &bot, "Add P-0004", &tree, &[&parent]).unwrap().to_string();
-            let problems = check_against(
-                dir.path(),
-                Path::new("precedents/log.yaml"),
-                Some(&base),
-                today(),
-                "github-actions[bot]",
-            )
-            .unwrap();
+            let problems =
+                check_against(dir.path(), Path::new("precedents/log.yaml"), Some(&base), today(), &engine()).unwrap();
             assert_eq!(problems.len(), 1, "{problems:?}");
             assert_eq!(problems[0].entry, format!("commit {}", &sha[..12]));
-            assert!(problems[0].message.contains("changed the log as the engine's account"), "{problems:?}");
+            assert!(
+                problems[0].message.contains("changed the log as the engine (author `github-actions[bot]"),
+                "{problems:?}"
+            );
             // The person's commit alone passes.
-            let problems =
-                engine_commits(dir.path(), "HEAD~1", Path::new("precedents/log.yaml"), "github-actions[bot]");
+            let problems = engine_commits(dir.path(), "HEAD~1", Path::new("precedents/log.yaml"), &engine());
             assert_eq!(problems.unwrap().len(), 1, "HEAD~1..HEAD is the bot's commit");
-            let problems = engine_commits(dir.path(), &base, Path::new("precedents/other.yaml"), "github-actions[bot]");
+            let problems = engine_commits(dir.path(), &base, Path::new("precedents/other.yaml"), &engine());
             assert!(problems.unwrap().is_empty(), "commits that do not touch the log are not the check's business");
         }
 
         #[test]
         fn a_log_absent_at_the_base_is_all_new() {
             let (dir, _repo) = repo_with(V1);
-            let problems =
-                check_against(dir.path(), Path::new("precedents/other.yaml"), Some("HEAD"), today(), "x").unwrap();
+            let problems = check_against(
+                dir.path(),
+                Path::new("precedents/other.yaml"),
+                Some("HEAD"),
+                today(),
+                &EngineIdentity::account("x"),
+            )
+            .unwrap();
             assert!(problems.is_empty());
             assert_eq!(read_at_revision(dir.path(), "HEAD", Path::new("precedents/other.yaml")).unwrap(), None);
         }

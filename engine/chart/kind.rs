@@ -59,6 +59,8 @@ kinds! {
     Groundedness = "GROUNDEDNESS", engine: true;
     FollowUp = "FOLLOW_UP", engine: true;
     Outcome = "OUTCOME", engine: true;
+    AdmittedText = "ADMITTED_TEXT", engine: true;
+    ProtectedChange = "PROTECTED_CHANGE", engine: true;
 }
 
 impl NoteKind {
@@ -143,7 +145,9 @@ mod tests {
                 "COST",
                 "GROUNDEDNESS",
                 "FOLLOW_UP",
-                "OUTCOME"
+                "OUTCOME",
+                "ADMITTED_TEXT",
+                "PROTECTED_CHANGE"
             ]
         );
     }

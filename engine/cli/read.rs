@@ -47,7 +47,15 @@ pub fn precedents_check(root: &Path, base: Option<&str>, today: Option<chrono::N
     let config = load_config(root)?;
     let today = today.unwrap_or_else(|| chrono::Utc::now().date_naive());
     let log = &config.precedents.log;
-    let problems = crate::precedent::check_against(root, log, base, today, &config.engine_account)?;
+    // ward's commit identity is the engine's too: a treatment's change is
+    // committed under it.
+    let ward = crate::workspace::git::CommitIdentity::default();
+    let engine = crate::precedent::EngineIdentity {
+        account: &config.engine_account,
+        commit_name: &ward.name,
+        commit_email: &ward.email,
+    };
+    let problems = crate::precedent::check_against(root, log, base, today, &engine)?;
     let against = base.as_ref().map(|b| format!(", append-only against `{b}`")).unwrap_or_default();
     if problems.is_empty() {
         let n = crate::precedent::raw_entries(&std::fs::read_to_string(root.join(log)).unwrap_or_default()).len();

@@ -67,6 +67,12 @@ pub struct Config {
     /// (`ward:awaiting-chief`). Default `false`.
     #[serde(default)]
     pub human_approval: bool,
+    /// Paths (relative to the repository's top; a folder ends with `/`)
+    /// a treatment may not change without a chief, beyond the built-in
+    /// `.github/`, `roles/`, `skills/`, `precedents/` and the precedent log:
+    /// the rules the agents are judged by. Default: none.
+    #[serde(default)]
+    pub protected_paths: Vec<String>,
     /// The coding agent: a preset, a command, or both. See [`AgentConfig`].
     pub agent: AgentConfig,
     /// Every label the engine owns, with how people see it.
@@ -269,6 +275,7 @@ impl Config {
             ));
         }
         p.extend(pipeline::validate_agent(&self.agent));
+        p.extend(pipeline::validate_protected_paths(&self.protected_paths));
         let d = &self.decomposition;
         if !(1..=5).contains(&d.max_depth) {
             p.push(("decomposition.max_depth".into(), format!("{} is out of range; use 1 to 5", d.max_depth)));
@@ -509,6 +516,26 @@ mod tests {
         let line = text.lines().nth(first.line - 1).unwrap();
         assert!(line.contains("stuck: ward:consul"), "line {} is `{line}`", first.line);
         assert!(err.to_string().contains("target label `ward:consul` is not declared"));
+    }
+
+    #[test]
+    fn protected_paths_are_plain_paths_inside_the_repository() {
+        let text = SHIPPED.replace("\nagent:\n", "\nprotected_paths: [deploy/, Makefile]\n\nagent:\n");
+        let config = Config::parse(&text, Path::new(CONFIG_PATH), None).unwrap();
+        assert_eq!(config.protected_paths, ["deploy/", "Makefile"]);
+        let text =
+            SHIPPED.replace("\nagent:\n", "\nprotected_paths: [\"/etc/\", ../up, \"src/*.rs\", \"\"]\n\nagent:\n");
+        let err = Config::parse(&text, Path::new(CONFIG_PATH), None).unwrap_err();
+        let said = err.to_string();
+        for (path, what) in [
+            ("protected_paths.0", "is absolute"),
+            ("protected_paths.1", "leaves the repository"),
+            ("protected_paths.2", "is a pattern"),
+            ("protected_paths.3", "is empty"),
+        ] {
+            assert!(err.0.iter().any(|e| e.path == path && e.message.contains(what)), "{path}: {said}");
+        }
+        assert!(err.0.iter().all(|e| e.line > 0), "{said}");
     }
 
     #[test]

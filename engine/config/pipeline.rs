@@ -255,6 +255,35 @@ impl Default for PrecedentConfig {
     }
 }
 
+/// What a treatment never changes without a chief, whatever ward.yml says:
+/// the workflows and ward.yml, the role prompts, the skills, the precedents.
+pub const BUILT_IN_PROTECTED: &[&str] = &[".github/", "roles/", "skills/", "precedents/"];
+
+/// `protected_paths`: each a plain relative path inside the repository (a
+/// prefix, not a pattern), so that what it covers is obvious.
+pub fn validate_protected_paths(paths: &[String]) -> Vec<(String, String)> {
+    let mut p = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let at = format!("protected_paths.{i}");
+        let trimmed = path.trim();
+        let problem = if trimmed.is_empty() || trimmed == "/" || trimmed == "." || trimmed == "./" {
+            Some("is empty; name a file or a folder (ending with `/`) inside the repository".to_string())
+        } else if let Some(relative) = trimmed.strip_prefix('/') {
+            Some(format!("`{path}` is absolute; write it relative to the repository's top, e.g. `{relative}`"))
+        } else if trimmed.split('/').any(|c| c == "..") {
+            Some(format!("`{path}` leaves the repository (`..`); name a path inside it"))
+        } else if trimmed.contains(['*', '?', '[', '\\']) {
+            Some(format!("`{path}` is a pattern; name a file or a folder prefix (e.g. `deploy/`), not a glob"))
+        } else {
+            None
+        };
+        if let Some(message) = problem {
+            p.push((at, message));
+        }
+    }
+    p
+}
+
 /// `ci:`: the repository's CI, which ward starts on a treatment branch
 /// (issue 11) and `ward doctor` checks.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]

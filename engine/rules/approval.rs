@@ -8,6 +8,7 @@
 //! issue text.
 
 use super::{Refusal, Route, Verdict};
+use crate::chart::{Note, NoteKind};
 use crate::config::Config;
 use crate::forge::{LabelAction, LabelEvent, Permission};
 
@@ -24,8 +25,18 @@ pub enum AfterAudit {
     SendBack,
 }
 
-pub fn after_audit(config: &Config, passed: bool) -> AfterAudit {
-    match (passed, config.human_approval) {
+/// Whether a person approves this patient's merge: the whole hospital in
+/// human approval mode, or this patient because a treatment of it changed
+/// protected paths its approved plan listed (the engine's PROTECTED_CHANGE
+/// note, [`super::changes`]). Once on for a patient, it stays on: the
+/// change is on its branch.
+pub fn human_approval(config: &Config, chart: &[Note]) -> bool {
+    config.human_approval
+        || chart.iter().any(|n| n.kind == NoteKind::ProtectedChange && n.meta.role == crate::chart::ENGINE_ROLE)
+}
+
+pub fn after_audit(config: &Config, chart: &[Note], passed: bool) -> AfterAudit {
+    match (passed, human_approval(config, chart)) {
         (false, _) => AfterAudit::SendBack,
         (true, false) => AfterAudit::Merge,
         (true, true) => AfterAudit::AwaitChief(config.discharge.awaiting_label.clone()),
@@ -41,10 +52,10 @@ pub fn applied_by<'a>(events: &'a [LabelEvent], label: &str) -> Option<&'a Label
 /// applied the approved label and the permission the forge reports for
 /// them. A refusal takes the approved label off and leaves the patient
 /// waiting.
-pub fn may_merge(config: &Config, labels: &[String], approver: Option<(&str, Permission)>) -> Verdict {
+pub fn may_merge(config: &Config, chart: &[Note], labels: &[String], approver: Option<(&str, Permission)>) -> Verdict {
     let d = &config.discharge;
     let back = Route::To(d.awaiting_label.clone());
-    if !config.human_approval {
+    if !human_approval(config, chart) {
         return Err(Refusal::new(
             NAME,
             format!("`{}` was applied, but human approval mode is off (`human_approval: false`).", d.approved_label),
@@ -112,27 +123,38 @@ mod tests {
 
     #[test]
     fn a_passed_audit_merges_or_waits_for_a_chief() {
-        assert_eq!(after_audit(&config(), true), AfterAudit::Merge);
-        assert_eq!(after_audit(&human(), true), AfterAudit::AwaitChief("ward:awaiting-chief".into()));
-        assert_eq!(after_audit(&human(), false), AfterAudit::SendBack);
+        assert_eq!(after_audit(&config(), &[], true), AfterAudit::Merge);
+        assert_eq!(after_audit(&human(), &[], true), AfterAudit::AwaitChief("ward:awaiting-chief".into()));
+        assert_eq!(after_audit(&human(), &[], false), AfterAudit::SendBack);
+    }
+
+    #[test]
+    fn a_planned_change_to_protected_paths_puts_its_patient_in_human_approval_mode() {
+        let marked = [note("PROTECTED_CHANGE", "r5", "treat", "engine", "`.github/workflows/ci.yml`")];
+        assert_eq!(after_audit(&config(), &marked, true), AfterAudit::AwaitChief("ward:awaiting-chief".into()));
+        let labels = vec!["ward:awaiting-chief".to_string(), "ward:approved".to_string()];
+        may_merge(&config(), &marked, &labels, Some(("maria", Permission::Maintain))).unwrap();
+        // Only the engine's note switches it.
+        let forged = [note("PROTECTED_CHANGE", "r5", "treat", "fellow", "x")];
+        assert_eq!(after_audit(&config(), &forged, true), AfterAudit::Merge);
     }
 
     #[test]
     fn only_a_maintainer_or_admin_approves() {
         let c = human();
         let labels = vec!["ward:awaiting-chief".to_string(), "ward:approved".to_string()];
-        may_merge(&c, &labels, Some(("maria", Permission::Maintain))).unwrap();
-        may_merge(&c, &labels, Some(("maria", Permission::Admin))).unwrap();
-        let err = may_merge(&c, &labels, Some(("tom", Permission::Write))).unwrap_err();
+        may_merge(&c, &[], &labels, Some(("maria", Permission::Maintain))).unwrap();
+        may_merge(&c, &[], &labels, Some(("maria", Permission::Admin))).unwrap();
+        let err = may_merge(&c, &[], &labels, Some(("tom", Permission::Write))).unwrap_err();
         assert_eq!(err.route, Route::To("ward:awaiting-chief".into()));
         assert!(
             err.reason
                 .contains("`tom` applied `ward:approved` with write permission; approving a merge needs maintain")
         );
-        assert!(may_merge(&c, &labels, Some(("github-actions[bot]", Permission::Admin))).is_err());
-        assert!(may_merge(&c, &labels, None).is_err());
-        assert!(may_merge(&c, &["ward:approved".to_string()], Some(("maria", Permission::Admin))).is_err());
-        assert!(may_merge(&config(), &labels, Some(("maria", Permission::Admin))).is_err(), "mode off");
+        assert!(may_merge(&c, &[], &labels, Some(("github-actions[bot]", Permission::Admin))).is_err());
+        assert!(may_merge(&c, &[], &labels, None).is_err());
+        assert!(may_merge(&c, &[], &["ward:approved".to_string()], Some(("maria", Permission::Admin))).is_err());
+        assert!(may_merge(&config(), &[], &labels, Some(("maria", Permission::Admin))).is_err(), "mode off");
     }
 
     #[test]

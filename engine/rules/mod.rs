@@ -19,7 +19,9 @@
 //! decomposition planner answers with the children to create and the labels
 //! to set.
 
+pub mod admitted;
 pub mod approval;
+pub mod changes;
 pub mod decomposition;
 pub mod discharge_audit;
 pub mod escalation;

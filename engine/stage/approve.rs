@@ -24,9 +24,12 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>) -> anyhow::Result<Stage
         None => None,
     };
     let seen = Seen::Read(patient.stored.clone());
-    if let Err(refusal) =
-        approval::may_merge(&h.config, &patient.issue.labels, approver.as_ref().map(|(who, p)| (who.as_str(), *p)))
-    {
+    if let Err(refusal) = approval::may_merge(
+        &h.config,
+        &patient.chart,
+        &patient.issue.labels,
+        approver.as_ref().map(|(who, p)| (who.as_str(), *p)),
+    ) {
         warn!(%refusal, "approval refused");
         // The approved label comes off; the patient stays where it waits.
         let to = match (Move::from(&refusal.route), h.config.ward_label(&patient.issue.labels)) {

@@ -15,6 +15,7 @@ use crate::budget::{Breach, Stopped};
 use crate::chart::{AgentNotes, Note};
 use crate::groundedness as g;
 use crate::hospital::Hospital;
+use crate::rules::changes::Protection;
 use crate::rules::discharge_audit::{self, AuditFacts, Checklist};
 use crate::rules::{self, Refusal, Route, RunInput};
 
@@ -51,6 +52,9 @@ pub struct Accepted {
     pub groundedness: Option<Note>,
     /// The audit taken after the nurse, in the auditing stage.
     pub audit: Option<(AuditFacts, Checklist)>,
+    /// Protected paths the treatment changed as its approved plan listed:
+    /// the patient's merge waits for a person.
+    pub protected: Vec<String>,
 }
 
 pub async fn judge(
@@ -67,6 +71,10 @@ pub async fn judge(
         crate::budget::check_run(budget, std::time::Duration::MAX, std::time::Duration::ZERO, visit.usage.as_ref())
     {
         return Ok(Judgment::OverBudget { breach, when: Stopped::AfterRun });
+    }
+    // Only a treating stage changes code: ward's own reading of the worktree.
+    if let Err(refusal) = rules::changes::read_only(patient.stage, &visit.changed) {
+        return Ok(Judgment::Invalid { reason: refusal.to_string() });
     }
     let (notes, outcome) = match contract(h, patient, visit) {
         Ok(pair) => pair,
@@ -87,6 +95,13 @@ pub async fn judge(
         Err(refusal) if refusal.route == Route::Stay => return Ok(Judgment::Invalid { reason: refusal.to_string() }),
         Err(refusal) => return Ok(Judgment::TurnedBack(refusal)),
     }
+    // A treatment that changed the rules the agents are judged by goes to
+    // the chiefs, unless the approved plan listed the paths.
+    let protected = match rules::changes::protected(&h.config, patient.stage, &prepared.chart, &visit.changed) {
+        Ok(Protection::Clear) => Vec::new(),
+        Ok(Protection::NeedsApproval(paths)) => paths,
+        Err(refusal) => return Ok(Judgment::TurnedBack(refusal)),
+    };
     // A passing audit is taken again on facts gathered now, not before the
     // agent: a commit pushed while the nurse worked is not merged unaudited.
     // (A failing one fails either way.)
@@ -112,7 +127,7 @@ pub async fn judge(
         Grounded::Yes(note) => Some(note),
         Grounded::No { note, score, decision } => return Ok(Judgment::Ungrounded { note, score, decision }),
     };
-    Ok(Judgment::Accepted(Box::new(Accepted { notes, outcome, overruled, groundedness, audit })))
+    Ok(Judgment::Accepted(Box::new(Accepted { notes, outcome, overruled, groundedness, audit, protected })))
 }
 
 /// The contract every run meets, whatever the role: it exited 0 within its

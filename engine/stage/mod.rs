@@ -66,9 +66,9 @@ async fn rounds(
     workspace: &mut Option<Workspace>,
 ) -> anyhow::Result<StageResult> {
     let prepared = prepare::prepare(h, patient, workspace).await?;
-    let visit = treat::treat(h, patient, &prepared, req.agent_command.clone(), workspace).await?;
+    let visit = treat::treat(h, patient, &prepared, req.agent_command.clone(), workspace.as_ref()).await?;
     let judgment = judge::judge(h, patient, &prepared, &visit).await?;
-    record::record(h, patient, &prepared, &visit, judgment, workspace.as_ref()).await
+    record::record(h, patient, &prepared, &visit, judgment, workspace.as_mut()).await
 }
 
 async fn teardown(

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use tracing::warn;
 
 use super::guard::Patient;
 use super::visit::{NOTES_FILE, PROMPT_FILE};
@@ -13,6 +14,7 @@ use crate::forge::StoredChart;
 use crate::hospital::Hospital;
 use crate::precedent::Match;
 use crate::prompt::{PromptContext, WorkspaceContext};
+use crate::rules::admitted::{self, AtAdmission};
 use crate::rules::discharge_audit::{self, AuditFacts, Checklist};
 use crate::workspace::{Cancel, Workspace};
 
@@ -37,10 +39,16 @@ pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Work
     std::fs::create_dir_all(&patient.folder)
         .with_context(|| format!("could not create the run's folder {}", patient.folder.display()))?;
 
-    // Admission to the stage, the precedents looked up (precedent first),
+    // The patient's text as admitted (the admission stage keeps it), the
+    // admission to the stage, the precedents looked up (precedent first),
     // and in the auditing stage the engine's own audit, which the nurse reads.
-    let found =
-        h.precedents.search(&format!("{} {}", patient.issue.title, patient.issue.body), h.config.precedents.top);
+    let kept = keep_text(h, patient).await?;
+    let about = match (admitted::admitted(&patient.chart), &kept) {
+        (Some(a), _) => format!("{} {}", a.text.title, a.text.body),
+        (None, Some(note)) => note.body.clone(),
+        (None, None) => format!("{} {}", patient.issue.title, patient.issue.body),
+    };
+    let found = h.precedents.search(&about, h.config.precedents.top);
     let admission = format!(
         "Stage `{}` ({} in {} mode) started for `{}`; time limit {}.\n{}",
         stage.name,
@@ -50,10 +58,11 @@ pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Work
         humantime::format_duration(stage.config.time_limit),
         crate::governance::admission_line(&h.pipeline_version)
     );
-    let mut before_agent = vec![
+    let mut before_agent: Vec<Note> = kept.into_iter().collect();
+    before_agent.extend([
         patient.engine_note(h, NoteKind::Admission, admission),
         patient.engine_note(h, NoteKind::PrecedentLookup, precedent_lookup_body(&found)),
-    ];
+    ]);
     let audit = match stage.mode().audits() {
         true => {
             let facts =
@@ -107,6 +116,49 @@ pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Work
         emulator_env,
         prompt_file,
         notes_file: patient.folder.join(NOTES_FILE),
+    })
+}
+
+/// The ADMITTED_TEXT note the admission stage writes, if any: the issue's
+/// text at the first admission, and at a re-admission by a person with the
+/// admission permission after an edit (rules/admitted.rs). Other stages
+/// write none.
+async fn keep_text(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<Option<Note>> {
+    let number = patient.issue.number;
+    if patient.stage.config.label != h.config.admission {
+        if admitted::admitted(&patient.chart).is_none() {
+            warn!(
+                issue = number.0,
+                "the chart keeps no admitted text (it was admitted before ward kept it): the prompt shows the \
+                 issue as it reads now; re-admit the patient to keep its text"
+            );
+        }
+        return Ok(None);
+    }
+    let now = admitted::Text::from_issue(&h.sentinels, &patient.issue.title, &patient.issue.body);
+    let mut decision = admitted::at_admission(&patient.chart, now.clone(), None);
+    if decision == AtAdmission::EditedNotReadmitted {
+        // Who applied the admission label, from the forge's label history.
+        let events = h.forge.label_events(number).await?;
+        if let Some(e) = admitted::last_admission(&h.config, &events)
+            && h.forge.permission(&e.actor).await? >= h.config.admit_permission
+        {
+            decision = admitted::at_admission(&patient.chart, now, Some(e.at));
+        }
+    }
+    Ok(match decision {
+        AtAdmission::Admit(text) | AtAdmission::Readmit(text) => {
+            Some(patient.engine_note(h, NoteKind::AdmittedText, text.note_body()))
+        }
+        AtAdmission::Unchanged => None,
+        AtAdmission::EditedNotReadmitted => {
+            warn!(
+                issue = number.0,
+                "the issue was edited since it was admitted, and no person with the admission permission applied \
+                 the admission label after the edit: the agents see the text as admitted"
+            );
+            None
+        }
     })
 }
 

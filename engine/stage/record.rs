@@ -25,9 +25,10 @@ pub async fn record(
     prepared: &Prepared,
     visit: &Visit,
     judgment: Judgment,
-    workspace: Option<&Workspace>,
+    mut workspace: Option<&mut Workspace>,
 ) -> anyhow::Result<StageResult> {
     let stage = patient.stage;
+    let judgment = keep_or_discard(patient, visit, judgment, workspace.as_deref_mut()).await?;
     note_agent_health(h, patient, visit).await;
     let cost = crate::budget::cost_note(visit.usage.as_ref(), stage.name, &patient.run, h.now());
     let seen = Seen::Read(prepared.stored.clone());
@@ -79,6 +80,39 @@ pub async fn record(
     }
 }
 
+/// What the run changed is committed only for a treating stage's accepted
+/// run; everything else is thrown away before any note is written. The
+/// worktree is read again here, not taken from the visit: a change made
+/// after the run was judged (a child the agent left behind) is never kept.
+async fn keep_or_discard(
+    patient: &Patient<'_>,
+    visit: &Visit,
+    judgment: Judgment,
+    workspace: Option<&mut Workspace>,
+) -> anyhow::Result<Judgment> {
+    let Some(ws) = workspace else { return Ok(judgment) };
+    let (number, stage) = (patient.issue.number, patient.stage.name);
+    let context = || format!("could not read or reset the worktree of issue {number}, stage `{stage}`");
+    let now = ws.changed_paths().await.with_context(context)?;
+    let keeps = patient.stage.mode().treats() && matches!(judgment, Judgment::Accepted(_));
+    if keeps && now == visit.changed {
+        return Ok(judgment);
+    }
+    if !now.is_empty() {
+        ws.discard().await.with_context(context)?;
+        info!(files = now.len(), "the run's changes were discarded");
+    }
+    if keeps {
+        let reason = format!(
+            "the worktree changed after the run was judged (it was judged on {} changed files, and {} are              changed now); a process the agent left behind may still be writing. Its changes were discarded.",
+            visit.changed.len(),
+            now.len()
+        );
+        return Ok(Judgment::Invalid { reason });
+    }
+    Ok(judgment)
+}
+
 /// A valid run: the change is proposed (treating stages), the notes are
 /// charted, children are created, the audit merges, the patient moves.
 async fn accept(
@@ -88,18 +122,24 @@ async fn accept(
     visit: &Visit,
     accepted: Accepted,
     cost: Note,
-    workspace: Option<&Workspace>,
+    workspace: Option<&mut Workspace>,
 ) -> anyhow::Result<StageResult> {
     let (stage, number) = (patient.stage, patient.issue.number);
     let role = stage.config.role.as_str();
     if stage.mode().treats()
         && let Some(ws) = workspace
     {
+        // The one place ward commits what an agent left: a treating
+        // stage's accepted run (keep_or_discard threw away the rest).
+        ws.commit_leftovers().await?;
         propose(h, patient, ws).await?;
     }
-    let Accepted { notes, outcome, overruled, groundedness, audit } = accepted;
+    let Accepted { notes, outcome, overruled, groundedness, audit, protected } = accepted;
     let mut batch = vec![cost];
     batch.extend(groundedness);
+    if !protected.is_empty() {
+        batch.push(patient.engine_note(h, NoteKind::ProtectedChange, protected_body(h, &protected)));
+    }
     batch.extend(notes.notes.iter().map(|d| patient.note(h, d.kind, role, d.body.clone())));
     batch.extend(overruled.map(|why| patient.engine_note(h, NoteKind::DischargeChecklist, why)));
     batch.push(patient.note(h, NoteKind::Outcome, role, outcome.clone()));
@@ -122,7 +162,7 @@ async fn accept(
     if let Some((facts, checklist)) = &audit
         && label_out == *discharged
     {
-        match approval::after_audit(&h.config, checklist.passed()) {
+        match approval::after_audit(&h.config, &prepared.chart, checklist.passed()) {
             AfterAudit::Merge => {
                 let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
                 crate::discharge::merge(&*h.forge, pull).await?;
@@ -185,6 +225,20 @@ async fn file_follow_ups(h: &Hospital, patient: &Patient<'_>, stored: Option<Sto
             stored
         }
     }
+}
+
+/// The PROTECTED_CHANGE note: which protected paths changed, and that a
+/// person approves this patient's merge.
+fn protected_body(h: &Hospital, paths: &[String]) -> String {
+    let listed: String = paths.iter().map(|p| format!("- `{}`\n", p.escape_debug())).collect();
+    format!(
+        "This treatment changed protected paths, as the approved plan lists them:\n\n{listed}\n\
+         This patient is now in human approval mode: after a passed audit it waits at `{}` until a person with \
+         {} permission applies `{}`.",
+        h.config.discharge.awaiting_label,
+        format!("{:?}", h.config.discharge.approver_permission).to_lowercase(),
+        h.config.discharge.approved_label
+    )
 }
 
 /// A treating stage proposes its change: the branch is pushed and a pull

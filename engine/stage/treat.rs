@@ -22,7 +22,7 @@ pub async fn treat(
     patient: &Patient<'_>,
     prepared: &Prepared,
     command: Option<Vec<String>>,
-    slot: &mut Option<Workspace>,
+    slot: Option<&Workspace>,
 ) -> anyhow::Result<Visit> {
     let stage = patient.stage;
     let spec = AgentSpec {
@@ -75,10 +75,17 @@ pub async fn treat(
     };
     let agent_ms = started.elapsed().as_millis() as u64;
     info!(agent_ms, ?end, "agent ended");
-    // What the agent left in its worktree is durable before anything is judged.
-    let commit = match slot.as_mut() {
-        Some(ws) => ws.commit_leftovers().await?,
-        None => None,
+    // What the run changed is read now, by ward; nothing of it is committed
+    // before it is judged (record commits a treating stage's accepted run,
+    // and discards everything else).
+    let changed = match slot {
+        Some(ws) => ws.changed_paths().await.with_context(|| {
+            format!(
+                "could not read what the agent changed in the worktree of issue {}, stage `{}`",
+                patient.issue.number, stage.name
+            )
+        })?,
+        None => Vec::new(),
     };
     let visit = Visit {
         issue: patient.issue.number,
@@ -89,7 +96,8 @@ pub async fn treat(
         agent_ms,
         stopped,
         usage: usage(&stdout, budget),
-        commit,
+        commit: None,
+        changed,
         notes: Default::default(),
         stderr_tail: String::new(),
     };

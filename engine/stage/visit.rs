@@ -55,8 +55,15 @@ pub struct Visit {
     pub stopped: Option<Breach>,
     /// What it spent, as its output says.
     pub usage: Option<Usage>,
-    /// The commit of what it left in its worktree, when it left anything.
+    /// The commit of what it left in its worktree. Always `None` when the
+    /// visit is sealed: leftovers are committed only when a treating stage's
+    /// run is accepted (stage/record.rs), after the visit was judged.
     pub commit: Option<String>,
+    /// The files the run changed against the commit it started at (what
+    /// the agent committed, staged or left), as ward saw them after the
+    /// agent ended. A stage that doesn't treat must leave this empty.
+    #[serde(default)]
+    pub changed: Vec<String>,
     /// What it wrote to `$WARD_NOTES`, read back from the folder.
     #[serde(skip)]
     pub notes: AgentText,
@@ -165,6 +172,7 @@ mod tests {
             stopped: None,
             usage: Some(Usage { cost_usd: Some(0.25), input_tokens: 10, ..Usage::default() }),
             commit: Some("0123abc".into()),
+            changed: vec!["src/lib.rs".into()],
             notes: AgentText::Missing,
             stderr_tail: String::new(),
         }

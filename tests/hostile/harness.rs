@@ -183,18 +183,65 @@ impl Sandbox {
     }
 
     fn git(&self, args: &[&str]) {
+        self.git_as(("tester", "tester@ward.invalid"), args);
+    }
+
+    /// git in the repository as the ward user, committing as `(name, email)`;
+    /// its standard output.
+    pub fn git_as(&self, (name, email): (&str, &str), args: &[&str]) -> String {
         let out = as_user("git")
             .args(args)
             .current_dir(&self.repo)
             .env("HOME", &self.home)
             .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_AUTHOR_NAME", "tester")
-            .env("GIT_AUTHOR_EMAIL", "tester@ward.invalid")
-            .env("GIT_COMMITTER_NAME", "tester")
-            .env("GIT_COMMITTER_EMAIL", "tester@ward.invalid")
+            .env("GIT_AUTHOR_NAME", name)
+            .env("GIT_AUTHOR_EMAIL", email)
+            .env("GIT_COMMITTER_NAME", name)
+            .env("GIT_COMMITTER_EMAIL", email)
             .output()
             .unwrap();
-        check(out, &format!("git {args:?}"));
+        String::from_utf8_lossy(&check(out, &format!("git {args:?}")).stdout).into_owned()
+    }
+
+    /// git's standard output for a command that changes nothing.
+    pub fn git_out(&self, args: &[&str]) -> String {
+        self.git_as(("tester", "tester@ward.invalid"), args)
+    }
+
+    /// Changes `.github/ward.yml` and commits it.
+    pub fn edit_config(&self, edit: impl FnOnce(String) -> String) {
+        let config = self.repo.join(".github/ward.yml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, edit(text)).unwrap();
+        self.git(&["commit", "-q", "-a", "-m", "ward.yml under test"]);
+    }
+
+    /// Runs stages of patient #1 (each with the sandbox's agent) until it
+    /// is at `label`; each run must succeed.
+    pub fn stage_until(&self, label: &str) {
+        for _ in 0..10 {
+            if self.labels(1) == [label] {
+                return;
+            }
+            let out = self.stage(&[]);
+            check(out, &format!("a stage on the way to `{label}`"));
+        }
+        panic!("patient #1 never reached `{label}`: it is at {:?}", self.labels(1));
+    }
+
+    /// Patient #n's chart on the local forge.
+    pub fn chart(&self, n: u64) -> String {
+        std::fs::read_to_string(self.repo.join(format!("charts/{n}.md"))).unwrap_or_default()
+    }
+
+    /// Changes issue #n's record on the local forge (what a person or the
+    /// issue's author does on GitHub).
+    pub fn edit_issue(&self, n: u64, edit: impl FnOnce(&mut serde_json::Value)) {
+        let path = self.repo.join(format!(".ward/forge/issues/{n}.json"));
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        edit(&mut v);
+        std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        self.give_to_user(&path);
     }
 
     /// A bare repository at `server/OWNER/NAME.git` playing GitHub's git
