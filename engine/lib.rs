@@ -26,4 +26,5 @@ pub mod simulate;
 pub mod stage;
 pub mod sweep;
 pub mod transfer;
+pub mod untrusted;
 pub mod workspace;
