@@ -111,8 +111,8 @@ pub fn check_trigger(trigger: &Trigger, config: &Config) -> Result<Check, GuardE
             decided(Admission::Refuse {
                 issue,
                 reason: format!(
-                    "@{actor} applied `{label}`, but only ward moves a patient between stages; a person admits a \
-                     patient with `{admission}`. To re-run a stage, run the ward-stage workflow by hand with the \
+                    "@{actor} applied `{label}`, but only ward moves a patient between stages, so ward takes the \
+                     label off; a person admits a patient with `{admission}`. To re-run a stage, run the ward-stage workflow by hand with the \
                      inputs `issue` and `stage`.",
                     actor = trigger.actor,
                     admission = config.admission,
@@ -133,7 +133,7 @@ pub fn decide_with_permission(trigger: &Trigger, config: &Config, have: Permissi
             issue,
             reason: format!(
                 "@{actor} has `{have}` access to this repository; admitting a patient with `{label}` needs at least \
-                 `{needed}`. Ask a maintainer to apply the label.",
+                 `{needed}`, so ward takes the label off. Ask a maintainer to apply it.",
                 actor = trigger.actor,
                 have = permission_name(have),
                 needed = permission_name(config.admit_permission),
@@ -170,8 +170,35 @@ pub async fn admit(forge: &dyn Forge, trigger: &Trigger, config: &Config) -> any
             .add_comment(*issue, &refusal_comment(reason))
             .await
             .with_context(|| format!("could not tell {issue} why its stage was refused"))?;
+        if let Some(label) = &trigger.label {
+            take_back(forge, *issue, label, &trigger.actor).await?;
+        }
     }
     Ok(admission)
+}
+
+/// Removes the ward label a person applied and ward refused, so that
+/// nothing (the charge nurse's sweep above all) later takes it for a place
+/// the patient was moved to. Only while the label's last application is
+/// still that person's: a label the engine applied since stays.
+async fn take_back(forge: &dyn Forge, issue: IssueNumber, label: &str, actor: &str) -> anyhow::Result<()> {
+    let events =
+        forge.label_events(issue).await.with_context(|| format!("could not read the label events of {issue}"))?;
+    let last = events.iter().rev().find(|e| e.label == label && e.action == crate::forge::LabelAction::Added);
+    if last.is_none_or(|e| e.actor != actor) {
+        return Ok(());
+    }
+    let current = forge.issue(issue).await.with_context(|| format!("could not read {issue}"))?;
+    if !current.labels.iter().any(|l| l == label) {
+        return Ok(());
+    }
+    let kept: Vec<String> = current.labels.into_iter().filter(|l| l != label).collect();
+    forge
+        .set_labels(issue, &kept)
+        .await
+        .with_context(|| format!("could not remove the refused label `{label}` from {issue}"))?;
+    tracing::info!(issue = issue.0, label, actor, "refused label removed");
+    Ok(())
 }
 
 /// The comment posted on a refused issue.
@@ -482,7 +509,7 @@ mod tests {
         insta::assert_snapshot!(refusal_comment(&reason), @r"
         **ward** did not start a stage.
 
-        @mallory applied `ward:treat`, but only ward moves a patient between stages; a person admits a patient with `ward:admit`. To re-run a stage, run the ward-stage workflow by hand with the inputs `issue` and `stage`.
+        @mallory applied `ward:treat`, but only ward moves a patient between stages, so ward takes the label off; a person admits a patient with `ward:admit`. To re-run a stage, run the ward-stage workflow by hand with the inputs `issue` and `stage`.
         ");
     }
 
@@ -499,7 +526,7 @@ mod tests {
         let Admission::Refuse { reason, .. } = decide_with_permission(&t, &c, Permission::Read) else {
             panic!("read is below triage");
         };
-        insta::assert_snapshot!(reason, @"@alice has `read` access to this repository; admitting a patient with `ward:admit` needs at least `triage`. Ask a maintainer to apply the label.");
+        insta::assert_snapshot!(reason, @"@alice has `read` access to this repository; admitting a patient with `ward:admit` needs at least `triage`, so ward takes the label off. Ask a maintainer to apply it.");
     }
 
     #[test]

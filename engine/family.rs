@@ -12,7 +12,7 @@ use tracing::info;
 
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen, Sentinels};
 use crate::config::{AUDIT_PASSED, Config};
-use crate::forge::{Forge, Issue, IssueNumber};
+use crate::forge::{Forge, Issue, IssueNumber, IssueState, LabelAction, PullState};
 use crate::rules::DependencyFact;
 use crate::rules::decomposition::{self, Child, Sibling};
 use crate::transfer::{Move, transfer};
@@ -36,9 +36,43 @@ async fn chart_text(forge: &dyn Forge, n: IssueNumber) -> anyhow::Result<Option<
     Ok(forge.read_chart(n).await.with_context(|| format!("could not read the chart of {n}"))?.map(|c| c.text))
 }
 
-async fn siblings(forge: &dyn Forge, parent: IssueNumber) -> anyhow::Result<BTreeMap<String, Sibling>> {
+/// The children of `parent` that exist. A child counts as discharged (it
+/// keeps the discharged label here) only on the forge's facts: its issue
+/// is closed, and its pull request was merged or the engine itself applied
+/// the label. The label alone is a claim anyone with triage can make.
+async fn siblings(
+    forge: &dyn Forge,
+    config: &Config,
+    parent: IssueNumber,
+) -> anyhow::Result<BTreeMap<String, Sibling>> {
     let issues = forge.all_issues().await.context("could not list issues to find a parent's children")?;
-    Ok(decomposition::existing_children(parent, &issues, forge.engine_account()))
+    let mut existing = decomposition::existing_children(parent, &issues, forge.engine_account());
+    let label = &config.discharge.discharged_label;
+    for sibling in existing.values_mut().filter(|s| s.labels.contains(label)) {
+        let issue = issues.iter().find(|i| i.number == sibling.number);
+        let closed = issue.is_some_and(|i| i.state == IssueState::Closed);
+        if !(closed && discharged_in_fact(forge, label, sibling.number).await?) {
+            info!(child = sibling.number.0, "carries the discharged label without being discharged; not counted");
+            sibling.labels.retain(|l| l != label);
+        }
+    }
+    Ok(existing)
+}
+
+/// Whether the forge shows `n` discharged: its branch's pull request
+/// merged, or the last time `label` was applied it was by the engine.
+async fn discharged_in_fact(forge: &dyn Forge, label: &str, n: IssueNumber) -> anyhow::Result<bool> {
+    let branch = crate::workspace::worktree::branch_name(n.0);
+    let pull = forge
+        .pull_request_for_branch(&branch)
+        .await
+        .with_context(|| format!("could not read the pull request of {n}"))?;
+    if pull.is_some_and(|p| p.state == PullState::Merged) {
+        return Ok(true);
+    }
+    let events = forge.label_events(n).await.with_context(|| format!("could not read the label events of {n}"))?;
+    let applied = events.iter().rev().find(|e| e.label == label && e.action == LabelAction::Added);
+    Ok(applied.is_some_and(|e| e.actor == forge.engine_account()))
 }
 
 /// How many trusted parent links lead up from `issue` (0: admitted by a person).
@@ -67,7 +101,7 @@ pub async fn dependencies(
     let Some(children) = declared_children(sentinels, chart_text(forge, marker.parent).await?.as_deref())? else {
         return Ok(Vec::new());
     };
-    let existing = siblings(forge, marker.parent).await?;
+    let existing = siblings(forge, config, marker.parent).await?;
     Ok(decomposition::dependency_facts(config, &children, &marker.key, &existing))
 }
 
@@ -81,7 +115,7 @@ pub async fn create_children(
     parent: IssueNumber,
     children: &[Child],
 ) -> anyhow::Result<Vec<IssueNumber>> {
-    let mut existing = siblings(forge, parent).await?;
+    let mut existing = siblings(forge, config, parent).await?;
     let mut created = Vec::new();
     while let Some((key, new)) = decomposition::next_to_create(config, parent, children, &existing) {
         let starts = new.labels.contains(&config.admission);
@@ -115,7 +149,7 @@ pub async fn release(
         let parent = marker.parent;
         let chart = chart_text(forge, parent).await?;
         let Some(children) = declared_children(&sentinels, chart.as_deref())? else { break };
-        let existing = siblings(forge, parent).await?;
+        let existing = siblings(forge, config, parent).await?;
         let plan = decomposition::after_discharge(config, &children, &existing);
         for n in &plan.unblock {
             moved.push(unblock(forge, config, *n).await?);
@@ -175,7 +209,7 @@ pub async fn repair(
         let Some(children) = declared_children(&sentinels, chart_text(forge, parent.number).await?.as_deref())? else {
             continue;
         };
-        let existing = siblings(forge, parent.number).await?;
+        let existing = siblings(forge, config, parent.number).await?;
         if !decomposition::after_discharge(config, &children, &existing).parent_done {
             continue;
         }

@@ -28,4 +28,5 @@ pub mod simulate;
 pub mod stage;
 pub mod sweep;
 pub mod transfer;
+pub mod untrusted;
 pub mod workspace;

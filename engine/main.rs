@@ -12,14 +12,14 @@ fn main() -> ExitCode {
     let sealed = match ward::secrets::seal() {
         Ok(sealed) => sealed,
         Err(err) => {
-            eprintln!("error: {err}");
+            eprintln!("error: {}", ward::untrusted::shown(&err.to_string()));
             return ExitCode::from(1);
         }
     };
     let cli = ward::cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WARD_LOG").unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
+        .with_writer(|| Logs(std::io::stderr()))
         .init();
     tracing::debug!(?sealed, "credentials sealed");
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -30,4 +30,20 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(ward::cli::run(cli))
+}
+
+/// stderr for the logs: a log line can carry text from an agent or an
+/// issue, and none of it may start a workflow command in an Actions log.
+struct Logs(std::io::Stderr);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0.write_all(ward::untrusted::no_workflow_commands(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }

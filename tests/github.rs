@@ -653,6 +653,31 @@ async fn a_person_without_triage_is_refused_with_a_comment_and_no_transition() {
     assert_eq!(gh.state().log.len(), calls);
 }
 
+/// Before, the refused label stayed on, and the charge nurse's sweep later
+/// took it for a place ward had moved the patient to and re-triggered it.
+#[tokio::test]
+async fn a_stage_label_a_person_applied_is_refused_and_taken_off_unless_the_engine_applied_it_since() {
+    let gh = FakeGitHub::start().await;
+    gh.state().add_collaborator("alice", "triage");
+    let n = gh.state().add_issue("x", "", "alice", &["ward:diagnose"]);
+    gh.state().label(n, "ward:treat", "alice");
+    let forge = gh.forge();
+    let c = config();
+    let a = actions::admit(&forge, &labeled("ward:treat", "alice", n), &c).await.unwrap();
+    assert!(matches!(a, Admission::Refuse { .. }), "{a:?}");
+    assert_eq!(gh.state().labels_of(n), strings(&["ward:diagnose"]), "the refused label is off, the patient's stays");
+    let comments = gh.state().comments_on(n);
+    assert!(comments[0].contains("so ward takes the label off"), "{}", comments[0]);
+
+    // A late delivery: the engine moved the patient to `ward:treat` after
+    // alice's label; the label is the engine's now, and stays.
+    gh.state().label(n, "ward:treat", "alice");
+    forge.set_labels(IssueNumber(n), &strings(&["ward:plan-review"])).await.unwrap();
+    forge.set_labels(IssueNumber(n), &strings(&["ward:treat"])).await.unwrap();
+    actions::admit(&forge, &labeled("ward:treat", "alice", n), &c).await.unwrap();
+    assert_eq!(gh.state().labels_of(n), strings(&["ward:treat"]));
+}
+
 // ---------------------------------------------------------------------------
 // Conformance: the fake's answers and ward's requests against GitHub's
 // OpenAPI description (the subset in tests/fixtures/github/rest-api/).

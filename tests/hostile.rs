@@ -23,10 +23,11 @@
 //! | a precedent appended under ward's identity          | `ward precedents check` on such a commit     |
 //! | an issue edited after admission (prompt injection)  | `prompt.sh`: the prompts before and after re-admission |
 //! | fsmonitor / insteadOf planted before a fetch        | not yet (needs the bare-repository fetch)    |
-//! | `::stop-commands::` and fake annotations            | not yet (needs output escaping)              |
+//! | `::stop-commands::` and fake annotations            | `commands.sh`: local forge; the Actions runner (tests/workflows.rs) |
 //! | a forged worktree marker; a foreign container       | not yet (needs the reapers' ownership)       |
-//! | a 5 MB note; a 100k-deep YAML note                  | not yet (needs the limits)                   |
-//! | control characters in notes                         | not yet (needs the limits)                   |
+//! | a 5 MB note; a note over the per-note limit         | `notes.sh big`: local forge                  |
+//! | a 100k-deep YAML note                               | unit tests (rules/decomposition.rs, untrusted.rs) |
+//! | control characters in notes                         | `notes.sh controls`: local forge             |
 //! | a child that daemonises and rewrites the visit      | not yet (needs the visit/record jobs)        |
 //! | a child that daemonises and reads the push's env    | not yet (needs a reaper of agent leftovers)  |
 //! | all of the above through the visit and record jobs | not yet (needs the two-job split)            |
@@ -181,6 +182,86 @@ fn ward_is_non_dumpable_and_its_own_environment_never_held_a_credential() {
     }
     s.assert_no_canary(&out);
     s.assert_normal_outcome(&out);
+}
+
+/// The lines a workflow runner would read as commands in `printed`: after
+/// leading whitespace a `::`, or `##[` anywhere; lines end at LF or CR.
+fn workflow_command_lines(printed: &str) -> Vec<&str> {
+    printed.split(['\n', '\r']).filter(|l| l.trim_start().starts_with("::") || l.contains("##[")).collect()
+}
+
+/// Before the escaping, ward quoted the agent's stderr verbatim on stdout:
+/// the runner masked `ward`, stopped reading commands and showed the
+/// forged annotations (this test then failed on every assertion below).
+#[test]
+fn workflow_commands_the_agent_prints_are_shown_never_obeyed() {
+    let s = Sandbox::new();
+    s.agent("commands", &[], &[]);
+    let out = s.stage(&[]);
+    assert!(s.loot().contains("commands printed by"), "the attack did not run: {}", s.loot());
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "an invalid run: {stdout}\n{stderr}");
+    assert!(stdout.contains("\\::stop-commands::hostile-token"), "quoted, visibly: {stdout}");
+    assert!(stdout.contains("#\\#[error]old form"), "{stdout}");
+    let printed = format!("{stdout}{stderr}");
+    assert_eq!(workflow_command_lines(&printed), Vec::<&str>::new(), "{printed}");
+    let mut runner = support::actions::step::Commands::default();
+    let log = runner.process(&printed);
+    assert!(runner.annotations.is_empty() && runner.masks.is_empty() && runner.outputs.is_empty(), "{runner:?}");
+    assert!(log.contains("ward"), "nothing masked");
+    assert_eq!(s.labels(1), ["ward:admit"], "the label did not move");
+    let chart = s.ward_cmd(&["chart", "show", "1"], &[]).output().unwrap();
+    let chart = String::from_utf8_lossy(&chart.stdout).into_owned();
+    assert!(chart.contains("<!-- WARD:REFUSAL "), "{chart}");
+    assert_eq!(workflow_command_lines(&chart), Vec::<&str>::new(), "`ward chart show` escapes them too:\n{chart}");
+    s.assert_no_canary(&out);
+}
+
+/// A note over the per-note limit is refused whole (nothing of it reaches
+/// the chart); a 5 MB notes file too. Before the limits, a note of any
+/// size under the file's 512 KiB went into the chart.
+#[test]
+fn an_oversized_note_is_refused_and_the_chart_stays_small() {
+    for (bytes, said) in [
+        ("100000", "over the limit of 65536 bytes per note; write a shorter note"),
+        ("5000000", "over the limit of 524288 bytes; write shorter notes"),
+    ] {
+        let s = Sandbox::new();
+        s.agent("notes", &["big", bytes], &[]);
+        let out = s.stage(&[]);
+        assert!(s.loot().contains("notes: "), "the attack did not run: {}", s.loot());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(said), "{stdout}");
+        assert_eq!(s.labels(1), ["ward:admit"]);
+        let chart = std::fs::read_to_string(s.repo.join("charts/1.md")).unwrap_or_default();
+        assert!(chart.contains("<!-- WARD:REFUSAL ") && chart.contains(said), "{chart}");
+        assert!(chart.len() < 64 * 1024, "{} bytes", chart.len());
+        s.assert_no_canary(&out);
+    }
+}
+
+/// Before, `ward chart show` and `chart notes` printed an agent's escape
+/// sequences raw: a terminal cleared the screen, retitled its window and
+/// showed `exe.png` for `gnp.exe`.
+#[test]
+fn control_characters_in_notes_are_shown_escaped() {
+    let s = Sandbox::new();
+    s.agent("notes", &["controls"], &[]);
+    let out = s.stage(&[]);
+    s.assert_normal_outcome(&out);
+    let raw = std::fs::read_to_string(s.repo.join("charts/1.md")).unwrap();
+    assert!(raw.contains('\u{1b}') && raw.contains('\u{202e}'), "the chart keeps what the agent wrote: {raw}");
+    for args in [&["chart", "show", "1"][..], &["chart", "notes", "1"], &["chart", "notes", "1", "--json"]] {
+        let shown = s.ward_cmd(args, &[]).output().unwrap();
+        assert!(shown.status.success(), "{args:?}: {}", String::from_utf8_lossy(&shown.stderr));
+        let text = String::from_utf8_lossy(&shown.stdout);
+        for hidden in ['\u{1b}', '\u{7}', '\u{202e}', '\u{9b}'] {
+            assert!(!text.contains(hidden), "{args:?} printed {hidden:?} raw:\n{text}");
+        }
+        let escaped = if args.contains(&"--json") { "\\u202egnp.exe" } else { "\\u{202e}gnp.exe" };
+        assert!(text.contains(escaped), "{args:?}:\n{text}");
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -504,6 +504,50 @@ async fn an_interrupted_release_is_repaired() {
     assert_eq!(label_of(&forge, 1), "ward:discharged");
 }
 
+/// Before, the label alone counted: a person with triage labelled `schema`
+/// discharged and its dependents started, unfinished foundation or not.
+#[tokio::test]
+async fn a_discharged_label_a_person_applied_releases_nobody() {
+    let sandbox = Sandbox::new();
+    let (h, forge) = hospital(&sandbox, "reporter");
+    forge
+        .admit(NewIssue { title: "Multi-tenant".into(), body: "x".into(), labels: vec!["ward:admit".into()] })
+        .unwrap();
+    run(
+        &h,
+        &StageRequest {
+            agent_command: Some(script_admission(&sandbox)),
+            ..StageRequest::new(ward::forge::IssueNumber(1))
+        },
+    )
+    .await;
+    let children = decomposition::existing_children(IssueNumber(1), &forge.all_issues().await.unwrap(), ENGINE);
+    let schema = children["schema"].number;
+    let now = chrono::Utc::now();
+    // A person's label, on an open issue and then on a closed one: no pull
+    // request was merged and the engine never applied it.
+    forge.set_labels_as_person(schema, &["ward:discharged".into()]).unwrap();
+    assert!(ward::family::repair(&*forge, &h.config, "sweep-1", now).await.unwrap().is_empty());
+    forge.close_issue(schema).await.unwrap();
+    assert!(ward::family::repair(&*forge, &h.config, "sweep-2", now).await.unwrap().is_empty());
+    let deps = ward::family::dependencies(
+        &*forge,
+        &h.config,
+        &h.sentinels,
+        &forge.issue(children["api"].number).await.unwrap(),
+    )
+    .await
+    .unwrap();
+    assert!(deps.iter().all(|d| !d.discharged), "{deps:?}");
+    assert_eq!(label_of(&forge, children["api"].number.0), "ward:blocked");
+    // The engine's own discharge counts.
+    forge.set_labels(schema, &[]).await.unwrap();
+    forge.set_labels(schema, &["ward:discharged".into()]).await.unwrap();
+    let moved = ward::family::repair(&*forge, &h.config, "sweep-3", now).await.unwrap();
+    assert_eq!(moved.len(), 2, "{moved:?}");
+    assert_eq!(label_of(&forge, children["api"].number.0), "ward:admit");
+}
+
 mod over_github {
     //! The discharge audit over the GitHub forge (the fake GitHub serves
     //! pulls, reviews, commits, check runs, statuses and GraphQL threads).

@@ -740,6 +740,53 @@ async fn stop_commands_suppress_annotations_until_their_token_and_secrets_stay_m
     assert_eq!(refused.annotations[0].message, "Unrecognized named-value: 'secrets'");
 }
 
+/// The hostile agent `tests/hostile/commands.sh` in the shipped stage
+/// workflow: it fails and prints workflow commands on stderr, which ward
+/// quotes. Before the escaping the runner obeyed them: `ward` was masked,
+/// the forged warning and notice were annotations, and `::stop-commands::`
+/// silenced ward's own `::error`. Now the job shows exactly ward's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_workflow_commands_are_shown_as_text_and_wards_own_error_stands() {
+    let gh = FakeGitHub::start().await;
+    let agent = r#"command: ["{ward}", "stand-in"]"#;
+    let _repo = hospital(
+        &gh,
+        &[
+            ("hostile/commands.sh", &ours("tests/hostile/commands.sh")),
+            ("hostile/common.sh", &ours("tests/hostile/common.sh")),
+        ],
+        |c| {
+            assert!(c.contains(agent));
+            c.replace(agent, r#"command: ["sh", "hostile/commands.sh", "{ward}", "/dev/null"]"#)
+        },
+    );
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(5).await;
+
+    let run = runner.runs_of("ward-stage.yml")[0];
+    let job = run.job("stage");
+    let annotations: Vec<(&str, &str)> =
+        job.annotations.iter().map(|a| (a.level.as_str(), a.title.as_deref().unwrap_or(""))).collect();
+    assert_eq!(
+        annotations,
+        [("error", format!("ward: admit of #{n}").as_str()), ("error", "")],
+        "ward's error, then the failed step's; nothing forged:\n{}",
+        job.log()
+    );
+    assert!(job.annotations[0].message.contains("the agent exited with code 1"), "{:?}", job.annotations[0]);
+    let log = job.step("stage").log.clone();
+    assert!(log.contains("\\::stop-commands::hostile-token") && log.contains("\\::add-mask::ward"), "{log}");
+    assert!(log.contains("ward"), "nothing was masked: {log}");
+    assert!(job.step("stage").outputs.get("stage").is_none_or(|s| s != "discharge"), "no output forged");
+    assert_eq!(gh.state().labels_of(n), ["ward:admit"], "an invalid run moves nothing");
+}
+
 // ---------------------------------------------------------------------------
 // Artifacts, caches, and what the runner does not do
 

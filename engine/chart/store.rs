@@ -17,6 +17,12 @@ pub enum ChartStoreError {
     Forge(#[from] ForgeError),
     #[error("the chart of {0} kept changing under us ({CHART_WRITE_ATTEMPTS} attempts); try the run again")]
     Contended(IssueNumber),
+    #[error(
+        "the chart of {issue} would be {size} bytes, over the limit of {limit} bytes; nothing was written \
+         (a chief closes this patient and opens a new issue that links to it)",
+        limit = crate::untrusted::MAX_CHART_BYTES
+    )]
+    Full { issue: IssueNumber, size: usize },
 }
 
 /// What this run knows of a slot before it writes.
@@ -77,19 +83,22 @@ pub async fn modify<T>(
     seen: Seen,
     mut decide: impl FnMut(&[Note]) -> (Vec<Note>, T),
 ) -> Result<(T, Option<StoredChart>), ChartStoreError> {
-    let outcome = modify_slot(forge, issue, seen, |text| {
+    modify_slot(forge, issue, seen, |text| {
         let notes = match text {
-            Some(t) => sentinels.parse_chart(t)?,
+            Some(t) => sentinels.parse_chart(t).map_err(|cause| ChartStoreError::Unreadable { issue, cause })?,
             None => Vec::new(),
         };
         let (new, value) = decide(&notes);
-        Ok(match sentinels.append(issue, text, &new)? {
+        Ok(match sentinels.append(issue, text, &new).map_err(|cause| ChartStoreError::Unreadable { issue, cause })? {
+            // A chart past the limit could not be read back whole.
+            Some(next) if next.len() > crate::untrusted::MAX_CHART_BYTES => {
+                return Err(ChartStoreError::Full { issue, size: next.len() });
+            }
             Some(next) => Edit::Write(next, value),
             None => Edit::Keep(value),
         })
     })
-    .await?;
-    outcome.map_err(|cause: SentinelError| ChartStoreError::Unreadable { issue, cause })
+    .await?
 }
 
 /// Appends `notes` to the patient's chart (see [`modify`]); returns the

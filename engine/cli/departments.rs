@@ -36,7 +36,7 @@ pub async fn sweep(
     }
     let reaper = reaper.as_ref().map(|r| r as &dyn sweep::Reaper);
     let report = sweep::sweep(forge, config, now, &facilities, reaper).await?;
-    print!("{report}");
+    print!("{}", crate::untrusted::shown(&report.to_string()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -69,7 +69,7 @@ pub async fn lockdown_status(forge: &dyn Forge) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(l) => {
-            println!("{l}");
+            println!("{}", crate::untrusted::shown(&l.to_string()));
             Ok(ExitCode::from(3))
         }
     }
@@ -102,7 +102,8 @@ pub async fn report(
     if json {
         println!("{}", serde_json::to_string_pretty(&report::render_json(&r)).unwrap_or_default());
     } else {
-        print!("{markdown}");
+        // Issue titles are people's text: shown escaped.
+        print!("{}", crate::untrusted::shown(&markdown));
     }
     if post {
         let title = format!("ward safety report, {} to {}", from.format("%Y-%m-%d"), to.format("%Y-%m-%d"));

@@ -19,6 +19,7 @@ use crate::precedent::{PrecedentError, PrecedentLog};
 use crate::prompt::Prompts;
 use crate::simulate::ScenarioError;
 use crate::stage::{StageRequest, StageResult};
+use crate::untrusted::shown;
 
 #[derive(Debug, Parser)]
 #[command(name = "ward", version, about = "Runs coding agents through a teaching-hospital pipeline on GitHub issues")]
@@ -170,18 +171,15 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum LockdownCommand {
     /// Declare a lockdown (triage permission).
+    /// Who declares it is who the forge says is acting (the token's user,
+    /// or the event's sender in a workflow run; locally, you): never a name
+    /// given on the command line.
     On {
         #[arg(long)]
         reason: String,
-        /// Who declares it (in Actions, the workflow's actor).
-        #[arg(long, env = "GITHUB_ACTOR")]
-        actor: Option<String>,
     },
-    /// Lift every lockdown (maintain permission).
-    Off {
-        #[arg(long, env = "GITHUB_ACTOR")]
-        actor: Option<String>,
-    },
+    /// Lift every lockdown (maintain permission; the actor as for `on`).
+    Off,
     /// Print the lockdown in force; exit 3 while there is one.
     Status,
 }
@@ -244,9 +242,9 @@ pub async fn run(cli: Cli) -> ExitCode {
     match dispatch(cli).await {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err}");
+            eprintln!("error: {}", shown(&err.to_string()));
             for cause in err.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                eprintln!("  caused by: {}", shown(&cause.to_string()));
             }
             if is_bad_input(&err) { ExitCode::from(2) } else { ExitCode::from(1) }
         }
@@ -319,7 +317,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let h = Hospital::load(&cli.root, forge)?;
             let req = StageRequest { label: label.clone(), ..StageRequest::new(IssueNumber(issue)) };
             let result = crate::stage::run_stage(&h, &req).await?;
-            println!("{}", describe_result(&result));
+            println!("{}", shown(&describe_result(&result)));
             Ok(if result.is_failure() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
         }
         Command::Admit { title, body } => {
@@ -356,16 +354,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             use departments as dept;
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
-            // Who acts: --actor / GITHUB_ACTOR, else the local person (as the local forge records it).
-            let person = |a: &Option<String>| {
-                a.clone()
-                    .or_else(|| std::env::var("USER").ok())
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or_else(|| "local-user".into())
-            };
+            // Who acts is the forge's answer, never a flag: a name anyone
+            // could type would lift a lockdown with someone else's permission.
+            let actor =
+                || async { forge.acting_user().await.context("could not tell who is acting, so nothing was changed") };
             match command {
-                LockdownCommand::On { reason, actor } => dept::lockdown_on(&*forge, reason, &person(actor), None).await,
-                LockdownCommand::Off { actor } => dept::lockdown_off(&*forge, &person(actor), None).await,
+                LockdownCommand::On { reason } => dept::lockdown_on(&*forge, reason, &actor().await?, None).await,
+                LockdownCommand::Off => dept::lockdown_off(&*forge, &actor().await?, None).await,
                 LockdownCommand::Status => dept::lockdown_status(&*forge).await,
             }
         }
@@ -401,11 +396,11 @@ async fn stage_from_event(h: &Hospital, trigger: &crate::event::Trigger, reposit
     })?;
     let result = match run {
         EventRun::Ignored(reason) => {
-            println!("nothing to do: {reason}");
+            println!("nothing to do: {}", shown(&reason));
             return Ok(ExitCode::SUCCESS);
         }
         EventRun::Refused { issue, reason } => {
-            println!("{issue} refused: {reason}");
+            println!("{issue} refused: {}", shown(&reason));
             crate::actions::report_refusal(issue, trigger.label.as_deref(), &reason, repository)?;
             return Ok(ExitCode::SUCCESS);
         }
@@ -414,7 +409,9 @@ async fn stage_from_event(h: &Hospital, trigger: &crate::event::Trigger, reposit
         }
         EventRun::Ran(result) => *result,
     };
-    println!("{}", describe_result(&result));
+    // Reasons quote what agents wrote: shown escaped. The annotation is
+    // ward's own line, and the one workflow command ward prints.
+    println!("{}", shown(&describe_result(&result)));
     if let Some(annotation) = crate::actions::report_to_actions(&result, &h.config, repository)? {
         println!("{annotation}");
     }

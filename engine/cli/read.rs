@@ -8,6 +8,7 @@ use super::{BadInput, ChartCommand, Cli, load_config, open_forge};
 use crate::chart::Sentinels;
 use crate::forge::IssueNumber;
 use crate::precedent::PrecedentLog;
+use crate::untrusted::{escape_controls_json, no_workflow_commands, shown};
 
 /// `ward chart show N` and `ward chart notes N [--kind K] [--json]`.
 pub async fn chart(cli: &Cli, command: &ChartCommand) -> anyhow::Result<ExitCode> {
@@ -20,21 +21,24 @@ pub async fn chart(cli: &Cli, command: &ChartCommand) -> anyhow::Result<ExitCode
         return Err(BadInput(format!("issue {number} has no chart yet in {}", forge.describe())).into());
     };
     match command {
-        ChartCommand::Show { .. } => print!("{}", chart.text),
+        // Notes are what agents and people wrote: control characters and
+        // workflow commands shown escaped, never played.
+        ChartCommand::Show { .. } => print!("{}", shown(&chart.text)),
         ChartCommand::Notes { kind, json, .. } => {
             let notes = sentinels
                 .parse_chart(&chart.text)
                 .map_err(|e| BadInput(format!("the chart of issue {number} is not readable: {e}")))?;
             let picked: Vec<_> = notes.iter().filter(|n| kind.as_ref().is_none_or(|k| n.kind.as_str() == k)).collect();
             if *json {
-                println!("{}", serde_json::to_string_pretty(&picked)?);
+                println!("{}", no_workflow_commands(&escape_controls_json(&serde_json::to_string_pretty(&picked)?)));
             } else {
                 for n in picked {
-                    println!(
-                        "## {} ({} by {}, run {}, {})\n",
+                    let head = format!(
+                        "## {} ({} by {}, run {}, {})",
                         n.kind, n.meta.stage, n.meta.role, n.meta.run, n.meta.at
                     );
-                    println!("{}\n", n.body);
+                    println!("{}\n", shown(&head));
+                    println!("{}\n", shown(&n.body));
                 }
             }
         }
@@ -86,9 +90,10 @@ pub async fn audit(cli: &Cli, issue: IssueNumber, json: bool) -> anyhow::Result<
             .collect();
         let out = serde_json::json!({"issue": issue.0, "pull": checklist.pull, "head": checklist.head,
             "passed": checklist.passed(), "outcome": checklist.outcome(), "items": items});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", no_workflow_commands(&escape_controls_json(&serde_json::to_string_pretty(&out)?)));
     } else {
-        print!("{}", checklist.render());
+        // The checklist names reviewers and quotes CI: shown escaped.
+        print!("{}", shown(&checklist.render()));
     }
     Ok(if checklist.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

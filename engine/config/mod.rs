@@ -203,6 +203,15 @@ impl Config {
         root: Option<&Path>,
         preset: Option<&str>,
     ) -> Result<Self, ConfigErrors> {
+        if let Err(deep) = crate::untrusted::check_yaml_depth(text, crate::untrusted::MAX_YAML_DEPTH) {
+            return Err(ConfigErrors(vec![ConfigError {
+                file: file.to_path_buf(),
+                line: deep.line,
+                column: 1,
+                path: String::new(),
+                message: format!("the file nests deeper than {} levels; flatten it", deep.max),
+            }]));
+        }
         let config: Config = serde_yaml::from_str(text).map_err(|e| {
             let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
             ConfigErrors(vec![ConfigError {
@@ -565,6 +574,38 @@ mod tests {
         assert!(err.to_string().contains("label `ward:treat` starts a stage"), "{err}");
         let line = text.lines().nth(err.0[0].line - 1).unwrap();
         assert!(line.contains("max_depth: 0"), "{line}");
+    }
+
+    #[test]
+    fn the_prompt_inside_a_script_is_refused_and_points_to_the_prompt_file() {
+        let agent = r#"command: ["{ward}", "stand-in"]"#;
+        assert!(SHIPPED.contains(agent));
+        let with = |command: &str| SHIPPED.replace(agent, &format!("command: {command}"));
+        for bad in [
+            r#"["sh", "-c", "my-agent --task \"{prompt}\""]"#,
+            r#"["bash", "-lc", "{prompt}"]"#,
+            r#"["python3", "-c", "print('{prompt}')"]"#,
+            r#"["my-agent", "--task", "fix: {prompt}"]"#,
+        ] {
+            let err = errors_of(&with(bad));
+            assert_eq!(err.0[0].path, "agent.command.2", "{bad}: {err}");
+            assert!(err.to_string().contains("pass `{prompt_file}` instead"), "{err}");
+        }
+        for good in [
+            r#"["my-agent", "--task", "{prompt}"]"#,
+            r#"["my-agent", "--task={prompt}"]"#,
+            r#"["sh", "-c", "exec my-agent < \"$1\"", "sh", "{prompt_file}"]"#,
+        ] {
+            Config::parse(&with(good), Path::new(CONFIG_PATH), None).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+    }
+
+    #[test]
+    fn a_deeply_nested_ward_yml_is_refused_before_it_is_parsed() {
+        let deep = format!("{SHIPPED}\nextra: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let err = errors_of(&deep);
+        assert!(err.to_string().contains("nests deeper than 64 levels; flatten it"), "{err}");
+        assert_eq!(err.0[0].line, SHIPPED.lines().count() + 2, "{err}");
     }
 
     fn errors_of(text: &str) -> ConfigErrors {

@@ -416,6 +416,11 @@ pub(super) fn validate_agent(agent: &AgentConfig) -> Vec<(String, String)> {
     } else if agent.command.first().is_none_or(|program| program.trim().is_empty()) {
         p.push(("agent.command".into(), "must name a program, e.g. [\"{ward}\", \"stand-in\"]".into()));
     }
+    for (i, arg) in agent.command.iter().enumerate() {
+        if let Some(why) = prompt_as_code(&agent.command, i, arg) {
+            p.push((format!("agent.command.{i}"), why));
+        }
+    }
     for (i, name) in agent.pass_env.iter().enumerate() {
         if crate::secrets::is_credential(name) {
             let why = format!("`{name}` is a credential; ward never hands credentials to the agent");
@@ -428,6 +433,33 @@ pub(super) fn validate_agent(agent: &AgentConfig) -> Vec<(String, String)> {
         }
     }
     p
+}
+
+/// Why argument `i` of the agent's command would run the prompt's words as
+/// code: `{prompt}` inside a longer argument (a shell string, `--x "{prompt}"`
+/// in a script), or as the script of `sh -c`, `python -c`, `node -e`.
+/// `{prompt}` alone, or as the value of a flag (`--message={prompt}`), is
+/// data. The prompt holds issue text: its words must never be a program.
+fn prompt_as_code(command: &[String], i: usize, arg: &str) -> Option<String> {
+    if !arg.contains("{prompt}") {
+        return None;
+    }
+    let script = i > 0 && {
+        let flag = &command[i - 1];
+        flag.starts_with('-') && !flag.starts_with("--") && flag.contains(['c', 'e'])
+    };
+    let flag_value =
+        arg.starts_with('-') && arg.ends_with("={prompt}") && !arg[..arg.len() - 9].contains([' ', '$', '`']);
+    if !script && (arg == "{prompt}" || flag_value) {
+        return None;
+    }
+    Some(
+        "`{prompt}` here puts the prompt's words into a script, where issue text would run as code; \
+         pass `{prompt_file}` instead and read the prompt from it, e.g. \
+         [\"sh\", \"-c\", \"exec my-agent < \\\"$1\\\"\", \"sh\", \"{prompt_file}\"], \
+         or give `{prompt}` an argument of its own"
+            .into(),
+    )
 }
 
 /// One stage: its name, label, role, outcomes, required notes, limits.

@@ -400,6 +400,10 @@ impl Forge for LocalForge {
         }
     }
 
+    async fn acting_user(&self) -> ForgeResult<String> {
+        Ok(self.actor.clone())
+    }
+
     async fn read_chart(&self, number: IssueNumber) -> ForgeResult<Option<StoredChart>> {
         let path = self.chart_path(number);
         match fs::read_to_string(&path) {

@@ -244,6 +244,11 @@ pub trait Forge: Send + Sync {
     async fn add_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<()>;
 
     async fn permission(&self, login: &str) -> ForgeResult<Permission>;
+    /// Who is acting through this forge, as the forge itself knows it
+    /// (never a name someone typed): the login the token belongs to, or in
+    /// a workflow run the event's sender; locally, the person whose name
+    /// the local forge records.
+    async fn acting_user(&self) -> ForgeResult<String>;
 
     async fn read_chart(&self, number: IssueNumber) -> ForgeResult<Option<StoredChart>>;
     /// Compare-and-swap: writes only when the stored version is still

@@ -82,6 +82,14 @@ fn yaml_block(body: &str) -> Result<(String, usize), String> {
 /// equals), or every problem found.
 pub fn parse_children(body: &str) -> Result<Vec<Child>, Vec<String>> {
     let (yaml, start) = yaml_block(body).map_err(|e| vec![e])?;
+    // Before the parser: its cost grows with the square of the nesting.
+    crate::untrusted::check_yaml_depth(&yaml, crate::untrusted::MAX_YAML_DEPTH).map_err(|e| {
+        vec![format!(
+            "the children's YAML nests deeper than {} levels (line {} of the note); flatten it",
+            e.max,
+            e.line + start - 1
+        )]
+    })?;
     let children: Vec<Child> = serde_yaml::from_str::<Option<Vec<Child>>>(&yaml)
         .map_err(|e| {
             let at = e.location().map(|l| format!(" (line {} of the note)", l.line() + start - 1)).unwrap_or_default();
@@ -451,6 +459,21 @@ mod tests {
         let children = parse_children(&note_body(&shuffled)).unwrap();
         let keys: Vec<&str> = children.iter().map(|c| c.key.as_str()).collect();
         assert_eq!(keys, vec!["schema", "api", "cli", "docs"]);
+    }
+
+    /// libyaml took 18 s over this; now a line count refuses it first.
+    #[test]
+    fn a_100k_deep_yaml_note_is_refused_with_a_clear_error_before_any_parser() {
+        for deep in [
+            format!("- key: a\n  title: A\n  body: {}{}\n", "[".repeat(100_000), "]".repeat(100_000)),
+            format!("{}x\n", "- ".repeat(100_000)),
+            (0..1_000).map(|i| format!("{}k:\n", " ".repeat(i))).collect(),
+        ] {
+            let err = parse_children(&note_body(&deep)).unwrap_err();
+            assert_eq!(err.len(), 1, "{err:?}");
+            assert!(err[0].starts_with("the children's YAML nests deeper than 64 levels (line "), "{err:?}");
+            assert!(err[0].ends_with("of the note); flatten it"), "{err:?}");
+        }
     }
 
     #[test]

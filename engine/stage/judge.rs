@@ -145,10 +145,10 @@ fn contract(h: &Hospital, patient: &Patient<'_>, visit: &Visit) -> Result<(Agent
             ));
         }
         AgentEnd::Exited(code) => {
-            let tail: Vec<&str> = visit.stderr_tail.lines().collect();
             return Err(format!(
-                "the agent exited with code {code}; last lines of its stderr:\n\n```\n{}\n```",
-                tail[tail.len().saturating_sub(10)..].join("\n")
+                "the agent exited with code {code}; last lines of its stderr (each cut to {} characters):\n\n```\n{}\n```",
+                crate::untrusted::EXCERPT_LINE_CHARS,
+                crate::untrusted::excerpt(&visit.stderr_tail)
             ));
         }
         AgentEnd::Signalled(sig) => return Err(format!("the agent was killed by signal {sig}")),
@@ -164,7 +164,35 @@ fn contract(h: &Hospital, patient: &Patient<'_>, visit: &Visit) -> Result<(Agent
         _ => return Err("the agent wrote no notes to $WARD_NOTES".into()),
     };
     let notes = h.sentinels.parse_agent_notes(text).map_err(|e| format!("$WARD_NOTES {e}"))?;
+    within_limits(patient, &notes)?;
     validate_notes(&h.config, stage, &notes).map(|outcome| (notes, outcome))
+}
+
+/// The size limits: each note, and the chart it would grow (the engine's
+/// reserve kept free, so the REFUSAL of an oversized run still fits).
+fn within_limits(patient: &Patient<'_>, notes: &AgentNotes) -> Result<(), String> {
+    use crate::untrusted::{ENGINE_RESERVE_BYTES, MAX_CHART_BYTES, MAX_NOTE_BYTES};
+    let mut problems = Vec::new();
+    for n in notes.notes.iter().filter(|n| n.body.len() > MAX_NOTE_BYTES) {
+        problems.push(format!(
+            "line {}: the `{}` note is {} bytes, over the limit of {MAX_NOTE_BYTES} bytes per note; write a shorter note",
+            n.line,
+            n.kind,
+            n.body.len()
+        ));
+    }
+    let chart = patient.stored.as_ref().map_or(0, |c| c.text.len());
+    // Each note also gets two sentinel lines of about 120 bytes.
+    let grown = chart + notes.notes.iter().map(|n| n.body.len() + 240).sum::<usize>();
+    let room = MAX_CHART_BYTES - ENGINE_RESERVE_BYTES;
+    if problems.is_empty() && grown > room {
+        problems.push(format!(
+            "the chart of {} would grow to about {grown} bytes, over the {room} bytes its notes may take \
+             (the limit is {MAX_CHART_BYTES}); write shorter notes, or a chief closes this chart and opens a new issue",
+            patient.issue.number
+        ));
+    }
+    if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
 }
 
 /// The notes contract: only the role's kinds, every required kind, one outcome.

@@ -253,6 +253,10 @@ impl<F: Forge> Forge for Counting<F> {
         self.count("permission");
         self.inner.permission(login).await
     }
+    async fn acting_user(&self) -> ForgeResult<String> {
+        self.count("acting_user");
+        self.inner.acting_user().await
+    }
     async fn read_chart(&self, number: IssueNumber) -> ForgeResult<Option<StoredChart>> {
         self.count("read_chart");
         self.inner.read_chart(number).await
@@ -338,6 +342,9 @@ impl Forge for Shared {
     }
     async fn permission(&self, login: &str) -> ForgeResult<Permission> {
         self.0.permission(login).await
+    }
+    async fn acting_user(&self) -> ForgeResult<String> {
+        self.0.acting_user().await
     }
     async fn read_chart(&self, n: IssueNumber) -> ForgeResult<Option<StoredChart>> {
         self.0.read_chart(n).await

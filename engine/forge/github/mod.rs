@@ -406,6 +406,32 @@ impl Forge for GitHubForge {
         }
     }
 
+    async fn acting_user(&self) -> ForgeResult<String> {
+        // In a workflow run the token is the job's or an app's: the person
+        // is the sender of the event the runner wrote (a step cannot set it).
+        if std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true")
+            && let Some(sender) = event_sender()
+        {
+            return Ok(sender);
+        }
+        let action = "find out who the token belongs to (GET /user)".to_string();
+        let call = Call {
+            method: Method::GET,
+            path: "/user".into(),
+            body: None,
+            action: action.clone(),
+            access: Access::Metadata,
+        };
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => {
+                let user: WireUser = reply.json(&action)?;
+                Ok(user.login)
+            }
+            _ => Err(self.refusal(&call, &reply)),
+        }
+    }
+
     async fn read_chart(&self, number: IssueNumber) -> ForgeResult<Option<StoredChart>> {
         let path = Self::chart_path(number);
         let branch = &self.settings.charts_branch;
@@ -568,6 +594,14 @@ impl Forge for GitHubForge {
         call.body = Some(json!({ "merge_method": "squash", "sha": head_sha }));
         self.send_ok(&call).await.map(drop)
     }
+}
+
+/// `sender.login` of the event file the runner wrote (`GITHUB_EVENT_PATH`).
+fn event_sender() -> Option<String> {
+    let path = std::env::var_os("GITHUB_EVENT_PATH")?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let event: serde_json::Value = serde_json::from_str(&text).ok()?;
+    event["sender"]["login"].as_str().filter(|l| !l.is_empty()).map(str::to_string)
 }
 
 #[cfg(test)]

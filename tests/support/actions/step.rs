@@ -56,7 +56,10 @@ impl Commands {
     /// and the returned log has every mask applied.
     pub fn process(&mut self, raw: &str) -> String {
         let mut log = String::new();
-        for line in raw.lines() {
+        // The runner reads lines as .NET's ReadLine does: a CR alone ends one too.
+        let raw = raw.replace("\r\n", "\n");
+        let lines = raw.strip_suffix('\n').unwrap_or(&raw).split(['\n', '\r']).filter(|_| !raw.is_empty());
+        for line in lines {
             let shown = self.line(line);
             if let Some(shown) = shown {
                 log.push_str(&self.mask(&shown));

@@ -68,6 +68,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/repos/{owner}/{repo}/commits/{ref}/status"),
     ("POST", "/repos/{owner}/{repo}/actions/workflows/{workflow_id}/dispatches"),
     ("POST", "/graphql"),
+    ("GET", "/user"),
 ];
 
 /// The permission a route needs: (scope, write). `metadata` is always granted.
@@ -239,6 +240,10 @@ impl State {
     /// GitHub's 403 for a token without the permission the route needs
     /// (a workflow job's `permissions:`, an app's installation permissions).
     fn refuse(&self, method: &Method, template: &str, grant: &Grant) -> Option<Answer> {
+        if template == "/user" {
+            // Anyone authenticated may ask who they are.
+            return None;
+        }
         if template == "/graphql" {
             // The one query the fake answers reads pull requests.
             return (!grant.permissions.allows("pull-requests", false))
@@ -301,6 +306,14 @@ impl State {
     ) -> Answer {
         if template == "/graphql" {
             return self.graphql(body);
+        }
+        if template == "/user" {
+            // As GitHub: a user's token says whose it is; an installation
+            // token (a job's, an app's) is no user.
+            if self.actor.ends_with("[bot]") {
+                return error(403, "Resource not accessible by integration");
+            }
+            return answer(200, json!({ "login": self.actor, "id": 1, "type": "User" }));
         }
         if !self.repo_exists || p.get("owner") != Some(&self.owner) || p.get("repo") != Some(&self.repo) {
             return not_found();
