@@ -10,7 +10,7 @@ use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
 
 use crate::chart::{Note, NoteKind, Sentinels};
-use crate::config::{Config, Stage};
+use crate::config::{Config, Mode, Stage};
 use crate::forge::Issue;
 use crate::precedent::Match;
 
@@ -40,7 +40,11 @@ pub struct PromptContext {
     pub issue: IssueContext,
     pub stage: StageContext,
     pub role: RoleContext,
-    pub notes: Vec<NoteContext>,
+    /// The chart as this role needs it (notes whole, an index of the rest).
+    pub chart: ChartContext,
+    /// Where the agent can read the whole chart (the run's folder), when
+    /// the engine wrote it there.
+    pub chart_file: Option<String>,
     pub handoff: Option<NoteContext>,
     pub precedents: Vec<PrecedentContext>,
     pub workspace: WorkspaceContext,
@@ -136,7 +140,8 @@ impl PromptContext {
                 name: stage.config.role.clone(),
                 writes: role.map(|r| r.writes.clone()).unwrap_or_default(),
             },
-            notes: select_notes(chart),
+            chart: select_notes(chart, stage.mode()),
+            chart_file: None,
             handoff: pending_handoff(chart),
             precedents: found.iter().map(PrecedentContext::from_match).collect(),
             workspace,
@@ -242,56 +247,160 @@ pub fn fence(text: &str, info: &str) -> String {
     format!("{marks}{info}\n{text}\n{marks}")
 }
 
-/// Picks the chart notes a stage needs instead of pasting the whole chart:
-/// the latest triage and decomposition, the latest plan and everything
-/// since it, the latest escalation and refusal. Oldest are dropped first
-/// when the bodies exceed [`NOTES_BUDGET`].
-pub fn select_notes(chart: &[Note]) -> Vec<NoteContext> {
-    let latest_plan = chart.iter().rposition(|n| n.kind == NoteKind::TreatmentPlan || n.kind == NoteKind::RevisedPlan);
+/// The chart as one role sees it: the notes it needs whole, and a
+/// one-line index of the older ones. Its size is bounded whatever the
+/// chart's length: the bodies by [`NOTES_BUDGET`], the index by
+/// [`INDEX_LINES`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ChartContext {
+    /// Whole notes, oldest first.
+    pub notes: Vec<NoteContext>,
+    /// The older notes not shown whole, oldest first, at most [`INDEX_LINES`].
+    pub index: Vec<IndexLine>,
+    /// Notes older still, counted only.
+    pub index_older: usize,
+}
+
+/// One older note: what it is and how its run ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct IndexLine {
+    pub kind: NoteKind,
+    pub stage: String,
+    pub role: String,
+    pub run: String,
+    /// The outcome of the note's run, when it declared one.
+    pub outcome: Option<String>,
+}
+
+/// The latest notes shown whole whatever their kind.
+pub const RECENT_NOTES: usize = 4;
+/// The newest lines of the index that the prompt carries.
+pub const INDEX_LINES: usize = 20;
+/// One note's share of [`NOTES_BUDGET`]: a longer body is cut.
+pub const NOTE_BUDGET: usize = 4 * 1024;
+
+/// Notes the engine writes around every run: they say when and what it
+/// cost, never what the patient needs; the index leaves them out too.
+/// The admitted text is shown fenced as the issue's, never as a note.
+fn bookkeeping(kind: NoteKind) -> bool {
+    matches!(
+        kind,
+        NoteKind::Admission
+            | NoteKind::AdmittedText
+            | NoteKind::PrecedentLookup
+            | NoteKind::Cost
+            | NoteKind::Sweep
+            | NoteKind::FollowUp
+    )
+}
+
+/// The kinds whose latest note (per author) a stage's role needs whole,
+/// beyond the plans, the refusal and the latest notes.
+fn kinds_for(mode: Mode) -> &'static [NoteKind] {
+    use NoteKind::*;
+    match mode {
+        Mode::Triage => &[Triage, Decomposition, Escalation],
+        Mode::Diagnose => &[Triage, Decomposition, PlanReview, IpassHandoff, IpassReadback, Escalation, Groundedness],
+        Mode::Plan => &[Triage, PlanReview, IpassReadback, Escalation],
+        Mode::Treat => &[TreatmentNote, CodeReview, IpassHandoff, IpassReadback, Groundedness],
+        Mode::Consult => &[TreatmentNote, CodeReview, IpassHandoff, IpassReadback, Escalation],
+        Mode::Code => &[TreatmentNote, CodeReview, DischargeChecklist, IpassReadback],
+        Mode::Discharge => &[TreatmentNote, CodeReview, DischargeChecklist, Groundedness],
+    }
+}
+
+/// Picks the chart notes a stage's role needs instead of pasting the whole
+/// chart. In order of need, while the bodies fit [`NOTES_BUDGET`]: the
+/// latest outcome, the approved plan and its approving review, the latest
+/// plan, the latest refusal, the latest of each kind the role needs (per
+/// author: the engine's checklist and the nurse's), then the latest
+/// [`RECENT_NOTES`]. Everything else is a line of the index.
+pub fn select_notes(chart: &[Note], mode: Mode) -> ChartContext {
+    let mut wanted: Vec<usize> = Vec::new();
+    let latest = |pred: &dyn Fn(&Note) -> bool| chart.iter().rposition(pred);
+    wanted.extend(latest(&|n| n.kind == NoteKind::Outcome));
+    if let Some((plan, review)) = approved_plan(chart) {
+        wanted.extend([plan, review]);
+    }
+    wanted.extend(latest(&|n| n.kind.is_plan()));
+    wanted.extend(latest(&|n| n.kind == NoteKind::Refusal));
+    let mut by_author: Vec<usize> = Vec::new();
+    for &kind in kinds_for(mode) {
+        let mut seen: Vec<&str> = Vec::new();
+        for (i, n) in chart.iter().enumerate().rev().filter(|(_, n)| n.kind == kind) {
+            if !seen.contains(&n.meta.role.as_str()) {
+                seen.push(&n.meta.role);
+                by_author.push(i);
+            }
+        }
+    }
+    by_author.sort_unstable_by(|a, b| b.cmp(a));
+    wanted.extend(by_author);
+    let recent = chart.iter().enumerate().rev().filter(|(_, n)| !bookkeeping(n.kind) && n.kind != NoteKind::Outcome);
+    wanted.extend(recent.take(RECENT_NOTES).map(|(i, _)| i));
+
     let mut keep = vec![false; chart.len()];
-    // The latest of each: a replan after a consult still sees the handoff
-    // and the attending's read-back that carries its guidance.
-    for kind in [
-        NoteKind::Triage,
-        NoteKind::Decomposition,
-        NoteKind::Escalation,
-        NoteKind::Refusal,
-        NoteKind::IpassHandoff,
-        NoteKind::IpassReadback,
-    ] {
-        if let Some(i) = chart.iter().rposition(|n| n.kind == kind) {
+    let mut total = 0;
+    for i in wanted {
+        let size = chart[i].body.len().min(NOTE_BUDGET);
+        if !keep[i] && total + size <= NOTES_BUDGET {
             keep[i] = true;
+            total += size;
         }
     }
-    if let Some(p) = latest_plan {
-        for (i, n) in chart.iter().enumerate().skip(p) {
-            // The admitted text is shown fenced as the issue's, never as a note.
-            let engine_bookkeeping = matches!(
-                n.kind,
-                NoteKind::Admission
-                    | NoteKind::AdmittedText
-                    | NoteKind::PrecedentLookup
-                    | NoteKind::Cost
-                    | NoteKind::Sweep
-            );
-            keep[i] |= !engine_bookkeeping;
-        }
-    } else if let Some(i) = chart.iter().rposition(|n| n.kind == NoteKind::Outcome) {
-        keep[i] = true;
+    // The outcome of each run shown whole: a line, it says how the run ended.
+    let shown_runs: Vec<&str> =
+        chart.iter().zip(&keep).filter(|(_, k)| **k).map(|(n, _)| n.meta.run.as_str()).collect();
+    for (i, n) in chart.iter().enumerate() {
+        keep[i] |= n.kind == NoteKind::Outcome && shown_runs.contains(&n.meta.run.as_str());
     }
-    let mut picked: Vec<&Note> = chart.iter().zip(keep).filter(|(_, k)| *k).map(|(n, _)| n).collect();
-    let mut total: usize = picked.iter().map(|n| n.body.len()).sum();
-    while total > NOTES_BUDGET && picked.len() > 1 {
-        total -= picked.remove(0).body.len();
-    }
-    picked
-        .into_iter()
-        .map(|n| {
+
+    let notes = chart
+        .iter()
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .map(|(n, _)| {
             let mut ctx = NoteContext::from_note(n);
-            ctx.body = cut(&ctx.body, NOTES_BUDGET, "`ward chart show` has the whole note");
+            ctx.body = cut(&ctx.body, NOTE_BUDGET, "the chart file has the whole note");
             ctx
         })
-        .collect()
+        .collect();
+    let outcomes: std::collections::HashMap<&str, &str> =
+        chart.iter().filter(|o| o.kind == NoteKind::Outcome).map(|o| (o.meta.run.as_str(), o.body.trim())).collect();
+    let older: Vec<IndexLine> = chart
+        .iter()
+        .zip(&keep)
+        .filter(|(n, k)| !**k && !bookkeeping(n.kind) && n.kind != NoteKind::Outcome)
+        .map(|(n, _)| IndexLine {
+            kind: n.kind,
+            stage: n.meta.stage.clone(),
+            role: n.meta.role.clone(),
+            run: n.meta.run.clone(),
+            outcome: outcomes.get(n.meta.run.as_str()).map(|o| o.to_string()),
+        })
+        .collect();
+    let index_older = older.len().saturating_sub(INDEX_LINES);
+    ChartContext { notes, index: older.into_iter().skip(index_older).collect(), index_older }
+}
+
+/// The latest plan with an approving PLAN_REVIEW after it (before any later
+/// plan), and that review: the plan treatment follows.
+fn approved_plan(chart: &[Note]) -> Option<(usize, usize)> {
+    let plans = chart.iter().enumerate().rev().filter(|(_, n)| n.kind.is_plan());
+    for (p, _) in plans {
+        let until = chart[p + 1..].iter().position(|n| n.kind.is_plan()).map_or(chart.len(), |j| p + 1 + j);
+        let approving = (p + 1..until).rev().find(|&r| {
+            chart[r].kind == NoteKind::PlanReview
+                && chart[r + 1..until]
+                    .iter()
+                    .find(|o| o.kind == NoteKind::Outcome && o.meta.run == chart[r].meta.run)
+                    .is_some_and(|o| o.body.trim() == "approve")
+        });
+        if let Some(r) = approving {
+            return Some((p, r));
+        }
+    }
+    None
 }
 
 /// The handoff this run must read back: the latest IPASS_HANDOFF when the
@@ -348,7 +457,16 @@ impl Prompts {
                 at: "2026-01-01T00:00:00Z".into(),
                 body: "## Illness severity\nsample".into(),
             });
-            rich.notes = rich.handoff.iter().cloned().collect();
+            rich.chart.notes = rich.handoff.iter().cloned().collect();
+            rich.chart.index = vec![IndexLine {
+                kind: NoteKind::CodeReview,
+                stage: "code-review".into(),
+                role: "review-attending".into(),
+                run: "sample".into(),
+                outcome: Some("approve".into()),
+            }];
+            rich.chart.index_older = 1;
+            rich.chart_file = Some("chart.md".into());
             rich.precedents = vec![PrecedentContext {
                 id: "P-0001".into(),
                 date: "2026-01-01".into(),
@@ -461,13 +579,68 @@ mod tests {
                 body: "x".repeat(500),
             })
             .collect();
-        let notes = select_notes(&chart);
-        let s = Sentinels::default();
-        let fenced = fence_untrusted(&s, &issue(&"y".repeat(1_000_000)));
-        let total: usize =
-            notes.iter().map(|n| n.body.len() + n.kind.as_str().len() + n.run.len() + 40).sum::<usize>() + fenced.len();
-        assert!(total < 24 * 1024, "{total} bytes");
-        assert!(!notes.is_empty());
+        for mode in Mode::ALL {
+            let picked = select_notes(&chart, *mode);
+            let s = Sentinels::default();
+            let fenced = fence_untrusted(&s, &issue(&"y".repeat(1_000_000)));
+            let notes: usize =
+                picked.notes.iter().map(|n| n.body.len() + n.kind.as_str().len() + n.run.len() + 40).sum();
+            let index: usize = picked.index.iter().map(|l| l.kind.as_str().len() + l.run.len() + 40).sum();
+            let total = notes + index + fenced.len();
+            assert!(total < 24 * 1024, "{mode}: {total} bytes");
+            assert!(!picked.notes.is_empty());
+            assert_eq!(picked.index.len(), INDEX_LINES);
+            // Nothing disappears: a note is whole, in the index, or counted as older.
+            let substantive = chart.iter().filter(|n| !bookkeeping(n.kind) && n.kind != NoteKind::Outcome).count();
+            let whole = picked.notes.iter().filter(|n| !bookkeeping(n.kind) && n.kind != NoteKind::Outcome).count();
+            assert_eq!(whole + picked.index.len() + picked.index_older, substantive, "{mode}");
+        }
+    }
+
+    fn note(kind: NoteKind, run: &str, role: &str, body: &str) -> Note {
+        use crate::chart::NoteMeta;
+        Note {
+            kind,
+            meta: NoteMeta { run: run.into(), stage: "s".into(), role: role.into(), at: chrono::Utc::now() },
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn the_approved_plan_stays_after_any_number_of_loops_and_a_rejected_one_does_not_count() {
+        let mut chart = vec![
+            note(NoteKind::TreatmentPlan, "p1", "fellow", "PLAN ONE"),
+            note(NoteKind::PlanReview, "r1", "review-attending", "## Verdict\nreject"),
+            note(NoteKind::Outcome, "r1", "review-attending", "reject"),
+            note(NoteKind::TreatmentPlan, "p2", "fellow", "PLAN TWO"),
+            note(NoteKind::PlanReview, "r2", "review-attending", "## Verdict\napprove"),
+            note(NoteKind::Outcome, "r2", "review-attending", "approve"),
+        ];
+        assert_eq!(approved_plan(&chart), Some((3, 4)));
+        for i in 0..200 {
+            chart.push(note(NoteKind::CodeReview, &format!("c{i}"), "review-attending", &"c".repeat(3000)));
+            chart.push(note(NoteKind::Outcome, &format!("c{i}"), "review-attending", "approve"));
+            chart.push(note(NoteKind::DischargeChecklist, &format!("d{i}"), "engine", &"e".repeat(1000)));
+            chart.push(note(NoteKind::DischargeChecklist, &format!("d{i}"), "discharge-nurse", &"n".repeat(1000)));
+            chart.push(note(NoteKind::Outcome, &format!("d{i}"), "discharge-nurse", "audit-failed"));
+        }
+        let picked = select_notes(&chart, Mode::Code);
+        let bodies: Vec<&str> = picked.notes.iter().map(|n| n.body.as_str()).collect();
+        assert!(bodies.contains(&"PLAN TWO"), "{bodies:?}");
+        assert!(!bodies.contains(&"PLAN ONE"));
+        // The latest review and both latest checklists, with their runs' outcomes.
+        let runs: Vec<(&str, NoteKind)> = picked.notes.iter().map(|n| (n.run.as_str(), n.kind)).collect();
+        for want in [("c199", NoteKind::CodeReview), ("d199", NoteKind::Outcome), ("r2", NoteKind::Outcome)] {
+            assert!(runs.contains(&want), "{want:?} missing from {runs:?}");
+        }
+        assert_eq!(
+            picked.notes.iter().filter(|n| n.run == "d199" && n.kind == NoteKind::DischargeChecklist).count(),
+            2
+        );
+        for outcome in ["approve", "audit-failed"] {
+            assert!(picked.index.iter().any(|l| l.outcome.as_deref() == Some(outcome)), "{:?}", picked.index);
+        }
+        assert!(picked.index_older > 0);
     }
 
     #[test]
@@ -488,7 +661,8 @@ mod tests {
                 requires_for: Default::default(),
             },
             role: RoleContext { name: "r".into(), writes: vec![] },
-            notes: vec![],
+            chart: ChartContext::default(),
+            chart_file: None,
             handoff: None,
             precedents: vec![],
             workspace: WorkspaceContext { path: ".".into(), branch: "b".into(), base: "main".into(), env: vec![] },

@@ -267,6 +267,37 @@ async fn sweep_api_calls_are_pages_plus_a_few_per_stalled_patient() {
     assert_eq!(others, 4 + 1 + 5 * stalled.len(), "{:?}", counting.calls.lock().unwrap());
 }
 
+/// Issue 13: a patient whose label is already older than its first look
+/// (the listing's `updated_at` proves it) is due in the first sweep that
+/// sees it, not `stall_after` later. One sweep then costs the listing
+/// pages, five calls for the sweep's state and facilities, and five per
+/// stalled patient; the next sweep costs the pages and the five.
+#[tokio::test]
+async fn a_patient_whose_label_is_already_old_is_due_in_the_first_sweep() {
+    let w = Ward::new(config_with(|t| t));
+    let stalled: Vec<IssueNumber> = (0..3).map(|i| w.admit(&format!("stalled {i}"), &["ward:admit"])).collect();
+    w.clock.advance(minutes(65)); // admit stalls after 1h
+    for i in 0..250 {
+        w.admit(&format!("healthy {i}"), &["ward:treat"]); // labeled now: due in 70m
+    }
+    let counting = Counting::new(Shared(w.local.clone()));
+    let r = sweep::sweep(&counting, &w.config, w.now(), &Facilities::default(), None).await.unwrap();
+    assert_eq!(r.actions.len(), 3, "the first sweep revives the stalled: {r}");
+    assert_eq!(r.due, 3, "and looks at nobody else: {r}");
+    let pages = counting.of("open_issues_with_label (pages)");
+    assert_eq!(pages, 3 + 6 + 1 + 2, "{:?}", counting.calls.lock().unwrap());
+    // The floor: the state's lock and release (read + write each) and the
+    // base branch's CI, then per stalled patient its label events and
+    // chart (to judge), a re-read (it may have moved on since the
+    // listing), the SWEEP note (compare-and-swap) and the dispatch.
+    assert_eq!(counting.total() - pages, 4 + 1 + 5 * stalled.len(), "{:?}", counting.calls.lock().unwrap());
+    counting.reset();
+    w.clock.advance(minutes(5));
+    let r = sweep::sweep(&counting, &w.config, w.now(), &Facilities::default(), None).await.unwrap();
+    assert_eq!((r.actions.len(), r.due), (0, 0), "{r}");
+    assert_eq!(counting.total(), pages + 4 + 1, "{:?}", counting.calls.lock().unwrap());
+}
+
 // ---------------------------------------------------------------------------
 // Infection control
 // ---------------------------------------------------------------------------

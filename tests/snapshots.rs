@@ -284,3 +284,132 @@ fn the_safety_report() {
     let report = ward::report::compute(&config, &[discharged, escalated], at(0), at(24 * 60));
     insta::assert_snapshot!("safety-report", ward::report::render_markdown(&report));
 }
+
+/// What one round of code review and a failed discharge audit adds to the
+/// chart: the engine's bookkeeping, the review, the engine's checklist and
+/// the nurse's, each with its outcome. About 2.2 KB of bodies per loop.
+fn review_loop(notes: &mut Vec<Note>, i: u32) {
+    let minute = 60 + i * 20;
+    let (cr, dc) = (format!("c{i}"), format!("d{i}"));
+    let review = format!(
+        "## Scope against the plan\nLoop {i}: every changed file (engine/export.rs, tests/export.rs) is in the plan's \
+         files to change; nothing outside it.\n\n## Correctness\nThe header is written before the first row on every \
+         path, including the empty export and the streaming writer; checked `engine/export.rs:40` and `:88`. Error \
+         paths return before any write. Existing callers see the same signature.\n\n## Tests\nRan `cargo test`: 212 \
+         passed. Reverted the fix with `git stash`: `header_is_first_line` fails; restored: passes. No test weakened.\n\n\
+         ## Security\nNo new input reaches a query, shell or path; no new dependency; no unsafe code; nothing secret \
+         in fixtures or logs.\n\n## Verdict\napprove: no blocking finding in loop {i}.\n\n\
+         Commit: {i:040}"
+    );
+    let engine_list = format!(
+        "## Checklist\n- ✅ plan approved before treatment (PLAN_REVIEW r3)\n- ✅ code review approves the head\n\
+         - ❌ a person approved the pull request: no approving review of {i:040}\n- ✅ no unresolved review threads\n\
+         - ⬜ CI on the head: pending (loop {i})\n- ✅ history: no fixup, squash, WIP or merge commits\n"
+    );
+    let nurse_list = format!(
+        "## Checklist\n- ✅ plan approved before treatment: PLAN_REVIEW r3 approves TREATMENT_PLAN r2\n\
+         - ✅ code review of the head: CODE_REVIEW {cr} names {i:040} = HEAD\n- ❌ a person's approval: the engine \
+         recorded none\n- ✅ no open threads\n- ⬜ CI: pending in the engine's facts\n- ✅ clean history\n\n\
+         ## Judgment\nThe review is real (each section names what was checked), but loop {i} has no human approval \
+         and CI is pending: a person must approve the pull request and CI must finish before another audit."
+    );
+    let admission = |stage: &str| format!("Stage `{stage}` started for `ward:{stage}`; time limit 30m.");
+    notes.extend([
+        note(NoteKind::Admission, &cr, "code-review", "engine", minute, &admission("code-review")),
+        note(NoteKind::PrecedentLookup, &cr, "code-review", "engine", minute, "No precedent in the log matches."),
+        note(NoteKind::CodeReview, &cr, "code-review", "review-attending", minute + 5, &review),
+        note(NoteKind::Outcome, &cr, "code-review", "review-attending", minute + 5, "approve"),
+        note(NoteKind::Cost, &cr, "code-review", "engine", minute + 5, "$0.41 (12000 in, 900 out)"),
+        note(NoteKind::Admission, &dc, "discharge", "engine", minute + 10, &admission("discharge")),
+        note(NoteKind::PrecedentLookup, &dc, "discharge", "engine", minute + 10, "No precedent in the log matches."),
+        note(NoteKind::DischargeChecklist, &dc, "discharge", "engine", minute + 10, &engine_list),
+        note(NoteKind::DischargeChecklist, &dc, "discharge", "discharge-nurse", minute + 15, &nurse_list),
+        note(NoteKind::Outcome, &dc, "discharge", "discharge-nurse", minute + 15, "audit-failed"),
+        note(NoteKind::Cost, &dc, "discharge", "engine", minute + 15, "$0.22 (8000 in, 400 out)"),
+    ]);
+}
+
+/// Every role's prompt (bytes) on `chart`, by stage name.
+fn prompt_sizes(chart: &[Note]) -> Vec<(String, usize, String)> {
+    let config = config();
+    let sentinels = Sentinels::new(&config.sentinel_prefix);
+    let prompts = Prompts::new(root());
+    let issue = patient();
+    config
+        .stages()
+        .map(|stage| {
+            let workspace = WorkspaceContext {
+                path: "/work/ward/worktrees/issue-7".into(),
+                branch: "ward/issue-7".into(),
+                base: "main".into(),
+                env: vec![],
+            };
+            let ctx = PromptContext::new(&config, &sentinels, stage, &issue, chart, &[], workspace);
+            let prompt = prompts.render(&config.role(&stage.config.role).unwrap().prompt, &ctx).unwrap();
+            (stage.name.to_string(), prompt.len(), prompt)
+        })
+        .collect()
+}
+
+/// Loops of code review and a failed discharge audit, the issue-13 figure:
+/// the code reviewer's prompt grew by about 2.2 KB per loop when the chart
+/// was pasted whole (16 KB after one loop; 28.5 KB from loop 8 on, where
+/// the old budget started dropping the oldest notes, the approved plan
+/// first). Now it grows by an index line per note until the index is full.
+#[test]
+fn the_code_reviewers_prompt_stops_growing_with_the_loops() {
+    let mut chart = chart();
+    let mut sizes = Vec::new();
+    for i in 1..=9 {
+        review_loop(&mut chart, i);
+        let (_, size, prompt) = prompt_sizes(&chart).into_iter().find(|(s, ..)| s == "code-review").unwrap();
+        sizes.push(size);
+        // What the code reviewer's rules need, whatever the loop.
+        assert!(prompt.contains("The writer skips row 0"), "loop {i}: the approved plan is missing");
+        assert!(prompt.contains(&format!("approve: no blocking finding in loop {i}.")), "loop {i}: latest review");
+        assert!(prompt.contains(&format!("but loop {i} has no human approval")), "loop {i}: the nurse's judgment");
+        assert!(prompt.contains(&format!("- ⬜ CI on the head: pending (loop {i})")), "loop {i}: engine's checklist");
+        if i >= 3 {
+            let line =
+                format!("- CODE_REVIEW by review-attending in `code-review`, run `c{}`: outcome `approve`", i - 2);
+            assert!(prompt.contains(&line), "loop {i}: the index has no line for an older review:\n{prompt}");
+        }
+    }
+    eprintln!("code-review prompt bytes per loop: {sizes:?}");
+    let (third, ninth) = (sizes[2], sizes[8]);
+    assert!(ninth * 100 <= third * 110, "loop 3: {third} bytes, loop 9: {ninth} bytes (more than 10% growth)");
+}
+
+/// A chart of 500 visits (250 loops of code review and discharge): what
+/// the chart adds to every role's prompt stays bounded, and each role
+/// still gets the approved plan and the latest notes its rules read.
+#[test]
+fn every_roles_prompt_is_bounded_on_a_chart_of_500_visits() {
+    let empty: Vec<(String, usize, String)> = prompt_sizes(&[]);
+    let mut long = chart();
+    for i in 1..=250 {
+        review_loop(&mut long, i);
+    }
+    let mut stuck = long.clone();
+    stuck.extend(stuck_chart().into_iter().skip(7).map(|mut n| {
+        n.meta.run = "r999".into();
+        n
+    }));
+    for ((stage, size, prompt), (_, base, _)) in prompt_sizes(&long).into_iter().zip(&empty) {
+        let (size, prompt) = match stage.as_str() {
+            "consult" => prompt_sizes(&stuck).into_iter().find(|(s, ..)| *s == stage).map(|(_, z, p)| (z, p)).unwrap(),
+            _ => (size, prompt),
+        };
+        eprintln!("{stage}: {size} bytes on 500 visits, {base} on an empty chart");
+        assert!(size - base <= 16 * 1024, "{stage}: the chart adds {} bytes", size - base);
+        assert!(prompt.contains("250 older notes are not listed") || prompt.contains("older notes are not listed"));
+        match stage.as_str() {
+            "admit" => assert!(prompt.contains("One bug, one plan."), "{stage}: the triage"),
+            "consult" => assert!(prompt.contains("Header test fails on CI only."), "{stage}: the handoff"),
+            _ => assert!(prompt.contains("The writer skips row 0"), "{stage}: the approved plan"),
+        }
+        if matches!(stage.as_str(), "code-review" | "discharge" | "treat") {
+            assert!(prompt.contains("approve: no blocking finding in loop 250."), "{stage}: the latest review");
+        }
+    }
+}

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     CiState, CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, IssueState,
-    LabelAction, LabelEvent, LabelSpec, NewIssue, NewPullRequest, Permission, PullRequest, PullState, Review,
+    LabelAction, LabelEvent, LabelSpec, Listed, NewIssue, NewPullRequest, Permission, PullRequest, PullState, Review,
     StoredChart,
 };
 
@@ -332,11 +332,20 @@ impl Forge for LocalForge {
     }
 
     async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>> {
+        Ok(self.open_issues_listed(label).await?.into_iter().map(|l| l.issue).collect())
+    }
+
+    async fn open_issues_listed(&self, label: &str) -> ForgeResult<Vec<Listed>> {
         Ok(self
             .all_records()?
             .into_iter()
-            .map(|r| r.issue)
-            .filter(|i| i.state == IssueState::Open && i.labels.iter().any(|l| l == label))
+            .filter(|r| r.issue.state == IssueState::Open && r.issue.labels.iter().any(|l| l == label))
+            .map(|r| {
+                // The latest change the record holds: creation, a label, a comment.
+                let changes = r.label_events.iter().map(|e| e.at).chain(r.comments.iter().map(|c| c.at));
+                let updated_at = changes.fold(r.created_at, DateTime::max);
+                Listed { issue: r.issue, updated_at: Some(updated_at) }
+            })
             .collect())
     }
 

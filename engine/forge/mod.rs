@@ -42,6 +42,15 @@ pub struct Issue {
     pub labels: Vec<String>,
 }
 
+/// An issue as a listing shows it. Applying a label changes an issue, so
+/// every label on it was applied at or before `updated_at`: the label is at
+/// least `now - updated_at` old.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed {
+    pub issue: Issue,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
 #[derive(Debug, Clone)]
 pub struct NewIssue {
     pub title: String,
@@ -230,6 +239,12 @@ pub trait Forge: Send + Sync {
     async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue>;
     /// Open issues carrying `label`, every page.
     async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>>;
+    /// The same listing, each issue with when it last changed (the sweep
+    /// reads label ages from it). A forge that cannot say gives `None`.
+    async fn open_issues_listed(&self, label: &str) -> ForgeResult<Vec<Listed>> {
+        let issues = self.open_issues_with_label(label).await?;
+        Ok(issues.into_iter().map(|issue| Listed { issue, updated_at: None }).collect())
+    }
     /// Every issue, open or closed, for reports.
     async fn all_issues(&self) -> ForgeResult<Vec<Issue>>;
     async fn close_issue(&self, number: IssueNumber) -> ForgeResult<()>;

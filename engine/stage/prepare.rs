@@ -8,7 +8,7 @@ use anyhow::Context;
 use tracing::warn;
 
 use super::guard::Patient;
-use super::visit::{NOTES_FILE, PROMPT_FILE};
+use super::visit::{CHART_FILE, NOTES_FILE, PROMPT_FILE};
 use crate::chart::{Note, NoteKind, Seen};
 use crate::forge::StoredChart;
 use crate::hospital::Hospital;
@@ -103,7 +103,13 @@ pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Work
         base: h.workspace_plan()?.map_or_else(|| "main".into(), |p| p.base.clone()),
         env: emulator_env.iter().map(|(k, _)| k.clone()).collect(),
     };
-    let ctx = PromptContext::new(&h.config, &h.sentinels, stage, &patient.issue, &chart, &found, workspace);
+    let mut ctx = PromptContext::new(&h.config, &h.sentinels, stage, &patient.issue, &chart, &found, workspace);
+    // The prompt carries the notes this role needs; the whole chart is a
+    // file beside it for the agent to read when it needs an older note.
+    let chart_file = patient.folder.join(CHART_FILE);
+    let whole: String = chart.iter().map(|n| h.sentinels.render_note(n)).collect();
+    std::fs::write(&chart_file, whole).with_context(|| format!("could not write {}", chart_file.display()))?;
+    ctx.chart_file = Some(chart_file.display().to_string());
     let role = h.config.role(&stage.config.role).context("a validated config names a known role")?;
     let prompt = h.prompts.render(&role.prompt, &ctx)?;
     let prompt_file = patient.folder.join(PROMPT_FILE);

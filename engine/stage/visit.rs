@@ -31,6 +31,9 @@ pub const NOTES_FILE: &str = "notes.md";
 pub const STDOUT_FILE: &str = "agent.stdout.log";
 pub const STDERR_FILE: &str = "agent.stderr.log";
 pub const PROMPT_FILE: &str = "prompt.md";
+/// The whole chart as the run started, for the agent to read (the prompt
+/// carries only the notes its role needs).
+pub const CHART_FILE: &str = "chart.md";
 
 /// The most of an agent's notes that is read back; a longer file is an
 /// invalid run, never a truncated one.

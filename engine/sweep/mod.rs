@@ -22,8 +22,11 @@
 //! ## Cost
 //!
 //! A patient is looked at closely (label events + chart) only when it is
-//! due: `min(stall_after, time_limit + grace)` after the sweep first saw it
-//! with its label, or when a previous look said so. Healthy patients
+//! due: `min(stall_after, time_limit + grace)` after its label was applied
+//! as far as the listing can tell (the issue's `updated_at`: a label is at
+//! least as old as the issue's last change), or when a previous look said
+//! so. A patient whose last change is already older than that is due in
+//! the first sweep that sees it. Healthy patients
 //! therefore cost nothing beyond the listing pages; a stalled patient costs
 //! five calls (label events, chart, re-read, note, dispatch).
 
@@ -35,7 +38,7 @@ use chrono::{DateTime, TimeZone, Utc};
 
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
 use crate::config::{Config, Stage};
-use crate::forge::{CiState, Forge, ForgeError, Issue, IssueNumber, IssueState, LabelEvent, StoredChart};
+use crate::forge::{CiState, Forge, ForgeError, Issue, IssueNumber, IssueState, LabelEvent, Listed, StoredChart};
 use crate::lockdown;
 use crate::transfer::{Decision, Move, transfer_with};
 
@@ -299,13 +302,17 @@ impl Walk<'_> {
 
         // The listing: one paginated query per stage label.
         let mut listed: BTreeMap<u64, Issue> = BTreeMap::new();
+        let mut updated: BTreeMap<u64, DateTime<Utc>> = BTreeMap::new();
         for stage in self.config.stages() {
             let issues = self
                 .forge
-                .open_issues_with_label(&stage.config.label)
+                .open_issues_listed(&stage.config.label)
                 .await
                 .map_err(forge_err(format!("list the open issues labeled `{}`", stage.config.label)))?;
-            for issue in issues {
+            for Listed { issue, updated_at } in issues {
+                if let Some(at) = updated_at {
+                    updated.insert(issue.number.0, at);
+                }
                 listed.entry(issue.number.0).or_insert(issue);
             }
         }
@@ -330,8 +337,11 @@ impl Walk<'_> {
                 Some((label, at)) if *label == key => (key, *at),
                 _ if self.needs_repair(issue) => (key, self.now.timestamp()),
                 _ => {
-                    let first = self.first_look_after(issue);
-                    (key, (self.now + first).timestamp())
+                    // First seen with this label: the label is at least as
+                    // old as the issue's last change, so a patient whose
+                    // last change is older than its first look is due now.
+                    let since = updated.get(n).map_or(self.now, |at| (*at).min(self.now));
+                    (key, (since + self.first_look_after(issue)).timestamp())
                 }
             };
             if entry.1 <= self.now.timestamp() {

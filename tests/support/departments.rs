@@ -14,7 +14,7 @@ use ward::chart::{ENGINE_ROLE, Note, NoteMeta, Seen, Sentinels, append};
 use ward::config::Config;
 use ward::forge::local::{Clock, LocalForge};
 use ward::forge::{
-    CiStatus, Comment, CommitInfo, Forge, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, NewIssue,
+    CiStatus, Comment, CommitInfo, Forge, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, Listed, NewIssue,
     NewPullRequest, Permission, PullRequest, Review, StoredChart,
 };
 
@@ -221,6 +221,14 @@ impl<F: Forge> Forge for Counting<F> {
         }
         Ok(issues)
     }
+    async fn open_issues_listed(&self, label: &str) -> ForgeResult<Vec<Listed>> {
+        let issues = self.inner.open_issues_listed(label).await?;
+        // The same pages: GitHub's listing carries `updated_at`.
+        for _ in 0..issues.len().div_ceil(100).max(1) {
+            self.count("open_issues_with_label (pages)");
+        }
+        Ok(issues)
+    }
     async fn all_issues(&self) -> ForgeResult<Vec<Issue>> {
         self.count("all_issues");
         self.inner.all_issues().await
@@ -318,6 +326,9 @@ impl Forge for Shared {
     }
     async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>> {
         self.0.open_issues_with_label(label).await
+    }
+    async fn open_issues_listed(&self, label: &str) -> ForgeResult<Vec<Listed>> {
+        self.0.open_issues_listed(label).await
     }
     async fn all_issues(&self) -> ForgeResult<Vec<Issue>> {
         self.0.all_issues().await

@@ -31,8 +31,8 @@ use self::transport::{Call, Reply, percent};
 use self::wire::*;
 use super::retry::RetryPolicy;
 use super::{
-    CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, NewIssue,
-    NewPullRequest, Permission, PullRequest, PullState, Review, StoredChart,
+    CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, Listed,
+    NewIssue, NewPullRequest, Permission, PullRequest, PullState, Review, StoredChart,
 };
 
 /// The public API; `GITHUB_API_URL` overrides it (GitHub Enterprise, tests).
@@ -305,11 +305,15 @@ impl Forge for GitHubForge {
     }
 
     async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>> {
+        Ok(self.open_issues_listed(label).await?.into_iter().map(|l| l.issue).collect())
+    }
+
+    async fn open_issues_listed(&self, label: &str) -> ForgeResult<Vec<Listed>> {
         let action = format!("list open issues labeled `{label}` in {}", self.settings.repo);
         let rest = format!("/issues?state=open&labels={}&per_page=100", percent(label));
         let items = self.get_all(self.call(Method::GET, &rest, action.clone(), Access::IssuesRead), array).await?;
         let wires: Vec<Value> = items.into_iter().filter(|i| i.get("pull_request").is_none()).collect();
-        convert::<WireIssue, Issue>(wires, &action)
+        convert::<WireListed, Listed>(wires, &action)
     }
 
     async fn all_issues(&self) -> ForgeResult<Vec<Issue>> {

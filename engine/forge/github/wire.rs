@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::forge::{
     CiState, CiStatus, Comment, CommitInfo, ForgeError, ForgeResult, Issue, IssueNumber, IssueState, LabelAction,
-    LabelEvent, Permission, PullRequest, PullState, Review, ReviewState, StoredChart,
+    LabelEvent, Listed, Permission, PullRequest, PullState, Review, ReviewState, StoredChart,
 };
 
 #[derive(Deserialize)]
@@ -56,6 +56,22 @@ impl TryFrom<WireIssue> for Issue {
                 })
                 .collect(),
         })
+    }
+}
+
+/// An issue in a listing, with when it last changed.
+#[derive(Deserialize)]
+pub(super) struct WireListed {
+    #[serde(flatten)]
+    pub(super) issue: WireIssue,
+    #[serde(default)]
+    pub(super) updated_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<WireListed> for Listed {
+    type Error = String;
+    fn try_from(w: WireListed) -> Result<Self, String> {
+        Ok(Listed { issue: Issue::try_from(w.issue)?, updated_at: w.updated_at })
     }
 }
 
