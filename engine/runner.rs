@@ -34,16 +34,23 @@ pub struct Drained {
     pub patients: Vec<String>,
 }
 
-/// The most stage runs one patient may take in one drain: the stage visits
-/// the budget allows, plus one refusal per stage.
-fn run_limit(h: &Hospital) -> usize {
-    h.config.departments.budget.patient_stage_visits as usize + h.config.stages().count() + 2
+/// The most stage runs one patient may take in one drain by default: the
+/// stage visits the budget allows (40 when that limit is off), plus one
+/// refusal per stage.
+pub fn default_run_limit(h: &Hospital) -> usize {
+    let visits = match h.config.departments.budget.patient_stage_visits {
+        0 => 40,
+        n => n as usize,
+    };
+    visits + h.config.stages().count() + 2
 }
 
-/// Drains the queue. `report` hears about every run as it ends.
+/// Drains the queue, at most `limit` stage runs per patient. `report`
+/// hears about every run as it ends.
 pub async fn drain(
     h: &Hospital,
     forge: &LocalForge,
+    limit: usize,
     report: &mut dyn FnMut(IssueNumber, &anyhow::Result<StageResult>),
 ) -> anyhow::Result<Drained> {
     let Some(_lock) = forge.try_lock_runner()? else {
@@ -54,7 +61,6 @@ pub async fn drain(
     };
     let mut out = Drained::default();
     let mut per_patient: BTreeMap<IssueNumber, usize> = BTreeMap::new();
-    let limit = run_limit(h);
     loop {
         let queue = forge.dispatches()?;
         let done = forge.consumed()?.min(queue.len());
@@ -62,11 +68,10 @@ pub async fn drain(
         let count = per_patient.entry(entry.issue).or_default();
         if *count >= limit {
             out.stopped = Some(format!(
-                "stopped: patient {} ran {count} stages in this `ward run`, more than its pipeline allows \
-                 ({} stage visits); it is looping. Read its chart (`ward chart notes {}`); the rest of the queue \
-                 ({} entries) waits for the next `ward run`",
+                "stopped: patient {} ran {count} stages in this `ward run`, the most one run allows ({limit}; \
+                 `--max-runs`); a patient that goes on is looping. Read its chart (`ward chart notes {}`); the \
+                 rest of the queue ({} entries) waits for the next `ward run`",
                 entry.issue,
-                h.config.departments.budget.patient_stage_visits,
                 entry.issue.0,
                 queue.len() - done
             ));
@@ -89,18 +94,23 @@ pub async fn drain(
         report(entry.issue, &result);
         forge.mark_consumed(done + 1).context("could not mark the dispatch done")?;
     }
-    out.patients = whereabouts(h, forge).await?;
+    let queue = forge.dispatches()?;
+    let queued: Vec<IssueNumber> = queue[forge.consumed()?.min(queue.len())..].iter().map(|d| d.issue).collect();
+    out.patients = whereabouts(h, forge, &queued).await?;
     Ok(out)
 }
 
 /// One sentence per open patient: where it rests, or why it waits.
-async fn whereabouts(h: &Hospital, forge: &LocalForge) -> anyhow::Result<Vec<String>> {
+async fn whereabouts(h: &Hospital, forge: &LocalForge, queued: &[IssueNumber]) -> anyhow::Result<Vec<String>> {
     let mut lines = Vec::new();
     for issue in forge.all_issues().await?.into_iter().filter(|i| i.state == IssueState::Open) {
         let places = h.config.places(&issue.labels);
         let line = match places.as_slice() {
             [] => continue,
             [place] if h.config.stage_by_label(place).is_none() => format!("{} rests at `{place}`", issue.number),
+            [place] if queued.contains(&issue.number) => {
+                format!("{} waits at `{place}`, queued for the next `ward run`", issue.number)
+            }
             [place] => format!(
                 "{} waits at `{place}` with nothing queued (its last run failed or was invalid; its chart says \
                  why): `ward stage --issue {}` runs it again, `ward sweep` re-triggers it once it stalls",

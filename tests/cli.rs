@@ -391,6 +391,18 @@ fn a_run_that_died_before_marking_its_entry_loses_nothing_and_repeats_nothing() 
     assert!(text.contains("\n#1 diagnose (fellow): plan-posted -> ward:plan-review"), "{text}");
     let chart = s.read("charts/1.md");
     assert_eq!(chart.matches("stage=admit role=planner").count(), 2, "one TRIAGE and one OUTCOME: {chart}");
+    // A patient that runs more stages than one `ward run` allows stops the
+    // runner, with why; the queue waits for the next run, which goes on.
+    let s2 = Sandbox::new();
+    admit(&s2, "t", "b");
+    let out = s2.ward(&["run", "--max-runs", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stderr(&out).contains("stopped: patient #1 ran 2 stages in this `ward run`"), "{}", stderr(&out));
+    assert!(stdout(&out).ends_with("#1 waits at `ward:plan-review`, queued for the next `ward run`\n"));
+    let out = s2.ward(&["run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("#1 plan-review (review-attending): approve"), "{}", stdout(&out));
+    assert!(stdout(&out).ends_with("#1 rests at `ward:chief`\n"), "{}", stdout(&out));
     // `ward run` drives only the local forge.
     let github = s.ward(&["--forge", "github", "run"]);
     assert_eq!(github.status.code(), Some(2), "{}", stderr(&github));

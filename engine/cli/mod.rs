@@ -96,7 +96,12 @@ pub enum Command {
     /// dispatches, the sweep's re-triggers, admissions) in order, as Actions
     /// would on GitHub, until every patient rests. Exit 1 when a run failed,
     /// was invalid, or a patient looped past the pipeline's limits.
-    Run,
+    Run {
+        /// Stage runs one patient may take in this run before the runner
+        /// stops (default: the budget's stage visits plus one per stage).
+        #[arg(long)]
+        max_runs: Option<usize>,
+    },
     /// Validate .github/ward.yml, role templates, skills and the precedent log.
     Config {
         #[command(subcommand)]
@@ -356,19 +361,19 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             forge.dispatch_stage(issue.number, &config.admission).await?;
             println!("admitted {} with `{}`", issue.number, config.admission);
             if *run {
-                return run_queue(&cli, forge).await;
+                return run_queue(&cli, forge, None).await;
             }
             println!("next: `ward run` drives it (and anything else queued) to rest");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run => {
+        Command::Run { max_runs } => {
             if forge_kind(&cli) == ForgeKind::Github {
                 return Err(
                     BadInput("`ward run` drives the local forge; on GitHub, Actions runs each stage".into()).into()
                 );
             }
             let config = load_config(&cli.root)?;
-            run_queue(&cli, LocalForge::new(&cli.root, &config.engine_account)).await
+            run_queue(&cli, LocalForge::new(&cli.root, &config.engine_account), *max_runs).await
         }
         Command::Config { command: ConfigCommand::Check } => config_check(&cli.root),
         Command::Config { command: ConfigCommand::Schema } => {
@@ -459,10 +464,11 @@ async fn stage_from_event(h: &Hospital, trigger: &crate::event::Trigger, reposit
 
 /// `ward run`: drains the local queue, one line per stage run, then where
 /// every patient is.
-async fn run_queue(cli: &Cli, forge: LocalForge) -> anyhow::Result<ExitCode> {
+async fn run_queue(cli: &Cli, forge: LocalForge, max_runs: Option<usize>) -> anyhow::Result<ExitCode> {
     let forge = Arc::new(forge);
     let h = Hospital::load(&cli.root, forge.clone())?;
-    let drained = crate::runner::drain(&h, &forge, &mut |issue, result| match result {
+    let limit = max_runs.unwrap_or_else(|| crate::runner::default_run_limit(&h));
+    let drained = crate::runner::drain(&h, &forge, limit, &mut |issue, result| match result {
         Ok(r) => println!("{}", describe_result(r)),
         Err(e) => println!("{issue} failed: {e:#}"),
     })
