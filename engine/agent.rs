@@ -9,7 +9,9 @@
 //! model; with `--script` it writes exactly what a scenario says. When the
 //! issue names a file of the worktree (the demo's `greet.sh`), its notes
 //! cite that file's real paths and lines, so the groundedness check has
-//! something to check; it never runs code from the repository.
+//! something to check. Its fellow fixes a shell entry point test first (the
+//! check fails before the fix, passes after) and its code review runs the
+//! check on the head, as a real agent would run the repository's tests.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -306,30 +308,21 @@ fn line_of(text: &str, needle: &str) -> Option<usize> {
     text.lines().position(|l| l.contains(needle)).map(|i| i + 1)
 }
 
-/// The treatment: a guard in a shell entry point, a check that it refuses
-/// the empty name, a changelog line. Returns what changed, as `path:lines`
-/// with what each does, for the TREATMENT_NOTE.
-fn treat(env: &StandInEnv, sample: &Sample) -> Result<Vec<String>, String> {
+/// The treatment, test first: the check that the empty name is refused is
+/// added to the check script and run (it fails), then the guard goes into
+/// the shell entry point and the check runs again (it passes); a changelog
+/// line. Returns what changed, as `path:lines` with what each does, and the
+/// tests run, for the TREATMENT_NOTE.
+fn treat(env: &StandInEnv, sample: &Sample) -> Result<(Vec<String>, Vec<String>), String> {
     let write = |path: &str, text: &str| {
         std::fs::write(env.worktree.join(path), text).map_err(|e| format!("could not write {path}: {e}"))
     };
-    let mut changes = Vec::new();
+    let (mut changes, mut tests) = (Vec::new(), Vec::new());
     if let Some((path, body, first)) = sample.shell_entry() {
-        let name = path.rsplit('/').next().unwrap_or(path);
-        let mut lines: Vec<String> = body.lines().map(String::from).collect();
-        if !body.contains(GUARD_TEST) {
-            let guard =
-                format!("if {GUARD_TEST}; then\n  echo \"{name}: a non-empty argument is required\" >&2\n  exit 2\nfi");
-            lines.insert(first - 1, guard);
-            write(path, &(lines.join("\n") + "\n"))?;
-        }
-        let text = read_inside(&env.worktree, path).unwrap_or_default();
-        let at = line_of(&text, GUARD_TEST).unwrap_or(*first);
-        changes.push(format!("`{path}:{at}-{}`: refuses the empty name on stderr with exit code 2", at + 3));
         if let Some(check) = &sample.check {
-            let body = read_inside(&env.worktree, check).unwrap_or_default();
-            if !body.contains(CHECK_NAME) {
-                let mut lines: Vec<String> = body.lines().map(String::from).collect();
+            let text = read_inside(&env.worktree, check).unwrap_or_default();
+            if !text.contains(CHECK_NAME) {
+                let mut lines: Vec<String> = text.lines().map(String::from).collect();
                 let at = lines.iter().position(|l| l.trim() == "echo ok").unwrap_or(lines.len());
                 lines.insert(
                     at,
@@ -340,9 +333,24 @@ fn treat(env: &StandInEnv, sample: &Sample) -> Result<Vec<String>, String> {
                 );
                 write(check, &(lines.join("\n") + "\n"))?;
             }
+            tests.push(format!("`sh {check}` before the fix: {}", run_check(&env.worktree, check).1));
+        }
+        let name = path.rsplit('/').next().unwrap_or(path);
+        if !body.contains(GUARD_TEST) {
+            let mut lines: Vec<String> = body.lines().map(String::from).collect();
+            let guard =
+                format!("if {GUARD_TEST}; then\n  echo \"{name}: a non-empty argument is required\" >&2\n  exit 2\nfi");
+            lines.insert(first - 1, guard);
+            write(path, &(lines.join("\n") + "\n"))?;
+        }
+        let text = read_inside(&env.worktree, path).unwrap_or_default();
+        let at = line_of(&text, GUARD_TEST).unwrap_or(*first);
+        changes.push(format!("`{path}:{at}-{}`: refuses the empty name on stderr with exit code 2", at + 3));
+        if let Some(check) = &sample.check {
             let text = read_inside(&env.worktree, check).unwrap_or_default();
             let at = line_of(&text, CHECK_NAME).unwrap_or(1);
             changes.push(format!("`{check}:{at}-{}`: `{CHECK_NAME}` checks it", at + 1));
+            tests.push(format!("`sh {check}` after the fix: {}", run_check(&env.worktree, check).1));
         }
     }
     let mut text = read_inside(&env.worktree, "CHANGELOG.md").unwrap_or_default();
@@ -352,7 +360,20 @@ fn treat(env: &StandInEnv, sample: &Sample) -> Result<Vec<String>, String> {
         Some(_) => changes.push(format!("`CHANGELOG.md:{}`: records the change", text.lines().count())),
         None => changes.push("CHANGELOG.md: recorded the change, as planned".into()),
     }
-    Ok(changes)
+    Ok((changes, tests))
+}
+
+/// Runs the sample's check script in the worktree, as a fellow runs the
+/// repository's tests: whether it passed, and a few words saying so.
+fn run_check(worktree: &Path, check: &str) -> (bool, String) {
+    let out = std::process::Command::new("sh").arg(check).current_dir(worktree).stdin(Stdio::null()).output();
+    match out {
+        Ok(out) if out.status.success() => (true, "passed (exit 0)".into()),
+        Ok(out) => {
+            (false, format!("failed (exit {})", out.status.code().map_or("by a signal".into(), |c| c.to_string())))
+        }
+        Err(e) => (false, format!("could not run ({e})")),
+    }
 }
 
 /// The stand-in's treatment plan: what the sample's entry point does wrong,
@@ -396,8 +417,9 @@ fn diagnosis_plan(cited: Option<&(&str, String)>, sample: &Sample) -> ScriptedNo
     }
 }
 
-/// The stand-in's code review: the guard and the check, cited where they are.
-fn code_review(env: &StandInEnv, sample: &Sample) -> ScriptedNote {
+/// The stand-in's code review: the guard and the check, cited where they
+/// are, and the check run on the head; a failing check requests changes.
+fn code_review(env: &StandInEnv, sample: &Sample) -> (&'static str, ScriptedNote) {
     let head = git_head(&env.worktree).unwrap_or_else(|| "unknown".into());
     let guard = sample.entry.as_ref().and_then(|(p, body, _)| Some((p, line_of(body, GUARD_TEST)?)));
     let correctness = match guard {
@@ -406,18 +428,27 @@ fn code_review(env: &StandInEnv, sample: &Sample) -> ScriptedNote {
     };
     let check = sample.check.as_ref().and_then(|c| {
         let at = line_of(&read_inside(&env.worktree, c)?, CHECK_NAME)?;
-        Some(format!("The planned check `{CHECK_NAME}` is at `{c}:{at}`."))
+        Some((c, at))
     });
-    ScriptedNote {
+    let (passed, tests) = match check {
+        Some((c, at)) => {
+            let (passed, said) = run_check(&env.worktree, c);
+            (passed, format!("The planned check `{CHECK_NAME}` is at `{c}:{at}`. Ran `sh {c}` on the head: {said}."))
+        }
+        None => (true, "The planned check is present.".into()),
+    };
+    let (outcome, verdict) =
+        if passed { ("approve", "approve") } else { ("changes-requested", "changes requested: the check fails") };
+    let note = ScriptedNote {
         kind: NoteKind::CodeReview,
         body: format!(
             "## Scope against the plan\nOnly the planned files changed.\n\n\
-             ## Correctness\n{correctness}\n\n## Tests\n{}\n\n\
-             ## Security\nNo new input reaches a shell, a query or a path.\n\n## Verdict\napprove\n\n\
-             Commit: {head}",
-            check.unwrap_or_else(|| "The planned check is present.".into())
+             ## Correctness\n{correctness}\n\n## Tests\n{tests}\n\n\
+             ## Security\nNo new input reaches a shell, a query or a path.\n\n## Verdict\n{verdict}\n\n\
+             Commit: {head}"
         ),
-    }
+    };
+    (outcome, note)
 }
 
 /// The happy-path visit of the default pipeline for `mode`.
@@ -456,15 +487,12 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
             )],
         ),
         "treat" => {
-            let changes = treat(env, &sample)?;
+            let (changes, tests) = treat(env, &sample)?;
             let head = commit_all(&env.worktree, &format!("Treat #{issue}: validate the entry point's input"))
                 .unwrap_or_else(|| "not a git repository".into());
-            let tests = match (&sample.check, sample.shell_entry()) {
-                (Some(check), Some(_)) => format!(
-                    "- None run: the stand-in runs no code from the repository. `{CHECK_NAME}` is in `{check}` for CI \
-                     (`sh {check}`)."
-                ),
-                _ => "- The sample app's check: passed.".into(),
+            let tests = match tests.as_slice() {
+                [] => "- None: the issue names no shell entry point with a check script to run.".into(),
+                ran => ran.iter().map(|t| format!("- {t}.")).collect::<Vec<_>>().join("\n"),
             };
             let changes: String = changes.iter().map(|c| format!("- {c}.\n")).collect();
             visit(
@@ -494,7 +522,10 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
                     .into(),
             )],
         ),
-        "code" => visit("approve", vec![code_review(env, &sample)]),
+        "code" => {
+            let (outcome, note) = code_review(env, &sample);
+            visit(outcome, vec![note])
+        }
         "discharge" => visit(
             "discharged",
             vec![note(
@@ -620,6 +651,10 @@ mod tests {
         )
         .unwrap();
         std::fs::write(root.join("CHANGELOG.md"), "# Changelog\n\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        for f in ["greet.sh", "check.sh"] {
+            std::fs::set_permissions(root.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
         crate::demo::init_repository(&root).unwrap();
         let prompt = dir.path().join("prompt.md");
         std::fs::write(
@@ -660,6 +695,27 @@ mod tests {
         assert!(greet.lines().nth(2).unwrap().starts_with("if [ -z \"$1\" ]"), "{greet}");
         let check = std::fs::read_to_string(env.worktree.join("check.sh")).unwrap();
         assert!(check.contains(CHECK_NAME), "{check}");
+    }
+
+    #[test]
+    fn the_fellow_fixes_test_first_and_the_review_runs_the_check() {
+        let (_dir, mut env) = sample_app("treat");
+        let visit = default_visit(&env).unwrap();
+        let body = &visit.notes[0].body;
+        assert!(body.contains("`sh check.sh` before the fix: failed (exit 1)"), "{body}");
+        assert!(body.contains("`sh check.sh` after the fix: passed (exit 0)"), "{body}");
+        let out = std::process::Command::new("sh").args(["greet.sh", ""]).current_dir(&env.worktree).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "the bug is fixed for real");
+        assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+        env.mode = "code".into();
+        let review = default_visit(&env).unwrap();
+        assert_eq!(review.outcome, "approve");
+        assert!(review.notes[0].body.contains("Ran `sh check.sh` on the head: passed (exit 0)"), "{review:?}");
+        // A head where the check fails gets changes requested.
+        std::fs::write(env.worktree.join("greet.sh"), "#!/bin/sh\necho \"Hello, $1!\"\n").unwrap();
+        let review = default_visit(&env).unwrap();
+        assert_eq!(review.outcome, "changes-requested", "{review:?}");
+        assert!(review.notes[0].body.contains("failed (exit 1)"), "{review:?}");
     }
 
     #[test]

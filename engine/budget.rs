@@ -565,7 +565,8 @@ pub fn over_budget_notes(
         body: format!(
             "Budget reached in stage `{stage}`: {breach}. {what} and moved the patient to `{chief}`.\n\n\
              What to do: decide whether this patient is worth more; raise the limit in \
-             `.github/ward.yml` (`departments.budget`) or split the work, then put the stage label back."
+             `.github/ward.yml` (`departments.budget`) or split the work, then {}.",
+            config.readmit_hint()
         ),
     };
     let mut notes = Vec::new();

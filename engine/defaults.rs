@@ -48,5 +48,28 @@ pub fn install(root: &Path) -> anyhow::Result<Vec<String>> {
         }
         std::fs::write(&dest, text).map_err(|e| anyhow::anyhow!("could not write {}: {e}", dest.display()))?;
     }
-    Ok(files.into_iter().map(|(p, _)| p).collect())
+    let mut written: Vec<String> = files.into_iter().map(|(p, _)| p).collect();
+    if ignore_ward_state(root)? {
+        written.push(".gitignore".into());
+    }
+    Ok(written)
+}
+
+/// Adds `/.ward/` (ward's worktree records, run artifacts, local forge) to
+/// the repository's `.gitignore` unless it is ignored already. `true` when
+/// the file changed.
+pub fn ignore_ward_state(root: &Path) -> anyhow::Result<bool> {
+    let file = root.join(".gitignore");
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => anyhow::bail!("could not read {}: {e}", file.display()),
+    };
+    if text.lines().map(str::trim).any(|l| matches!(l, ".ward" | ".ward/" | "/.ward" | "/.ward/")) {
+        return Ok(false);
+    }
+    let sep = if text.is_empty() || text.ends_with('\n') { "" } else { "\n" };
+    std::fs::write(&file, format!("{text}{sep}/.ward/\n"))
+        .map_err(|e| anyhow::anyhow!("could not add `/.ward/` to {}: {e}", file.display()))?;
+    Ok(true)
 }

@@ -29,6 +29,10 @@ pub struct DemoRun {
     pub dir: PathBuf,
     pub trace: Trace,
     pub discharged: bool,
+    /// `main` after the run: its commit and that commit's summary.
+    pub main: Option<(String, String)>,
+    /// What `./greet.sh ""` does on `main` after the run.
+    pub after: Option<String>,
 }
 
 /// Creates the demo repository in `dir` (which must be empty or absent),
@@ -58,13 +62,28 @@ pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<DemoRun> {
     })?;
     let trace = simulate::drive(&h, &forge, issue.number, BTreeMap::new(), dir, 40).await?;
     let discharged = trace.final_label.as_deref() == Some(h.config.discharge.discharged_label.as_str());
-    Ok(DemoRun { dir: dir.to_path_buf(), trace, discharged })
+    let main = git2::Repository::open(dir).ok().and_then(|repo| {
+        let commit = repo.find_branch("main", git2::BranchType::Local).ok()?.get().peel_to_commit().ok()?;
+        Some((commit.id().to_string(), commit.summary().unwrap_or_default().to_string()))
+    });
+    Ok(DemoRun { dir: dir.to_path_buf(), trace, discharged, main, after: greet_with_no_name(dir) })
+}
+
+/// The sample's bug, tried on the demo repository's checkout of `main`:
+/// what `./greet.sh ""` prints and its exit code.
+fn greet_with_no_name(dir: &Path) -> Option<String> {
+    let out = std::process::Command::new("sh").arg("greet.sh").arg("").current_dir(dir).output().ok()?;
+    let text = String::from_utf8_lossy(if out.stdout.is_empty() { &out.stderr } else { &out.stdout });
+    Some(format!("`{}` (exit {})", text.trim(), out.status.code().unwrap_or(-1)))
 }
 
 /// What `ward demo` prints.
 pub fn render(run: &DemoRun) -> String {
-    let mut out = format!("ward demo: patient #{} \"{SAMPLE_TITLE}\"\n\n", run.trace.issue);
+    let mut out = format!("ward demo: patient #{}: {SAMPLE_TITLE}\n\n", run.trace.issue);
     out.push_str(&simulate::render_timeline(&run.trace));
+    if let Some((commit, summary)) = &run.main {
+        out.push_str(&format!("     main is now at {} \"{summary}\"\n", &commit[..commit.len().min(12)]));
+    }
     let total: u128 = run.trace.steps.iter().map(|s| s.ms).sum();
     out.push('\n');
     if run.discharged {
@@ -79,6 +98,9 @@ pub fn render(run: &DemoRun) -> String {
             run.trace.issue,
             run.trace.final_label.as_deref().unwrap_or("no ward label")
         ));
+    }
+    if let Some(after) = &run.after {
+        out.push_str(&format!("On main, `sh greet.sh \"\"` now prints {after}.\n"));
     }
     out.push_str(
         "(The local forge has no people and no CI: the demo plays them, as `ward simulate` does. `chief` \

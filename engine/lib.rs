@@ -23,6 +23,7 @@ pub mod precedent;
 pub mod prompt;
 pub mod report;
 pub mod rules;
+pub mod runner;
 pub mod secrets;
 pub mod simulate;
 pub mod stage;

@@ -155,8 +155,8 @@ pub async fn lift(forge: &dyn Forge, actor: &str, now: DateTime<Utc>) -> Result<
             .add_comment(
                 n,
                 &format!(
-                    "Lifted by @{actor} at {} with `ward lockdown off`. Stages run again; the charge nurse \
-                     re-triggers the patients that were refused meanwhile.",
+                    "Lifted by @{actor} at {} with `ward lockdown off`. Stages run again; the patients \
+                     refused meanwhile are re-triggered now.",
                     now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
                 ),
             )
@@ -168,6 +168,32 @@ pub async fn lift(forge: &dyn Forge, actor: &str, now: DateTime<Utc>) -> Result<
     Ok(closed)
 }
 
+/// After a lift: re-triggers every open patient that waited, that is whose
+/// chart ends with a LOCKDOWN note and which still sits at that stage's
+/// label. Returns them. The stage's guards make a repeat harmless.
+pub async fn retrigger_waiting(
+    forge: &dyn Forge,
+    config: &crate::config::Config,
+) -> Result<Vec<IssueNumber>, LockdownError> {
+    let sentinels = crate::chart::Sentinels::new(&config.sentinel_prefix);
+    let mut waited = Vec::new();
+    for issue in forge.all_issues().await.map_err(forge_err("list the issues".to_string()))? {
+        if issue.state != crate::forge::IssueState::Open {
+            continue;
+        }
+        let Some(stage) = config.ward_label(&issue.labels).and_then(|l| config.stage_by_label(l)) else { continue };
+        let n = issue.number;
+        let chart = forge.read_chart(n).await.map_err(forge_err(format!("read the chart of {n}")))?;
+        let last = chart.and_then(|c| sentinels.parse_chart(&c.text).ok()).and_then(|notes| notes.into_iter().last());
+        if last.is_some_and(|note| note.kind == NoteKind::Lockdown && note.meta.stage == stage.name) {
+            let label = stage.config.label.clone();
+            forge.dispatch_stage(n, &label).await.map_err(forge_err(format!("re-trigger {n} at `{label}`")))?;
+            waited.push(n);
+        }
+    }
+    Ok(waited)
+}
+
 /// The LOCKDOWN note a refused stage run appends to the patient's chart.
 pub fn lockdown_note(lockdown: &Lockdown, stage: &str, run: &str, now: DateTime<Utc>) -> Note {
     Note {
@@ -175,7 +201,7 @@ pub fn lockdown_note(lockdown: &Lockdown, stage: &str, run: &str, now: DateTime<
         meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at: now },
         body: format!(
             "Infection control: lockdown {} is in force, so stage `{stage}` did not run and the label stays.\n\n\
-             Reason: {}\n\nThe charge nurse re-triggers this stage after the lockdown is lifted.",
+             Reason: {}\n\nLifting the lockdown (`ward lockdown off`) re-triggers this stage.",
             lockdown.issue, lockdown.reason
         ),
     }

@@ -20,6 +20,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WARD_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(|| Logs(std::io::stderr()))
+        // Colour only for a person at a terminal, never into log files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     tracing::debug!(?sealed, "credentials sealed");
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

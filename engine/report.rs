@@ -97,6 +97,9 @@ pub struct StageStats {
     /// Re-triggers by the charge nurse.
     pub sweeps: usize,
     pub cost: f64,
+    /// COST notes that gave a figure, and those that said `unknown`.
+    pub costs_known: usize,
+    pub costs_unknown: usize,
     pub runs: usize,
 }
 
@@ -146,7 +149,20 @@ pub struct Report {
     pub total_cost: f64,
     /// Runs, outcomes, send-backs, stalls and cost by pipeline version.
     pub versions: Vec<crate::governance::VersionStats>,
+    /// COST notes that gave a figure, and those that said `unknown`.
+    pub costs_known: usize,
+    pub costs_unknown: usize,
     pub problems: Vec<String>,
+}
+
+/// A cost as people should read it: `unknown` when no COST note gave a
+/// figure, a lower bound when only some did.
+fn cost_cell(cost: f64, known: usize, unknown: usize) -> String {
+    match (known, unknown) {
+        (0, u) if u > 0 => "unknown".into(),
+        (_, 0) => format!("${cost:.2}"),
+        _ => format!("≥ ${cost:.2}"),
+    }
 }
 
 fn target_of<'a>(config: &'a Config, outcome: &str, fallback: &'a str) -> &'a str {
@@ -183,6 +199,8 @@ pub fn compute(config: &Config, patients: &[PatientRecord], from: DateTime<Utc>,
         costs: Vec::new(),
         total_cost: 0.0,
         versions: Vec::new(),
+        costs_known: 0,
+        costs_unknown: 0,
         problems: Vec::new(),
     };
     for p in patients {
@@ -239,10 +257,19 @@ pub fn compute(config: &Config, patients: &[PatientRecord], from: DateTime<Utc>,
                     }
                 }
                 "COST" => {
-                    let c = parse_cost_note(&n.body).and_then(|u| u.cost_usd).unwrap_or(0.0);
+                    let figure = parse_cost_note(&n.body).and_then(|u| u.cost_usd);
+                    let c = figure.unwrap_or(0.0);
                     patient_cost += c;
+                    match figure {
+                        Some(_) => report.costs_known += 1,
+                        None => report.costs_unknown += 1,
+                    }
                     if let Some(st) = stage {
                         st.cost += c;
+                        match figure {
+                            Some(_) => st.costs_known += 1,
+                            None => st.costs_unknown += 1,
+                        }
                     }
                 }
                 _ => {}
@@ -337,8 +364,13 @@ pub fn render_markdown(r: &Report) -> String {
     let _ = writeln!(m, "|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(
         m,
-        "| {} | {} | {} | {} | {} | ${:.2} |\n",
-        r.admitted, r.discharged, r.escalated, r.stalled_patients, r.sweep_escalations, r.total_cost
+        "| {} | {} | {} | {} | {} | {} |\n",
+        r.admitted,
+        r.discharged,
+        r.escalated,
+        r.stalled_patients,
+        r.sweep_escalations,
+        cost_cell(r.total_cost, r.costs_known, r.costs_unknown)
     );
     let _ = writeln!(m, "## Stages\n");
     let _ = writeln!(m, "| stage | entered | runs | median stay | p90 stay | send-backs | re-triggers | cost |");
@@ -351,7 +383,7 @@ pub fn render_markdown(r: &Report) -> String {
         };
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {} | {} | {} | {} | ${:.2} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             s.name,
             s.entered,
             s.runs,
@@ -359,7 +391,7 @@ pub fn render_markdown(r: &Report) -> String {
             opt_duration(s.p90()),
             sb,
             s.sweeps,
-            s.cost
+            cost_cell(s.cost, s.costs_known, s.costs_unknown)
         );
     }
     let _ = writeln!(m, "\n## Flow\n");
@@ -373,7 +405,14 @@ pub fn render_markdown(r: &Report) -> String {
     }
     let _ = writeln!(m, "\n## Costliest patients\n");
     if r.costs.is_empty() {
-        let _ = writeln!(m, "No COST notes in this period.");
+        let _ = match r.costs_unknown {
+            0 => writeln!(m, "No COST notes in this period."),
+            n => writeln!(
+                m,
+                "No run reported a cost: the {n} COST notes of this period say `unknown` (the agent's output \
+                 carried no usage ward could read; see `departments.budget.usage`)."
+            ),
+        };
     } else {
         let _ = writeln!(m, "| patient | title | runs | cost |\n|---|---|---:|---:|");
         for c in r.costs.iter().take(10) {
@@ -524,6 +563,26 @@ pub fn svg_time(r: &Report) -> String {
     s
 }
 
+/// The smallest of 1, 2, 4 or 10 times a power of ten that is at least
+/// `v`, so that quarters of it are round figures.
+fn nice_ceiling(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let power = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 4.0, 10.0].into_iter().map(|m| m * power).find(|c| *c >= v * (1.0 - 1e-9)).unwrap_or(10.0 * power)
+}
+
+/// Decimals that print every multiple of `step` exactly (two at least).
+fn tick_decimals(step: f64) -> usize {
+    (2..=8)
+        .find(|d| {
+            let scaled = step * 10f64.powi(*d as i32);
+            (scaled - scaled.round()).abs() < 1e-6
+        })
+        .unwrap_or(8)
+}
+
 /// Cost per patient: one bar per patient, costliest first (at most 30).
 pub fn svg_cost(r: &Report) -> String {
     let shown: Vec<&PatientCost> = r.costs.iter().take(30).collect();
@@ -531,7 +590,8 @@ pub fn svg_cost(r: &Report) -> String {
     let bar = 24.0;
     let width = left + 20.0 + bar * 1.4 * shown.len().max(1) as f64;
     let height = plot_h + bottom + 20.0;
-    let max = shown.iter().map(|c| c.cost).fold(0.01_f64, f64::max);
+    let max = nice_ceiling(shown.iter().map(|c| c.cost).fold(0.0_f64, f64::max));
+    let decimals = tick_decimals(max / 4.0);
     let mut s = format!(
         r##"<svg id="chart-cost" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" role="img"><title>Cost per patient (USD)</title>"##
     );
@@ -541,12 +601,13 @@ pub fn svg_cost(r: &Report) -> String {
         r##"<line x1="{left}" y1="20" x2="{left}" y2="{base}" stroke="#333"/><line x1="{left}" y1="{base}" x2="{:.1}" y2="{base}" stroke="#333"/>"##,
         width - 10.0
     );
-    for k in 0..=4 {
+    // No axis figures without costs: `$0.00 $0.00 $0.01` says nothing.
+    for k in (0..=4).filter(|_| !shown.is_empty()) {
         let v = max * k as f64 / 4.0;
         let yy = base - plot_h * k as f64 / 4.0;
         let _ = write!(
             s,
-            r##"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">${v:.2}</text>"##,
+            r##"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end">${v:.decimals$}</text>"##,
             left - 4.0,
             yy + 3.0
         );
@@ -596,8 +657,13 @@ pub fn render_html(r: &Report) -> String {
     let _ = write!(
         h,
         "<table><tr><th>admitted</th><th>discharged</th><th>escalated</th><th>stalled</th><th>escalated by the sweep</th><th>cost</th></tr>\
-         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>${:.2}</td></tr></table>",
-        r.admitted, r.discharged, r.escalated, r.stalled_patients, r.sweep_escalations, r.total_cost
+         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
+        r.admitted,
+        r.discharged,
+        r.escalated,
+        r.stalled_patients,
+        r.sweep_escalations,
+        esc(&cost_cell(r.total_cost, r.costs_known, r.costs_unknown))
     );
     let _ = write!(h, "<h2>Flow through stages</h2>{}", svg_flow(r));
     let _ = write!(h, "<h2>Time in stage</h2><p>Median (solid) and p90 (light) of finished stays.</p>{}", svg_time(r));
@@ -610,7 +676,7 @@ pub fn render_html(r: &Report) -> String {
         let sb: usize = s.send_backs.values().sum();
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>${:.2}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&s.name),
             s.entered,
             s.runs,
@@ -618,7 +684,7 @@ pub fn render_html(r: &Report) -> String {
             opt_duration(s.p90()),
             sb,
             s.sweeps,
-            s.cost
+            esc(&cost_cell(s.cost, s.costs_known, s.costs_unknown))
         );
     }
     h.push_str(
@@ -653,6 +719,38 @@ mod tests {
         assert_eq!(percentile(&v, 90.0), Some(9.0));
         assert_eq!(percentile(&[7.0], 90.0), Some(7.0));
         assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn unknown_costs_read_unknown_and_the_cost_axis_has_distinct_round_ticks() {
+        assert_eq!(cost_cell(0.0, 0, 3), "unknown");
+        assert_eq!(cost_cell(0.0, 0, 0), "$0.00");
+        assert_eq!(cost_cell(1.5, 2, 1), "≥ $1.50");
+        let mut r = Report {
+            from: Utc::now(),
+            to: Utc::now(),
+            admitted: 1,
+            discharged: 0,
+            escalated: 0,
+            stages: Vec::new(),
+            flows: BTreeMap::new(),
+            stalled_patients: 0,
+            sweep_escalations: 0,
+            costs: Vec::new(),
+            total_cost: 0.0,
+            costs_known: 0,
+            costs_unknown: 4,
+            problems: Vec::new(),
+        };
+        let md = render_markdown(&r);
+        assert!(md.contains("| 1 | 0 | 0 | 0 | 0 | unknown |"), "{md}");
+        assert!(md.contains("the 4 COST notes of this period say `unknown`") && !md.contains("$0.00"), "{md}");
+        assert!(!svg_cost(&r).contains('$'), "no axis figures without costs");
+        r.costs = vec![PatientCost { issue: 1, title: "t".into(), cost: 0.013, runs: 2 }];
+        let svg = svg_cost(&r);
+        let ticks: Vec<&str> = svg.match_indices('$').map(|(i, _)| svg[i..].split('<').next().unwrap()).collect();
+        assert_eq!(ticks[..5], ["$0.000", "$0.005", "$0.010", "$0.015", "$0.020"], "{svg}");
+        assert_eq!((nice_ceiling(3.2), nice_ceiling(0.7), nice_ceiling(10.0)), (4.0, 1.0, 10.0));
     }
 
     #[test]

@@ -369,6 +369,8 @@ pub async fn drive_with(
         pending += dispatches[seen_dispatches..].iter().filter(|d| d.issue == issue).count();
         seen_dispatches = dispatches.len();
     }
+    // What was dispatched has run: a later `ward run` here does not redo it.
+    forge.mark_consumed(forge.dispatches()?.len())?;
     let last = forge.issue(issue).await?;
     let final_label = h.config.places(&last.labels).first().map(|l| l.to_string());
     Ok(Trace {

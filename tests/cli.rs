@@ -25,8 +25,9 @@ fn demo_discharges_the_sample_patient() {
     let text = stdout(&out).replace(demo.to_str().unwrap(), "[DIR]");
     let text = regex::Regex::new(r"(?m) +\d+$").unwrap().replace_all(&text, " [ms]");
     let text = regex::Regex::new(r"in \d+ ms").unwrap().replace_all(&text, "in [ms] ms");
+    let text = regex::Regex::new(r"at [0-9a-f]{12} ").unwrap().replace_all(&text, "at [COMMIT] ");
     insta::assert_snapshot!(text, @r#"
-    ward demo: patient #1 "greet prints "Hello, !" when the name is empty"
+    ward demo: patient #1: greet prints "Hello, !" when the name is empty
 
       #  stage        role              outcome            label out                ms
       1  admit        planner           ready              ward:diagnose [ms]
@@ -35,8 +36,10 @@ fn demo_discharges_the_sample_patient() {
       4  treat        fellow            treated            ward:code-review [ms]
       5  code-review  review-attending  approve            ward:discharge [ms]
       6  discharge    discharge-nurse   discharged         ward:discharged [ms]
+         main is now at [COMMIT] "Treat #1: validate the entry point's input"
 
     Patient #1 discharged after 6 stage runs in [ms] ms.
+    On main, `sh greet.sh ""` now prints `greet.sh: a non-empty argument is required` (exit 2).
     (The local forge has no people and no CI: the demo plays them, as `ward simulate` does. `chief` approves the pull request and CI reports success on its head; the discharge audit checks both.)
     Repository: [DIR]
     Chart:      [DIR]/charts/1.md
@@ -48,6 +51,20 @@ fn demo_discharges_the_sample_patient() {
     assert_eq!(claims.len(), 6, "one GROUNDEDNESS note per stage run: {chart}");
     assert!(claims.iter().sum::<usize>() >= 10 && claims[1] > 0 && claims[3] > 0, "{claims:?}");
     assert!(!chart.contains("verdict: invalid") && chart.contains("`greet.sh:3`"), "{chart}");
+    // The fix is real and on `main`: the check failed before it and passes after,
+    // the review ran it, and the branch was merged (fast-forward) into `main`.
+    assert!(chart.contains("`sh check.sh` before the fix: failed (exit 1)"), "{chart}");
+    assert!(chart.contains("Ran `sh check.sh` on the head: passed (exit 0)"), "{chart}");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git").args(args).current_dir(&demo).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(git(&["rev-parse", "main"]), git(&["rev-parse", "ward/issue-1"]));
+    let main = git(&["rev-parse", "main"]);
+    assert!(stdout(&out).contains(&format!("main is now at {} ", &main[..12])), "the timeline names {main}");
+    assert_eq!(git(&["status", "--porcelain", "--untracked-files=no"]), "", "the checkout of main moved with it");
+    let greet = std::process::Command::new("sh").args(["greet.sh", ""]).current_dir(&demo).output().unwrap();
+    assert_eq!((greet.status.code(), stdout(&greet)), (Some(2), String::new()));
     // A non-empty folder is refused, and left as it was.
     let again = std::process::Command::new(support::ward_bin())
         .args(["demo", "--dir", demo.to_str().unwrap()])
@@ -357,4 +374,124 @@ fn the_report_breaks_runs_down_by_pipeline_version_and_speaks_json() {
     let md = stdout(&md);
     assert!(md.contains("## By pipeline version"), "{md}");
     assert!(md.contains(&format!("| `{}` |", ward::governance::version(&demo))), "{md}");
+}
+
+#[test]
+fn admit_run_drives_the_patient_to_rest_and_a_second_run_redoes_nothing() {
+    let s = Sandbox::new();
+    let out = s.ward(&["admit", "--title", "t", "--body", "b", "--run"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(text.contains("\n#1 admit (planner): ready -> ward:diagnose in "), "{text}");
+    assert!(text.contains("\n#1 treat (fellow): treated -> ward:code-review in "), "{text}");
+    // A bare local forge has no pull request and no CI: the audit fails
+    // until the send-back limit sends the patient to the chiefs, where it rests.
+    assert!(text.contains("refused: the patient was sent back 10 times"), "{text}");
+    assert!(text.ends_with("\n#1 rests at `ward:chief`\n"), "{text}");
+    assert_eq!(s.labels(1), ["ward:chief"]);
+    let queued = s.read(".ward/forge/dispatches.jsonl").lines().count();
+    assert_eq!(s.read(".ward/forge/dispatches.consumed").trim(), queued.to_string());
+    let chart = s.read("charts/1.md");
+    let again = s.ward(&["run"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(stdout(&again), "nothing queued\n#1 rests at `ward:chief`\n");
+    assert_eq!(s.read("charts/1.md"), chart, "a second run changes nothing");
+}
+
+#[test]
+fn a_run_that_died_before_marking_its_entry_loses_nothing_and_repeats_nothing() {
+    let s = Sandbox::new();
+    let admitted = s.ward(&["admit", "--title", "t", "--body", "b"]);
+    assert!(stdout(&admitted).contains("next: `ward run`"), "{}", stdout(&admitted));
+    // The admission ran, and the runner died before marking it done.
+    assert!(s.ward(&["stage", "--issue", "1", "--label", "ward:admit"]).status.success());
+    let out = s.ward(&["run"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(text.starts_with("nothing to do: "), "the repeated entry is a no-op: {text}");
+    assert!(text.contains("\n#1 diagnose (fellow): plan-posted -> ward:plan-review"), "{text}");
+    let chart = s.read("charts/1.md");
+    assert_eq!(chart.matches("stage=admit role=planner").count(), 2, "one TRIAGE and one OUTCOME: {chart}");
+    // A patient that runs more stages than one `ward run` allows stops the
+    // runner, with why; the queue waits for the next run, which goes on.
+    let s2 = Sandbox::new();
+    admit(&s2, "t", "b");
+    let out = s2.ward(&["run", "--max-runs", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stderr(&out).contains("stopped: patient #1 ran 2 stages in this `ward run`"), "{}", stderr(&out));
+    assert!(stdout(&out).ends_with("#1 waits at `ward:plan-review`, queued for the next `ward run`\n"));
+    let out = s2.ward(&["run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("#1 plan-review (review-attending): approve"), "{}", stdout(&out));
+    assert!(stdout(&out).ends_with("#1 rests at `ward:chief`\n"), "{}", stdout(&out));
+    // `ward run` drives only the local forge.
+    let github = s.ward(&["--forge", "github", "run"]);
+    assert_eq!(github.status.code(), Some(2), "{}", stderr(&github));
+    assert!(stderr(&github).contains("`ward run` drives the local forge"), "{}", stderr(&github));
+}
+
+#[test]
+fn init_ignores_wards_state_and_a_missing_pipeline_is_one_clear_sentence() {
+    let s = Sandbox::new();
+    assert_eq!(s.read(".gitignore"), "/.ward/\n");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".gitignore"), "/target").unwrap();
+    let out = std::process::Command::new(support::ward_bin()).args(["init"]).current_dir(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(dir.path().join(".gitignore")).unwrap(), "/target\n/.ward/\n");
+    let empty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(support::ward_bin())
+        .args(["config", "check"])
+        .current_dir(empty.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.starts_with("error: .github/ward.yml: there is no such file, so ward is not installed"), "{err}");
+    assert!(!err.contains("./") && !err.contains(":0:0"), "{err}");
+}
+
+/// Runs ward with its stdout's reader already gone, as `| head` leaves it.
+fn with_closed_stdout(s: &Sandbox, args: &[&str]) -> std::process::Output {
+    let mut child = std::process::Command::new(support::ward_bin())
+        .args(args)
+        .current_dir(s.root())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", s.root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn read_commands_end_quietly_on_a_closed_pipe_and_refuse_what_does_not_exist() {
+    let s = Sandbox::new();
+    admit(&s, "t", "b");
+    // Logs into a file carry no colour codes.
+    let out = s.ward_env(&["stage", "--issue", "1"], &[("WARD_LOG", "info")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("label moved") && !stderr(&out).contains('\u{1b}'), "{:?}", stderr(&out));
+    for args in [&["chart", "notes", "1"][..], &["chart", "show", "1"], &["report"], &["audit", "1"]] {
+        let out = with_closed_stdout(&s, args);
+        assert!(!stderr(&out).contains("panicked"), "{args:?}: {}", stderr(&out));
+        assert_ne!(out.status.code(), Some(101), "{args:?}");
+    }
+    let out = s.ward(&["chart", "notes", "1", "--kind", "BOGUS"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("note kind `BOGUS` is unknown (known kinds: ADMISSION, "), "{}", stderr(&out));
+    let out = s.ward(&["audit", "99"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stdout(&out), "", "no checklist for an issue that does not exist");
+    assert!(stderr(&out).contains("issue #99 does not exist in the local forge"), "{}", stderr(&out));
+}
+
+#[test]
+fn the_shipped_sweep_probes_docker_and_reaps() {
+    let sweep = include_str!("../.github/workflows/ward-sweep.yml");
+    let run = sweep.lines().find(|l| l.contains("ward sweep --forge github")).expect("the sweep step");
+    assert!(run.contains("--probe-docker") && run.contains("--reap"), "{run}");
 }

@@ -904,6 +904,10 @@ fn the_department_commands_work_from_the_command_line() {
     assert_eq!(sb.ward(&["lockdown", "status"]).status.code(), Some(3), "still in force");
     let out = sb.ward(&["lockdown", "off"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // What it says is what happened: the patient that waited is dispatched again.
+    assert!(stdout(&out).contains("re-triggered the patients that waited: #1"), "{}", stdout(&out));
+    let queue = sb.read(".ward/forge/dispatches.jsonl");
+    assert!(queue.lines().last().unwrap().contains(r#""issue":1,"label":"ward:admit""#), "{queue}");
     assert_eq!(sb.ward(&["lockdown", "status"]).status.code(), Some(0));
     let out = sb.ward(&["stage", "--issue", "1"]);
     assert!(out.status.success(), "{}", stderr(&out));

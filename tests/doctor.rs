@@ -198,8 +198,11 @@ fn local(s: &Sandbox, extra: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 #[test]
-fn a_fresh_init_passes_once_ward_is_ignored_and_checks_no_github() {
+fn a_fresh_init_passes_a_lost_ignore_is_fixed_and_no_github_is_checked() {
     let s = Sandbox::new();
+    let out = local(&s, &[], &[]);
+    assert!(out.status.success(), "`ward init` ignores .ward/: {}", stdout(&out));
+    s.write(".gitignore", "/target\n");
     let line = only_failure(&local(&s, &[], &[]), ".gitignore");
     assert!(line.contains("add `/.ward/` to .gitignore"), "{line}");
     let out = local(&s, &["--fix"], &[]);

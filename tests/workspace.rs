@@ -298,7 +298,7 @@ async fn a_worktree_path_that_ward_did_not_make_is_refused_and_left_alone() {
     assert_eq!(std::fs::read_to_string(taken.join("someone-elses.txt")).unwrap(), "mine\n");
     // Nor does the reaper or a release touch it.
     let git = GitRepo::open(&repo.path).unwrap();
-    let reaped = reap_patients(&git, &repo.layout(), Duration::ZERO, chrono::Utc::now(), &[8]).unwrap();
+    let reaped = reap_patients(&git, &repo.layout(), Duration::ZERO, chrono::Utc::now(), &[8], "main").unwrap();
     assert!(reaped.removed_worktrees.is_empty(), "{reaped:?}");
     assert!(remove_patient(&git, &repo.layout(), 8, None).is_err());
     assert!(taken.join("someone-elses.txt").exists());
@@ -510,7 +510,7 @@ fn the_reaper_removes_only_what_ward_recorded_and_nothing_outside_its_folder() {
     forged["path"] = json!(victim);
     std::fs::write(layout.record(99), forged.to_string()).unwrap();
 
-    let report = reap_patients(&git, &layout, Duration::from_secs(3600), now, &[3, 4]).unwrap();
+    let report = reap_patients(&git, &layout, Duration::from_secs(3600), now, &[3, 4], "main").unwrap();
     let removed: Vec<&str> = report.removed_worktrees.iter().map(|(w, _)| w.as_str()).collect();
     assert_eq!(removed, vec!["ward-issue-1", "ward-issue-3", "ward-issue-99"], "{report:?}");
     assert_eq!(report.removed_worktrees[0].1, "unused for longer than 1h", "{report:?}");
@@ -829,6 +829,26 @@ async fn a_detached_or_unborn_head_is_an_error_naming_ward_base_never_a_run_in_p
     assert_no_worktrees(&repo);
 }
 
+/// A closed patient's branch with commits that never reached `main` is
+/// kept (with why); once merged, the next reap deletes it.
+#[test]
+fn the_reaper_keeps_a_closed_patients_branch_until_its_commits_are_merged() {
+    let repo = TestRepo::new(&[("README.md", "hello\n")]);
+    let git = GitRepo::open(&repo.path).unwrap();
+    run(repo.git().args(["checkout", "--quiet", "-b", "ward/issue-4"]));
+    std::fs::write(repo.path.join("fix.txt"), "the fix\n").unwrap();
+    run(repo.git().args(["add", "fix.txt"]));
+    run(repo.git().args(["commit", "--quiet", "-m", "fix"]));
+    run(repo.git().args(["checkout", "--quiet", "main"]));
+    let now = chrono::Utc::now();
+    let reaped = reap_patients(&git, &repo.layout(), Duration::from_secs(3600), now, &[4], "main").unwrap();
+    assert!(reaped.deleted_branches.is_empty(), "{reaped:?}");
+    assert!(reaped.kept.contains(&("ward/issue-4".into(), "its commits are not merged into `main`".into())));
+    run(repo.git().args(["merge", "--quiet", "--ff-only", "ward/issue-4"]));
+    let reaped = reap_patients(&git, &repo.layout(), Duration::from_secs(3600), now, &[4], "main").unwrap();
+    assert_eq!(reaped.deleted_branches, vec!["ward/issue-4".to_string()]);
+}
+
 /// The sweep's reaper end to end: the forge says which patients are closed;
 /// their worktrees and branches go, an expired container of this
 /// installation and repository goes, a look-alike of another installation
@@ -1021,7 +1041,8 @@ async fn a_run_killed_during_checkout_does_not_lock_the_patient() {
 
     // Killed again; this time the sweep's reaper clears it, at once.
     kill_during_checkout(dir.path());
-    let reaped = reap_patients(&git_repo, &layout, Duration::from_secs(86_400), chrono::Utc::now(), &[]).unwrap();
+    let reaped =
+        reap_patients(&git_repo, &layout, Duration::from_secs(86_400), chrono::Utc::now(), &[], "main").unwrap();
     let half_made = ("ward-issue-7".to_string(), "half-made by a run that was killed".to_string());
     assert_eq!(reaped.removed_worktrees, vec![half_made]);
     assert!(!layout.worktree(7).exists() && layout.read_record(7).is_none());
@@ -1650,13 +1671,23 @@ async fn swarm_proof_three_tasks_in_parallel_then_a_lost_write_on_a_shared_emula
     let report = integ.down().await.unwrap();
     std::fs::copy(report.write().unwrap(), evidence.join("integration.report.json")).unwrap();
 
-    // Temporary branches go through the reaper, as the charge nurse would.
+    // Temporary branches go through the reaper, as the charge nurse would:
+    // only what is merged into `main` (here the integration branch, which
+    // merged the three tasks) is deleted; an unmerged branch is kept.
     let git = GitRepo::open(&repo.path).unwrap();
     let closed = [100, 101, 102, 103, 110];
-    let reaped = reap_patients(&git, &repo.layout(), Duration::from_secs(3600), chrono::Utc::now(), &closed).unwrap();
+    let unmerged = git.branch_head("ward/issue-110").unwrap().is_some_and(|h| h != base);
+    run(repo.git().args(["update-ref", "refs/heads/main", "refs/heads/ward/issue-100"]));
+    let reaped =
+        reap_patients(&git, &repo.layout(), Duration::from_secs(3600), chrono::Utc::now(), &closed, "main").unwrap();
     assert_eq!(reaped.removed_worktrees.len(), 5, "{reaped:?}");
-    assert_eq!(reaped.deleted_branches.len(), 5, "{reaped:?}");
-    assert_eq!(run(repo.git().args(["branch", "--list", "ward/*"])), "");
+    let left: Vec<&str> = if unmerged { vec!["ward/issue-110"] } else { vec![] };
+    assert_eq!(reaped.deleted_branches.len(), 5 - left.len(), "{reaped:?}");
+    for name in &left {
+        assert!(reaped.kept.iter().any(|(n, why)| n == name && why.contains("not merged into `main`")), "{reaped:?}");
+    }
+    let listed = run(repo.git().args(["branch", "--list", "--format=%(refname:short)", "ward/*"]));
+    assert_eq!(listed.lines().collect::<Vec<_>>(), left);
     let all: Vec<&str> = runs.iter().map(String::as_str).collect();
     assert_no_containers(&all);
     assert_no_worktrees(&repo);

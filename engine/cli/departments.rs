@@ -50,14 +50,24 @@ pub async fn lockdown_on(forge: &dyn Forge, reason: &str, actor: &str, now: Opti
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn lockdown_off(forge: &dyn Forge, actor: &str, now: Option<&str>) -> anyhow::Result<ExitCode> {
+pub async fn lockdown_off(
+    forge: &dyn Forge,
+    config: &Config,
+    actor: &str,
+    now: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let closed = lockdown::lift(forge, actor, now_from(now)?).await?;
     if closed.is_empty() {
         println!("no lockdown in force");
-    } else {
-        let list: Vec<String> = closed.iter().map(|n| n.to_string()).collect();
-        println!("lockdown lifted (closed {}); the next sweep re-triggers the patients that waited", list.join(", "));
+        return Ok(ExitCode::SUCCESS);
     }
+    let list = |ns: &[crate::forge::IssueNumber]| ns.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ");
+    let waited = lockdown::retrigger_waiting(forge, config).await?;
+    let retriggered = match waited.as_slice() {
+        [] => "no patient was waiting".to_string(),
+        w => format!("re-triggered the patients that waited: {}", list(w)),
+    };
+    println!("lockdown lifted (closed {}); {retriggered}", list(&closed));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -99,12 +109,13 @@ pub async fn report(
     let mut r = report::compute(config, &patients, from, to);
     r.problems = problems;
     let markdown = report::render_markdown(&r);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report::render_json(&r)).unwrap_or_default());
+    // A reader that stops early (`| head`) does not stop the post or the page.
+    let printed = if json {
+        crate::cli::emit(&format!("{}\n", serde_json::to_string_pretty(&report::render_json(&r)).unwrap_or_default()))
     } else {
         // Issue titles are people's text: shown escaped.
-        print!("{}", crate::untrusted::shown(&markdown));
-    }
+        crate::cli::emit(&crate::untrusted::shown(&markdown))
+    };
     if post {
         let title = format!("ward safety report, {} to {}", from.format("%Y-%m-%d"), to.format("%Y-%m-%d"));
         let issue = forge
@@ -118,5 +129,6 @@ pub async fn report(
             .with_context(|| format!("could not write the HTML report to {}", file.display()))?;
         eprintln!("wrote {}", file.display());
     }
+    printed?;
     Ok(ExitCode::SUCCESS)
 }

@@ -83,12 +83,25 @@ pub enum Command {
         #[arg(long, env = "GITHUB_EVENT_NAME")]
         event_name: Option<String>,
     },
-    /// Admit a patient on the local forge.
+    /// Admit a patient on the local forge (its first stage is queued for `ward run`).
     Admit {
         #[arg(long)]
         title: String,
         #[arg(long, default_value = "")]
         body: String,
+        /// Then drive it (and anything else queued) to rest, as `ward run` does.
+        #[arg(long)]
+        run: bool,
+    },
+    /// The local hospital runs itself: run every queued stage (the engine's
+    /// dispatches, the sweep's re-triggers, admissions) in order, as Actions
+    /// would on GitHub, until every patient rests. Exit 1 when a run failed,
+    /// was invalid, or a patient looped past the pipeline's limits.
+    Run {
+        /// Stage runs one patient may take in this run before the runner
+        /// stops (default: the budget's stage visits plus one per stage).
+        #[arg(long)]
+        max_runs: Option<usize>,
     },
     /// Validate .github/ward.yml, role templates, skills and the precedent log.
     Config {
@@ -233,6 +246,22 @@ fn is_bad_input(err: &anyhow::Error) -> bool {
         .any(|e| e.is::<ConfigErrors>() || e.is::<ScenarioError>() || e.is::<PrecedentError>() || e.is::<BadInput>())
 }
 
+/// The reader of ward's output went away (`ward report | head`): not an
+/// error, ward ends quietly as `cat` does.
+#[derive(Debug, thiserror::Error)]
+#[error("stdout was closed by its reader")]
+pub struct ClosedPipe;
+
+/// Writes `text` to stdout; a closed pipe is [`ClosedPipe`].
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe => anyhow::Error::new(ClosedPipe),
+        _ => anyhow::Error::new(e).context("could not write to stdout"),
+    })
+}
+
 /// A user-input problem with a message of its own.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -241,6 +270,7 @@ pub struct BadInput(pub String);
 pub async fn run(cli: Cli) -> ExitCode {
     match dispatch(cli).await {
         Ok(code) => code,
+        Err(err) if err.is::<ClosedPipe>() => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {}", shown(&err.to_string()));
             for cause in err.chain().skip(1) {
@@ -320,7 +350,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("{}", shown(&describe_result(&result)));
             Ok(if result.is_failure() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
         }
-        Command::Admit { title, body } => {
+        Command::Admit { title, body, run } => {
             let config = load_config(&cli.root)?;
             let forge = LocalForge::new(&cli.root, &config.engine_account);
             let issue = forge.admit(NewIssue {
@@ -328,8 +358,23 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 body: body.clone(),
                 labels: vec![config.admission.clone()],
             })?;
+            // On GitHub the person's label starts the first stage; here the queue holds that event.
+            forge.dispatch_stage(issue.number, &config.admission).await?;
             println!("admitted {} with `{}`", issue.number, config.admission);
+            if *run {
+                return run_queue(&cli, forge, None).await;
+            }
+            println!("next: `ward run` drives it (and anything else queued) to rest");
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Run { max_runs } => {
+            if forge_kind(&cli) == ForgeKind::Github {
+                return Err(
+                    BadInput("`ward run` drives the local forge; on GitHub, Actions runs each stage".into()).into()
+                );
+            }
+            let config = load_config(&cli.root)?;
+            run_queue(&cli, LocalForge::new(&cli.root, &config.engine_account), *max_runs).await
         }
         Command::Config { command: ConfigCommand::Check } => config_check(&cli.root),
         Command::Config { command: ConfigCommand::Schema } => {
@@ -360,7 +405,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 || async { forge.acting_user().await.context("could not tell who is acting, so nothing was changed") };
             match command {
                 LockdownCommand::On { reason } => dept::lockdown_on(&*forge, reason, &actor().await?, None).await,
-                LockdownCommand::Off => dept::lockdown_off(&*forge, &actor().await?, None).await,
+                LockdownCommand::Off => dept::lockdown_off(&*forge, &config, &actor().await?, None).await,
                 LockdownCommand::Status => dept::lockdown_status(&*forge).await,
             }
         }
@@ -418,20 +463,43 @@ async fn stage_from_event(h: &Hospital, trigger: &crate::event::Trigger, reposit
     Ok(if result.is_failure() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
+/// `ward run`: drains the local queue, one line per stage run, then where
+/// every patient is.
+async fn run_queue(cli: &Cli, forge: LocalForge, max_runs: Option<usize>) -> anyhow::Result<ExitCode> {
+    let forge = Arc::new(forge);
+    let h = Hospital::load(&cli.root, forge.clone())?;
+    let limit = max_runs.unwrap_or_else(|| crate::runner::default_run_limit(&h));
+    let drained = crate::runner::drain(&h, &forge, limit, &mut |issue, result| match result {
+        Ok(r) => println!("{}", describe_result(r)),
+        Err(e) => println!("{issue} failed: {e:#}"),
+    })
+    .await?;
+    if drained.runs == 0 {
+        println!("nothing queued");
+    }
+    for line in &drained.patients {
+        println!("{line}");
+    }
+    if let Some(why) = &drained.stopped {
+        eprintln!("{why}");
+    }
+    Ok(if drained.failed > 0 || drained.stopped.is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
 /// One line per result, for people and for workflow logs.
 pub fn describe_result(result: &StageResult) -> String {
     match result {
         StageResult::Moved(t) => format!(
-            "#{} {} ({}): {} -> {} in {} ms (agent {} ms), run {}",
+            "{} {} ({}): {} -> {} in {} ms (agent {} ms), run {}",
             t.issue, t.stage, t.role, t.outcome, t.to, t.total_ms, t.agent_ms, t.run
         ),
         StageResult::NoOp { reason, .. } => format!("nothing to do: {reason}"),
         StageResult::Refused { issue, stage, reason, to } => format!(
-            "#{issue} {stage} refused: {reason}{}",
+            "{issue} {stage} refused: {reason}{}",
             to.as_ref().map(|t| format!(" (sent to {t})")).unwrap_or_default()
         ),
         StageResult::Invalid { issue, stage, run, reason, artifacts } => format!(
-            "#{issue} {stage} run {run} was invalid, label unchanged: {reason}\nartifacts: {}",
+            "{issue} {stage} run {run} was invalid, label unchanged: {reason}\nartifacts: {}",
             artifacts.display()
         ),
     }

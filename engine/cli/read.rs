@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::{BadInput, ChartCommand, Cli, load_config, open_forge};
+use super::{BadInput, ChartCommand, Cli, emit, load_config, open_forge};
 use crate::chart::Sentinels;
 use crate::forge::IssueNumber;
 use crate::precedent::PrecedentLog;
@@ -17,28 +17,34 @@ pub async fn chart(cli: &Cli, command: &ChartCommand) -> anyhow::Result<ExitCode
     let sentinels = Sentinels::new(&config.sentinel_prefix);
     let (ChartCommand::Show { issue } | ChartCommand::Notes { issue, .. }) = command;
     let number = IssueNumber(*issue);
+    // A kind that does not exist is bad input, not an empty answer.
+    if let ChartCommand::Notes { kind: Some(kind), .. } = command {
+        kind.parse::<crate::chart::NoteKind>().map_err(|e| BadInput(format!("--kind: {e}")))?;
+    }
     let Some(chart) = forge.read_chart(number).await? else {
         return Err(BadInput(format!("issue {number} has no chart yet in {}", forge.describe())).into());
     };
     match command {
         // Notes are what agents and people wrote: control characters and
         // workflow commands shown escaped, never played.
-        ChartCommand::Show { .. } => print!("{}", shown(&chart.text)),
+        ChartCommand::Show { .. } => emit(&shown(&chart.text))?,
         ChartCommand::Notes { kind, json, .. } => {
             let notes = sentinels
                 .parse_chart(&chart.text)
                 .map_err(|e| BadInput(format!("the chart of issue {number} is not readable: {e}")))?;
             let picked: Vec<_> = notes.iter().filter(|n| kind.as_ref().is_none_or(|k| n.kind.as_str() == k)).collect();
             if *json {
-                println!("{}", no_workflow_commands(&escape_controls_json(&serde_json::to_string_pretty(&picked)?)));
+                emit(&format!(
+                    "{}\n",
+                    no_workflow_commands(&escape_controls_json(&serde_json::to_string_pretty(&picked)?))
+                ))?;
             } else {
                 for n in picked {
                     let head = format!(
                         "## {} ({} by {}, run {}, {})",
                         n.kind, n.meta.stage, n.meta.role, n.meta.run, n.meta.at
                     );
-                    println!("{}\n", shown(&head));
-                    println!("{}\n", shown(&n.body));
+                    emit(&format!("{}\n\n{}\n\n", shown(&head), shown(&n.body)))?;
                 }
             }
         }
@@ -81,6 +87,10 @@ pub fn precedents_check(root: &Path, base: Option<&str>, today: Option<chrono::N
 pub async fn audit(cli: &Cli, issue: IssueNumber, json: bool) -> anyhow::Result<ExitCode> {
     let config = load_config(&cli.root)?;
     let forge = open_forge(cli, &config).await?;
+    // An issue that does not exist has no checklist to print.
+    if let Err(crate::forge::ForgeError::IssueNotFound(..)) = forge.issue(issue).await {
+        return Err(BadInput(format!("issue {issue} does not exist in {}; nothing to audit", forge.describe())).into());
+    }
     let checklist = crate::discharge::audit::audit_issue(&*forge, &config, issue).await?;
     if json {
         let items: Vec<serde_json::Value> = checklist
@@ -90,10 +100,10 @@ pub async fn audit(cli: &Cli, issue: IssueNumber, json: bool) -> anyhow::Result<
             .collect();
         let out = serde_json::json!({"issue": issue.0, "pull": checklist.pull, "head": checklist.head,
             "passed": checklist.passed(), "outcome": checklist.outcome(), "items": items});
-        println!("{}", no_workflow_commands(&escape_controls_json(&serde_json::to_string_pretty(&out)?)));
+        emit(&format!("{}\n", no_workflow_commands(&escape_controls_json(&serde_json::to_string_pretty(&out)?))))?;
     } else {
         // The checklist names reviewers and quotes CI: shown escaped.
-        print!("{}", shown(&checklist.render()));
+        emit(&shown(&checklist.render()))?;
     }
     Ok(if checklist.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

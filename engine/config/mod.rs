@@ -145,7 +145,12 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}: ", self.file.display(), self.line, self.column)?;
+        // `./.github/ward.yml` reads as `.github/ward.yml`; a whole-file problem has no line.
+        let file = self.file.strip_prefix(".").unwrap_or(&self.file).display();
+        match self.line {
+            0 => write!(f, "{file}: ")?,
+            line => write!(f, "{file}:{line}:{}: ", self.column)?,
+        }
         if !self.path.is_empty() {
             write!(f, "{}: ", self.path)?;
         }
@@ -183,7 +188,13 @@ impl Config {
                 line: 0,
                 column: 0,
                 path: String::new(),
-                message: format!("cannot read the pipeline ({e}); is this a repository with ward installed?"),
+                message: match e.kind() {
+                    std::io::ErrorKind::NotFound => "there is no such file, so ward is not installed in this folder: \
+                                                     run `ward init` here, or give --root (WARD_ROOT) the repository \
+                                                     where ward is installed"
+                        .into(),
+                    _ => format!("could not read the pipeline: {e}"),
+                },
             }])
         })?;
         let preset = std::env::var(agents::PRESET_VAR).ok();
@@ -468,6 +479,18 @@ impl Config {
     /// outcome, else `ward:chief` (which validation requires declared).
     pub fn chief_label(&self) -> &str {
         self.stages().find_map(|s| s.config.outcomes.get("escalate")).map(String::as_str).unwrap_or("ward:chief")
+    }
+
+    /// What a person does to send an escalated patient through the pipeline
+    /// again: a person may apply only the admission label (a stage label
+    /// from a person is refused), and ward moves the patient from there.
+    pub fn readmit_hint(&self) -> String {
+        format!(
+            "remove `{}` and apply `{}`: the patient is admitted again and ward moves it from there (ward refuses \
+             any other stage label from a person)",
+            self.chief_label(),
+            self.admission
+        )
     }
 
     /// The stage that audits the reviews and merges (validation requires

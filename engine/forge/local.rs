@@ -51,6 +51,9 @@ pub struct PullRecord {
     pub unresolved_threads: usize,
     #[serde(default)]
     pub commits: Vec<CommitInfo>,
+    /// The commit the base branch was at after the merge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_as: Option<String>,
 }
 
 /// One `repository_dispatch` the local forge received.
@@ -69,12 +72,29 @@ pub struct LocalForge {
     /// Who acts when the engine is not acting: the person at the keyboard.
     actor: String,
     clock: Clock,
+    /// The git repository a merge merges into: the forge's own folder when
+    /// it is one (`ward init`, `ward demo`). Without one (scenarios run in
+    /// scratch folders) a merge is recorded and moves no branch.
+    repository: Option<PathBuf>,
 }
 
 impl LocalForge {
     pub fn new(root: &Path, engine_account: &str) -> Self {
         let actor = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "local-user".into());
-        Self { root: root.to_path_buf(), engine_account: engine_account.into(), actor, clock: system_clock() }
+        let repository = root.join(".git").exists().then(|| root.to_path_buf());
+        Self {
+            root: root.to_path_buf(),
+            engine_account: engine_account.into(),
+            actor,
+            clock: system_clock(),
+            repository,
+        }
+    }
+
+    /// The repository merges go into, when it is not the forge's folder.
+    pub fn with_repository(mut self, repository: Option<&Path>) -> Self {
+        self.repository = repository.map(Path::to_path_buf);
+        self
     }
 
     pub fn with_clock(mut self, clock: Clock) -> Self {
@@ -241,6 +261,40 @@ impl LocalForge {
             .filter(|l| !l.trim().is_empty())
             .map(|l| serde_json::from_str(l).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e)))
             .collect()
+    }
+
+    /// How many entries of the dispatch queue `ward run` has finished (the
+    /// queue is append-only, so a count marks them).
+    pub fn consumed(&self) -> ForgeResult<usize> {
+        let path = self.forge_dir().join("dispatches.consumed");
+        match fs::read_to_string(&path) {
+            Ok(t) => t.trim().parse().map_err(|e| ForgeError::io(format!("parse {}", path.display()), e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(ForgeError::io(format!("read {}", path.display()), e)),
+        }
+    }
+
+    /// Marks the first `count` entries of the queue finished.
+    pub fn mark_consumed(&self, count: usize) -> ForgeResult<()> {
+        write_atomic(&self.forge_dir().join("dispatches.consumed"), format!("{count}\n").as_bytes())
+    }
+
+    /// The lock of the one process draining the queue; `None` while another holds it.
+    pub fn try_lock_runner(&self) -> ForgeResult<Option<File>> {
+        let dir = self.forge_dir().join("locks");
+        fs::create_dir_all(&dir).map_err(|e| ForgeError::io(format!("create {}", dir.display()), e))?;
+        let path = dir.join("runner.lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| ForgeError::io(format!("open lock {}", path.display()), e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(ForgeError::io(format!("lock {}", path.display()), e)),
+        }
     }
 
     /// Sets who holds which permission; without this file, the local person
@@ -498,22 +552,43 @@ impl Forge for LocalForge {
     }
 
     async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()> {
-        let moved = self.update_pull(pull, |rec| match rec.pull.as_mut() {
-            Some(p) if p.head_sha == head_sha => {
-                p.state = PullState::Merged;
-                None
-            }
-            Some(p) => Some(p.head_sha.clone()),
-            None => Some(String::new()),
-        })?;
-        match moved {
-            None => Ok(()),
-            Some(head) => Err(ForgeError::io(
-                format!("merge pull request {pull} at {head_sha}"),
-                format!("its head is now `{head}`; audit the new head before merging"),
-            )),
+        let action = || format!("merge pull request {pull} at {head_sha}");
+        let record = self.read_pull(pull)?;
+        let Some(p) = record.pull else { return Err(ForgeError::io(action(), "its record holds no pull request")) };
+        if p.head_sha != head_sha {
+            return Err(ForgeError::io(
+                action(),
+                format!("its head is now `{}`; audit the new head before merging", p.head_sha),
+            ));
         }
+        let merged_as = match &self.repository {
+            Some(repository) => {
+                let who = git2::Signature::new(&self.engine_account, "engine@ward.invalid", &git_time((self.clock)()))
+                    .map_err(|e| ForgeError::io(action(), e))?;
+                let message = format!("Merge pull request #{pull} from {}\n\n{}", p.head_branch, p.title);
+                let req = super::merge::MergeRequest {
+                    repository,
+                    branch: &p.head_branch,
+                    head: head_sha,
+                    base: &p.base_branch,
+                    message: &message,
+                    who: &who,
+                };
+                Some(super::merge::merge_into_base(&req).map_err(|e| ForgeError::io(action(), e))?.commit().to_string())
+            }
+            None => None,
+        };
+        self.update_pull(pull, |rec| {
+            if let Some(p) = rec.pull.as_mut() {
+                p.state = PullState::Merged;
+            }
+            rec.merged_as = merged_as;
+        })
     }
+}
+
+fn git_time(at: DateTime<Utc>) -> git2::Time {
+    git2::Time::new(at.timestamp(), 0)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod github;
 pub mod local;
+pub mod merge;
 pub mod retry;
 
 use std::fmt;

@@ -286,8 +286,9 @@ async fn ungrounded(
     }
     let body = format!(
         "Stage `{}` ran twice and both runs were ungrounded ({reason}). Moved to `{chief}`.\n\n\
-         What to do: read the GROUNDEDNESS notes, then put `{}` back or take over.",
-        stage.name, stage.config.label
+         What to do: read the GROUNDEDNESS notes, then take over, or {}.",
+        stage.name,
+        h.config.readmit_hint()
     );
     notes.push(patient.engine_note(h, NoteKind::Escalation, body));
     transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(chief.clone())).await?;

@@ -672,12 +672,12 @@ impl Walk<'_> {
             format!(
                 "Escalated by the charge nurse: stage `{}` stalled again ({why}) after {retries} re-triggers \
                  since `{}` was applied at {}.\n\nWhat was tried:\n{}\n\nWhat to do: look at this patient's \
-                 workflow runs for the failure, fix it, then put `{}` back to restart the stage.",
+                 workflow runs for the failure, fix it, then {}.",
                 stage.name,
                 stage.config.label,
                 fmt_time(label_since),
                 if tried.is_empty() { "- nothing (`sweep.max_retries` is 0)".to_string() } else { tried.join("\n") },
-                stage.config.label
+                self.config.readmit_hint()
             ),
         )
     }

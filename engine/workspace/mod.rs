@@ -880,7 +880,8 @@ impl Workspace {
 /// touched, whatever its labels say); patient worktrees ward has records
 /// of that no run holds and that are half-made, of `closed` issues, or
 /// unused for longer than `idle` (see [`worktree::reap_patients`]); and
-/// `ward/issue-<n>` branches of `closed` issues. One line per thing
+/// `ward/issue-<n>` branches of `closed` issues that are merged into the
+/// base branch (an unmerged one is kept, with a line). One line per thing
 /// removed; Docker being unreachable is a line too, not an error.
 pub async fn reap(
     plan: &WorkspacePlan,
@@ -899,15 +900,24 @@ pub async fn reap(
         }
         Err(e) => lines.push(format!("containers not checked: {e}")),
     }
-    let (root, home, closed) = (root.to_path_buf(), plan.home.clone(), closed.to_vec());
+    let (root, home, closed, base) = (root.to_path_buf(), plan.home.clone(), closed.to_vec(), plan.base.clone());
     let report = blocking(move || {
         let git = GitRepo::open(&root)?;
         let layout = Layout::new(&home, &git)?;
-        worktree::reap_patients(&git, &layout, idle, now, &closed)
+        // A detached HEAD names no base: the default branch then.
+        let base = if base.is_empty() { git.default_branch_guess().unwrap_or_default() } else { base };
+        worktree::reap_patients(&git, &layout, idle, now, &closed, &base)
     })
     .await?;
     lines.extend(report.removed_worktrees.into_iter().map(|(w, why)| format!("worktree `{w}` ({why})")));
     lines.extend(report.deleted_branches.into_iter().map(|b| format!("branch `{b}` (its issue is closed)")));
+    lines.extend(
+        report
+            .kept
+            .into_iter()
+            .filter(|(_, why)| why.starts_with("its commits"))
+            .map(|(b, why)| format!("kept `{b}`: {why}")),
+    );
     Ok(lines)
 }
 

@@ -306,9 +306,24 @@ impl GitRepo {
         Ok(lfs || std::fs::read_to_string(info).is_ok_and(|t| t.contains("filter=lfs")))
     }
 
+    /// Whether every commit of branch `name` is in `base` (the local branch
+    /// or its `origin/` copy): its head is one of theirs or an ancestor.
+    pub fn merged_into(&self, name: &str, base: &str) -> Result<bool> {
+        let Some(head) = self.repo.refname_to_id(&format!("refs/heads/{name}")).ok() else { return Ok(true) };
+        for base_ref in [format!("refs/heads/{base}"), format!("refs/remotes/origin/{base}")] {
+            let Ok(tip) = self.repo.refname_to_id(&base_ref) else { continue };
+            if tip == head || self.repo.graph_descendant_of(tip, head).map_err(git("compare", name))? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Deletes `ward/issue-<n>` of the `closed` issues that no checkout
-    /// holds; other branches are never touched.
-    pub fn delete_closed_branches(&self, closed: &[u64], report: &mut ReapReport) -> Result<()> {
+    /// holds and whose commits are all in `base` (a closed issue's change
+    /// that never merged is kept for a person to look at); other branches
+    /// are never touched.
+    pub fn delete_closed_branches(&self, closed: &[u64], base: &str, report: &mut ReapReport) -> Result<()> {
         let _lock = self.metadata_lock()?;
         let closed: BTreeSet<u64> = closed.iter().copied().collect();
         let branches =
@@ -325,6 +340,10 @@ impl GitRepo {
         for name in doomed {
             if let Some(path) = self.checked_out_in(&format!("refs/heads/{name}"))? {
                 report.kept.push((name, format!("checked out in {}", path.display())));
+                continue;
+            }
+            if !self.merged_into(&name, base)? {
+                report.kept.push((name, format!("its commits are not merged into `{base}`")));
                 continue;
             }
             let mut branch = self.repo.find_branch(&name, BranchType::Local).map_err(git("look up branch", &name))?;
@@ -814,7 +833,7 @@ fn remove_patient_locked(
 /// ward has records of and no run holds, the half-made ones (a killed run's)
 /// at once, those of `closed` issues, and those unused for longer than
 /// `idle`; then deletes the `ward/issue-<n>` branches of `closed` issues
-/// that no checkout holds. Nothing ward has no record of is touched, and
+/// that no checkout holds and that are merged into `base`. Nothing ward has no record of is touched, and
 /// nothing outside its own worktree folder is ever removed.
 pub fn reap_patients(
     git: &GitRepo,
@@ -822,6 +841,7 @@ pub fn reap_patients(
     idle: Duration,
     now: DateTime<Utc>,
     closed: &[u64],
+    base: &str,
 ) -> Result<ReapReport> {
     let mut report = ReapReport::default();
     for issue in layout.recorded_issues() {
@@ -847,7 +867,7 @@ pub fn reap_patients(
         remove_patient_locked(git, layout, issue, record.as_ref())?;
         report.removed_worktrees.push((name, why));
     }
-    git.delete_closed_branches(closed, &mut report)?;
+    git.delete_closed_branches(closed, base, &mut report)?;
     Ok(report)
 }
 
