@@ -740,6 +740,7 @@ mod tests {
             total_cost: 0.0,
             costs_known: 0,
             costs_unknown: 4,
+            versions: Vec::new(),
             problems: Vec::new(),
         };
         let md = render_markdown(&r);
