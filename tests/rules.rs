@@ -307,6 +307,64 @@ async fn human_approval_mode_waits_for_a_maintainer() {
     assert!(chart.contains("`maria` (maintain permission) applied `ward:approved`."), "{chart}");
 }
 
+/// The plan the fellow posts: it lists a protected path under `## Files to change`.
+const PROTECTED_PLAN: &str = "outcome: plan-posted
+notes:
+  - kind: TREATMENT_PLAN
+    body: |
+      ## Reproduction
+      Read `.github/ward.yml`: nothing says who owns the pipeline.
+
+      ## Diagnosis
+      The pipeline names no owner.
+
+      ## Files to change
+      - `.github/ward.yml`
+
+      ## Tests to add
+      - None: a comment changes no behaviour.
+
+      ## Risks
+      None.
+
+      ## Open questions
+      None.
+";
+
+/// In diagnosis the plan above; in treatment a comment appended to
+/// `.github/ward.yml`; the stand-in otherwise.
+const PROTECTED_AGENT: &str = r#"ward=$1
+here=$(dirname "$0")
+case "$WARD_MODE" in
+  diagnose) exec "$ward" stand-in --script "$here/plan.yaml" ;;
+  treat) printf '# Owner: the platform team.\n' >> .github/ward.yml ;;
+esac
+exec "$ward" stand-in
+"#;
+
+/// A treatment that changes a protected path its approved plan lists
+/// counts, and the patient's merge then waits for a person although the
+/// hospital is not in human approval mode.
+#[tokio::test]
+async fn a_planned_change_to_a_protected_path_waits_for_a_person() {
+    let sandbox = Sandbox::new();
+    sandbox.write("plan.yaml", PROTECTED_PLAN);
+    sandbox.write("agent.sh", PROTECTED_AGENT);
+    let script = sandbox.root().join("agent.sh").display().to_string();
+    sandbox.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
+    git_init(sandbox.root());
+    let (h, forge) = hospital(&sandbox, "reporter");
+    forge
+        .admit(NewIssue { title: "Owner".into(), body: "Name the owner.".into(), labels: vec!["ward:admit".into()] })
+        .unwrap();
+    let results = settle(&h, &forge, IssueNumber(1), 20).await;
+    let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(1))).unwrap_or_default();
+    assert_eq!(label_of(&forge, 1), "ward:awaiting-chief", "{results:#?}\n{chart}");
+    assert!(chart.contains("<!-- WARD:PROTECTED_CHANGE") && chart.contains("- `.github/ward.yml`"), "{chart}");
+    let pull = forge.read_pull(1).unwrap().pull.unwrap();
+    assert_eq!(pull.state, ward::forge::PullState::Open, "nothing is merged before a person approves");
+}
+
 #[tokio::test]
 async fn an_approval_after_new_commits_is_audited_again() {
     let sandbox = Sandbox::new();
