@@ -635,10 +635,10 @@ async fn a_person_without_triage_is_refused_with_a_comment_and_no_transition() {
     gh.state().add_collaborator("alice", "triage");
     let forge = gh.forge();
     let c = config();
-    let before_labels = gh.state().labels_of(n);
     let a = actions::admit(&forge, &labeled("ward:admit", "mallory", n), &c).await.unwrap();
     assert!(matches!(a, Admission::Refuse { .. }));
-    assert_eq!(gh.state().labels_of(n), before_labels, "no transition");
+    // mallory's issue form applied the label: no transition, and the label is taken off.
+    assert_eq!(gh.state().labels_of(n), Vec::<String>::new(), "no transition");
     let comments = gh.state().comments_on(n);
     assert_eq!(comments.len(), 1);
     assert!(comments[0].contains("@mallory has `read` access"), "{}", comments[0]);
@@ -1255,12 +1255,13 @@ async fn bad_events_change_nothing_and_say_why() {
     assert!(summary.contains("| next | refused: @mallory has `read` access"), "{summary}");
     let outputs = std::fs::read_to_string(repo.path().join(".output")).unwrap();
     assert!(outputs.ends_with("issue=1\nstage=none\noutcome=\n"), "{outputs}");
-    assert_eq!(gh.state().labels_of(n), strings(&["ward:admit"]));
+    assert_eq!(gh.state().labels_of(n), Vec::<String>::new(), "mallory's label is taken off");
     assert_eq!(gh.state().comments_on(n).len(), 1);
     assert!(gh.state().dispatches.is_empty());
 
     // A chart on the branch that is not a ward chart: exit 1, nothing written.
     gh.state().add_collaborator("alice", "admin");
+    gh.state().label(n, "ward:admit", "alice");
     gh.forge().write_chart(IssueNumber(99), "x", None).await.unwrap(); // the branch exists now
     gh.state().put_file(CHARTS, &format!("charts/{n}.md"), "my own notes\n");
     let before = gh.state().fingerprint();
