@@ -159,10 +159,13 @@ pub async fn play_people(
         (None, Some(c)) => c.id().to_string(),
         (None, None) => String::new(),
     };
+    // The base is the branch checked out where ward runs, as a treating
+    // stage's pull request has it (`main` when that cannot be read).
+    let base = repo.as_ref().and_then(|r| r.head().ok()?.shorthand().map(str::to_string)).unwrap_or("main".into());
     let pull = forge
         .open_pull_request(NewPullRequest {
             head_branch: branch.clone(),
-            base_branch: "main".into(),
+            base_branch: base,
             title: format!("Treat {issue}"),
             body: format!("Closes {issue}."),
         })

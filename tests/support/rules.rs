@@ -19,6 +19,9 @@ pub const ENGINE: &str = "github-actions[bot]";
 /// Makes `dir` a git repository with one commit at a fixed time by a fixed
 /// author, so the stand-in's treatment has a head to commit on.
 pub fn git_init(dir: &Path) {
+    // Siblings of a decomposition each add a CHANGELOG line: a union merge
+    // keeps both, as many projects configure it (the local merge is real).
+    std::fs::write(dir.join(".gitattributes"), "CHANGELOG.md merge=union\n").unwrap();
     let repo = git2::Repository::init(dir).expect("git init");
     let mut index = repo.index().unwrap();
     index.add_all(["*"], git2::IndexAddOption::DEFAULT, None).unwrap();
