@@ -13,6 +13,7 @@ pub mod discharge;
 pub mod doctor;
 pub mod event;
 pub mod family;
+pub mod fault;
 pub mod followups;
 pub mod forge;
 pub mod governance;

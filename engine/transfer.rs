@@ -103,6 +103,7 @@ pub async fn transfer_with<T>(
         (d.notes, (d.to, d.value))
     })
     .await?;
+    crate::fault::point("after-chart-write");
     let current = config.ward_label(&patient.labels).map(str::to_string);
     let (at, fresh_label) = match &to {
         Move::To(label) => (Some(label.clone()), !patient.labels.contains(label)),
@@ -125,6 +126,7 @@ pub async fn transfer_with<T>(
             })?;
         }
     }
+    crate::fault::point("after-labels");
     // A patient moved to where it already is starts nothing; a rerun does.
     let dispatched = match (&to, &at) {
         (Move::To(label), _) if fresh_label => config.dispatches(label, true),

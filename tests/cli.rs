@@ -495,3 +495,87 @@ fn the_shipped_sweep_probes_docker_and_reaps() {
     let run = sweep.lines().find(|l| l.contains("ward sweep --forge github")).expect("the sweep step");
     assert!(run.contains("--probe-docker") && run.contains("--reap"), "{run}");
 }
+
+/// The chart of issue 1 as notes, and the checks every recovery must pass:
+/// it parses, no note is there twice, no run declared two outcomes.
+fn chart_notes(s: &Sandbox) -> Vec<ward::chart::Note> {
+    let text = s.read("charts/1.md");
+    let notes = ward::chart::Sentinels::default().parse_chart(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let mut seen = std::collections::HashSet::new();
+    for n in &notes {
+        let key = (n.meta.run.clone(), n.kind, n.meta.role.clone(), n.body.clone());
+        assert!(seen.insert(key), "a note twice: {} of run {}\n{text}", n.kind, n.meta.run);
+    }
+    let outcome = ward::chart::NoteKind::Outcome;
+    for n in notes.iter().filter(|n| n.kind == outcome) {
+        let per_run = notes.iter().filter(|o| o.kind == outcome && o.meta.run == n.meta.run).count();
+        assert_eq!(per_run, 1, "run {} declared {per_run} outcomes\n{text}", n.meta.run);
+    }
+    notes
+}
+
+/// Issue 13: a stage run killed at every fault point, then what the ward
+/// does next (the sweep, then the stage it re-triggers), ends where an
+/// uninterrupted run would have put the patient: `ward:diagnose`, with a
+/// chart that parses, no note twice, one outcome per run.
+#[test]
+fn a_stage_killed_at_every_step_is_recovered_by_the_sweep_and_the_next_run() {
+    use ward::chart::NoteKind;
+    for point in ward::fault::POINTS {
+        let s = Sandbox::new();
+        admit(&s, "crash", "a patient whose first run is killed");
+        let admitted = ward::sweep::parse_now(s.issue_json(1)["created_at"].as_str().unwrap()).unwrap();
+        let out = s.ward_env(&["stage", "--issue", "1"], &[("WARD_FAULT", point)]);
+        assert_eq!(out.status.code(), Some(ward::fault::EXIT_CODE), "{point}: {}", stderr(&out));
+        assert!(stderr(&out).contains(&format!("fault point `{point}`")), "{point}: {}", stderr(&out));
+        let moved = *point == "after-labels";
+        assert_eq!(s.labels(1), [if moved { "ward:diagnose" } else { "ward:admit" }], "{point}");
+
+        // Three hours on, every stall window has passed: the sweep re-triggers.
+        let later = (admitted + chrono::Duration::hours(3)).to_rfc3339();
+        let out = s.ward(&["sweep", "--now", &later]);
+        assert!(out.status.success(), "{point}: {}", stderr(&out));
+        let stage = if moved { "diagnose" } else { "admit" };
+        let want = format!("#1: re-triggered stage `{stage}` (attempt 1)");
+        assert!(stdout(&out).contains(&want), "{point}: {}", stdout(&out));
+        if !moved {
+            // The re-triggered run, as the dispatch starts it.
+            let out = s.ward(&["stage", "--issue", "1"]);
+            assert!(out.status.success(), "{point}: {}", stderr(&out));
+        }
+        assert_eq!(s.labels(1), ["ward:diagnose"], "{point}");
+        let notes = chart_notes(&s);
+        let admit_outcomes = notes.iter().filter(|n| n.kind == NoteKind::Outcome && n.meta.stage == "admit").count();
+        // A kill between the outcome's write and the label's move is
+        // recovered by running the stage again: its agent runs a second
+        // time (a second TRIAGE and outcome, in a new run). Every other
+        // point leaves one outcome.
+        let expected = if *point == "after-chart-write" { 2 } else { 1 };
+        assert_eq!(admit_outcomes, expected, "{point}: {}", s.read("charts/1.md"));
+        assert_eq!(notes.iter().filter(|n| n.kind == NoteKind::Sweep).count(), 1, "{point}");
+    }
+}
+
+/// Issue 13: the same delivery 10 times at once, then 20 times one after
+/// another: one run's effects (one admission, one triage, one outcome, one
+/// move), and every delivery ends cleanly.
+#[test]
+fn a_storm_of_duplicate_deliveries_makes_one_run() {
+    use ward::chart::NoteKind;
+    let s = Sandbox::new();
+    admit(&s, "storm", "the same event, many times");
+    let args = ["stage", "--issue", "1", "--label", "ward:admit"];
+    let outs: Vec<std::process::Output> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..10).map(|_| scope.spawn(|| s.ward(&args))).collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let outs = outs.into_iter().chain((0..20).map(|_| s.ward(&args)));
+    for out in outs {
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    assert_eq!(s.labels(1), ["ward:diagnose"]);
+    let notes = chart_notes(&s);
+    for kind in [NoteKind::Admission, NoteKind::Triage, NoteKind::Outcome] {
+        assert_eq!(notes.iter().filter(|n| n.kind == kind).count(), 1, "{kind}: {}", s.read("charts/1.md"));
+    }
+}

@@ -112,10 +112,14 @@ struct Gate<'h> {
 pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Admitted<'h>> {
     let started = Instant::now();
     let number = req.issue;
+    // The lock before the read: a delivery that waited for another run of
+    // this patient must see the issue as that run left it (a duplicate
+    // delivery then finds the label gone), never as it was before.
+    let lock = try_lock_issue(&h.root, number).await?;
     let issue = h.forge.issue(number).await.with_context(|| format!("could not read issue {number}"))?;
     let asked = asked(h, req, &issue);
     let run = req.run_id.clone().unwrap_or_else(|| new_run_id(h.now()));
-    let mut gate = Gate { h, issue, asked, run, lock: None, chart: None };
+    let mut gate = Gate { h, issue, asked, run, lock, chart: None };
     for guard in GUARDS {
         if let Some(stop) = gate.check(guard).await? {
             return Ok(Admitted::Stop(stop));
@@ -169,11 +173,8 @@ impl Gate<'_> {
                 }
                 _ => Ok(None),
             },
-            Guard::OneRun => match try_lock_issue(&h.root, number).await? {
-                Some(lock) => {
-                    self.lock = Some(lock);
-                    Ok(None)
-                }
+            Guard::OneRun => match self.lock {
+                Some(_) => Ok(None),
                 None => no_op(format!("another run is already working on issue {number}")),
             },
             Guard::Rules => {

@@ -52,6 +52,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         }
         guard::Admitted::Stage(patient) => patient,
     };
+    crate::fault::point("after-guard");
     let span = info_span!("stage", repo = %h.forge.describe(), issue = patient.issue.number.0, stage = patient.stage.name, run = %patient.run);
     let mut workspace = None;
     let result = rounds(h, &patient, req, &mut workspace).instrument(span).await;
@@ -66,8 +67,11 @@ async fn rounds(
     workspace: &mut Option<Workspace>,
 ) -> anyhow::Result<StageResult> {
     let prepared = prepare::prepare(h, patient, workspace).await?;
+    crate::fault::point("after-prepare");
     let visit = treat::treat(h, patient, &prepared, req.agent_command.clone(), workspace.as_ref()).await?;
+    crate::fault::point("after-treat");
     let judgment = judge::judge(h, patient, &prepared, &visit).await?;
+    crate::fault::point("after-judge");
     record::record(h, patient, &prepared, &visit, judgment, workspace.as_mut()).await
 }
 
