@@ -58,6 +58,7 @@ kinds! {
     Cost = "COST", engine: true;
     Groundedness = "GROUNDEDNESS", engine: true;
     Outcome = "OUTCOME", engine: true;
+    Waiting = "WAITING", engine: true;
 }
 
 impl NoteKind {
@@ -133,7 +134,17 @@ mod tests {
         let engine: Vec<&str> = NoteKind::ALL.iter().filter(|k| k.engine_only()).map(|k| k.as_str()).collect();
         assert_eq!(
             engine,
-            ["ADMISSION", "PRECEDENT_LOOKUP", "REFUSAL", "SWEEP", "LOCKDOWN", "COST", "GROUNDEDNESS", "OUTCOME"]
+            [
+                "ADMISSION",
+                "PRECEDENT_LOOKUP",
+                "REFUSAL",
+                "SWEEP",
+                "LOCKDOWN",
+                "COST",
+                "GROUNDEDNESS",
+                "OUTCOME",
+                "WAITING"
+            ]
         );
     }
 }
