@@ -68,6 +68,8 @@ pub enum GuardError {
 ///   engine moves a patient between stages.
 /// - repository_dispatch and workflow_dispatch need write access on GitHub
 ///   to send at all, so they are accepted.
+/// - A wake-up (a review or CI result on a treatment branch) is accepted
+///   from anyone: it only makes a waiting patient look again.
 pub fn check_trigger(trigger: &Trigger, config: &Config) -> Result<Check, GuardError> {
     let decided = |a| Ok(Check::Decided(a));
     let Some(issue) = trigger.issue else {
@@ -79,6 +81,9 @@ pub fn check_trigger(trigger: &Trigger, config: &Config) -> Result<Check, GuardE
     match trigger.kind {
         TriggerKind::Schedule => decided(Admission::Sweep),
         TriggerKind::RepositoryDispatch => decided(Admission::Run { issue, label: trigger.label.clone() }),
+        // A wake-up asks nothing of anyone: the stage run reads everything
+        // again and only a patient waiting at the pending label looks.
+        TriggerKind::Wake => decided(Admission::Run { issue, label: None }),
         TriggerKind::WorkflowDispatch => match &trigger.stage {
             None => decided(Admission::Run { issue, label: None }),
             Some(name) => match config.stage(name) {
@@ -92,6 +97,14 @@ pub fn check_trigger(trigger: &Trigger, config: &Config) -> Result<Check, GuardE
         },
         TriggerKind::Labeled => {
             let label = trigger.label.clone().unwrap_or_default();
+            // A chief's approval (human approval mode): who applied it is
+            // looked up; the approval path checks the lockdown first.
+            if label == config.discharge.approved_label && trigger.actor != config.engine_account {
+                return Ok(Check::NeedsPermission {
+                    login: trigger.actor.clone(),
+                    needed: config.discharge.approver_permission,
+                });
+            }
             if config.stage_by_label(&label).is_none() {
                 return decided(Admission::Ignore { reason: format!("label `{label}` starts no ward stage") });
             }
@@ -126,7 +139,20 @@ pub fn check_trigger(trigger: &Trigger, config: &Config) -> Result<Check, GuardE
 pub fn decide_with_permission(trigger: &Trigger, config: &Config, have: Permission) -> Admission {
     let issue = trigger.issue.unwrap_or(IssueNumber(0));
     let label = trigger.label.clone().unwrap_or_default();
-    if have >= config.admit_permission {
+    let needed = config.discharge.approver_permission;
+    if label == config.discharge.approved_label && have < needed {
+        return Admission::Refuse {
+            issue,
+            reason: format!(
+                "@{actor} has `{have}` access to this repository; approving a merge with `{label}` needs at least \
+                 `{needed}`, so ward took the label off. Ask a maintainer to apply it.",
+                actor = trigger.actor,
+                have = permission_name(have),
+                needed = permission_name(needed),
+            ),
+        };
+    }
+    if label == config.discharge.approved_label || have >= config.admit_permission {
         Admission::Run { issue, label: Some(label) }
     } else {
         Admission::Refuse {
@@ -237,7 +263,7 @@ pub async fn stage_from_event(h: &Hospital, trigger: &Trigger) -> anyhow::Result
             .await
             .with_context(|| format!("could not create ward's labels in {}", h.forge.describe()))?;
     }
-    let req = StageRequest { label, ..StageRequest::new(issue) };
+    let req = StageRequest { label, wake: trigger.wake.clone(), ..StageRequest::new(issue) };
     Ok(EventRun::Ran(Box::new(run_stage(h, &req).await?)))
 }
 
@@ -472,6 +498,7 @@ mod tests {
             stage: None,
             actor: actor.into(),
             repository: Some("octo/hello".into()),
+            wake: None,
         }
     }
 
@@ -488,6 +515,26 @@ mod tests {
         for actor in ["alice", "github-actions[bot]"] {
             assert!(matches!(check_trigger(&labeled("bug", actor), &c), Ok(Check::Decided(Admission::Ignore { .. }))));
         }
+        // A chief's approval: look up the permission (maintain); a maintainer
+        // runs the approval, a triager is refused; the engine's own is ignored.
+        assert_eq!(
+            check_trigger(&labeled("ward:approved", "maya"), &c),
+            Ok(Check::NeedsPermission { login: "maya".into(), needed: Permission::Maintain })
+        );
+        let t = labeled("ward:approved", "maya");
+        assert_eq!(
+            decide_with_permission(&t, &c, Permission::Maintain),
+            Admission::Run { issue: IssueNumber(4), label: Some("ward:approved".into()) }
+        );
+        let refused = decide_with_permission(&labeled("ward:approved", "tia"), &c, Permission::Triage);
+        assert!(
+            matches!(&refused, Admission::Refuse { reason, .. } if reason.contains("approving a merge with `ward:approved` needs at least `maintain`")),
+            "{refused:?}"
+        );
+        assert!(matches!(
+            check_trigger(&labeled("ward:approved", "github-actions[bot]"), &c),
+            Ok(Check::Decided(Admission::Ignore { .. }))
+        ));
         // Resting labels start nothing either.
         assert!(matches!(
             check_trigger(&labeled("ward:discharged", "github-actions[bot]"), &c),
@@ -551,6 +598,7 @@ mod tests {
             stage: None,
             actor: String::new(),
             repository: None,
+            wake: None,
         };
         assert_eq!(check_trigger(&sweep, &c), Ok(Check::Decided(Admission::Sweep)));
     }

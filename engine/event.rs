@@ -3,9 +3,12 @@
 //!
 //! Four events are ward's: `issues` labeled, `repository_dispatch` of type
 //! `ward-stage`, `workflow_dispatch` (inputs `issue`, optional `stage`) and
-//! `schedule` (the sweep). Anything else is [`Parsed::NotOurs`] with a
-//! one-line reason, so a workflow can exit 0 cheaply. A payload that claims
-//! to be one of ours but lacks what we need is an [`EventError`].
+//! `schedule` (the sweep). Five more wake a waiting patient when they are
+//! about its treatment branch (`ward/issue-N`): `pull_request_review`
+//! submitted, `check_suite`, `check_run` and `workflow_run` completed, and
+//! `status`. Anything else is [`Parsed::NotOurs`] with a one-line reason,
+//! so a workflow can exit 0 cheaply. A payload that claims to be one of
+//! ours but lacks what we need is an [`EventError`].
 //!
 //! This module knows no configuration: whether a label starts a stage, and
 //! whether its actor may apply it, is decided in [`crate::actions`].
@@ -30,6 +33,19 @@ pub enum TriggerKind {
     WorkflowDispatch,
     /// The cron: the charge nurse's sweep.
     Schedule,
+    /// A review or CI result on a treatment branch: a waiting patient looks again.
+    Wake,
+}
+
+/// What a wake-up event says, for the cheap look before a re-audit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Wake {
+    /// The event's name (`check_suite`, `status`, ...).
+    pub event: String,
+    /// The commit the event is about.
+    pub head: Option<String>,
+    /// Who submitted the review (`pull_request_review` only).
+    pub reviewer: Option<String>,
 }
 
 /// A parsed ward event.
@@ -47,6 +63,9 @@ pub struct Trigger {
     pub actor: String,
     /// `owner/name` (`repository.full_name`), when the payload has it.
     pub repository: Option<String>,
+    /// A wake-up's details ([`TriggerKind::Wake`] only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wake: Option<Wake>,
 }
 
 /// The result of reading an event file.
@@ -113,6 +132,7 @@ pub fn parse_event(text: &str, event_name: Option<&str>, path: &Path) -> Result<
         stage,
         actor: actor.clone(),
         repository: repository.clone(),
+        wake: None,
     };
     match name.as_str() {
         "issues" => {
@@ -147,10 +167,61 @@ pub fn parse_event(text: &str, event_name: Option<&str>, path: &Path) -> Result<
             Ok(Parsed::Ours(trigger(TriggerKind::WorkflowDispatch, Some(issue), None, stage)))
         }
         "schedule" => Ok(Parsed::Ours(trigger(TriggerKind::Schedule, None, None, None))),
+        "pull_request_review" | "check_suite" | "check_run" | "workflow_run" | "status" => {
+            let (branches, head, reviewer) = match wake_facts(&r) {
+                Ok(facts) => facts,
+                Err(reason) => return Ok(not_ours(reason)),
+            };
+            let Some(issue) = branches.iter().find_map(|b| patient_of_branch(b)) else {
+                return Ok(not_ours(format!(
+                    "a `{name}` event about {}; ward wakes only on its treatment branches (`{BRANCH_PREFIX}N`)",
+                    if branches.is_empty() { "no branch".to_string() } else { format!("`{}`", branches.join("`, `")) }
+                )));
+            };
+            let mut t = trigger(TriggerKind::Wake, Some(issue), None, None);
+            t.wake = Some(Wake { event: name.clone(), head, reviewer });
+            Ok(Parsed::Ours(t))
+        }
         other => Ok(not_ours(format!(
             "a `{other}` event; ward runs on issues labeled, repository_dispatch, workflow_dispatch and schedule"
         ))),
     }
+}
+
+/// The prefix of a treatment branch, `ward/issue-` (see `workspace::worktree`).
+pub const BRANCH_PREFIX: &str = "ward/issue-";
+
+/// The patient a treatment branch belongs to: `ward/issue-12` is #12.
+pub fn patient_of_branch(branch: &str) -> Option<IssueNumber> {
+    let n = branch.strip_prefix(BRANCH_PREFIX)?;
+    (!n.starts_with('0') && n.chars().all(|c| c.is_ascii_digit())).then(|| n.parse().ok().map(IssueNumber)).flatten()
+}
+
+/// Branches, head commit and reviewer of a wake-up event; `Err` (with the
+/// reason) when the event is not one that can change an audit.
+type WakeFacts = (Vec<String>, Option<String>, Option<String>);
+fn wake_facts(r: &Reader<'_>) -> Result<WakeFacts, String> {
+    let action = r.str_at("/action").unwrap_or_default();
+    let name = r.event;
+    let wanted = if name == "pull_request_review" { "submitted" } else { "completed" };
+    if name != "status" && action != wanted {
+        return Err(format!("a `{name}` event with action `{action}`; ward wakes on `{wanted}`"));
+    }
+    let (branch, head) = match name {
+        "pull_request_review" => ("/pull_request/head/ref", "/pull_request/head/sha"),
+        "check_suite" => ("/check_suite/head_branch", "/check_suite/head_sha"),
+        "check_run" => ("/check_run/check_suite/head_branch", "/check_run/head_sha"),
+        "workflow_run" => ("/workflow_run/head_branch", "/workflow_run/head_sha"),
+        _ => ("", "/sha"),
+    };
+    let branches: Vec<String> = if name == "status" {
+        let list = r.payload.pointer("/branches").and_then(|b| b.as_array()).cloned().unwrap_or_default();
+        list.iter().filter_map(|b| b.pointer("/name")?.as_str().map(str::to_string)).collect()
+    } else {
+        r.str_at(branch).into_iter().collect()
+    };
+    let reviewer = (name == "pull_request_review").then(|| r.str_at("/review/user/login")).flatten();
+    Ok((branches, r.str_at(head), reviewer))
 }
 
 fn not_ours(reason: String) -> Parsed {

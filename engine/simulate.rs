@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use crate::agent::ScriptedVisit;
 use crate::chart::Sentinels;
 use crate::forge::local::LocalForge;
-use crate::forge::{CiState, CiStatus, CommitInfo, Forge, IssueNumber, NewIssue, NewPullRequest, Review, ReviewState};
+use crate::forge::{
+    CiState, CiStatus, CommitInfo, Forge, IssueNumber, NewIssue, NewPullRequest, Permission, Review, ReviewState,
+};
 use crate::hospital::Hospital;
 use crate::stage::{self, StageRequest, StageResult};
 
@@ -108,6 +110,13 @@ pub struct ScriptedReview {
     /// The commit reviewed. Default: the head.
     #[serde(default)]
     pub commit: Option<String>,
+    /// The reviewer's permission on the repository. Default `write`.
+    #[serde(default = "write_permission", deserialize_with = "crate::config::de_permission")]
+    pub permission: Permission,
+}
+
+fn write_permission() -> Permission {
+    Permission::Write
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -128,7 +137,12 @@ fn default_true() -> bool {
 }
 
 fn default_reviews() -> Vec<ScriptedReview> {
-    vec![ScriptedReview { author: "chief".into(), state: ReviewState::Approved, commit: None }]
+    vec![ScriptedReview {
+        author: "chief".into(),
+        state: ReviewState::Approved,
+        commit: None,
+        permission: Permission::Write,
+    }]
 }
 
 fn default_ci() -> CiState {
@@ -199,6 +213,9 @@ pub async fn play_people(
             body: String::new(),
         })
         .collect();
+    for r in &people.reviews {
+        forge.grant(&r.author, r.permission)?;
+    }
     let threads = people.unresolved_threads;
     forge.update_pull(pull.number, |rec| {
         if let Some(p) = rec.pull.as_mut() {
@@ -209,10 +226,7 @@ pub async fn play_people(
         rec.commits = commits;
     })?;
     if !head.is_empty() && people.ci != CiState::Missing {
-        forge.set_ci_status(
-            &head,
-            &CiStatus { state: people.ci, checks: vec![format!("test: {:?}", people.ci).to_lowercase()] },
-        )?;
+        forge.set_ci_status(&head, &CiStatus::new(people.ci, vec![format!("test: {:?}", people.ci).to_lowercase()]))?;
     }
     Ok(())
 }
@@ -304,11 +318,15 @@ pub async fn drive_with(
             anyhow::bail!("issue {issue} did not settle after {max_runs} stage runs; is the pipeline looping?");
         }
         let current = forge.issue(issue).await?;
+        // A patient waiting for CI or reviews is the auditing stage's when woken.
+        let pending_label = &h.config.discharge.pending_label;
         let stage_name = h
             .config
             .places(&current.labels)
             .first()
-            .and_then(|l| h.config.stage_by_label(l))
+            .and_then(|l| {
+                h.config.stage_by_label(l).or_else(|| (l == pending_label).then(|| h.config.audit_stage())?)
+            })
             .map(|s| s.name.to_string());
         let audits = stage_name.as_deref().and_then(|s| h.config.stage(s)).is_some_and(|s| s.mode().audits());
         if audits && let Some(now) = people.get(audits_done).or(people.last()) {
@@ -371,6 +389,12 @@ pub async fn drive_with(
         let dispatches = forge.dispatches()?;
         pending += dispatches[seen_dispatches..].iter().filter(|d| d.issue == issue).count();
         seen_dispatches = dispatches.len();
+        // Waiting, and the script has people act again: their review or
+        // CI result wakes the patient.
+        let waiting = forge.issue(issue).await?.labels.contains(&h.config.discharge.pending_label);
+        if pending == 0 && waiting && audits_done < people.len() {
+            pending = 1;
+        }
     }
     // What was dispatched has run: a later `ward run` here does not redo it.
     forge.mark_consumed(forge.dispatches()?.len())?;

@@ -257,9 +257,10 @@ async fn sweep_api_calls_are_pages_plus_a_few_per_stalled_patient() {
     let pages = counting.of("open_issues_with_label (pages)");
     assert_eq!(
         pages,
-        3 + 6 + 1 + 2,
+        3 + 6 + 1 + 2 + 1,
         "3 pages of treat, one page for each other stage label, one for `ward:lockdown`, one each for \
-         `ward:blocked` and `ward:waiting` (families left half released)"
+         `ward:blocked` and `ward:waiting` (families left half released), one for `ward:awaiting-review` \
+         (patients waiting for CI or a review)"
     );
     let others = counting.total() - pages;
     // state: read+write to lock, read+write to release; ci_status;
@@ -410,7 +411,7 @@ async fn the_sweep_declares_a_lockdown_when_a_facility_fails() {
 
     // The base branch red for longer than configured (6h).
     let w = Ward::new(config_with(|t| t));
-    let red = CiStatus { state: CiState::Failure, checks: vec!["test: failure".into()] };
+    let red = CiStatus::new(CiState::Failure, vec!["test: failure".into()]);
     w.local.set_ci_status("main", &red).unwrap();
     assert_eq!(sweep_once(&w).await.outcome, SweepOutcome::Done);
     w.clock.advance(minutes(300));

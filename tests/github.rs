@@ -503,6 +503,7 @@ fn labeled_events_parse_with_and_without_the_event_name() {
         stage: None,
         actor: "Codertocat".into(),
         repository: Some("Codertocat/Hello-World".into()),
+        wake: None,
     };
     assert_eq!(parse(&real, Some("issues")).unwrap(), Parsed::Ours(expected.clone()));
     assert_eq!(parse(&real, None).unwrap(), Parsed::Ours(expected), "inferred from the shape");
@@ -624,6 +625,7 @@ fn labeled(label: &str, actor: &str, issue: u64) -> Trigger {
         stage: None,
         actor: actor.into(),
         repository: Some("octo/hospital".into()),
+        wake: None,
     }
 }
 
@@ -1076,11 +1078,11 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
                 expected.push(("POST /repos/{owner}/{repo}/pulls", 1));
                 assert_eq!(total, 8, "a treat transition: 7 calls and the pull request: {calls:#?}");
             }
-            // Discharge also audits the pull request and merges it (13 calls,
+            // Discharge also audits the pull request and merges it (15 calls,
             // see DISCHARGE_AUDIT_AND_MERGE).
             "ward:discharge" => {
                 expected.extend_from_slice(DISCHARGE_AUDIT_AND_MERGE);
-                assert_eq!(total, 7 + 13, "a discharge: 7 calls, the audit's reads and the merge: {calls:#?}");
+                assert_eq!(total, 7 + 15, "a discharge: 7 calls, the audit's reads and the merge: {calls:#?}");
             }
             _ => assert!(total <= 7, "at most 7 calls per transition, got {total}: {calls:#?}"),
         }
@@ -1534,11 +1536,12 @@ fn people_review_and_ci_passes(gh: &FakeGitHub, n: u64) {
 /// normal transition's: the audit gathers its facts twice (before the nurse,
 /// and again after her, so a commit pushed meanwhile is not merged
 /// unaudited), each time the pull request of the branch, its reviews, its
-/// review threads (GraphQL), its commits and the head's check runs and
-/// statuses; then the merge.
+/// review threads (GraphQL), its commits, the head's check runs and
+/// statuses, and the permission of the one reviewer; then the merge.
 const DISCHARGE_AUDIT_AND_MERGE: &[(&str, usize)] = &[
     ("GET /repos/{owner}/{repo}/pulls", 2),
     ("GET /repos/{owner}/{repo}/pulls/{pull_number}/reviews", 2),
+    ("GET /repos/{owner}/{repo}/collaborators/{username}/permission", 2),
     ("POST /graphql", 2),
     ("GET /repos/{owner}/{repo}/pulls/{pull_number}/commits", 2),
     ("GET /repos/{owner}/{repo}/commits/{ref}/check-runs", 2),
@@ -1596,7 +1599,7 @@ async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pul
     expected.extend([(ISSUE_GET, 1), (LOCKDOWN_LIST, 1), (CHART_GET, 1), (CHART_PUT, 2), (LABELS_PUT, 1)]);
     expected.push(("PATCH /repos/{owner}/{repo}/issues/{issue_number}", 1));
     assert_eq!(discharge, &expect(&expected), "{discharge:#?}");
-    assert_eq!(discharge.values().sum::<usize>(), 7 + 13, "{discharge:#?}");
+    assert_eq!(discharge.values().sum::<usize>(), 7 + 15, "{discharge:#?}");
     assert!(s.pulls.values().all(|p| p.merged && p.merge_method.is_some()), "the audited pull request is merged");
     drop(s);
     // The branch is on the fake's git server, pushed over smart HTTP, with the treatment's commit.

@@ -272,6 +272,8 @@ async fn to_awaiting_chief(sandbox: &Sandbox) -> (ward::hospital::Hospital, std:
         .set_collaborators(&BTreeMap::from([
             ("maria".to_string(), Permission::Maintain),
             ("tom".to_string(), Permission::Write),
+            // The reviewer the simulation plays: their approval counts.
+            ("chief".to_string(), Permission::Write),
             (ENGINE.to_string(), Permission::Admin),
         ]))
         .unwrap();
@@ -403,7 +405,7 @@ async fn ward_audit_is_a_dry_run() {
     let text = stdout(&out);
     assert!(text.contains("- ❌ No unresolved review threads: 1 review thread(s) are unresolved"), "{text}");
     assert!(text.contains("- ✅ CI green for the head commit"), "{text}");
-    assert!(text.contains("Result: audit failed (1 ❌ failed, 0 ⬜ not verified)"), "{text}");
+    assert!(text.contains("Result: audit failed (1 ❌ failed, 0 ❔ not verified, 0 ⬜ not yet)"), "{text}");
     assert_eq!(std::fs::read_to_string(forge.chart_path(IssueNumber(1))).unwrap(), chart_before);
     assert_eq!(sandbox.read(".ward/forge/issues/1.json"), issue_before);
 

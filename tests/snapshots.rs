@@ -185,7 +185,16 @@ fn the_engines_notes() {
             message: "Write the CSV header first".into(),
             parent_count: 1,
         }]),
-        ci: Ok(CiStatus { state: CiState::Failure, checks: vec!["test: failure".into()] }),
+        ci: Ok(CiStatus {
+            failures: vec![ward::forge::CiFailure {
+                name: "test".into(),
+                conclusion: "failure".into(),
+                url: "https://github.com/octo/hospital/actions/runs/9/job/10".into(),
+                summary: Some("2 tests failed: export::header_first, export::empty".into()),
+            }],
+            ..CiStatus::new(CiState::Failure, vec!["test: failure".into()])
+        }),
+        permissions: Ok([("maria".to_string(), ward::forge::Permission::Write)].into_iter().collect()),
     };
     insta::assert_snapshot!("discharge-checklist", discharge_audit::audit(&config, &chart, &facts).render());
 }

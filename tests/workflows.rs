@@ -889,7 +889,7 @@ fn expressions_follow_githubs_rules() {
 }
 
 // ---------------------------------------------------------------------------
-// End to end: the shipped ward-stage.yml, as far as today's engine goes
+// End to end: the shipped ward-stage.yml, from admission to a merged pull request
 
 /// The test repository's own CI: the change log names every treated issue.
 const CHANGELOG_CI: &str = r#"
@@ -914,15 +914,6 @@ jobs:
         run: |
           grep -q "Treated #" CHANGELOG.md
 "#;
-
-/// ward's own `.github/ward.yml` sends a patient to the chiefs after this
-/// many send-backs; the end-to-end tests count on it.
-const SEND_BACKS: usize = 10;
-
-fn assert_send_back_limit() {
-    let limit = format!("patient_send_backs: {SEND_BACKS}");
-    assert!(ours(".github/ward.yml").contains(&limit), "ward.yml no longer has `{limit}`: update these tests");
-}
 
 /// The label each `ward-stage` run started on (its dispatch's, or the
 /// labeled event's).
@@ -963,24 +954,63 @@ fn texts(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
     out
 }
 
+/// The runs summary, and the logs of the runs that failed.
+fn failures(runner: &Runner<'_>) -> String {
+    let logs: Vec<String> = runner
+        .runs_of("ward-stage.yml")
+        .iter()
+        .filter(|r| r.conclusion.as_deref() == Some("failure"))
+        .map(|r| format!("{}\n{}", r.describe(), r.job("stage").log()))
+        .collect();
+    format!("{}\n{}", runner.summary(), logs.join("\n"))
+}
+
+/// The notes of `kind` the engine wrote on the chart of `n`, in order.
+fn notes_of(gh: &FakeGitHub, n: u64, kind: &str) -> Vec<String> {
+    let chart = gh.state().file("ward-charts", &format!("charts/{n}.md")).unwrap_or_default();
+    chart
+        .split(&format!("<!-- WARD:{kind} "))
+        .skip(1)
+        .map(|c| c.split(&format!("<!-- /WARD:{kind} -->")).next().unwrap().to_string())
+        .collect()
+}
+
+/// The stages an agent ran in, in order: every agent run is preceded by
+/// the engine's ADMISSION note, and a patient that waits gets none.
+fn agent_stages(gh: &FakeGitHub, n: u64) -> Vec<String> {
+    notes_of(gh, n, "ADMISSION")
+        .iter()
+        .map(|a| a.split("stage=").nth(1).unwrap().split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+/// Each job token's permissions, as the shipped ward-stage.yml grants them.
+fn assert_stage_permissions(run: &support::actions::WorkflowRun) {
+    let p = &run.job("stage").permissions;
+    assert_eq!(
+        ["contents", "issues", "pull-requests", "checks", "statuses", "actions"].map(|scope| p.level(scope)),
+        [Level::Write, Level::Write, Level::Write, Level::Read, Level::Read, Level::Write]
+    );
+}
+
 /// A maintainer admits a patient on a repository that installed ward as
 /// docs/github.md says (the default `GITHUB_TOKEN`, `dispatch:
-/// repository_dispatch`). Each stage's labels are set with the job's
-/// token and start nothing; its `repository_dispatch` starts the next
-/// stage, through the shipped ward-stage.yml, up to treatment, which
-/// pushes `ward/issue-1` over smart HTTP and opens the pull request.
+/// repository_dispatch`), without naming its CI under `ci.workflows`.
+/// Each stage's labels are set with the job's token and start nothing;
+/// its `repository_dispatch` starts the next stage, through the shipped
+/// ward-stage.yml, up to treatment, which pushes `ward/issue-1` over smart
+/// HTTP and opens the pull request.
 ///
-/// Where today's engine stops, and why: that push and that pull request
-/// were made with the workflow token, so the repository's CI never runs
-/// on the treatment branch, and no person has reviewed yet. The discharge
-/// audit takes "no CI yet" (⬜) and "no review yet" (❌) for failures and
-/// sends the patient back to code review; code review approves again, the
-/// audit fails again, two agent runs per loop, until the send-back limit
-/// (10) sends the patient to `ward:chief`. Issue 11's waiting state, CI
-/// dispatch and approval-by-label change this ending.
+/// That push and that pull request were made with the workflow token, so
+/// the repository's CI never runs on the treatment branch (nothing asked
+/// ward to start it), and no person has reviewed. The discharge audit
+/// tells "not yet" from "failed": the patient rests at
+/// `ward:awaiting-review` with one WAITING note that says both are
+/// missing, and no agent runs (before issue 11 it looped between code
+/// review and discharge, two agent runs a loop, until the send-back limit
+/// sent it to the chiefs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_discharge_audit_loops_to_the_chiefs() {
-    assert_send_back_limit();
+async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_and_without_a_ci_setting_it_waits_for_ci() {
     let gh = FakeGitHub::start().await;
     let _repo = hospital(&gh, &[(".github/workflows/ci.yml", CHANGELOG_CI)], |c| c);
     let n = {
@@ -994,18 +1024,14 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_disc
     runner.run_until_idle(30).await;
 
     // The stages, one run each: the maintainer's label, then dispatches.
-    let mut expected =
-        vec!["ward:admit".to_string(), "ward:diagnose".into(), "ward:plan-review".into(), "ward:treat".into()];
-    for _ in 0..SEND_BACKS {
-        expected.extend(["ward:code-review".to_string(), "ward:discharge".into()]);
-    }
-    expected.push("ward:code-review".into());
-    assert_eq!(stage_labels(&runner), expected, "{}", runner.summary());
+    let expected =
+        ["ward:admit", "ward:diagnose", "ward:plan-review", "ward:treat", "ward:code-review", "ward:discharge"];
+    assert_eq!(stage_labels(&runner), expected, "{}", failures(&runner));
     let stage_runs = runner.runs_of("ward-stage.yml");
     assert_eq!((stage_runs[0].event.as_str(), stage_runs[0].actor.as_str()), ("issues", "maya"));
     assert!(stage_runs[1..].iter().all(|r| r.event == "repository_dispatch" && r.actor == ACTIONS_BOT));
     assert!(stage_runs.iter().all(|r| r.conclusion.as_deref() == Some("success")), "{}", runner.summary());
-    assert_eq!(gh.state().labels_of(n), ["ward:chief"]);
+    assert_eq!(gh.state().labels_of(n), ["ward:awaiting-review"]);
 
     // Treatment pushed over smart HTTP with its job's token, and the pull
     // request's head is that push; what the workflow token did started no
@@ -1032,29 +1058,24 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_disc
         assert!(runner.ignored.iter().any(|(_, w)| *w == why), "{why}: {:?}", runner.ignored);
     }
 
-    // Why it stopped: ten audits, each missing CI and a person's review.
-    let audits = checklists(&gh, n);
-    assert_eq!(audits.len(), SEND_BACKS);
-    for audit in &audits {
-        assert!(audit.contains("⬜ CI green for the head commit: no check run or status was reported"), "{audit}");
-        assert!(
-            audit.contains("❌ Approving pull request review by someone other than the author and the engine"),
-            "{audit}"
-        );
-        assert!(audit.contains("outcome `audit-failed`"), "{audit}");
-    }
-    let chart = gh.state().file("ward-charts", &format!("charts/{n}.md")).unwrap();
-    let limit = format!("the patient was sent back {SEND_BACKS} times, the per-patient limit is {SEND_BACKS}");
-    assert!(chart.contains(&limit), "{chart}");
+    // Why it rests: one WAITING note naming what has not happened yet; no
+    // agent ran in discharge, and no checklist failed.
+    let waiting = notes_of(&gh, n, "WAITING");
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert!(waiting[0].contains("⬜ CI green for the head commit: not yet: no check run or status was reported"));
+    assert!(
+        waiting[0].contains("⬜ Approving pull request review by a person with write permission"),
+        "{}",
+        waiting[0]
+    );
+    assert!(!waiting[0].contains('❌'), "{}", waiting[0]);
+    assert_eq!(agent_stages(&gh, n), ["admit", "diagnose", "plan-review", "treat", "code-review"]);
+    assert!(checklists(&gh, n).is_empty(), "no audit failed");
 
     // Each job had the workflow's permissions and nothing more; its check
     // run is on the default branch's head (issues and dispatches run there).
     for run in &stage_runs {
-        let p = &run.job("stage").permissions;
-        assert_eq!(
-            ["contents", "issues", "pull-requests", "checks", "statuses", "actions"].map(|scope| p.level(scope)),
-            [Level::Write, Level::Write, Level::Write, Level::Read, Level::Read, Level::None]
-        );
+        assert_stage_permissions(run);
         assert_eq!(run.head_sha, main);
         assert!(run.job("stage").summary.starts_with("### ward: "), "{}", run.job("stage").summary);
     }
@@ -1064,7 +1085,7 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_disc
     // The artifacts of every run, and no job token in any of them.
     let tokens: Vec<String> = gh.state().tokens.keys().cloned().collect();
     let (last, agent_runs) = stage_runs.split_last().unwrap();
-    assert!(last.artifacts.is_empty(), "the limit stopped the last run before any agent: nothing to keep");
+    assert!(last.artifacts.is_empty(), "the discharge waited before any agent: nothing to keep");
     for run in agent_runs {
         let stage = run.job("stage").step("stage").outputs["stage"].clone();
         let name = format!("ward-issue-{n}-{stage}-attempt-1");
@@ -1074,10 +1095,9 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_disc
         }
     }
 
-    // The charge nurse's cron, fired now (WARD_NOW is the simulated time):
-    // the patient is with the chiefs; the sweep moves nothing.
+    // The charge nurse's cron, fired now (WARD_NOW is the simulated time).
     runner.schedule("ward-sweep.yml");
-    runner.run_until_idle(1).await;
+    runner.run_until_idle(3).await;
     let sweep = runner.runs_of("ward-sweep.yml")[0];
     assert_eq!(
         (sweep.event.as_str(), sweep.conclusion.as_deref()),
@@ -1085,29 +1105,127 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_until_the_disc
         "{}",
         sweep.job("sweep").log()
     );
-    assert_eq!(gh.state().labels_of(n), ["ward:chief"]);
-    assert!(sweep.job("sweep").step("Sweep").log.contains("listed 0 patients"), "{}", sweep.job("sweep").log());
+    assert_eq!(gh.state().labels_of(n), ["ward:awaiting-review"]);
+    assert_eq!(notes_of(&gh, n, "WAITING").len(), 1, "nothing changed, nothing written");
+}
+
+/// Scenario (a) of issue 11, with the default token: the repository names
+/// its CI under `ci.workflows`, so ward starts it with `workflow_dispatch`
+/// on the treatment branch after the push; CI takes ten simulated minutes;
+/// a triager approves (which counts for nothing, and costs three calls to
+/// find out); a maintainer approves an hour after admission. The patient
+/// waits at `ward:awaiting-review` without an agent, wakes on CI's
+/// `workflow_run` and on the reviews, and is merged after the approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ward_starts_ci_on_the_treatment_branch_waits_for_it_and_a_maintainers_review_and_merges() {
+    let gh = FakeGitHub::start().await;
+    let config = |c: String| c.replace("\nagent:\n", "\nci:\n  workflows: [ci.yml]\n\nagent:\n");
+    let _repo = hospital(&gh, &[(".github/workflows/ci.yml", CHANGELOG_CI)], config);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_collaborator("tia", "triage");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("ci.yml", "test", 10 * MINUTE);
+    let marks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (m1, m2) = (marks.clone(), marks.clone());
+    runner.at(29 * MINUTE, "mark the log", move |s| m1.lock().unwrap().push(s.log.len()));
+    runner.at(30 * MINUTE, "a triager approves", move |s| {
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).expect("the treatment's pull request").number;
+        s.review(pr, "tia", "APPROVE", "", &[]);
+    });
+    runner.at(35 * MINUTE, "mark the log", move |s| m2.lock().unwrap().push(s.log.len()));
+    runner.at(60 * MINUTE, "the maintainer approves the pull request", move |s| {
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).expect("the treatment's pull request").number;
+        s.review(pr, "maya", "APPROVE", "Looks right.", &[]);
+    });
+    let t0 = gh.state().time();
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(40).await;
+
+    // Merged and discharged after the maintainer's approval.
+    assert_eq!(gh.state().labels_of(n), ["ward:discharged"], "{}", failures(&runner));
+    let pr = gh.state().pulls.values().find(|p| p.head == format!("ward/issue-{n}")).unwrap().clone();
+    assert!(pr.merged, "{}", runner.summary());
+    // CI ran once, started by ward's dispatch on the branch, green on the head.
+    let ci = runner.runs_of("ci.yml");
+    assert_eq!(ci.len(), 1, "{}", runner.summary());
+    assert_eq!(
+        (ci[0].event.as_str(), ci[0].actor.as_str(), ci[0].git_ref.as_str(), ci[0].conclusion.as_deref()),
+        ("workflow_dispatch", ACTIONS_BOT, format!("refs/heads/ward/issue-{n}").as_str(), Some("success"))
+    );
+    assert_eq!(ci[0].head_sha, pr.head_sha);
+
+    // What woke the patient: CI's workflow_run, then each review.
+    let stage_runs = runner.runs_of("ward-stage.yml");
+    let events: Vec<&str> = stage_runs.iter().map(|r| r.event.as_str()).collect();
+    assert_eq!(
+        events,
+        [
+            "issues",
+            "repository_dispatch",
+            "repository_dispatch",
+            "repository_dispatch",
+            "repository_dispatch",
+            "repository_dispatch",
+            "workflow_run",
+            "pull_request_review",
+            "pull_request_review"
+        ],
+        "{}",
+        runner.summary()
+    );
+    assert!(stage_runs.iter().all(|r| r.conclusion.as_deref() == Some("success")), "{}", runner.summary());
+    // No agent ran while it waited: the nurse ran once, after the approval.
+    assert_eq!(agent_stages(&gh, n), ["admit", "diagnose", "plan-review", "treat", "code-review", "discharge"]);
+    let waiting = notes_of(&gh, n, "WAITING");
+    assert_eq!(waiting.len(), 2, "CI running, then CI green: {waiting:#?}");
+    assert!(waiting[0].contains("not yet: CI is still running"), "{}", waiting[0]);
+    assert!(!waiting[1].contains("CI green for the head"), "CI passed: only the review is missing\n{}", waiting[1]);
+    let nurse = stage_runs.last().unwrap().job("stage").started_at.unwrap();
+    assert!(nurse - t0 >= chrono::Duration::minutes(60), "{}", nurse - t0);
+    // The triager's approval woke the patient for three calls and nothing else.
+    let marks = marks.lock().unwrap().clone();
+    let calls: std::collections::BTreeMap<String, usize> =
+        gh.state().log[marks[0]..marks[1]].iter().fold(Default::default(), |mut m, e| {
+            *m.entry(e.key()).or_default() += 1;
+            m
+        });
+    assert_eq!(
+        calls,
+        [
+            "GET /repos/{owner}/{repo}/collaborators/{username}/permission",
+            "GET /repos/{owner}/{repo}/contents/{path}",
+            "GET /repos/{owner}/{repo}/issues/{issue_number}"
+        ]
+        .into_iter()
+        .map(|k| (k.to_string(), 1))
+        .collect(),
+        "a wake-up that finds nothing new"
+    );
+    let triage_wake = stage_runs[7].job("stage").step("stage").log.clone();
+    assert!(triage_wake.contains("neither passes nor blocks"), "{triage_wake}");
+    let final_audit = checklists(&gh, n).pop().unwrap();
+    assert!(final_audit.contains("`tia` approved (triage)"), "listed, not counted: {final_audit}");
 }
 
 /// The same installation with a GitHub App's token (`WARD_TOKEN`,
 /// `dispatch: label`): the app's labels start each stage, and its push
-/// and pull request start the repository's CI, which takes ten simulated
-/// minutes; a maintainer approves an hour after admission.
-///
-/// Where today's engine stops, and why: the discharge audit runs while CI
-/// is still running and nobody has reviewed, takes both for failures, and
-/// the patient loops between code review and discharge (two agent runs
-/// per loop) while it waits; CI turns green, the review is still missing,
-/// and the send-back limit sends the patient to `ward:chief` before the
-/// maintainer's approval arrives. Issue 11 (scenario a) wants it to wait
-/// without running an agent, and merge after the approval.
+/// and pull request start the repository's CI by themselves (ward starts
+/// none), which takes ten simulated minutes; a maintainer approves an hour
+/// after admission. The audit runs while CI is still running and nobody
+/// has reviewed: the patient waits without an agent (before issue 11 it
+/// looped between code review and discharge until the chiefs got it),
+/// wakes when CI's run completes and when the review comes, and is merged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_an_app_token_the_apps_labels_start_each_stage_and_its_push_starts_ci_but_the_audit_does_not_wait() {
-    assert_send_back_limit();
+async fn with_an_app_token_the_apps_labels_start_each_stage_its_push_starts_ci_and_the_audit_waits() {
     let gh = FakeGitHub::start().await;
     let config = |c: String| {
         c.replace("engine_account: github-actions[bot]", "engine_account: ward-app[bot]")
             .replace("\ndispatch: repository_dispatch\n", "\ndispatch: label\n")
+            .replace("\nagent:\n", "\nci:\n  workflows: [ci.yml]\n\nagent:\n")
     };
     let _repo = hospital(&gh, &[(".github/workflows/ci.yml", CHANGELOG_CI)], config);
     let (n, app) = {
@@ -1136,49 +1254,43 @@ async fn with_an_app_token_the_apps_labels_start_each_stage_and_its_push_starts_
 
     // The app's labeled events started every stage; nothing was dispatched.
     let stage_runs = runner.runs_of("ward-stage.yml");
-    assert!(stage_runs[1..].iter().all(|r| r.event == "issues" && r.actor == "ward-app[bot]"), "{}", runner.summary());
+    let started: Vec<(&str, &str)> = stage_runs.iter().map(|r| (r.event.as_str(), r.actor.as_str())).collect();
+    assert!(started[1..6].iter().all(|s| *s == ("issues", "ward-app[bot]")), "{}", runner.summary());
     assert!(gh.state().dispatches.is_empty());
-    // Its pull request started CI, whose check run is on the head, green.
+    // Its pull request started CI (ward started none: `dispatch: label`),
+    // whose check run is on the head, green; its merge pushed to `main`,
+    // which started CI there too.
     let ci = runner.runs_of("ci.yml");
-    assert_eq!(ci.len(), 1, "{}", runner.summary());
-    assert_eq!(
-        (ci[0].event.as_str(), ci[0].actor.as_str(), ci[0].conclusion.as_deref()),
-        ("pull_request", "ward-app[bot]", Some("success")),
-        "{}",
-        ci[0].job("test").log()
-    );
-    let head = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().head_sha.clone();
-    assert_eq!(ci[0].head_sha, head);
-    let ci_done = ci[0].job("test").completed_at.unwrap();
+    let started: Vec<(&str, &str)> = ci.iter().map(|r| (r.event.as_str(), r.actor.as_str())).collect();
+    assert_eq!(started, [("pull_request", "ward-app[bot]"), ("push", "ward-app[bot]")], "{}", runner.summary());
+    assert_eq!(ci[0].conclusion.as_deref(), Some("success"), "{}", ci[0].job("test").log());
+    let pr = gh.state().pulls.values().find(|p| p.head == format!("ward/issue-{n}")).unwrap().clone();
+    assert_eq!(ci[0].head_sha, pr.head_sha);
 
-    // The audits: CI pending, then green; the review missing every time.
-    let audits = checklists(&gh, n);
-    assert_eq!(audits.len(), SEND_BACKS, "{}", runner.summary());
-    assert!(audits[0].contains("⬜ CI green for the head commit"), "{}", audits[0]);
-    assert!(audits.last().unwrap().contains("✅ CI green for the head commit"), "{}", audits.last().unwrap());
-    assert!(audits.iter().all(|a| a.contains("❌ Approving pull request review")));
-    assert_eq!(gh.state().labels_of(n), ["ward:chief"]);
-    let at_chief = stage_runs.last().unwrap().job("stage").completed_at.unwrap();
-    assert!(at_chief - t0 < chrono::Duration::minutes(60), "the chiefs before the approval: {}", at_chief - t0);
-    assert!(ci_done < at_chief);
-    // Agent runs while waiting for CI or the review: from the first audit
-    // on, code review and discharge back and forth (the last code review
-    // stopped at the limit before its agent).
-    let first_audit = stage_labels(&runner).iter().position(|l| l == "ward:discharge").unwrap();
-    let agent_runs =
-        stage_runs[first_audit..].iter().filter(|r| r.job("stage").step("stage").log.contains("(agent ")).count();
-    assert_eq!(agent_runs, 2 * SEND_BACKS - 1, "{}", runner.summary());
-    // The app's own `ward:chief` label started one more job, which found nothing to do.
-    let last = stage_runs.last().unwrap();
-    assert_eq!(last.payload["label"]["name"], json!("ward:chief"));
-    assert!(last.job("stage").step("stage").log.contains("starts no ward stage"), "{}", last.job("stage").log());
-    // The approval came, after the patient was with the chiefs.
-    let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().clone();
+    // It waited (CI running, then only the review missing), with no agent,
+    // and the nurse ran once, after the approval; merged.
+    let waiting = notes_of(&gh, n, "WAITING");
+    assert_eq!(waiting.len(), 2, "{waiting:#?}\n{}", runner.summary());
+    assert!(waiting[0].contains("⬜ CI green for the head commit: not yet: CI is still running"), "{}", waiting[0]);
+    assert!(!waiting[1].contains("CI green"), "{}", waiting[1]);
+    assert_eq!(agent_stages(&gh, n), ["admit", "diagnose", "plan-review", "treat", "code-review", "discharge"]);
+    assert!(checklists(&gh, n).len() == 1 && checklists(&gh, n)[0].contains("Result: passed"));
+    assert!(pr.merged, "{}", runner.summary());
+    assert_eq!(gh.state().labels_of(n), ["ward:discharged"]);
+    // After discharge: the app's own `ward:awaiting-review` label (it starts
+    // nothing), CI's end, the review, the app's `ward:discharged`, and the
+    // end of CI on `main` (skipped by the job's `if:`: not a treatment branch).
+    let wakes: Vec<&str> = stage_runs[6..].iter().map(|r| r.event.as_str()).collect();
     assert_eq!(
-        pr.reviews.iter().map(|r| (r.author.as_str(), r.state.as_str())).collect::<Vec<_>>(),
-        [("maya", "APPROVED")]
+        wakes,
+        ["issues", "workflow_run", "pull_request_review", "issues", "workflow_run"],
+        "{}",
+        runner.summary()
     );
-    assert!(!pr.merged);
+    assert_eq!(stage_runs[10].conclusion.as_deref(), Some("skipped"), "{}", runner.summary());
+    assert!(stage_runs[6].job("stage").step("stage").log.contains("starts no ward stage"));
+    let nurse = stage_runs[8].job("stage").started_at.unwrap();
+    assert!(nurse - t0 >= chrono::Duration::minutes(60));
 }
 
 /// Scenario (e) of issue 11: an unrelated label applied while the engine's
@@ -1516,4 +1628,178 @@ async fn the_shipped_pipeline_workflow_checks_every_pull_request_that_touches_th
             .log
             .contains("+refs/heads/*:refs/remotes/origin/*")
     );
+}
+
+// ---------------------------------------------------------------------------
+// Failures go where the hospital sends them; a chief's approval by label
+
+/// CI that passes from the second treatment on (each treatment of the
+/// stand-in adds a line to the change log).
+const SECOND_TIME_CI: &str = r#"
+name: ci
+on:
+  workflow_dispatch:
+permissions: {}
+jobs:
+  test:
+    name: changelog
+    runs-on: ubuntu-24.04
+    permissions:
+      contents: read
+    steps:
+      - uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2
+        with:
+          persist-credentials: false
+      - name: The change log names two treatments
+        run: |
+          test "$(grep -c 'Treated #' CHANGELOG.md)" -ge 2
+"#;
+
+/// ward.yml with the repository's CI named.
+fn with_ci(c: String) -> String {
+    c.replace("\nagent:\n", "\nci:\n  workflows: [ci.yml]\n\nagent:\n")
+}
+
+/// The prompt each run of `stage` gave its agent, in order.
+fn prompts_of(runner: &Runner<'_>, n: u64, stage: &str) -> Vec<String> {
+    let name = format!("ward-issue-{n}-{stage}-attempt-1");
+    runner
+        .runs_of("ward-stage.yml")
+        .iter()
+        .filter_map(|r| r.artifacts.get(&name))
+        .flat_map(|dir| texts(dir).into_iter().filter(|(p, _)| p.ends_with("prompt.md")).map(|(_, t)| t))
+        .collect()
+}
+
+/// Scenario (b) of issue 11: CI is red on the first treatment. The audit
+/// sends the patient back to treatment (not to code review) with the
+/// failing check named, and no nurse runs; the fellow's next prompt has
+/// it. The second treatment is green; a person approves; it merges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn red_ci_returns_the_patient_to_treatment_with_the_failing_check_named_and_green_ci_merges() {
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[(".github/workflows/ci.yml", SECOND_TIME_CI)], with_ci);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_collaborator("rob", "write");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    runner.at(90 * MINUTE, "a writer approves the pull request", move |s| {
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).expect("the treatment's pull request").number;
+        s.review(pr, "rob", "APPROVE", "", &[]);
+    });
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(40).await;
+
+    assert_eq!(gh.state().labels_of(n), ["ward:discharged"], "{}", failures(&runner));
+    let ci: Vec<Option<&str>> = runner.runs_of("ci.yml").iter().map(|r| r.conclusion.as_deref()).collect();
+    assert_eq!(ci, [Some("failure"), Some("success")], "{}", runner.summary());
+    // Back to treatment, with the check named: its name, conclusion and link.
+    let audits = checklists(&gh, n);
+    let red = &audits[0];
+    assert!(red.contains("Back to treatment (`ward:treat`), not code review"), "{red}");
+    assert!(red.contains("❌ CI green for the head commit: CI failed for"), "{red}");
+    assert!(red.contains("`changelog` (failure)"), "{red}");
+    let run_link = format!("/actions/runs/{}/job/", runner.runs_of("ci.yml")[0].id);
+    assert!(red.contains("- `changelog`: failure (") && red.contains(&run_link), "{red}");
+    // The nurse ran only at the end; treatment twice, the second prompt
+    // carrying the failing check.
+    assert_eq!(
+        agent_stages(&gh, n),
+        ["admit", "diagnose", "plan-review", "treat", "code-review", "treat", "code-review", "discharge"],
+        "{}",
+        runner.summary()
+    );
+    let prompts = prompts_of(&runner, n, "treat");
+    assert_eq!(prompts.len(), 2);
+    assert!(!prompts[0].contains("Failing checks"));
+    assert!(prompts[1].contains("### Failing checks at") && prompts[1].contains(&run_link), "{}", prompts[1]);
+    let pr = gh.state().pulls.values().find(|p| p.head == format!("ward/issue-{n}")).unwrap().clone();
+    assert!(pr.merged);
+}
+
+/// Scenario (c) of issue 11: a person with write access requests changes.
+/// The patient goes back to treatment and the fellow's next prompt carries
+/// the review's text, fenced as that person's; after the new push the
+/// patient waits for the reviewer to look again, and their approval merges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_requested_by_a_writer_return_to_treatment_with_the_review_in_the_fellows_prompt() {
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[(".github/workflows/ci.yml", CHANGELOG_CI)], with_ci);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_collaborator("rob", "write");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    runner.at(30 * MINUTE, "a writer requests changes", move |s| {
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).expect("the treatment's pull request").number;
+        s.review(pr, "rob", "REQUEST_CHANGES", "Please also refuse a password of only spaces.", &[]);
+    });
+    runner.at(120 * MINUTE, "the writer approves the new head", move |s| {
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).expect("the treatment's pull request").number;
+        s.review(pr, "rob", "APPROVE", "", &[]);
+    });
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(40).await;
+
+    assert_eq!(gh.state().labels_of(n), ["ward:discharged"], "{}", failures(&runner));
+    let audits = checklists(&gh, n);
+    assert!(audits[0].contains("❌ Approving pull request review") && audits[0].contains("`rob` requested changes"));
+    let prompts = prompts_of(&runner, n, "treat");
+    assert_eq!(prompts.len(), 2, "{}", runner.summary());
+    assert!(prompts[1].contains("### Changes requested by `rob`"), "{}", prompts[1]);
+    assert!(prompts[1].contains("Please also refuse a password of only spaces."), "{}", prompts[1]);
+    // After the new push: waiting for rob to look again, not sent back again.
+    let waiting = notes_of(&gh, n, "WAITING");
+    assert!(waiting.last().unwrap().contains("`rob` (at `"), "{waiting:#?}");
+    assert!(waiting.last().unwrap().contains("requested changes on an older commit"), "{waiting:#?}");
+    assert_eq!(agent_stages(&gh, n).iter().filter(|s| *s == "discharge").count(), 1);
+}
+
+/// Scenario (d) of issue 11: human approval mode. The audit passes and the
+/// patient waits for a chief at `ward:awaiting-chief`; a triager's
+/// `ward:approved` is refused with a comment and taken off; a maintainer's
+/// is the approval, and the engine merges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn human_approval_waits_for_a_maintainers_label_and_refuses_a_triagers() {
+    let gh = FakeGitHub::start().await;
+    let config = |c: String| with_ci(c).replace("human_approval: false", "human_approval: true");
+    let _repo = hospital(&gh, &[(".github/workflows/ci.yml", CHANGELOG_CI)], config);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_collaborator("rob", "write");
+        s.add_collaborator("tia", "triage");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    runner.at(30 * MINUTE, "a writer approves the pull request", move |s| {
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).expect("the treatment's pull request").number;
+        s.review(pr, "rob", "APPROVE", "", &[]);
+    });
+    runner.at(60 * MINUTE, "a triager applies ward:approved", move |s| s.label(n, "ward:approved", "tia"));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let at_80 = seen.clone();
+    runner.at(80 * MINUTE, "look", move |s| at_80.lock().unwrap().push(s.labels_of(n)));
+    runner.at(90 * MINUTE, "a maintainer applies ward:approved", move |s| s.label(n, "ward:approved", "maya"));
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(40).await;
+
+    // Before the maintainer: waiting for a chief, the triager's label gone.
+    assert_eq!(*seen.lock().unwrap(), [vec!["ward:awaiting-chief".to_string()]], "{}", runner.summary());
+    let comments = gh.state().comments_on(n);
+    assert!(
+        comments.iter().any(|c| c.contains("@tia has `triage` access") && c.contains("took the label off")),
+        "{comments:#?}"
+    );
+    // The maintainer's label merged it.
+    assert_eq!(gh.state().labels_of(n), ["ward:discharged"], "{}", failures(&runner));
+    let pr = gh.state().pulls.values().find(|p| p.head == format!("ward/issue-{n}")).unwrap().clone();
+    assert!(pr.merged);
+    let chart = gh.state().file("ward-charts", &format!("charts/{n}.md")).unwrap();
+    assert!(chart.contains("`maya` (maintain permission) applied `ward:approved`"), "{chart}");
 }

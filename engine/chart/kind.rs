@@ -61,6 +61,7 @@ kinds! {
     Outcome = "OUTCOME", engine: true;
     AdmittedText = "ADMITTED_TEXT", engine: true;
     ProtectedChange = "PROTECTED_CHANGE", engine: true;
+    Waiting = "WAITING", engine: true;
 }
 
 impl NoteKind {
@@ -147,7 +148,8 @@ mod tests {
                 "FOLLOW_UP",
                 "OUTCOME",
                 "ADMITTED_TEXT",
-                "PROTECTED_CHANGE"
+                "PROTECTED_CHANGE",
+                "WAITING"
             ]
         );
     }

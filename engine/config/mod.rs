@@ -55,6 +55,13 @@ pub struct Config {
     #[serde(default = "default_admit_permission", deserialize_with = "de_permission")]
     #[schemars(schema_with = "schema::permission")]
     pub admit_permission: Permission,
+    /// Least permission of a person whose pull request review counts in the
+    /// discharge audit: their approval passes it, their "changes requested"
+    /// sends the patient back to treatment. Reviews by others are listed and
+    /// neither pass nor block. Default `write`.
+    #[serde(default = "default_approve_permission", deserialize_with = "de_permission")]
+    #[schemars(schema_with = "schema::permission")]
+    pub approve_permission: Permission,
     /// Branch that holds the charts in GitHub mode. Default `ward-charts`.
     #[serde(default = "default_charts_branch")]
     pub charts_branch: String,
@@ -118,6 +125,9 @@ fn default_prefix() -> String {
 }
 fn default_admit_permission() -> Permission {
     Permission::Triage
+}
+fn default_approve_permission() -> Permission {
+    Permission::Write
 }
 fn default_charts_branch() -> String {
     "ward-charts".into()
@@ -303,6 +313,13 @@ impl Config {
         if !(1..=50).contains(&d.max_children) {
             p.push(("decomposition.max_children".into(), format!("{} is out of range; use 1 to 50", d.max_children)));
         }
+        if self.approve_permission < Permission::Triage {
+            p.push((
+                "approve_permission".into(),
+                "must be `triage` or more: a review by anyone who can read the repository cannot approve a merge"
+                    .into(),
+            ));
+        }
         if self.discharge.approver_permission < Permission::Maintain {
             p.push((
                 "discharge.approver_permission".into(),
@@ -353,6 +370,7 @@ impl Config {
             ("decomposition.blocked_label", &d.blocked_label),
             ("discharge.discharged_label", &c.discharged_label),
             ("discharge.awaiting_label", &c.awaiting_label),
+            ("discharge.pending_label", &c.pending_label),
             ("discharge.approved_label", &c.approved_label),
         ] {
             if !self.labels.contains_key(label) {

@@ -125,6 +125,12 @@ pub struct DischargeConfig {
     /// Human approval mode: where a passed audit waits. Default `ward:awaiting-chief`.
     #[serde(default = "default_awaiting_label")]
     pub awaiting_label: String,
+    /// Where a patient rests while its audit waits for something that has
+    /// not happened yet (CI still running or not started, no review by a
+    /// person yet); events about its pull request wake it. Default
+    /// `ward:awaiting-review`.
+    #[serde(default = "default_pending_label")]
+    pub pending_label: String,
     /// Human approval mode: the label a chief applies to let the engine
     /// merge. Default `ward:approved`.
     #[serde(default = "default_approved_label")]
@@ -141,6 +147,7 @@ impl Default for DischargeConfig {
         Self {
             discharged_label: default_discharged_label(),
             awaiting_label: default_awaiting_label(),
+            pending_label: default_pending_label(),
             approved_label: default_approved_label(),
             approver_permission: default_approver_permission(),
         }
@@ -371,6 +378,9 @@ fn default_discharged_label() -> String {
 }
 fn default_awaiting_label() -> String {
     "ward:awaiting-chief".into()
+}
+fn default_pending_label() -> String {
+    "ward:awaiting-review".into()
 }
 fn default_approved_label() -> String {
     "ward:approved".into()

@@ -7,7 +7,9 @@
 
 use crate::chart::{Note, Sentinels};
 use crate::config::Config;
-use crate::forge::{Forge, ForgeError, IssueNumber};
+use std::collections::BTreeMap;
+
+use crate::forge::{Forge, ForgeError, IssueNumber, Permission};
 use crate::rules::discharge_audit::{self, AuditFacts, Checklist, Fact};
 
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +29,9 @@ fn fact<T>(r: Result<T, ForgeError>) -> Fact<T> {
     r.map_err(|e| e.to_string())
 }
 
-/// Asks the forge for every fact of the audit of `branch`'s pull request.
+/// Asks the forge for every fact of the audit of `branch`'s pull request:
+/// the pull request, its reviews, threads, commits, the CI of its head,
+/// and the permission of each person whose review would count.
 pub async fn gather(forge: &dyn Forge, branch: &str) -> AuditFacts {
     let engine_account = forge.engine_account().to_string();
     let pull = match forge.pull_request_for_branch(branch).await {
@@ -42,7 +46,8 @@ pub async fn gather(forge: &dyn Forge, branch: &str) -> AuditFacts {
             reviews: Err(why.clone()),
             unresolved_threads: Err(why.clone()),
             commits: Err(why.clone()),
-            ci: Err(why),
+            ci: Err(why.clone()),
+            permissions: Err(why),
             pull,
         };
     };
@@ -56,7 +61,20 @@ pub async fn gather(forge: &dyn Forge, branch: &str) -> AuditFacts {
     } else {
         fact(forge.ci_status(&head).await)
     };
-    AuditFacts { engine_account, pull, reviews, unresolved_threads, commits, ci }
+    let permissions = match &reviews {
+        Ok(list) => permissions(forge, &discharge_audit::reviewers_to_check(p, &engine_account, list)).await,
+        Err(e) => Err(e.clone()),
+    };
+    AuditFacts { engine_account, pull, reviews, unresolved_threads, commits, ci, permissions }
+}
+
+/// The permission of each of `logins` (one call each).
+async fn permissions(forge: &dyn Forge, logins: &[String]) -> Fact<BTreeMap<String, Permission>> {
+    let mut out = BTreeMap::new();
+    for login in logins {
+        out.insert(login.clone(), fact(forge.permission(login).await)?);
+    }
+    Ok(out)
 }
 
 /// Reads and parses the chart of `issue` (an absent chart is empty).
@@ -154,10 +172,13 @@ mod tests {
             })
             .unwrap();
         let list = audit_issue(&forge, &config, issue).await.unwrap();
-        assert_eq!(list.item("ci").unwrap().mark, Mark::Unknown, "{}", list.render());
+        assert_eq!(list.item("ci").unwrap().mark, Mark::Waiting, "{}", list.render());
+        // maria is nobody on this repository: her approval does not count yet.
+        assert_eq!(list.item("pr-approval").unwrap().mark, Mark::Waiting, "{}", list.render());
         assert_eq!(list.outcome(), "audit-failed");
+        forge.grant("maria", crate::forge::Permission::Write).unwrap();
 
-        forge.set_ci_status(HEAD, &CiStatus { state: CiState::Success, checks: vec!["test: success".into()] }).unwrap();
+        forge.set_ci_status(HEAD, &CiStatus::new(CiState::Success, vec!["test: success".into()])).unwrap();
         let list = audit_issue(&forge, &config, issue).await.unwrap();
         assert!(list.passed(), "{}", list.render());
     }

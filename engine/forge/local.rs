@@ -303,6 +303,21 @@ impl LocalForge {
         let text = serde_json::to_string_pretty(perms).expect("permissions serialise");
         write_atomic(&self.forge_dir().join("collaborators.json"), text.as_bytes())
     }
+
+    /// Gives `login` `permission`, keeping everyone else's (the local
+    /// person and the engine are admins when nobody was set yet).
+    pub fn grant(&self, login: &str, permission: Permission) -> ForgeResult<()> {
+        let path = self.forge_dir().join("collaborators.json");
+        let mut perms: BTreeMap<String, Permission> = match fs::read_to_string(&path) {
+            Ok(t) => serde_json::from_str(&t).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e))?,
+            Err(_) => BTreeMap::from([
+                (self.actor.clone(), Permission::Admin),
+                (self.engine_account.clone(), Permission::Admin),
+            ]),
+        };
+        perms.insert(login.to_string(), permission);
+        self.set_collaborators(&perms)
+    }
 }
 
 impl LocalForge {
@@ -547,7 +562,7 @@ impl Forge for LocalForge {
         let path = self.forge_dir().join("ci").join(format!("{sha}.json"));
         match fs::read_to_string(&path) {
             Ok(t) => serde_json::from_str(&t).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e)),
-            Err(_) => Ok(CiStatus { state: CiState::Missing, checks: Vec::new() }),
+            Err(_) => Ok(CiStatus::new(CiState::Missing, Vec::new())),
         }
     }
 

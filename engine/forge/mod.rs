@@ -186,13 +186,14 @@ pub struct CommitInfo {
     pub parent_count: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CiState {
     Success,
     Failure,
     Pending,
     /// No check run and no status was reported for the commit.
+    #[default]
     Missing,
 }
 
@@ -202,6 +203,32 @@ pub struct CiStatus {
     pub state: CiState,
     /// `name: conclusion` per check, for the checklist's note.
     pub checks: Vec<String>,
+    /// The checks that failed, with what the API says of each: the fellow
+    /// who fixes them reads this.
+    #[serde(default)]
+    pub failures: Vec<CiFailure>,
+    /// How many commit statuses (not check runs) were reported.
+    #[serde(default)]
+    pub statuses: usize,
+}
+
+impl CiStatus {
+    pub fn new(state: CiState, checks: Vec<String>) -> Self {
+        Self { state, checks, failures: Vec::new(), statuses: 0 }
+    }
+}
+
+/// One failed check run or commit status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CiFailure {
+    pub name: String,
+    /// `failure`, `timed_out`, `cancelled`, `action_required`, `error`, ...
+    pub conclusion: String,
+    /// Where a person sees it (the check run's or the status's page).
+    pub url: String,
+    /// The check run's output title and summary, when the API gives one
+    /// (Actions jobs report none).
+    pub summary: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -287,6 +314,19 @@ pub trait Forge: Send + Sync {
     async fn unresolved_review_threads(&self, pull: u64) -> ForgeResult<usize>;
     async fn pull_request_commits(&self, pull: u64) -> ForgeResult<Vec<CommitInfo>>;
     async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus>;
+    /// CI of `sha` from its check runs alone (one call on GitHub): the
+    /// wake-up's cheap look, when no commit status was reported.
+    async fn check_runs(&self, sha: &str) -> ForgeResult<CiStatus> {
+        self.ci_status(sha).await
+    }
+    /// Starts the workflow file `workflow` (`ci.yml`) with
+    /// `workflow_dispatch` on `branch`.
+    async fn start_workflow(&self, workflow: &str, branch: &str) -> ForgeResult<()> {
+        Err(ForgeError::io(
+            format!("start workflow `{workflow}` on `{branch}` in {}", self.describe()),
+            "this forge runs no workflows",
+        ))
+    }
     /// Squash-merges the pull request, only while its head is still
     /// `head_sha` (the commit the audit checked): a commit pushed after the
     /// audit makes the merge fail instead of landing unaudited.

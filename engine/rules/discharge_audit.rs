@@ -1,9 +1,11 @@
 //! The discharge nurse audits the reviewers, not the code. Facts in (the
 //! chart, the pull request, its reviews, threads, commits and CI, each
 //! possibly unknown), checklist out: one line per item, ✅ verified, ❌
-//! failed, ⬜ could not be verified (with why). Anything but ✅ everywhere
-//! is `audit-failed`, and the nurse agent's own judgment can fail a passing
-//! audit but never pass a failing one.
+//! failed, ⬜ not yet (CI still running or not started, no counting review
+//! yet: something that has not happened, which the patient waits for), ❔
+//! could not be verified (with why). Anything but ✅ everywhere is not a
+//! pass; only ⬜ left is a wait ([`Verdict`]). The nurse agent's own
+//! judgment can fail a passing audit but never pass a failing one.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -12,7 +14,7 @@ use super::plan_gate::{PlanStatus, plan_status};
 use super::{list, missing_sections, outcome_of_run, run_was_refused};
 use crate::chart::{Note, NoteKind};
 use crate::config::Config;
-use crate::forge::{CiState, CiStatus, CommitInfo, PullRequest, Review, ReviewState};
+use crate::forge::{CiState, CiStatus, CommitInfo, Permission, PullRequest, Review, ReviewState};
 
 /// Sections of a CODE_REVIEW (the review template), plus a `Commit: <sha>` line.
 pub const CODE_REVIEW_SECTIONS: &[&str] = &["Scope against the plan", "Correctness", "Tests", "Security", "Verdict"];
@@ -35,12 +37,18 @@ pub struct AuditFacts {
     pub commits: Fact<Vec<CommitInfo>>,
     /// CI of the head commit.
     pub ci: Fact<CiStatus>,
+    /// The repository permission of each reviewer whose review would count
+    /// (lower-case login), from the forge.
+    pub permissions: Fact<BTreeMap<String, Permission>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
     Pass,
     Fail,
+    /// Not yet: CI still running or not started, no counting review yet.
+    Waiting,
+    /// The fact could not be read or checked.
     Unknown,
 }
 
@@ -49,9 +57,20 @@ impl fmt::Display for Mark {
         f.write_str(match self {
             Mark::Pass => "✅",
             Mark::Fail => "❌",
-            Mark::Unknown => "⬜",
+            Mark::Waiting => "⬜",
+            Mark::Unknown => "❔",
         })
     }
+}
+
+/// What the whole checklist says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Passed,
+    /// Nothing failed; something has not happened yet (only ⬜ left).
+    Waiting,
+    /// Something failed (❌) or could not be verified (❔).
+    Failed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,11 +87,42 @@ pub struct Checklist {
     pub head: Option<String>,
     pub pull: Option<u64>,
     pub items: Vec<Item>,
+    /// What whoever fixes it needs beyond one line: the failed checks (name,
+    /// conclusion, link, output summary), the reviews that requested
+    /// changes (their text fenced: a person wrote it). Markdown blocks.
+    pub details: Vec<String>,
 }
 
 impl Checklist {
     pub fn passed(&self) -> bool {
         self.items.iter().all(|i| i.mark == Mark::Pass)
+    }
+
+    pub fn verdict(&self) -> Verdict {
+        let any = |m: Mark| self.items.iter().any(|i| i.mark == m);
+        if any(Mark::Fail) || any(Mark::Unknown) {
+            Verdict::Failed
+        } else if any(Mark::Waiting) {
+            Verdict::Waiting
+        } else {
+            Verdict::Passed
+        }
+    }
+
+    /// The failures a fellow fixes, not a reviewer: red CI, or changes
+    /// requested by a person whose review counts. The patient goes back to
+    /// treatment for these.
+    pub fn for_treatment(&self) -> Vec<&Item> {
+        self.items.iter().filter(|i| i.mark == Mark::Fail && matches!(i.id, "ci" | "pr-approval")).collect()
+    }
+
+    /// The items not passed yet, one line each: what a waiting patient waits for.
+    pub fn missing(&self) -> Vec<String> {
+        self.items
+            .iter()
+            .filter(|i| i.mark != Mark::Pass)
+            .map(|i| format!("- {} {}: {}", i.mark, i.title, i.note))
+            .collect()
     }
 
     /// `discharged` or `audit-failed`.
@@ -95,14 +145,25 @@ impl Checklist {
             out.push_str(&format!("- {} {}: {}\n", i.mark, i.title, i.note));
         }
         let count = |m: Mark| self.items.iter().filter(|i| i.mark == m).count();
-        if self.passed() {
-            out.push_str(&format!("\nResult: passed ({} of {} verified).\n", count(Mark::Pass), self.items.len()));
-        } else {
-            out.push_str(&format!(
-                "\nResult: audit failed ({} ❌ failed, {} ⬜ not verified); outcome `{FAILED}`.\n",
+        match self.verdict() {
+            Verdict::Passed => {
+                out.push_str(&format!("\nResult: passed ({} of {} verified).\n", count(Mark::Pass), self.items.len()))
+            }
+            Verdict::Waiting => out.push_str(&format!(
+                "\nResult: not yet ({} ⬜ not yet, nothing failed); the patient waits.\n",
+                count(Mark::Waiting)
+            )),
+            Verdict::Failed => out.push_str(&format!(
+                "\nResult: audit failed ({} ❌ failed, {} ❔ not verified, {} ⬜ not yet); outcome `{FAILED}`.\n",
                 count(Mark::Fail),
-                count(Mark::Unknown)
-            ));
+                count(Mark::Unknown),
+                count(Mark::Waiting)
+            )),
+        }
+        for d in &self.details {
+            out.push('\n');
+            out.push_str(d.trim_end());
+            out.push('\n');
         }
         out
     }
@@ -162,16 +223,21 @@ pub fn audit(config: &Config, chart: &[Note], facts: &AuditFacts) -> Checklist {
         Err(e) => Err(e.clone()),
     };
     let review = latest_code_review(config, chart);
+    let mut details = Vec::new();
     let items = vec![
         plan_item(config, chart),
         code_review_item(chart, review, &head),
-        pr_approval_item(facts, &head),
+        pr_approval_item(config, facts, &head, &mut details),
         template_item(review),
         threads_item(facts),
-        ci_item(facts, &head),
+        ci_item(facts, &head, &mut details),
         history_item(facts, &head),
     ];
-    Checklist { head: head.ok().map(str::to_string), pull: facts.pull.as_ref().ok().map(|p| p.number), items }
+    Checklist { head: head.ok().map(str::to_string), pull: facts.pull.as_ref().ok().map(|p| p.number), items, details }
+}
+
+fn permission_name(p: Permission) -> String {
+    format!("{p:?}").to_lowercase()
 }
 
 fn item(id: &'static str, title: &'static str, mark: Mark, note: impl Into<String>) -> Item {
@@ -231,15 +297,19 @@ fn code_review_item(chart: &[Note], review: Option<&Note>, head: &Fact<&str>) ->
     }
 }
 
-fn pr_approval_item(facts: &AuditFacts, head: &Fact<&str>) -> Item {
-    let title = "Approving pull request review by someone other than the author and the engine";
+fn pr_approval_item(config: &Config, facts: &AuditFacts, head: &Fact<&str>, details: &mut Vec<String>) -> Item {
+    let needed = config.approve_permission;
+    let title = "Approving pull request review by a person with write permission, not the author or the engine";
     let it = |mark, note: String| item("pr-approval", title, mark, note);
-    let (pull, reviews) = match (&facts.pull, &facts.reviews) {
-        (Err(e), _) | (_, Err(e)) => return it(Mark::Unknown, format!("reviews could not be read: {e}")),
-        (Ok(p), Ok(r)) => (p, r),
+    let (pull, reviews, permissions) = match (&facts.pull, &facts.reviews, &facts.permissions) {
+        (Err(e), _, _) | (_, Err(e), _) => return it(Mark::Unknown, format!("reviews could not be read: {e}")),
+        (_, _, Err(e)) => return it(Mark::Unknown, format!("the reviewers' permissions could not be read: {e}")),
+        (Ok(p), Ok(r), Ok(perms)) => (p, r, perms),
     };
     let excluded =
         |login: &str| login.eq_ignore_ascii_case(&pull.author) || login.eq_ignore_ascii_case(&facts.engine_account);
+    let permission = |login: &str| permissions.get(&login.to_lowercase()).copied();
+    let counts = |login: &str| !excluded(login) && permission(login).is_some_and(|p| p >= needed);
     // Each reviewer's standing is their latest approving, rejecting or
     // dismissed review (comments do not change it), as on GitHub.
     let mut standing: BTreeMap<String, &Review> = BTreeMap::new();
@@ -248,43 +318,103 @@ fn pr_approval_item(facts: &AuditFacts, head: &Fact<&str>) -> Item {
             standing.insert(r.author.to_lowercase(), r);
         }
     }
-    let blocking: Vec<String> = standing
+    // Reviews that neither pass nor block, listed so people see them.
+    let others: Vec<String> = standing
         .values()
-        .filter(|r| r.state == ReviewState::ChangesRequested)
-        .map(|r| format!("`{}`", r.author))
+        .filter(|r| r.state != ReviewState::Dismissed && !counts(&r.author))
+        .map(|r| {
+            let why = if excluded(&r.author) {
+                "their own".to_string()
+            } else {
+                permission(&r.author).map_or("permission unknown".into(), permission_name)
+            };
+            let what = if r.state == ReviewState::Approved { "approved" } else { "requested changes" };
+            format!("`{}` {what} ({why})", r.author)
+        })
         .collect();
-    if !blocking.is_empty() {
-        return it(Mark::Fail, format!("{} requested changes", list(&blocking)));
-    }
-    let approvals: Vec<&&Review> =
-        standing.values().filter(|r| r.state == ReviewState::Approved && !excluded(&r.author)).collect();
+    let others = if others.is_empty() {
+        String::new()
+    } else {
+        format!("; not counted, below {} permission or not a reviewer: {}", permission_name(needed), list(&others))
+    };
     let head = match head {
         Ok(h) => *h,
         Err(why) => return it(Mark::Unknown, format!("the head commit is unknown: {why}")),
     };
+    // "Changes requested" on the head blocks; on an older commit the fellow
+    // has pushed since, and the reviewer has yet to look again.
+    let (blocking, looking_again): (Vec<&&Review>, Vec<&&Review>) = standing
+        .values()
+        .filter(|r| r.state == ReviewState::ChangesRequested && counts(&r.author))
+        .partition(|r| same_commit(&r.commit_sha, head));
+    if !blocking.is_empty() {
+        for r in &blocking {
+            let body = if r.body.trim().is_empty() { "(no text)" } else { r.body.trim() };
+            details.push(format!(
+                "### Changes requested by `{}`\n\nThe text below was written by `{}` on the pull request; it \
+                 describes what to change.\n\n{}",
+                r.author,
+                r.author,
+                crate::prompt::fence(
+                    &crate::prompt::cut(body, 4096, "the whole review is on the pull request"),
+                    "review"
+                )
+            ));
+        }
+        let who: Vec<String> = blocking.iter().map(|r| format!("`{}`", r.author)).collect();
+        return it(Mark::Fail, format!("{} requested changes{others}", list(&who)));
+    }
+    if !looking_again.is_empty() {
+        let who: Vec<String> =
+            looking_again.iter().map(|r| format!("`{}` (at `{}`)", r.author, short(&r.commit_sha))).collect();
+        return it(
+            Mark::Waiting,
+            format!(
+                "not yet: {} requested changes on an older commit; the head `{}` waits for their new review{others}",
+                list(&who),
+                short(head)
+            ),
+        );
+    }
+    let approvals: Vec<&&Review> =
+        standing.values().filter(|r| r.state == ReviewState::Approved && counts(&r.author)).collect();
     let current: Vec<String> =
         approvals.iter().filter(|r| same_commit(&r.commit_sha, head)).map(|r| format!("`{}`", r.author)).collect();
     if !current.is_empty() {
-        return it(Mark::Pass, format!("approved by {} at `{}`", list(&current), short(head)));
+        return it(Mark::Pass, format!("approved by {} at `{}`{others}", list(&current), short(head)));
     }
     if !approvals.is_empty() {
         let stale: Vec<String> =
             approvals.iter().map(|r| format!("`{}` at `{}`", r.author, short(&r.commit_sha))).collect();
         return it(
-            Mark::Fail,
-            format!("approvals are for older commits ({}); the head needs a fresh one", list(&stale)),
+            Mark::Waiting,
+            format!("not yet: approvals are for older commits ({}); the head needs a fresh one{others}", list(&stale)),
         );
     }
-    let self_approved = standing.values().any(|r| r.state == ReviewState::Approved && excluded(&r.author));
     it(
-        Mark::Fail,
+        Mark::Waiting,
         format!(
-            "no approving review by anyone but the author `{}` and the engine `{}`{}",
+            "not yet: no approving review by a person with {} permission other than the author `{}` and the engine \
+             `{}`{others}",
+            permission_name(needed),
             pull.author,
-            facts.engine_account,
-            if self_approved { " (their own approvals do not count)" } else { "" }
+            facts.engine_account
         ),
     )
+}
+
+/// The reviewers whose permission the audit needs: everyone with an
+/// approving or rejecting review, but the author and the engine.
+pub fn reviewers_to_check(facts_pull: &PullRequest, engine: &str, reviews: &[Review]) -> Vec<String> {
+    let mut out: Vec<String> = reviews
+        .iter()
+        .filter(|r| matches!(r.state, ReviewState::Approved | ReviewState::ChangesRequested))
+        .map(|r| r.author.to_lowercase())
+        .filter(|a| !a.eq_ignore_ascii_case(&facts_pull.author) && !a.eq_ignore_ascii_case(engine))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 fn template_item(review: Option<&Note>) -> Item {
@@ -312,7 +442,7 @@ fn threads_item(facts: &AuditFacts) -> Item {
     }
 }
 
-fn ci_item(facts: &AuditFacts, head: &Fact<&str>) -> Item {
+fn ci_item(facts: &AuditFacts, head: &Fact<&str>, details: &mut Vec<String>) -> Item {
     let it = |mark, note: String| item("ci", "CI green for the head commit", mark, note);
     let h = match head {
         Ok(h) => *h,
@@ -325,9 +455,29 @@ fn ci_item(facts: &AuditFacts, head: &Fact<&str>) -> Item {
     let checks = if ci.checks.is_empty() { String::new() } else { format!(" ({})", ci.checks.join(", ")) };
     match ci.state {
         CiState::Success => it(Mark::Pass, format!("CI passed for `{}`{checks}", short(h))),
-        CiState::Failure => it(Mark::Fail, format!("CI failed for `{}`{checks}", short(h))),
-        CiState::Pending => it(Mark::Unknown, format!("CI is still running for `{}`{checks}", short(h))),
-        CiState::Missing => it(Mark::Unknown, format!("no check run or status was reported for `{}`", short(h))),
+        CiState::Failure => {
+            let mut block = format!("### Failing checks at `{}`\n\n", short(h));
+            for f in &ci.failures {
+                let link = if f.url.is_empty() { String::new() } else { format!(" ({})", f.url) };
+                block.push_str(&format!("- `{}`: {}{link}\n", f.name, f.conclusion));
+                if let Some(summary) = &f.summary {
+                    block.push_str(&crate::prompt::fence(
+                        &crate::prompt::cut(summary.trim(), 2048, "the whole output is on the check run"),
+                        "output",
+                    ));
+                    block.push('\n');
+                }
+            }
+            details.push(block);
+            let names: Vec<String> = ci.failures.iter().map(|f| format!("`{}` ({})", f.name, f.conclusion)).collect();
+            let failing = if names.is_empty() { checks } else { format!(": {}", list(&names)) };
+            it(Mark::Fail, format!("CI failed for `{}`{failing}", short(h)))
+        }
+        CiState::Pending => it(Mark::Waiting, format!("not yet: CI is still running for `{}`{checks}", short(h))),
+        CiState::Missing => it(
+            Mark::Waiting,
+            format!("not yet: no check run or status was reported for `{}` (CI not started yet)", short(h)),
+        ),
     }
 }
 
@@ -435,7 +585,11 @@ mod tests {
                     parent_count: 1,
                 },
             ]),
-            ci: Ok(CiStatus { state: CiState::Success, checks: vec!["test: success".into()] }),
+            ci: Ok(CiStatus::new(CiState::Success, vec!["test: success".into()])),
+            permissions: Ok([("maria", Permission::Write), ("tom", Permission::Maintain), ("tia", Permission::Triage)]
+                .into_iter()
+                .map(|(l, p)| (l.to_string(), p))
+                .collect()),
         }
     }
 
@@ -485,20 +639,61 @@ mod tests {
         let mut f = facts();
         f.reviews = Ok(vec![review("WARD-BOT", ReviewState::Approved, HEAD)]);
         let list = run(&chart(), &f);
-        assert_eq!(mark(&list, "pr-approval"), Mark::Fail);
-        assert!(list.item("pr-approval").unwrap().note.contains("their own approvals do not count"));
+        assert_eq!(mark(&list, "pr-approval"), Mark::Waiting);
+        assert_eq!(list.verdict(), Verdict::Waiting);
+        assert!(
+            list.item("pr-approval").unwrap().note.contains("`WARD-BOT` approved (their own)"),
+            "{}",
+            list.render()
+        );
         f.reviews = Ok(vec![review("maria", ReviewState::Approved, "1111111")]);
-        assert!(run(&chart(), &f).item("pr-approval").unwrap().note.contains("older commits"));
+        let list = run(&chart(), &f);
+        assert!(list.item("pr-approval").unwrap().note.contains("older commits"));
+        assert_eq!(mark(&list, "pr-approval"), Mark::Waiting);
         f.reviews = Ok(vec![
             review("maria", ReviewState::Approved, HEAD),
             review("tom", ReviewState::ChangesRequested, HEAD),
             review("tom", ReviewState::Commented, HEAD),
         ]);
-        assert!(run(&chart(), &f).item("pr-approval").unwrap().note.contains("`tom` requested changes"));
+        let list = run(&chart(), &f);
+        assert!(list.item("pr-approval").unwrap().note.contains("`tom` requested changes"));
+        assert_eq!(list.for_treatment().len(), 1);
+        assert!(list.render().contains("### Changes requested by `tom`"), "{}", list.render());
         f.reviews = Ok(vec![review("maria", ReviewState::Approved, "")]);
-        assert_eq!(mark(&run(&chart(), &f), "pr-approval"), Mark::Fail, "an empty sha approves nothing");
+        assert_eq!(mark(&run(&chart(), &f), "pr-approval"), Mark::Waiting, "an empty sha approves nothing");
         f.reviews = Err("GitHub answered 502".into());
         assert_eq!(mark(&run(&chart(), &f), "pr-approval"), Mark::Unknown);
+    }
+
+    #[test]
+    fn reviews_count_by_permission() {
+        let review =
+            |author: &str, state| Review { author: author.into(), state, commit_sha: HEAD.into(), body: "No.".into() };
+        let mut f = facts();
+        // A triager's approval neither passes nor blocks; it is listed.
+        f.reviews = Ok(vec![review("tia", ReviewState::Approved)]);
+        let list = run(&chart(), &f);
+        assert_eq!(mark(&list, "pr-approval"), Mark::Waiting);
+        assert!(list.item("pr-approval").unwrap().note.contains("`tia` approved (triage)"), "{}", list.render());
+        // A triager's "changes requested" blocks nothing; a writer's approval passes.
+        f.reviews = Ok(vec![review("tia", ReviewState::ChangesRequested), review("maria", ReviewState::Approved)]);
+        let list = run(&chart(), &f);
+        assert_eq!(mark(&list, "pr-approval"), Mark::Pass, "{}", list.render());
+        assert!(list.item("pr-approval").unwrap().note.contains("`tia` requested changes (triage)"));
+        // Someone the forge does not know as a collaborator counts for nothing.
+        f.reviews = Ok(vec![review("stranger", ReviewState::Approved)]);
+        let list = run(&chart(), &f);
+        assert_eq!(mark(&list, "pr-approval"), Mark::Waiting);
+        assert!(list.item("pr-approval").unwrap().note.contains("`stranger` approved (permission unknown)"));
+        // A higher bar in ward.yml.
+        let mut c = config();
+        c.approve_permission = Permission::Maintain;
+        f.reviews = Ok(vec![review("maria", ReviewState::Approved)]);
+        assert_eq!(mark(&audit(&c, &chart(), &f), "pr-approval"), Mark::Waiting);
+        f.reviews = Ok(vec![review("tom", ReviewState::Approved)]);
+        assert_eq!(mark(&audit(&c, &chart(), &f), "pr-approval"), Mark::Pass);
+        f.permissions = Err("GitHub answered 502".into());
+        assert_eq!(mark(&audit(&c, &chart(), &f), "pr-approval"), Mark::Unknown);
     }
 
     #[test]
@@ -532,14 +727,34 @@ mod tests {
     #[test]
     fn ci_must_be_green_for_the_head() {
         let mut f = facts();
-        for (state, want) in
-            [(CiState::Failure, Mark::Fail), (CiState::Pending, Mark::Unknown), (CiState::Missing, Mark::Unknown)]
-        {
-            f.ci = Ok(CiStatus { state, checks: vec![] });
+        for (state, want, verdict) in [
+            (CiState::Failure, Mark::Fail, Verdict::Failed),
+            (CiState::Pending, Mark::Waiting, Verdict::Waiting),
+            (CiState::Missing, Mark::Waiting, Verdict::Waiting),
+        ] {
+            f.ci = Ok(CiStatus::new(state, vec![]));
             let list = run(&chart(), &f);
             assert_eq!(mark(&list, "ci"), want);
+            assert_eq!(list.verdict(), verdict);
             assert_eq!(list.outcome(), "audit-failed");
         }
+        // A red check is named with its conclusion, link and output summary.
+        let mut red = CiStatus::new(CiState::Failure, vec!["lint: failure".into()]);
+        red.failures = vec![crate::forge::CiFailure {
+            name: "lint".into(),
+            conclusion: "failure".into(),
+            url: "https://github.com/o/r/runs/7".into(),
+            summary: Some("3 warnings".into()),
+        }];
+        f.ci = Ok(red);
+        let list = run(&chart(), &f);
+        assert_eq!(list.item("ci").unwrap().note, "CI failed for `0123456789ab`: `lint` (failure)");
+        assert_eq!(list.for_treatment().len(), 1);
+        let text = list.render();
+        assert!(
+            text.contains("- `lint`: failure (https://github.com/o/r/runs/7)") && text.contains("3 warnings"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -573,6 +788,7 @@ mod tests {
         for id in ["code-review", "pr-approval", "threads", "ci", "history"] {
             assert_eq!(mark(&list, id), Mark::Unknown, "{id}");
         }
+        assert_eq!(list.verdict(), Verdict::Failed, "what cannot be read is not waited for");
         assert!(list.render().contains("no pull request found"));
     }
 

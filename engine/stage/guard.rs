@@ -92,6 +92,12 @@ enum Asked<'h> {
     Approval {
         stage: Stage<'h>,
     },
+    /// A patient waiting at the pending label was woken: it looks whether
+    /// anything changed, then runs the auditing stage.
+    Wake {
+        stage: Stage<'h>,
+        label_in: String,
+    },
     /// Nothing to do: the label moved on, or the patient rests.
     Nothing(String),
     /// The labels contradict what a patient can be: a person must fix them.
@@ -106,6 +112,7 @@ struct Gate<'h> {
     run: String,
     lock: Option<File>,
     chart: Option<(Vec<Note>, Option<StoredChart>)>,
+    wake: Option<crate::event::Wake>,
 }
 
 /// Runs [`GUARDS`] in order.
@@ -119,7 +126,7 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
     let issue = h.forge.issue(number).await.with_context(|| format!("could not read issue {number}"))?;
     let asked = asked(h, req, &issue);
     let run = req.run_id.clone().unwrap_or_else(|| new_run_id(h.now()));
-    let mut gate = Gate { h, issue, asked, run, lock, chart: None };
+    let mut gate = Gate { h, issue, asked, run, lock, chart: None, wake: req.wake.clone() };
     for guard in GUARDS {
         if let Some(stop) = gate.check(guard).await? {
             return Ok(Admitted::Stop(stop));
@@ -132,7 +139,7 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
     let (approval, stage, label_in) = match gate.asked {
         Asked::Stage { stage, label_in } => (false, stage, label_in),
         Asked::Approval { stage } => (true, stage, h.config.discharge.approved_label.clone()),
-        Asked::Nothing(_) | Asked::Problem(_) => unreachable!("the guards stop these"),
+        Asked::Nothing(_) | Asked::Problem(_) | Asked::Wake { .. } => unreachable!("the guards stop or resolve these"),
     };
     let folder = h.run_folder(number, &gate.run);
     let patient = Patient {
@@ -157,6 +164,17 @@ impl Gate<'_> {
             Guard::Open if self.issue.state == IssueState::Closed => no_op(format!("issue {number} is closed")),
             Guard::Current => match &self.asked {
                 Asked::Nothing(reason) => no_op(reason.clone()),
+                Asked::Wake { stage, label_in } => {
+                    let (stage, label_in) = (*stage, label_in.clone());
+                    if let Some(wake) = self.wake.clone() {
+                        let (chart, _) = self.chart().await?;
+                        if let Some(why) = super::wake::nothing_new(h, chart, &wake).await? {
+                            return no_op(format!("{number} waits at `{label_in}` and nothing new came: {why}"));
+                        }
+                    }
+                    self.asked = Asked::Stage { stage, label_in };
+                    Ok(None)
+                }
                 _ => Ok(None),
             },
             Guard::Lockdown => {
@@ -231,7 +249,7 @@ impl Gate<'_> {
 
     fn stage_name(&self) -> String {
         match &self.asked {
-            Asked::Stage { stage, .. } | Asked::Approval { stage } => stage.name.into(),
+            Asked::Stage { stage, .. } | Asked::Approval { stage } | Asked::Wake { stage, .. } => stage.name.into(),
             Asked::Nothing(_) | Asked::Problem(_) => NO_STAGE.into(),
         }
     }
@@ -299,6 +317,20 @@ fn asked<'h>(h: &'h Hospital, req: &StageRequest, issue: &Issue) -> Asked<'h> {
             ));
         }
     };
+    // A patient waiting for CI or a review is the auditing stage's, when
+    // something woke it (an event, the sweep, a person's dispatch).
+    if label_in == config.discharge.pending_label
+        && let Some(stage) = config.audit_stage()
+    {
+        return Asked::Wake { stage, label_in };
+    }
+    if req.wake.is_some() {
+        return Asked::Nothing(format!(
+            "issue {number} is at `{label_in}`, not waiting at `{}`: a review or CI result wakes only a waiting \
+             patient",
+            config.discharge.pending_label
+        ));
+    }
     match config.stage_by_label(&label_in) {
         Some(stage) => Asked::Stage { stage, label_in },
         None => Asked::Nothing(format!("issue {number} rests at `{label_in}`; no stage starts there")),

@@ -27,6 +27,8 @@ mod record;
 mod result;
 mod treat;
 pub mod visit;
+mod waiting;
+mod wake;
 
 use tracing::{Instrument, info_span};
 
@@ -66,7 +68,16 @@ async fn rounds(
     req: &StageRequest,
     workspace: &mut Option<Workspace>,
 ) -> anyhow::Result<StageResult> {
-    let prepared = prepare::prepare(h, patient, workspace).await?;
+    // The auditing stage audits before its agent: a patient whose CI or
+    // review has not come yet waits without one.
+    let audit = match patient.stage.mode().audits() {
+        true => match waiting::before_nurse(h, patient).await? {
+            waiting::BeforeNurse::Done(result) => return Ok(result),
+            waiting::BeforeNurse::Nurse(facts, checklist) => Some((facts, checklist)),
+        },
+        false => None,
+    };
+    let prepared = prepare::prepare(h, patient, audit, workspace).await?;
     crate::fault::point("after-prepare");
     let visit = treat::treat(h, patient, &prepared, req.agent_command.clone(), workspace.as_ref()).await?;
     crate::fault::point("after-treat");

@@ -15,7 +15,7 @@ use crate::hospital::Hospital;
 use crate::precedent::Match;
 use crate::prompt::{PromptContext, WorkspaceContext};
 use crate::rules::admitted::{self, AtAdmission};
-use crate::rules::discharge_audit::{self, AuditFacts, Checklist};
+use crate::rules::discharge_audit::{AuditFacts, Checklist};
 use crate::workspace::{Cancel, Workspace};
 
 /// What the agent starts from.
@@ -34,7 +34,12 @@ pub struct Prepared {
     pub notes_file: PathBuf,
 }
 
-pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Workspace>) -> anyhow::Result<Prepared> {
+pub async fn prepare(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    audit: Option<(AuditFacts, Checklist)>,
+    slot: &mut Option<Workspace>,
+) -> anyhow::Result<Prepared> {
     let (number, stage) = (patient.issue.number, patient.stage);
     std::fs::create_dir_all(&patient.folder)
         .with_context(|| format!("could not create the run's folder {}", patient.folder.display()))?;
@@ -63,16 +68,9 @@ pub async fn prepare(h: &Hospital, patient: &Patient<'_>, slot: &mut Option<Work
         patient.engine_note(h, NoteKind::Admission, admission),
         patient.engine_note(h, NoteKind::PrecedentLookup, precedent_lookup_body(&found)),
     ]);
-    let audit = match stage.mode().audits() {
-        true => {
-            let facts =
-                crate::discharge::audit::gather(&*h.forge, &crate::discharge::audit::patient_branch(number)).await;
-            let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
-            before_agent.push(patient.engine_note(h, NoteKind::DischargeChecklist, checklist.render()));
-            Some((facts, checklist))
-        }
-        false => None,
-    };
+    if let Some((_, checklist)) = &audit {
+        before_agent.push(patient.engine_note(h, NoteKind::DischargeChecklist, checklist.render()));
+    }
     let stored =
         crate::chart::append(&*h.forge, &h.sentinels, number, Seen::Read(patient.stored.clone()), &before_agent)
             .await?;

@@ -259,7 +259,29 @@ async fn propose(h: &Hospital, patient: &Patient<'_>, ws: &Workspace) -> anyhow:
     let pr =
         h.forge.open_pull_request(new).await.with_context(|| format!("could not open the pull request of {number}"))?;
     info!(pull = pr.number, "pull request open");
+    start_ci(h, &ws.branch.name).await;
     Ok(())
+}
+
+/// A push with the workflow token starts no workflow, so the repository's
+/// CI (`ci.workflows`) is started on the branch with `workflow_dispatch`,
+/// whose check runs attach to the pushed head. With an app token
+/// (`dispatch: label`) the push started CI by itself. A CI that cannot be
+/// started is logged, not fatal: the push and the pull request stand, and
+/// the discharge audit waits for CI and says it never started.
+async fn start_ci(h: &Hospital, branch: &str) {
+    if h.config.dispatch != crate::config::DispatchMode::RepositoryDispatch {
+        return;
+    }
+    for workflow in &h.config.ci.workflows {
+        match h.forge.start_workflow(workflow, branch).await {
+            Ok(()) => info!(%workflow, %branch, "CI started"),
+            Err(e) => warn!(
+                "could not start CI workflow `{workflow}` on `{branch}`: {e}; the discharge audit will wait for CI \
+                 that never starts: check `ward doctor` and the job's `actions: write` permission"
+            ),
+        }
+    }
 }
 
 /// An ungrounded run: the label stays and the stage runs once more, or,

@@ -15,11 +15,14 @@ pub struct StageRequest {
     /// Replaces `agent.command` for this run (scripted scenarios).
     pub agent_command: Option<Vec<String>>,
     pub run_id: Option<String>,
+    /// A review or CI event woke the patient: only a waiting patient looks,
+    /// and only a change it finds runs the audit again.
+    pub wake: Option<crate::event::Wake>,
 }
 
 impl StageRequest {
     pub fn new(issue: IssueNumber) -> Self {
-        Self { issue, label: None, agent_command: None, run_id: None }
+        Self { issue, label: None, agent_command: None, run_id: None, wake: None }
     }
 }
 

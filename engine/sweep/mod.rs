@@ -129,6 +129,9 @@ pub struct SweepReport {
     pub reaped: Vec<String>,
     /// Decomposed families released by the repair.
     pub released: Vec<String>,
+    /// Patients waiting for CI or a review, sent a look (the backstop for
+    /// a lost wake-up event).
+    pub woken: Vec<IssueNumber>,
     /// True when a cap stopped the sweep before every due patient was seen.
     pub capped: bool,
     pub cursor: u64,
@@ -146,6 +149,7 @@ impl SweepReport {
             problems: Vec::new(),
             reaped: Vec::new(),
             released: Vec::new(),
+            woken: Vec::new(),
             capped: false,
             cursor: 0,
         }
@@ -187,6 +191,9 @@ impl fmt::Display for SweepReport {
         }
         for r in &self.released {
             writeln!(f, "- released: {r}")?;
+        }
+        for n in &self.woken {
+            writeln!(f, "- {n}: waits for CI or a review; sent a look")?;
         }
         Ok(())
     }
@@ -395,6 +402,7 @@ impl Walk<'_> {
         }
         report.cursor = state.cursor;
         state.watch = watch;
+        self.wake_waiting(&mut report).await;
         // Families a crash left half released: blocked children whose
         // dependencies are all discharged, parents whose children all are.
         match crate::family::repair(self.forge, self.config, &self.run, self.now).await {
@@ -402,6 +410,28 @@ impl Walk<'_> {
             Err(e) => report.problems.push(format!("could not repair decomposed families: {e:#}")),
         }
         Ok((report, state))
+    }
+
+    /// The backstop of the wake-up events: each patient waiting at the
+    /// pending label is dispatched a look (one listing page, one dispatch
+    /// each, within `max_actions`). The look re-audits and writes nothing
+    /// when nothing changed.
+    async fn wake_waiting(&self, report: &mut SweepReport) {
+        let pending = &self.config.discharge.pending_label;
+        let waiting = match self.forge.open_issues_with_label(pending).await {
+            Ok(list) => list,
+            Err(e) => return report.problems.push(format!("could not list the patients waiting at `{pending}`: {e}")),
+        };
+        for issue in waiting {
+            if report.actions.len() + report.woken.len() >= self.config.departments.sweep.max_actions {
+                report.capped = true;
+                return;
+            }
+            match self.forge.dispatch_stage(issue.number, pending).await {
+                Ok(()) => report.woken.push(issue.number),
+                Err(e) => report.problems.push(format!("{}: could not send a look: {e}", issue.number)),
+            }
+        }
     }
 
     /// Docker, the agent's failure streak, the base branch's CI: any failure

@@ -41,6 +41,9 @@ pub const DEFAULT_API_URL: &str = "https://api.github.com";
 pub const DISPATCH_EVENT: &str = "ward-stage";
 /// The git object id of the empty tree, the root of the charts branch.
 const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+/// ward's own jobs are named `ward <what>` (`ward stage`): their check
+/// runs are not the repository's CI.
+pub const OWN_CHECK_PREFIX: &str = "ward ";
 /// Longest pagination the engine follows (100 items a page).
 const MAX_PAGES: usize = 50;
 
@@ -103,6 +106,7 @@ pub enum Access {
     PullsWrite,
     ChecksRead,
     StatusesRead,
+    ActionsWrite,
 }
 
 impl Access {
@@ -118,6 +122,7 @@ impl Access {
             Access::PullsWrite => ("write pull requests", "pull-requests: write"),
             Access::ChecksRead => ("read check runs", "checks: read"),
             Access::StatusesRead => ("read commit statuses", "statuses: read"),
+            Access::ActionsWrite => ("start workflows", "actions: write"),
         };
         format!("the token cannot {what}: give the workflow `{grant}` (or the app token that permission)")
     }
@@ -219,6 +224,21 @@ impl GitHubForge {
             422 if reply.message().to_lowercase().contains("already exists") => Ok(()),
             _ => Err(self.refusal(&reference, &reply)),
         }
+    }
+
+    /// The check runs of `sha`, every page, but ward's own: a ward job
+    /// started by a review of the pull request is a check run on its head,
+    /// in progress while it audits, and is no CI.
+    async fn check_run_list(&self, sha: &str) -> ForgeResult<Vec<Check>> {
+        let action = format!("read the check runs of commit {sha}");
+        let call = self.call(
+            Method::GET,
+            &format!("/commits/{}/check-runs?per_page=100", percent(sha)),
+            action.clone(),
+            Access::ChecksRead,
+        );
+        let checks = convert::<WireCheckRun, Check>(self.get_all(call, check_runs).await?, &action)?;
+        Ok(checks.into_iter().filter(|c| !c.name.starts_with(OWN_CHECK_PREFIX)).collect())
     }
 
     async fn charts_branch_exists(&self) -> ForgeResult<bool> {
@@ -569,14 +589,7 @@ impl Forge for GitHubForge {
     }
 
     async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus> {
-        let action = format!("read the check runs of commit {sha}");
-        let call = self.call(
-            Method::GET,
-            &format!("/commits/{}/check-runs?per_page=100", percent(sha)),
-            action.clone(),
-            Access::ChecksRead,
-        );
-        let mut checks = convert::<WireCheckRun, Check>(self.get_all(call, check_runs).await?, &action)?;
+        let mut checks = self.check_run_list(sha).await?;
         let action = format!("read the commit statuses of {sha}");
         let call = self.call(
             Method::GET,
@@ -589,6 +602,18 @@ impl Forge for GitHubForge {
             checks.push(Check::try_from(status).map_err(|e| bad_shape(&action, e))?);
         }
         Ok(fold_ci(&checks))
+    }
+
+    async fn check_runs(&self, sha: &str) -> ForgeResult<CiStatus> {
+        Ok(fold_ci(&self.check_run_list(sha).await?))
+    }
+
+    async fn start_workflow(&self, workflow: &str, branch: &str) -> ForgeResult<()> {
+        let action = format!("start workflow `{workflow}` on `{branch}` in {}", self.settings.repo);
+        let rest = format!("/actions/workflows/{}/dispatches", percent(workflow));
+        let mut call = self.call(Method::POST, &rest, action, Access::ActionsWrite);
+        call.body = Some(json!({ "ref": branch }));
+        self.send_ok(&call).await.map(drop)
     }
 
     async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()> {
@@ -638,7 +663,7 @@ mod tests {
 
     #[test]
     fn ci_folds_failures_over_pending_over_success() {
-        let c = |state, name: &str| Check { name: name.into(), state, detail: "x".into() };
+        let c = |state, name: &str| Check { name: name.into(), state, detail: "x".into(), ..Check::default() };
         assert_eq!(fold_ci(&[]).state, CiState::Missing);
         assert_eq!(fold_ci(&[c(CiState::Success, "a")]).state, CiState::Success);
         assert_eq!(fold_ci(&[c(CiState::Success, "a"), c(CiState::Pending, "b")]).state, CiState::Pending);

@@ -7,8 +7,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::forge::{
-    CiState, CiStatus, Comment, CommitInfo, ForgeError, ForgeResult, Issue, IssueNumber, IssueState, LabelAction,
-    LabelEvent, Listed, Permission, PullRequest, PullState, Review, ReviewState, StoredChart,
+    CiFailure, CiState, CiStatus, Comment, CommitInfo, ForgeError, ForgeResult, Issue, IssueNumber, IssueState,
+    LabelAction, LabelEvent, Listed, Permission, PullRequest, PullState, Review, ReviewState, StoredChart,
 };
 
 #[derive(Deserialize)]
@@ -275,11 +275,14 @@ impl TryFrom<WireCommitItem> for CommitInfo {
 }
 
 /// One check run or one commit status, reduced to a verdict.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(super) struct Check {
     pub(super) name: String,
     pub(super) state: CiState,
     pub(super) detail: String,
+    pub(super) url: String,
+    pub(super) summary: Option<String>,
+    pub(super) is_status: bool,
 }
 
 #[derive(Deserialize)]
@@ -287,6 +290,16 @@ pub(super) struct WireCheckRun {
     pub(super) name: String,
     pub(super) status: String,
     pub(super) conclusion: Option<String>,
+    #[serde(default)]
+    pub(super) html_url: Option<String>,
+    #[serde(default)]
+    pub(super) output: Option<WireCheckOutput>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireCheckOutput {
+    pub(super) title: Option<String>,
+    pub(super) summary: Option<String>,
 }
 
 impl TryFrom<WireCheckRun> for Check {
@@ -298,7 +311,13 @@ impl TryFrom<WireCheckRun> for Check {
             ("completed", None) => return Err(format!("check run `{}` is completed without a conclusion", w.name)),
             (status, _) => (CiState::Pending, status.to_string()),
         };
-        Ok(Check { name: w.name, state, detail })
+        // The output's title and summary, as the API gives them (null for Actions jobs).
+        let summary = w.output.and_then(|o| {
+            let parts: Vec<String> =
+                [o.title, o.summary].into_iter().flatten().filter(|t| !t.trim().is_empty()).collect();
+            (!parts.is_empty()).then(|| parts.join(": "))
+        });
+        Ok(Check { name: w.name, state, detail, url: w.html_url.unwrap_or_default(), summary, is_status: false })
     }
 }
 
@@ -311,6 +330,10 @@ pub(super) struct WireCombinedStatus {
 pub(super) struct WireStatus {
     pub(super) context: String,
     pub(super) state: String,
+    #[serde(default)]
+    pub(super) target_url: Option<String>,
+    #[serde(default)]
+    pub(super) description: Option<String>,
 }
 
 impl TryFrom<WireStatus> for Check {
@@ -322,12 +345,22 @@ impl TryFrom<WireStatus> for Check {
             "failure" | "error" => CiState::Failure,
             other => return Err(format!("commit status `{}` has state `{other}`", w.context)),
         };
-        Ok(Check { name: w.context, state, detail: w.state })
+        let summary = w.description.filter(|d| !d.trim().is_empty());
+        Ok(Check {
+            name: w.context,
+            state,
+            detail: w.state,
+            url: w.target_url.unwrap_or_default(),
+            summary,
+            is_status: true,
+        })
     }
 }
 
 /// Folds check runs and statuses: any failure fails, then any pending is
-/// pending, nothing at all is missing, else success.
+/// pending, nothing at all is missing, else success. A combined status of
+/// `pending` with no statuses (GitHub's answer when only check runs exist)
+/// adds nothing: only the statuses themselves count.
 pub(super) fn fold_ci(checks: &[Check]) -> CiStatus {
     let state = if checks.is_empty() {
         CiState::Missing
@@ -338,7 +371,22 @@ pub(super) fn fold_ci(checks: &[Check]) -> CiStatus {
     } else {
         CiState::Success
     };
-    CiStatus { state, checks: checks.iter().map(|c| format!("{}: {}", c.name, c.detail)).collect() }
+    let failures = checks
+        .iter()
+        .filter(|c| c.state == CiState::Failure)
+        .map(|c| CiFailure {
+            name: c.name.clone(),
+            conclusion: c.detail.clone(),
+            url: c.url.clone(),
+            summary: c.summary.clone(),
+        })
+        .collect();
+    CiStatus {
+        state,
+        checks: checks.iter().map(|c| format!("{}: {}", c.name, c.detail)).collect(),
+        failures,
+        statuses: checks.iter().filter(|c| c.is_status).count(),
+    }
 }
 
 #[derive(Deserialize)]

@@ -486,6 +486,7 @@ impl State {
         p["action"] = json!(event_type);
         p["branch"] = json!("main");
         p["client_payload"] = client_payload;
+        p["repository"] = self.repository_webhook_json();
         self.deliver("repository_dispatch", p, by);
     }
 
