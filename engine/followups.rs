@@ -97,14 +97,16 @@ pub fn filed_keys(notes: &[Note]) -> BTreeSet<String> {
 /// The issue a follow-up becomes.
 pub fn new_issue(config: &Config, patient: IssueNumber, follow_up: &FollowUp) -> NewIssue {
     let title = format!("Follow-up of {patient}: {}", cut(&plain(&follow_up.text), MAX_TITLE));
-    let fence = "`".repeat(longest_backtick_run(&follow_up.text).max(2) + 1);
     let body = format!(
         "<!-- ward-follow-up patient={} key={} -->\n\
          An agent treating {patient} found this out of scope and wrote it as a follow-up:\n\n\
-         {fence}text\n{}\n{fence}\n\n\
+         {}\n\n\
          ward filed it and did not admit it: nothing runs until a person with the admission permission \
          applies `{}`. If it is not worth doing, close it.",
-        patient.0, follow_up.key, follow_up.text, config.admission
+        patient.0,
+        follow_up.key,
+        crate::untrusted::fence(&follow_up.text, "text"),
+        config.admission
     );
     NewIssue { title, body, labels: vec![config.follow_ups.label.clone()] }
 }
@@ -172,10 +174,6 @@ fn cut(text: &str, max: usize) -> String {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
     }
-}
-
-fn longest_backtick_run(text: &str) -> usize {
-    text.split(|c| c != '`').map(str::len).max().unwrap_or(0)
 }
 
 #[cfg(test)]

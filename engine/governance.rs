@@ -101,7 +101,8 @@ pub fn by_version<'a>(
                 latest = LINE.captures(&n.body).map_or(UNKNOWN.to_string(), |c| c[1].to_string());
                 of_run.insert(&n.meta.run, latest.clone());
             }
-            if !in_window(n) {
+            let counted = matches!(n.kind, NoteKind::Admission | NoteKind::Outcome | NoteKind::Sweep | NoteKind::Cost);
+            if !counted || !in_window(n) {
                 continue;
             }
             let version = of_run.get(n.meta.run.as_str()).unwrap_or(&latest);

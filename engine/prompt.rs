@@ -20,14 +20,8 @@ pub const NOTES_BUDGET: usize = 12 * 1024;
 pub const ISSUE_BUDGET: usize = 8 * 1024;
 pub const PRECEDENT_BUDGET: usize = 1024;
 
-/// Cuts `text` to at most `max` bytes on a character boundary, saying so.
-pub fn cut(text: &str, max: usize, what: &str) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let end = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
-    format!("{}\n[... {} more bytes cut; {what}]", &text[..end], text.len() - end)
-}
+// Shared with the rules, which quote reviews and CI output the same way.
+pub use crate::untrusted::{cut, fence};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PromptError {
@@ -233,18 +227,6 @@ pub fn fence_patient(sentinels: &Sentinels, issue: &Issue, chart: &[Note]) -> St
         ));
     }
     out
-}
-
-/// `text` in a code fence longer than any backtick run inside it, so the
-/// text cannot close the fence. Also the template filter `fenced`.
-pub fn fence(text: &str, info: &str) -> String {
-    let (mut longest, mut run) = (0, 0);
-    for c in text.chars() {
-        run = if c == '`' { run + 1 } else { 0 };
-        longest = longest.max(run);
-    }
-    let marks = "`".repeat((longest + 1).max(3));
-    format!("{marks}{info}\n{text}\n{marks}")
 }
 
 /// The chart as one role sees it: the notes it needs whole, and a

@@ -5,6 +5,27 @@
 
 use std::borrow::Cow;
 
+/// Cuts `text` to at most `max` bytes on a character boundary, saying so.
+pub fn cut(text: &str, max: usize, what: &str) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let end = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{}\n[... {} more bytes cut; {what}]", &text[..end], text.len() - end)
+}
+
+/// `text` in a code fence longer than any backtick run inside it, so the
+/// text cannot close the fence. Also the template filter `fenced`.
+pub fn fence(text: &str, info: &str) -> String {
+    let (mut longest, mut run) = (0, 0);
+    for c in text.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let marks = "`".repeat((longest + 1).max(3));
+    format!("{marks}{info}\n{text}\n{marks}")
+}
+
 /// The most one note may hold (its body, in bytes). Far above any honest
 /// note; a chart of such notes still reads back through the contents API.
 pub const MAX_NOTE_BYTES: usize = 64 * 1024;

@@ -1770,14 +1770,17 @@ async fn sigterm_still_runs_diagnostics_and_cleanup() {
         .spawn()
         .unwrap();
     let up = dir.path().join("up.json");
+    // The child may be caught between creating the file and writing it.
+    let mut read = None;
     for _ in 0..600 {
-        if up.exists() {
+        read = std::fs::read_to_string(&up).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+        if read.is_some() {
             break;
         }
         assert!(child.try_wait().unwrap().is_none(), "the child ended before it was up");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let up: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&up).unwrap()).unwrap();
+    let up = read.expect("the child wrote up.json within a minute");
     assert_eq!(containers_of_run(&run_name).len(), 1, "the emulator is up");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();

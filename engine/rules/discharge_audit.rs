@@ -355,8 +355,8 @@ fn pr_approval_item(config: &Config, facts: &AuditFacts, head: &Fact<&str>, deta
                  describes what to change.\n\n{}",
                 r.author,
                 r.author,
-                crate::prompt::fence(
-                    &crate::prompt::cut(body, 4096, "the whole review is on the pull request"),
+                crate::untrusted::fence(
+                    &crate::untrusted::cut(body, 4096, "the whole review is on the pull request"),
                     "review"
                 )
             ));
@@ -461,8 +461,8 @@ fn ci_item(facts: &AuditFacts, head: &Fact<&str>, details: &mut Vec<String>) -> 
                 let link = if f.url.is_empty() { String::new() } else { format!(" ({})", f.url) };
                 block.push_str(&format!("- `{}`: {}{link}\n", f.name, f.conclusion));
                 if let Some(summary) = &f.summary {
-                    block.push_str(&crate::prompt::fence(
-                        &crate::prompt::cut(summary.trim(), 2048, "the whole output is on the check run"),
+                    block.push_str(&crate::untrusted::fence(
+                        &crate::untrusted::cut(summary.trim(), 2048, "the whole output is on the check run"),
                         "output",
                     ));
                     block.push('\n');
