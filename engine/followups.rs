@@ -64,7 +64,7 @@ pub fn collect(patient: IssueNumber, notes: &[Note]) -> Vec<FollowUp> {
                 continue;
             }
             let Some(text) = LINE.captures(line).map(|c| c[1].to_string()) else { continue };
-            let text = cut(&text.split_whitespace().collect::<Vec<_>>().join(" "), MAX_TEXT);
+            let text = shorten(&text.split_whitespace().collect::<Vec<_>>().join(" "), MAX_TEXT);
             let none = text.trim_end_matches('.').eq_ignore_ascii_case("none");
             if text.is_empty() || none {
                 continue;
@@ -96,7 +96,7 @@ pub fn filed_keys(notes: &[Note]) -> BTreeSet<String> {
 
 /// The issue a follow-up becomes.
 pub fn new_issue(config: &Config, patient: IssueNumber, follow_up: &FollowUp) -> NewIssue {
-    let title = format!("Follow-up of {patient}: {}", cut(&plain(&follow_up.text), MAX_TITLE));
+    let title = format!("Follow-up of {patient}: {}", shorten(&plain(&follow_up.text), MAX_TITLE));
     let body = format!(
         "<!-- ward-follow-up patient={} key={} -->\n\
          An agent treating {patient} found this out of scope and wrote it as a follow-up:\n\n\
@@ -158,7 +158,7 @@ pub async fn file(
                 issue.number
             }
         };
-        lines.push(format!("- {number}: {} (key `{}`)", cut(&plain(&f.text), MAX_TITLE), f.key));
+        lines.push(format!("- {number}: {} (key `{}`)", shorten(&plain(&f.text), MAX_TITLE), f.key));
     }
     Ok(Some(format!("Filed as issues, not admitted (a person admits or closes each):\n{}", lines.join("\n"))))
 }
@@ -169,7 +169,8 @@ fn plain(text: &str) -> String {
     text.chars().map(|c| if c.is_control() || c == '`' { ' ' } else { c }).collect::<String>().trim().to_string()
 }
 
-fn cut(text: &str, max: usize) -> String {
+/// One line of at most `max` characters (not bytes), an ellipsis when cut.
+fn shorten(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
@@ -249,8 +250,8 @@ mod tests {
 
     #[test]
     fn long_text_is_cut_on_a_character_boundary() {
-        assert_eq!(cut("ééé", 2), "éé…");
-        assert_eq!(cut("ab", 2), "ab");
+        assert_eq!(shorten("ééé", 2), "éé…");
+        assert_eq!(shorten("ab", 2), "ab");
         assert_eq!(plain("a\u{1b}[31mb\nc`"), "a [31mb c");
     }
 }

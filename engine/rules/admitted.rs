@@ -14,6 +14,10 @@ use chrono::{DateTime, SubsecRound, Utc};
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, Sentinels};
 use crate::config::Config;
 use crate::forge::{LabelAction, LabelEvent};
+use crate::untrusted::cut;
+
+/// Where the rest of a cut text is.
+const ON_THE_FORGE: &str = "the whole text is on the forge";
 
 /// The most of an issue's text kept in the chart (a prompt shows less).
 pub const KEPT_BYTES: usize = 16 * 1024;
@@ -54,8 +58,8 @@ impl Text {
     /// escaped, the whole cut to [`KEPT_BYTES`].
     pub fn from_issue(sentinels: &Sentinels, title: &str, body: &str) -> Self {
         let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
-        let title = cut(&sentinels.escape(&title), 1024);
-        let body = cut(&sentinels.escape(body.trim()), KEPT_BYTES).trim().to_string();
+        let title = cut(&sentinels.escape(&title), 1024, ON_THE_FORGE);
+        let body = cut(&sentinels.escape(body.trim()), KEPT_BYTES, ON_THE_FORGE).trim().to_string();
         Self { title, body }
     }
 
@@ -73,14 +77,6 @@ impl Text {
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, saying so.
-fn cut(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let end = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
-    format!("{}\n[... {} more bytes cut; the whole text is on the forge]", &text[..end], text.len() - end)
-}
-
 fn kept(chart: &[Note]) -> impl Iterator<Item = &Note> {
     chart.iter().filter(|n| n.kind == NoteKind::AdmittedText && n.meta.role == ENGINE_ROLE)
 }
