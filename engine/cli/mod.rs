@@ -354,8 +354,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Visit { event, event_name, out } => {
             crate::agent::become_subreaper().context("could not make ward the subreaper of its agent")?;
-            let phase = crate::stage::Phase::Visit { out: absolute(out)? };
-            event_command(&cli, event, event_name.as_deref(), phase).await
+            let out = absolute(out)?;
+            let phase = crate::stage::Phase::Visit { out: out.clone() };
+            let code = event_command(&cli, event, event_name.as_deref(), phase).await?;
+            // The folder always says something, for the artifact: a visit
+            // job that ran no agent hands on only why.
+            if !out.join(crate::stage::visit::VISIT_FILE).exists() {
+                std::fs::create_dir_all(&out).with_context(|| format!("could not create {}", out.display()))?;
+                let why = out.join("no-visit.txt");
+                std::fs::write(&why, "No agent ran in this visit job; the record job decides alone.\n")
+                    .with_context(|| format!("could not write {}", why.display()))?;
+            }
+            Ok(code)
         }
         Command::Record { visit, event, event_name } => {
             let phase = crate::stage::Phase::Record { from: absolute(visit)? };
