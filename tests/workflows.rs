@@ -960,7 +960,7 @@ fn failures(runner: &Runner<'_>) -> String {
         .runs_of("ward-stage.yml")
         .iter()
         .filter(|r| r.conclusion.as_deref() == Some("failure"))
-        .map(|r| format!("{}\n{}", r.describe(), r.job("stage").log()))
+        .map(|r| format!("{}\n{}\n{}", r.describe(), r.job("visit").log(), r.job("record").log()))
         .collect();
     format!("{}\n{}", runner.summary(), logs.join("\n"))
 }
@@ -984,11 +984,18 @@ fn agent_stages(gh: &FakeGitHub, n: u64) -> Vec<String> {
         .collect()
 }
 
-/// Each job token's permissions, as the shipped ward-stage.yml grants them.
+/// Each job token's permissions, as the shipped ward-stage.yml grants them:
+/// the visit job (the agent's) reads only, the record job writes.
 fn assert_stage_permissions(run: &support::actions::WorkflowRun) {
-    let p = &run.job("stage").permissions;
+    let scopes = ["contents", "issues", "pull-requests", "checks", "statuses", "actions"];
+    let p = &run.job("visit").permissions;
     assert_eq!(
-        ["contents", "issues", "pull-requests", "checks", "statuses", "actions"].map(|scope| p.level(scope)),
+        scopes.map(|scope| p.level(scope)),
+        [Level::Read, Level::Read, Level::Read, Level::Read, Level::Read, Level::None]
+    );
+    let p = &run.job("record").permissions;
+    assert_eq!(
+        scopes.map(|scope| p.level(scope)),
         [Level::Write, Level::Write, Level::Write, Level::Read, Level::Read, Level::Write]
     );
 }
@@ -1077,17 +1084,31 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_and_without_a_
     for run in &stage_runs {
         assert_stage_permissions(run);
         assert_eq!(run.head_sha, main);
-        assert!(run.job("stage").summary.starts_with("### ward: "), "{}", run.job("stage").summary);
+        assert!(run.job("record").summary.starts_with("### ward: "), "{}", run.job("record").summary);
     }
-    let on_main = gh.state().check_runs.iter().filter(|c| c.head_sha == main && c.name == "ward stage").count();
-    assert_eq!(on_main, stage_runs.len());
+    for job in ["ward visit", "ward record"] {
+        let on_main = gh.state().check_runs.iter().filter(|c| c.head_sha == main && c.name == job).count();
+        assert_eq!(on_main, stage_runs.len(), "{job}");
+    }
 
     // The artifacts of every run, and no job token in any of them.
     let tokens: Vec<String> = gh.state().tokens.keys().cloned().collect();
     let (last, agent_runs) = stage_runs.split_last().unwrap();
-    assert!(last.artifacts.is_empty(), "the discharge waited before any agent: nothing to keep");
+    let kept: Vec<&String> = last.artifacts.keys().collect();
+    assert_eq!(kept, ["ward-visit"], "the discharge waited before any agent: nothing to keep but why");
+    assert_eq!(texts(&last.artifacts["ward-visit"]).len(), 1, "only no-visit.txt");
     for run in agent_runs {
-        let stage = run.job("stage").step("stage").outputs["stage"].clone();
+        // The sealed visit the record job took: the agent's notes and logs,
+        // and visit.json (a treatment's commits as a bundle besides).
+        let visit = &run.artifacts["ward-visit"];
+        for file in ["visit.json", "notes.md", "agent.stdout.log", "agent.stderr.log"] {
+            assert!(visit.join(file).is_file(), "{file} in the sealed visit");
+        }
+        for (path, text) in texts(visit) {
+            assert!(!tokens.iter().any(|t| text.contains(t.as_str())), "a token in {}", path.display());
+        }
+        let stage = run.job("record").step("stage").outputs["stage"].clone();
+        assert_eq!(visit.join("visit.bundle").is_file(), stage == "treat", "only the treatment committed: {stage}");
         let name = format!("ward-issue-{n}-{stage}-attempt-1");
         let dir = run.artifacts.get(&name).unwrap_or_else(|| panic!("{name} in {:?}", run.artifacts.keys()));
         for (path, text) in texts(dir) {

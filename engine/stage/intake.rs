@@ -73,7 +73,8 @@ pub fn take_in(h: &Hospital, patient: &Patient<'_>, from: &Path) -> anyhow::Resu
          GITHUB_SERVER_URL set)",
     )?;
     let branch = crate::workspace::worktree::branch_name(number.0);
-    let restart = patient.chart.iter().rfind(|n| n.kind == NoteKind::Outcome).is_some_and(|n| n.body.trim() == "restart");
+    let restart =
+        patient.chart.iter().rfind(|n| n.kind == NoteKind::Outcome).is_some_and(|n| n.body.trim() == "restart");
     let expect = Expected {
         remote_url: &target.url,
         token: target.token.as_deref(),

@@ -114,7 +114,9 @@ impl Visit {
     /// it stays oversized), the end of stdout and of stderr, all from
     /// what ward read once, after the agent and its leftovers were killed.
     pub fn write_out(&self, from: &Path, out: &Path) -> Result<(), VisitError> {
-        let write = |path: PathBuf, bytes: &[u8]| std::fs::write(&path, bytes).map_err(|cause| VisitError::Write { path, cause });
+        let write = |path: PathBuf, bytes: &[u8]| {
+            std::fs::write(&path, bytes).map_err(|cause| VisitError::Write { path, cause })
+        };
         let notes: Option<Vec<u8>> = match &self.notes {
             AgentText::Text(t) => Some(t.as_bytes().to_vec()),
             AgentText::TooLarge(_) => match read_bounded(&from.join(NOTES_FILE), MAX_NOTES_BYTES) {

@@ -43,7 +43,8 @@ pub async fn before_nurse(h: &Hospital, patient: &Patient<'_>, writes: bool) -> 
         _ => true,
     };
     if !writes && !nurse {
-        let reason = format!("the audit before the nurse of {} runs no agent; the record job writes it", patient.issue.number);
+        let reason =
+            format!("the audit before the nurse of {} runs no agent; the record job writes it", patient.issue.number);
         return Ok(BeforeNurse::Done(StageResult::NoOp { issue: patient.issue.number, reason }));
     }
     match (checklist.verdict(), treat) {

@@ -76,7 +76,11 @@ pub struct Expected<'a> {
 /// Takes a visit's bundle in (see the module comment). `bundle` is `None`
 /// when the visit committed nothing; `claimed_start` is what the visit says
 /// it started at, accepted only when it is what the record job expects.
-pub fn take_in(bundle: Option<&Path>, claimed_start: &str, expect: &Expected<'_>) -> std::result::Result<Intake, BundleError> {
+pub fn take_in(
+    bundle: Option<&Path>,
+    claimed_start: &str,
+    expect: &Expected<'_>,
+) -> std::result::Result<Intake, BundleError> {
     let refuse = |s: String| Err(BundleError::Refused(s));
     let scratch = Scratch::new()?;
     let bare = scratch.0.join("visit.git");
@@ -92,11 +96,13 @@ pub fn take_in(bundle: Option<&Path>, claimed_start: &str, expect: &Expected<'_>
     let base_ref = "refs/ward/base";
     let branch_ref = "refs/ward/branch";
     git::fetch_into(&bare, &scratch.0, expect.remote_url, expect.base, base_ref, expect.token)?;
-    let remote_head = match git::fetch_into(&bare, &scratch.0, expect.remote_url, expect.branch, branch_ref, expect.token)? {
-        true => Some(git::text(git_in(&["rev-parse", branch_ref]), "rev-parse")?),
-        false => None,
-    };
-    let is_ancestor = |a: &str, b: &str| git::run(git_in(&["merge-base", "--is-ancestor", a, b]), "merge-base", None).is_ok();
+    let remote_head =
+        match git::fetch_into(&bare, &scratch.0, expect.remote_url, expect.branch, branch_ref, expect.token)? {
+            true => Some(git::text(git_in(&["rev-parse", branch_ref]), "rev-parse")?),
+            false => None,
+        };
+    let is_ancestor =
+        |a: &str, b: &str| git::run(git_in(&["merge-base", "--is-ancestor", a, b]), "merge-base", None).is_ok();
     let start_ok = match (&remote_head, expect.restart) {
         (Some(head), false) => head == claimed_start,
         _ => is_ancestor(claimed_start, base_ref),
@@ -116,7 +122,10 @@ pub fn take_in(bundle: Option<&Path>, claimed_start: &str, expect: &Expected<'_>
         Some(file) => fetch_bundle(file, &bare, &scratch.0, expect.branch)?,
     };
     if !is_ancestor(claimed_start, &head) {
-        return refuse(format!("the visit's `{}` does not descend from {claimed_start}, where the run started", expect.branch));
+        return refuse(format!(
+            "the visit's `{}` does not descend from {claimed_start}, where the run started",
+            expect.branch
+        ));
     }
     let range = format!("{claimed_start}..{head}");
     let count = git::text(git_in(&["rev-list", "--count", &range]), "rev-list")?;
@@ -174,7 +183,8 @@ fn too_large_or_changed(bare: &Path, start: &str, head: &str) -> std::result::Re
     let mut changed = Vec::new();
     for delta in diff.deltas() {
         let file = delta.new_file();
-        let path = file.path().or(delta.old_file().path()).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        let path =
+            file.path().or(delta.old_file().path()).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
         if !file.id().is_zero()
             && let Ok((size, _)) = odb.read_header(file.id())
             && size as u64 > MAX_FILE_BYTES

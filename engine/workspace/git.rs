@@ -341,11 +341,26 @@ pub fn fetch_branch(git_dir: &Path, remote_url: &str, branch: &str, token: Optio
 /// Fetches `branch` of `remote_url` into `target` of the bare repository
 /// `bare` that ward made in `scratch` (the record job's; nothing of an
 /// agent's is in it). `false` when the remote has no such branch.
-pub fn fetch_into(bare: &Path, scratch: &Path, remote_url: &str, branch: &str, target: &str, token: Option<&str>) -> Result<bool> {
+pub fn fetch_into(
+    bare: &Path,
+    scratch: &Path,
+    remote_url: &str,
+    branch: &str,
+    target: &str,
+    token: Option<&str>,
+) -> Result<bool> {
     let mut cmd = remote(scratch);
     cmd.arg("--git-dir").arg(bare);
     let refspec = format!("+refs/heads/{branch}:{target}");
-    cmd.args(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules", remote_url, &refspec]);
+    cmd.args([
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        "--no-write-fetch-head",
+        "--no-recurse-submodules",
+        remote_url,
+        &refspec,
+    ]);
     authorize(&mut cmd, remote_url, token);
     match run(cmd, "fetch", token) {
         Ok(_) => Ok(true),
@@ -356,7 +371,14 @@ pub fn fetch_into(bare: &Path, scratch: &Path, remote_url: &str, branch: &str, t
 
 /// Pushes `source` (a ref of the bare repository `bare`, which ward made)
 /// to `branch` of `remote_url`.
-pub fn push_ref(bare: &Path, source: &str, remote_url: &str, branch: &str, token: Option<&str>, force: bool) -> Result<()> {
+pub fn push_ref(
+    bare: &Path,
+    source: &str,
+    remote_url: &str,
+    branch: &str,
+    token: Option<&str>,
+    force: bool,
+) -> Result<()> {
     let scratch = bare.parent().unwrap_or(bare);
     let refspec = format!("{}{source}:refs/heads/{branch}", if force { "+" } else { "" });
     let mut cmd = remote(scratch);
