@@ -205,3 +205,102 @@ fn too_large_or_changed(bare: &Path, start: &str, head: &str) -> std::result::Re
 pub fn push(intake: &Intake, remote_url: &str, branch: &str, token: Option<&str>) -> Result<()> {
     git::push_ref(&intake.bare, "refs/ward/visit", remote_url, branch, token, intake.force)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn sh(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git").current_dir(dir).args(args).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// A "remote" (a bare repository) with `main` and `ward/issue-1`, and a
+    /// clone where the visit's commits are made.
+    fn setup() -> (tempfile::TempDir, PathBuf, PathBuf, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = dir.path().join("remote.git");
+        let work = dir.path().join("work");
+        sh(dir.path(), &["init", "--quiet", "--bare", "-b", "main", remote.to_str().unwrap()]);
+        sh(dir.path(), &["init", "--quiet", "-b", "main", work.to_str().unwrap()]);
+        for (k, v) in [("user.name", "t"), ("user.email", "t@example.com")] {
+            sh(&work, &["config", k, v]);
+        }
+        std::fs::write(work.join("a.txt"), "a\n").unwrap();
+        sh(&work, &["add", "-A"]);
+        sh(&work, &["commit", "--quiet", "-m", "base"]);
+        sh(&work, &["branch", "ward/issue-1"]);
+        sh(&work, &["push", "--quiet", remote.to_str().unwrap(), "main", "ward/issue-1"]);
+        let start = sh(&work, &["rev-parse", "HEAD"]);
+        sh(&work, &["switch", "--quiet", "ward/issue-1"]);
+        (dir, remote, work, start)
+    }
+
+    fn expect(remote: &Path) -> Expected<'_> {
+        Expected {
+            remote_url: remote.to_str().unwrap(),
+            token: None,
+            base: "main",
+            branch: "ward/issue-1",
+            restart: false,
+        }
+    }
+
+    fn commit(work: &Path, file: &str, bytes: &[u8]) {
+        std::fs::write(work.join(file), bytes).unwrap();
+        sh(work, &["add", "-A"]);
+        sh(work, &["commit", "--quiet", "-m", "visit"]);
+    }
+
+    #[test]
+    fn a_visits_commits_are_taken_in_and_pushed_from_a_fresh_repository() {
+        let (dir, remote, work, start) = setup();
+        commit(&work, "b.txt", b"b\n");
+        let file = dir.path().join(BUNDLE_FILE);
+        let co = Checkout::new(&work.join(".git"), &work);
+        assert!(create(&co, "ward/issue-1", &start, &file).unwrap());
+        let intake = take_in(Some(&file), &start, &expect(&remote)).unwrap();
+        assert_eq!(intake.changed, ["b.txt"]);
+        assert_eq!(intake.head, sh(&work, &["rev-parse", "HEAD"]));
+        assert!(!intake.force);
+        push(&intake, remote.to_str().unwrap(), "ward/issue-1", None).unwrap();
+        assert_eq!(sh(&remote, &["rev-parse", "ward/issue-1"]), intake.head);
+        // No commit: no bundle.
+        assert!(!create(&co, "ward/issue-1", &intake.head, &dir.path().join("none")).unwrap());
+    }
+
+    #[test]
+    fn a_bundle_with_another_ref_a_huge_file_or_a_moved_start_is_refused_with_a_sentence() {
+        let (dir, remote, work, start) = setup();
+        commit(&work, "b.txt", b"b\n");
+        let file = dir.path().join("two.bundle");
+        sh(&work, &["branch", "elsewhere"]);
+        sh(
+            &work,
+            &["bundle", "create", "--quiet", file.to_str().unwrap(), "ward/issue-1", "elsewhere", &format!("^{start}")],
+        );
+        let refused = |r: std::result::Result<Intake, BundleError>| match r {
+            Err(BundleError::Refused(why)) => why,
+            Err(e) => panic!("an error, not a refusal: {e}"),
+            Ok(_) => panic!("accepted"),
+        };
+        let why = refused(take_in(Some(&file), &start, &expect(&remote)));
+        assert!(
+            why.contains("exactly one ref, `refs/heads/ward/issue-1`") && why.contains("`refs/heads/elsewhere`"),
+            "{why}"
+        );
+
+        commit(&work, "huge.bin", &vec![b'x'; MAX_FILE_BYTES as usize + 1]);
+        let file = dir.path().join("huge.bundle");
+        assert!(create(&Checkout::new(&work.join(".git"), &work), "ward/issue-1", &start, &file).unwrap());
+        let why = refused(take_in(Some(&file), &start, &expect(&remote)));
+        assert!(why.contains("`huge.bin`") && why.contains("over the limit"), "{why}");
+
+        // The visit claims a start the branch is not at.
+        let head = sh(&work, &["rev-parse", "HEAD"]);
+        let why = refused(take_in(None, &head, &expect(&remote)));
+        assert!(why.contains("the branch moved while the agent ran"), "{why}");
+    }
+}
