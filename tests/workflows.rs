@@ -1932,3 +1932,33 @@ async fn a_daemonised_child_that_rewrites_the_visit_is_killed_before_the_seal() 
     assert_eq!(gh.state().labels_of(n), ["ward:diagnose"], "{}", failures(&runner));
     assert!(notes_of(&gh, n, "TRIAGE").iter().all(|t| !t.contains("FORGED")));
 }
+
+/// The patient moves while its agent runs (a maintainer takes the label
+/// off): the record job reads the patient again, finds the label the visit
+/// was for gone, and drops the visit with one line; nothing is written,
+/// not even the admission's notes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_visit_whose_label_moved_meanwhile_is_dropped_and_nothing_is_written() {
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[], |c| c);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("ward-stage.yml", "visit", 5 * MINUTE);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.at(2 * MINUTE, "the maintainer takes the patient off", move |s| s.unlabel(n, "ward:admit", "maya"));
+    runner.run_until_idle(5).await;
+
+    let run = runner.runs_of("ward-stage.yml")[0];
+    assert_eq!(run.conclusion.as_deref(), Some("success"), "{}", failures(&runner));
+    let visit = &run.artifacts["ward-visit"];
+    assert!(visit.join("visit.json").is_file() && visit.join("notes.md").is_file(), "the agent ran");
+    let record = run.job("record").step("stage").log.clone();
+    assert!(record.contains(&format!("nothing to do: issue #{n} no longer carries `ward:admit`")), "{record}");
+    assert_eq!(gh.state().labels_of(n), Vec::<String>::new());
+    let chart = gh.state().file("ward-charts", &format!("charts/{n}.md"));
+    assert_eq!(chart, None, "no note was written: {}", failures(&runner));
+}
