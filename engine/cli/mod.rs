@@ -486,7 +486,7 @@ async fn event_command(
 }
 
 fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
-    Ok(std::path::absolute(path).with_context(|| format!("could not resolve {}", path.display()))?)
+    std::path::absolute(path).with_context(|| format!("could not resolve {}", path.display()))
 }
 
 /// `ward stage --event FILE` after the event parsed: prints one line,

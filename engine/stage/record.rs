@@ -79,7 +79,7 @@ pub async fn record(
             ungrounded(h, patient, seen, vec![cost, note], &score, decision).await
         }
         Judgment::Accepted(accepted) => {
-            accept(h, patient, prepared, visit, *accepted, cost, workspace, committed).await
+            accept(h, patient, prepared, visit, *accepted, cost, Change { workspace, committed }).await
         }
     }
 }
@@ -117,6 +117,13 @@ async fn keep_or_discard(
     Ok(judgment)
 }
 
+/// Where an accepted run's change is: the worktree (one process), or the
+/// visit's commits taken in by the record job.
+struct Change<'a> {
+    workspace: Option<&'a mut Workspace>,
+    committed: Option<&'a Intake>,
+}
+
 /// A valid run: the change is proposed (treating stages), the notes are
 /// charted, children are created, the audit merges, the patient moves.
 async fn accept(
@@ -126,9 +133,9 @@ async fn accept(
     visit: &Visit,
     accepted: Accepted,
     cost: Note,
-    workspace: Option<&mut Workspace>,
-    committed: Option<&Intake>,
+    change: Change<'_>,
 ) -> anyhow::Result<StageResult> {
+    let Change { workspace, committed } = change;
     let (stage, number) = (patient.stage, patient.issue.number);
     let role = stage.config.role.as_str();
     if stage.mode().treats()
