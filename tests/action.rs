@@ -506,6 +506,8 @@ fn argv(ran: &Ran) -> String {
 fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
     let table = [
         ("stage", "[--forge] [github] [stage] [--event] [/runner/event.json]"),
+        ("visit", "[--forge] [github] [visit] [--event] [/runner/event.json]"),
+        ("record", "[--forge] [github] [record] [--event] [/runner/event.json]"),
         ("event", "[event] [--event] [/runner/event.json]"),
         ("sweep", "[--forge] [github] [sweep]"),
         ("report", "[--forge] [github] [report]"),

@@ -373,6 +373,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Stage { issue, label, .. } => {
             let issue = issue.context("--issue or --event is required")?;
+            crate::agent::become_subreaper().context("could not make ward the subreaper of its agent")?;
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
             let h = Hospital::load(&cli.root, forge)?;
