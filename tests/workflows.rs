@@ -1962,3 +1962,37 @@ async fn a_visit_whose_label_moved_meanwhile_is_dropped_and_nothing_is_written()
     let chart = gh.state().file("ward-charts", &format!("charts/{n}.md"));
     assert_eq!(chart, None, "no note was written: {}", failures(&runner));
 }
+
+/// A treatment that leaves a file over the limit of a visit's commits: the
+/// visit job bundles it as it bundles anything; the record job refuses the
+/// bundle with a sentence (an invalid run: a REFUSAL, the label stays) and
+/// pushes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_visit_whose_commits_carry_a_huge_file_is_refused_and_nothing_is_pushed() {
+    let gh = FakeGitHub::start().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let loot = scratch.path().join("loot.txt");
+    let _repo = hostile_hospital(&gh, "huge.sh", &format!("\"{}\"", loot.display()), None);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(10).await;
+
+    assert!(std::fs::read_to_string(&loot).unwrap_or_default().contains("left huge.bin"));
+    assert_eq!(gh.state().labels_of(n), ["ward:treat"], "{}", failures(&runner));
+    let treat = runner.runs_of("ward-stage.yml").last().copied().unwrap();
+    assert!(treat.artifacts["ward-visit"].join("visit.bundle").is_file(), "the visit job bundled it");
+    assert_eq!(treat.job("record").conclusion.as_deref(), Some("failure"), "an invalid run");
+    let refusal = notes_of(&gh, n, "REFUSAL").pop().unwrap_or_default();
+    assert!(
+        refusal.contains("the sealed visit was refused")
+            && refusal.contains("`huge.bin`")
+            && refusal.contains("over the limit"),
+        "{refusal}"
+    );
+    assert_eq!(gh.state().branch_head(&format!("ward/issue-{n}")), None, "nothing was pushed");
+}
