@@ -31,7 +31,7 @@
 //! | a child that daemonises and rewrites the visit      | `daemon.sh` through the two jobs (tests/workflows.rs): killed before the seal |
 //! | a child that daemonises and reads the push's env    | the same reaper: ward kills what the agent left when it ends |
 //! | an agent holding the visit job's token              | `steal.sh` through the two jobs: its label and push get 403 |
-//! | a bundle with another ref, a huge file, a moved start | refused with a sentence (workspace/bundle.rs tests) |
+//! | a bundle with another ref, a huge file, a moved start | refused with a sentence (workspace/bundle.rs tests; `huge.sh` through the two jobs) |
 //! | a visit whose label moved while the agent ran       | dropped, nothing written (tests/workflows.rs) |
 //! | the token attacks above through the two jobs        | not yet (the visit job holds only a read token) |
 //!
