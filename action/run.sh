@@ -14,6 +14,8 @@ set -euo pipefail
 args_for() {
   case "$1" in
     stage) args=(--forge github stage --event "${GITHUB_EVENT_PATH:?}") ;;
+    visit) args=(--forge github visit --event "${GITHUB_EVENT_PATH:?}") ;;
+    record) args=(--forge github record --event "${GITHUB_EVENT_PATH:?}") ;;
     event) args=(event --event "${GITHUB_EVENT_PATH:?}") ;;
     sweep) args=(--forge github sweep) ;;
     report) args=(--forge github report) ;;

@@ -18,7 +18,7 @@ use crate::config::{Config, DispatchMode};
 use crate::event::{Trigger, TriggerKind};
 use crate::forge::{Forge, IssueNumber, Permission};
 use crate::hospital::Hospital;
-use crate::stage::{StageRequest, StageResult, run_stage};
+use crate::stage::{Phase, StageRequest, StageResult, run_stage};
 
 /// What to do with a trigger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -181,7 +181,9 @@ fn permission_name(p: Permission) -> &'static str {
 
 /// [`check_trigger`], the permission lookup when it is needed, and the
 /// refusal comment when it is refused. Returns the final admission.
-pub async fn admit(forge: &dyn Forge, trigger: &Trigger, config: &Config) -> anyhow::Result<Admission> {
+/// `writes` is `false` in the visit job: a refusal is decided but neither
+/// commented nor taken back there (the record job does both).
+pub async fn admit(forge: &dyn Forge, trigger: &Trigger, config: &Config, writes: bool) -> anyhow::Result<Admission> {
     let admission = match check_trigger(trigger, config)? {
         Check::Decided(a) => a,
         Check::NeedsPermission { login, .. } => {
@@ -191,7 +193,9 @@ pub async fn admit(forge: &dyn Forge, trigger: &Trigger, config: &Config) -> any
             decide_with_permission(trigger, config, have)
         }
     };
-    if let Admission::Refuse { issue, reason } = &admission {
+    if let Admission::Refuse { issue, reason } = &admission
+        && writes
+    {
         forge
             .add_comment(*issue, &refusal_comment(reason))
             .await
@@ -249,21 +253,24 @@ pub enum EventRun {
 /// the missing ward labels on admission (created once, with colours and
 /// descriptions), then the stage run. Nothing changes on GitHub before the
 /// guard passes, except the refusal comment.
-pub async fn stage_from_event(h: &Hospital, trigger: &Trigger) -> anyhow::Result<EventRun> {
+/// `phase` says which half of a stage run this job makes (the whole run
+/// with `ward stage`; on GitHub the visit job, then the record job).
+pub async fn stage_from_event(h: &Hospital, trigger: &Trigger, phase: Phase) -> anyhow::Result<EventRun> {
     tracing::info!(kind = ?trigger.kind, issue = ?trigger.issue, label = ?trigger.label, actor = %trigger.actor, "event");
-    let (issue, label) = match admit(&*h.forge, trigger, &h.config).await? {
+    let writes = phase.writes();
+    let (issue, label) = match admit(&*h.forge, trigger, &h.config, writes).await? {
         Admission::Ignore { reason } => return Ok(EventRun::Ignored(reason)),
         Admission::Refuse { issue, reason } => return Ok(EventRun::Refused { issue, reason }),
         Admission::Sweep => return Ok(EventRun::Sweep),
         Admission::Run { issue, label } => (issue, label),
     };
-    if label.as_deref() == Some(h.config.admission.as_str()) {
+    if label.as_deref() == Some(h.config.admission.as_str()) && writes {
         h.forge
             .ensure_labels(&h.config.label_specs())
             .await
             .with_context(|| format!("could not create ward's labels in {}", h.forge.describe()))?;
     }
-    let req = StageRequest { label, wake: trigger.wake.clone(), ..StageRequest::new(issue) };
+    let req = StageRequest { label, wake: trigger.wake.clone(), phase, ..StageRequest::new(issue) };
     Ok(EventRun::Ran(Box::new(run_stage(h, &req).await?)))
 }
 

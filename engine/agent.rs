@@ -147,9 +147,74 @@ pub async fn run(spec: &AgentSpec) -> Result<AgentExit, AgentError> {
             AgentEnd::TimedOut
         }
     };
-    // Whatever the agent left running in its group goes too.
+    // Whatever the agent left running in its group goes too, and what it
+    // daemonised out of the group (when ward is its subreaper).
     group.kill();
+    reap_orphans();
     Ok(AgentExit { end, elapsed: started.elapsed(), stdout, stderr })
+}
+
+/// Set once this process is a child subreaper ([`become_subreaper`]).
+static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes ward the child subreaper of everything it starts
+/// (`PR_SET_CHILD_SUBREAPER`): a child the agent daemonised (a double fork,
+/// `setsid`, its own process group) is re-parented to ward instead of init,
+/// so that [`reap_orphans`] finds and kills it once the agent has ended.
+/// Only for a process that runs one stage (`ward stage`, `ward visit`):
+/// every child ward has after its agent ended is then the agent's.
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl(2) with an integer argument; no pointers.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    SUBREAPER.store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// Kills and waits for every child of this process, until none is left
+/// (a killed child's own children are re-parented to ward in turn). A no-op
+/// unless [`become_subreaper`] was called.
+pub fn reap_orphans() -> usize {
+    if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
+        return 0;
+    }
+    let me = std::process::id() as i32;
+    let mut killed = 0;
+    for _ in 0..64 {
+        let children = children_of(me);
+        if children.is_empty() {
+            break;
+        }
+        for pid in children {
+            // SAFETY: kill(2) and waitpid(2) on our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            killed += 1;
+        }
+    }
+    if killed > 0 {
+        tracing::warn!(killed, "processes the agent left running were killed");
+    }
+    killed
+}
+
+/// The processes whose parent is `parent`, from `/proc/*/stat`.
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+            // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+            let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            after.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok()) == Some(parent)
+        })
+        .collect()
 }
 
 /// Kills the agent's process group when dropped (a cancelled run too).

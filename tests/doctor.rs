@@ -70,8 +70,15 @@ async fn a_sound_installation_passes_and_doctor_changes_nothing() {
     let out = doctor(&s, &fake, &[]);
     let text = stdout(&out);
     assert!(out.status.success(), "{text}");
-    for check in ["ward.yml", "agent", "token", "workflow ward-stage.yml", "permissions ward-stage.yml/stage", "labels"]
-    {
+    for check in [
+        "ward.yml",
+        "agent",
+        "token",
+        "workflow ward-stage.yml",
+        "permissions ward-stage.yml/record",
+        "read-only ward-stage.yml/visit",
+        "labels",
+    ] {
         assert!(text.lines().any(|l| l.starts_with(&format!("ok    {check}: "))), "`{check}` passes:\n{text}");
     }
     assert!(text.contains("ok    ci ci.yml: can be started by `workflow_dispatch`"), "{text}");

@@ -637,7 +637,7 @@ async fn a_person_without_triage_is_refused_with_a_comment_and_no_transition() {
     gh.state().add_collaborator("alice", "triage");
     let forge = gh.forge();
     let c = config();
-    let a = actions::admit(&forge, &labeled("ward:admit", "mallory", n), &c).await.unwrap();
+    let a = actions::admit(&forge, &labeled("ward:admit", "mallory", n), &c, true).await.unwrap();
     assert!(matches!(a, Admission::Refuse { .. }));
     // mallory's issue form applied the label: no transition, and the label is taken off.
     assert_eq!(gh.state().labels_of(n), Vec::<String>::new(), "no transition");
@@ -646,11 +646,11 @@ async fn a_person_without_triage_is_refused_with_a_comment_and_no_transition() {
     assert!(comments[0].contains("@mallory has `read` access"), "{}", comments[0]);
     assert_eq!(gh.state().count("GET /repos/{owner}/{repo}/collaborators/{username}/permission"), 1);
 
-    let a = actions::admit(&forge, &labeled("ward:admit", "alice", n), &c).await.unwrap();
+    let a = actions::admit(&forge, &labeled("ward:admit", "alice", n), &c, true).await.unwrap();
     assert_eq!(a, Admission::Run { issue: IssueNumber(n), label: Some("ward:admit".into()) });
     // The engine's own labels need no lookup; non-ward labels cost nothing.
     let calls = gh.state().log.len();
-    let a = actions::admit(&forge, &labeled("bug", ENGINE, n), &c).await.unwrap();
+    let a = actions::admit(&forge, &labeled("bug", ENGINE, n), &c, true).await.unwrap();
     assert!(matches!(a, Admission::Ignore { .. }));
     assert_eq!(gh.state().log.len(), calls);
 }
@@ -665,7 +665,7 @@ async fn a_stage_label_a_person_applied_is_refused_and_taken_off_unless_the_engi
     gh.state().label(n, "ward:treat", "alice");
     let forge = gh.forge();
     let c = config();
-    let a = actions::admit(&forge, &labeled("ward:treat", "alice", n), &c).await.unwrap();
+    let a = actions::admit(&forge, &labeled("ward:treat", "alice", n), &c, true).await.unwrap();
     assert!(matches!(a, Admission::Refuse { .. }), "{a:?}");
     assert_eq!(gh.state().labels_of(n), strings(&["ward:diagnose"]), "the refused label is off, the patient's stays");
     let comments = gh.state().comments_on(n);
@@ -676,7 +676,7 @@ async fn a_stage_label_a_person_applied_is_refused_and_taken_off_unless_the_engi
     gh.state().label(n, "ward:treat", "alice");
     forge.set_labels(IssueNumber(n), &strings(&["ward:plan-review"])).await.unwrap();
     forge.set_labels(IssueNumber(n), &strings(&["ward:treat"])).await.unwrap();
-    actions::admit(&forge, &labeled("ward:treat", "alice", n), &c).await.unwrap();
+    actions::admit(&forge, &labeled("ward:treat", "alice", n), &c, true).await.unwrap();
     assert_eq!(gh.state().labels_of(n), strings(&["ward:treat"]));
 }
 

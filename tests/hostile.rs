@@ -28,9 +28,12 @@
 //! | a 5 MB note; a note over the per-note limit         | `notes.sh big`: local forge                  |
 //! | a 100k-deep YAML note                               | unit tests (rules/decomposition.rs, untrusted.rs) |
 //! | control characters in notes                         | `notes.sh controls`: local forge             |
-//! | a child that daemonises and rewrites the visit      | not yet (needs the visit/record jobs)        |
-//! | a child that daemonises and reads the push's env    | not yet (needs a reaper of agent leftovers)  |
-//! | all of the above through the visit and record jobs | not yet (needs the two-job split)            |
+//! | a child that daemonises and rewrites the visit      | `daemon.sh` through the two jobs (tests/workflows.rs): killed before the seal |
+//! | a child that daemonises and reads the push's env    | the same reaper: ward kills what the agent left when it ends |
+//! | an agent holding the visit job's token              | `steal.sh` through the two jobs: its label and push get 403 |
+//! | a bundle with another ref, a huge file, a moved start | refused with a sentence (workspace/bundle.rs tests; `huge.sh` through the two jobs) |
+//! | a visit whose label moved while the agent ran       | dropped, nothing written (tests/workflows.rs) |
+//! | the token attacks above through the two jobs        | not yet (the visit job holds only a read token) |
 //!
 //! `hold.sh` is not an attack: it holds a stage open while the test looks
 //! at ward from outside.

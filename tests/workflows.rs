@@ -770,7 +770,8 @@ async fn an_agents_workflow_commands_are_shown_as_text_and_wards_own_error_stand
     runner.run_until_idle(5).await;
 
     let run = runner.runs_of("ward-stage.yml")[0];
-    let job = run.job("stage");
+    // The agent ran in the visit job; the record job judged it and speaks.
+    let job = run.job("record");
     let annotations: Vec<(&str, &str)> =
         job.annotations.iter().map(|a| (a.level.as_str(), a.title.as_deref().unwrap_or(""))).collect();
     assert_eq!(
@@ -960,7 +961,7 @@ fn failures(runner: &Runner<'_>) -> String {
         .runs_of("ward-stage.yml")
         .iter()
         .filter(|r| r.conclusion.as_deref() == Some("failure"))
-        .map(|r| format!("{}\n{}", r.describe(), r.job("stage").log()))
+        .map(|r| format!("{}\n{}\n{}", r.describe(), r.job("visit").log(), r.job("record").log()))
         .collect();
     format!("{}\n{}", runner.summary(), logs.join("\n"))
 }
@@ -984,11 +985,18 @@ fn agent_stages(gh: &FakeGitHub, n: u64) -> Vec<String> {
         .collect()
 }
 
-/// Each job token's permissions, as the shipped ward-stage.yml grants them.
+/// Each job token's permissions, as the shipped ward-stage.yml grants them:
+/// the visit job (the agent's) reads only, the record job writes.
 fn assert_stage_permissions(run: &support::actions::WorkflowRun) {
-    let p = &run.job("stage").permissions;
+    let scopes = ["contents", "issues", "pull-requests", "checks", "statuses", "actions"];
+    let p = &run.job("visit").permissions;
     assert_eq!(
-        ["contents", "issues", "pull-requests", "checks", "statuses", "actions"].map(|scope| p.level(scope)),
+        scopes.map(|scope| p.level(scope)),
+        [Level::Read, Level::Read, Level::Read, Level::Read, Level::Read, Level::None]
+    );
+    let p = &run.job("record").permissions;
+    assert_eq!(
+        scopes.map(|scope| p.level(scope)),
         [Level::Write, Level::Write, Level::Write, Level::Read, Level::Read, Level::Write]
     );
 }
@@ -1077,17 +1085,31 @@ async fn the_shipped_stage_workflow_moves_a_patient_by_dispatches_and_without_a_
     for run in &stage_runs {
         assert_stage_permissions(run);
         assert_eq!(run.head_sha, main);
-        assert!(run.job("stage").summary.starts_with("### ward: "), "{}", run.job("stage").summary);
+        assert!(run.job("record").summary.starts_with("### ward: "), "{}", run.job("record").summary);
     }
-    let on_main = gh.state().check_runs.iter().filter(|c| c.head_sha == main && c.name == "ward stage").count();
-    assert_eq!(on_main, stage_runs.len());
+    for job in ["ward visit", "ward record"] {
+        let on_main = gh.state().check_runs.iter().filter(|c| c.head_sha == main && c.name == job).count();
+        assert_eq!(on_main, stage_runs.len(), "{job}");
+    }
 
     // The artifacts of every run, and no job token in any of them.
     let tokens: Vec<String> = gh.state().tokens.keys().cloned().collect();
     let (last, agent_runs) = stage_runs.split_last().unwrap();
-    assert!(last.artifacts.is_empty(), "the discharge waited before any agent: nothing to keep");
+    let kept: Vec<&String> = last.artifacts.keys().collect();
+    assert_eq!(kept, ["ward-visit"], "the discharge waited before any agent: nothing to keep but why");
+    assert_eq!(texts(&last.artifacts["ward-visit"]).len(), 1, "only no-visit.txt");
     for run in agent_runs {
-        let stage = run.job("stage").step("stage").outputs["stage"].clone();
+        // The sealed visit the record job took: the agent's notes and logs,
+        // and visit.json (a treatment's commits as a bundle besides).
+        let visit = &run.artifacts["ward-visit"];
+        for file in ["visit.json", "notes.md", "agent.stdout.log", "agent.stderr.log"] {
+            assert!(visit.join(file).is_file(), "{file} in the sealed visit");
+        }
+        for (path, text) in texts(visit) {
+            assert!(!tokens.iter().any(|t| text.contains(t.as_str())), "a token in {}", path.display());
+        }
+        let stage = run.job("record").step("stage").outputs["stage"].clone();
+        assert_eq!(visit.join("visit.bundle").is_file(), stage == "treat", "only the treatment committed: {stage}");
         let name = format!("ward-issue-{n}-{stage}-attempt-1");
         let dir = run.artifacts.get(&name).unwrap_or_else(|| panic!("{name} in {:?}", run.artifacts.keys()));
         for (path, text) in texts(dir) {
@@ -1184,7 +1206,7 @@ async fn ward_starts_ci_on_the_treatment_branch_waits_for_it_and_a_maintainers_r
     assert_eq!(waiting.len(), 2, "CI running, then CI green: {waiting:#?}");
     assert!(waiting[0].contains("not yet: CI is still running"), "{}", waiting[0]);
     assert!(!waiting[1].contains("CI green for the head"), "CI passed: only the review is missing\n{}", waiting[1]);
-    let nurse = stage_runs.last().unwrap().job("stage").started_at.unwrap();
+    let nurse = stage_runs.last().unwrap().job("visit").started_at.unwrap();
     assert!(nurse - t0 >= chrono::Duration::minutes(60), "{}", nurse - t0);
     // The triager's approval woke the patient for three calls and nothing else.
     let marks = marks.lock().unwrap().clone();
@@ -1201,11 +1223,11 @@ async fn ward_starts_ci_on_the_treatment_branch_waits_for_it_and_a_maintainers_r
             "GET /repos/{owner}/{repo}/issues/{issue_number}"
         ]
         .into_iter()
-        .map(|k| (k.to_string(), 1))
+        .map(|k| (k.to_string(), 2))
         .collect(),
-        "a wake-up that finds nothing new"
+        "a wake-up that finds nothing new: three calls in the visit job, three in the record job"
     );
-    let triage_wake = stage_runs[7].job("stage").step("stage").log.clone();
+    let triage_wake = stage_runs[7].job("record").step("stage").log.clone();
     assert!(triage_wake.contains("neither passes nor blocks"), "{triage_wake}");
     let final_audit = checklists(&gh, n).pop().unwrap();
     assert!(final_audit.contains("`tia` approved (triage)"), "listed, not counted: {final_audit}");
@@ -1288,8 +1310,8 @@ async fn with_an_app_token_the_apps_labels_start_each_stage_its_push_starts_ci_a
         runner.summary()
     );
     assert_eq!(stage_runs[10].conclusion.as_deref(), Some("skipped"), "{}", runner.summary());
-    assert!(stage_runs[6].job("stage").step("stage").log.contains("starts no ward stage"));
-    let nurse = stage_runs[8].job("stage").started_at.unwrap();
+    assert!(stage_runs[6].job("visit").step("visit").log.contains("starts no ward stage"));
+    let nurse = stage_runs[8].job("visit").started_at.unwrap();
     assert!(nurse - t0 >= chrono::Duration::minutes(60));
 }
 
@@ -1309,28 +1331,30 @@ async fn an_unrelated_label_applied_while_a_dispatch_is_pending_does_not_lose_th
         s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
     };
     let mut runner = Runner::new(&gh);
-    runner.job_takes("ward-stage.yml", "stage", 5 * MINUTE);
+    runner.job_takes("ward-stage.yml", "visit", 5 * MINUTE);
     gh.state().label(n, "ward:admit", "maya");
-    // Admission takes five minutes; its dispatch of diagnosis waits behind it.
-    runner.at(MINUTE, "a triager labels the issue `bug`", move |s| s.label(n, "bug", "tia"));
+    // Each visit takes five minutes; the label comes while diagnosis's runs.
+    runner.at(6 * MINUTE, "a triager labels the issue `bug`", move |s| s.label(n, "bug", "tia"));
     runner.run_until(10, |s| s.labels_of(n).contains(&"ward:plan-review".to_string())).await;
 
     // Stopped once plan review was dispatched: admission, diagnosis, `bug`, plan review (queued).
     let runs = runner.runs_of("ward-stage.yml");
     let described: Vec<String> = runs.iter().map(|r| r.describe()).collect();
-    assert_eq!(runs.len(), 4, "{described:#?}\n{}", runs[0].job("stage").log());
+    assert_eq!(runs.len(), 4, "{described:#?}\n{}", runs[0].job("visit").log());
     let (admit, diagnose, bug) = (runs[0], runs[1], runs[2]);
     assert_eq!(runs[3].payload["client_payload"]["label"], json!("ward:plan-review"));
     assert_eq!(bug.payload["label"]["name"], json!("bug"));
-    assert_eq!(bug.job("stage").conclusion.as_deref(), Some("skipped"), "the `if:` skips it");
+    assert_eq!(bug.job("visit").conclusion.as_deref(), Some("skipped"), "the `if:` skips it");
+    assert_eq!(bug.job("record").conclusion.as_deref(), Some("skipped"), "its need was skipped");
     assert_eq!(bug.conclusion.as_deref(), Some("skipped"));
-    assert_eq!(bug.job("stage").group, None, "a skipped job never enters the group");
+    assert_eq!(bug.job("visit").group, None, "a skipped job never enters the group");
     assert_eq!(diagnose.payload["client_payload"]["label"], json!("ward:diagnose"));
-    assert_eq!(diagnose.job("stage").conclusion.as_deref(), Some("success"));
-    assert_eq!(diagnose.job("stage").started_at, admit.job("stage").completed_at, "it waited for admission");
+    assert_eq!(diagnose.job("record").conclusion.as_deref(), Some("success"));
+    assert!(Some(diagnose.created_at) >= admit.job("visit").completed_at, "admission's record dispatched it");
     assert!(diagnose.created_at < bug.created_at, "the dispatch was queued first");
-    assert!(bug.created_at < diagnose.job("stage").started_at.unwrap(), "the label came while it was pending");
-    assert_eq!(admit.job("stage").group.as_deref(), Some(format!("ward-issue-{n}").as_str()));
+    assert!(bug.created_at < diagnose.job("visit").completed_at.unwrap(), "the label came while it ran");
+    assert_eq!(admit.job("visit").group.as_deref(), Some(format!("ward-issue-{n}").as_str()));
+    assert_eq!(admit.job("record").group.as_deref(), Some(format!("ward-record-{n}").as_str()));
     assert_eq!(gh.state().labels_of(n), ["bug", "ward:plan-review"]);
 }
 
@@ -1802,4 +1826,173 @@ async fn human_approval_waits_for_a_maintainers_label_and_refuses_a_triagers() {
     assert!(pr.merged);
     let chart = gh.state().file("ward-charts", &format!("charts/{n}.md")).unwrap();
     assert!(chart.contains("`maya` (maintain permission) applied `ward:approved`"), "{chart}");
+}
+
+// ---------------------------------------------------------------------------
+// Hostile agents through the visit and record jobs (issue 10)
+
+/// A repository whose agent is `tests/hostile/<script>` with `args`, for
+/// the shipped workflow (or `workflow`, a changed copy of it).
+fn hostile_hospital(gh: &FakeGitHub, script: &str, args: &str, workflow: Option<String>) -> tempfile::TempDir {
+    let agent = r#"command: ["{ward}", "stand-in"]"#;
+    let mut files = vec![
+        (format!("hostile/{script}"), ours(&format!("tests/hostile/{script}"))),
+        ("hostile/common.sh".to_string(), ours("tests/hostile/common.sh")),
+    ];
+    if let Some(w) = workflow {
+        files.push((".github/workflows/ward-stage.yml".into(), w));
+    }
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    hospital(gh, &refs, |c| {
+        assert!(c.contains(agent));
+        c.replace(agent, &format!(r#"command: ["sh", "hostile/{script}", "{{ward}}", {args}]"#))
+    })
+}
+
+/// An agent that holds the visit job's own token (leaked to it here by a
+/// step of the job, as the runner's Docker socket could) still writes
+/// nothing: the label and the push it tries are refused (403), because the
+/// job that runs the agent has read permissions only. The record job, which
+/// holds the write token, runs no agent, and the patient moves as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_with_the_visit_jobs_token_can_write_nothing() {
+    let gh = FakeGitHub::start().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let (leak, loot) = (scratch.path().join("leak"), scratch.path().join("loot.txt"));
+    let shipped = ours(".github/workflows/ward-stage.yml");
+    let run_agent = "      - name: Run the agent\n";
+    assert!(shipped.contains(run_agent));
+    let leaking = format!(
+        "      - name: Leak the job's token to the agent\n        env:\n          T: ${{{{ github.token }}}}\n        \
+         run: printf '%s %s %s\\n' \"$T\" \"$GITHUB_API_URL\" \"$GITHUB_SERVER_URL/$GITHUB_REPOSITORY.git\" > {}\n\n{run_agent}",
+        leak.display()
+    );
+    let workflow = shipped.replacen(run_agent, &leaking, 1);
+    let args = format!("\"{}\", \"{}\"", loot.display(), leak.display());
+    let _repo = hostile_hospital(&gh, "steal.sh", &args, Some(workflow));
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until(5, |s| !s.labels_of(n).contains(&"ward:admit".to_string())).await;
+
+    let loot = std::fs::read_to_string(&loot).unwrap_or_default();
+    assert!(loot.lines().next().is_some_and(|l| l.starts_with("token ") && l != "token 0 characters"), "{loot}");
+    assert!(loot.contains("label 403"), "the label write was refused: {loot}\n{}", failures(&runner));
+    assert!(loot.contains("push refused"), "{loot}");
+    let s = gh.state();
+    assert!(!s.labels_of(n).contains(&"stolen".to_string()));
+    assert_eq!(s.branch_head("stolen"), None);
+    let refused = s.git_log.iter().filter(|g| g.path.contains("git-receive-pack") && g.status == 403).count();
+    assert!(refused >= 1, "the fake refused the push: {:?}", s.git_log);
+    // The run itself went on: admitted, moved to diagnosis by the record job.
+    assert_eq!(s.labels_of(n), ["ward:diagnose"], "{}", failures(&runner));
+    drop(s);
+    let run = runner.runs_of("ward-stage.yml")[0];
+    assert_stage_permissions(run);
+}
+
+/// A child the agent daemonised (its own session, out of the agent's
+/// process group) outlives the agent and keeps rewriting the sealed visit
+/// and the notes. ward is the subreaper of its agent: it kills the child
+/// when the agent ends, before it reads and seals anything, so the visit
+/// the record job takes is the agent's own and the patient moves as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemonised_child_that_rewrites_the_visit_is_killed_before_the_seal() {
+    let gh = FakeGitHub::start().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let loot = scratch.path().join("loot.txt");
+    let _repo = hostile_hospital(&gh, "daemon.sh", &format!("\"{}\"", loot.display()), None);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until(5, |s| !s.labels_of(n).contains(&"ward:admit".to_string())).await;
+    // Long enough for a surviving daemon to say so.
+    std::thread::sleep(Duration::from_secs(4));
+
+    let loot = std::fs::read_to_string(&loot).unwrap_or_default();
+    assert!(loot.contains("seals into /"), "the agent found where ward seals: {loot}");
+    let daemon: i32 = loot
+        .lines()
+        .find_map(|l| l.strip_prefix("daemon ")?.parse().ok())
+        .unwrap_or_else(|| panic!("the daemon started: {loot}"));
+    assert!(!loot.contains("daemon survived"), "{loot}");
+    // SAFETY: kill(2) with signal 0 only asks whether the process exists.
+    assert_ne!(unsafe { libc::kill(daemon, 0) }, 0, "the daemon {daemon} is gone");
+    let run = runner.runs_of("ward-stage.yml")[0];
+    let notes = std::fs::read_to_string(run.artifacts["ward-visit"].join("notes.md")).unwrap();
+    assert!(!notes.contains("FORGED"), "{notes}");
+    assert_eq!(gh.state().labels_of(n), ["ward:diagnose"], "{}", failures(&runner));
+    assert!(notes_of(&gh, n, "TRIAGE").iter().all(|t| !t.contains("FORGED")));
+}
+
+/// The patient moves while its agent runs (a maintainer takes the label
+/// off): the record job reads the patient again, finds the label the visit
+/// was for gone, and drops the visit with one line; nothing is written,
+/// not even the admission's notes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_visit_whose_label_moved_meanwhile_is_dropped_and_nothing_is_written() {
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[], |c| c);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("ward-stage.yml", "visit", 5 * MINUTE);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.at(2 * MINUTE, "the maintainer takes the patient off", move |s| s.unlabel(n, "ward:admit", "maya"));
+    runner.run_until_idle(5).await;
+
+    let run = runner.runs_of("ward-stage.yml")[0];
+    assert_eq!(run.conclusion.as_deref(), Some("success"), "{}", failures(&runner));
+    let visit = &run.artifacts["ward-visit"];
+    assert!(visit.join("visit.json").is_file() && visit.join("notes.md").is_file(), "the agent ran");
+    let record = run.job("record").step("stage").log.clone();
+    assert!(record.contains(&format!("nothing to do: issue #{n} no longer carries `ward:admit`")), "{record}");
+    assert_eq!(gh.state().labels_of(n), Vec::<String>::new());
+    let chart = gh.state().file("ward-charts", &format!("charts/{n}.md"));
+    assert_eq!(chart, None, "no note was written: {}", failures(&runner));
+}
+
+/// A treatment that leaves a file over the limit of a visit's commits: the
+/// visit job bundles it as it bundles anything; the record job refuses the
+/// bundle with a sentence (an invalid run: a REFUSAL, the label stays) and
+/// pushes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_visit_whose_commits_carry_a_huge_file_is_refused_and_nothing_is_pushed() {
+    let gh = FakeGitHub::start().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let loot = scratch.path().join("loot.txt");
+    let _repo = hostile_hospital(&gh, "huge.sh", &format!("\"{}\"", loot.display()), None);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(10).await;
+
+    assert!(std::fs::read_to_string(&loot).unwrap_or_default().contains("left huge.bin"));
+    assert_eq!(gh.state().labels_of(n), ["ward:treat"], "{}", failures(&runner));
+    let treat = runner.runs_of("ward-stage.yml").last().copied().unwrap();
+    assert!(treat.artifacts["ward-visit"].join("visit.bundle").is_file(), "the visit job bundled it");
+    assert_eq!(treat.job("record").conclusion.as_deref(), Some("failure"), "an invalid run");
+    let refusal = notes_of(&gh, n, "REFUSAL").pop().unwrap_or_default();
+    assert!(
+        refusal.contains("the sealed visit was refused")
+            && refusal.contains("`huge.bin`")
+            && refusal.contains("over the limit"),
+        "{refusal}"
+    );
+    assert_eq!(gh.state().branch_head(&format!("ward/issue-{n}")), None, "nothing was pushed");
 }

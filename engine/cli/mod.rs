@@ -75,6 +75,30 @@ pub enum Command {
         #[arg(long, env = "GITHUB_EVENT_NAME")]
         event_name: Option<String>,
     },
+    /// GitHub's read-only job: run the agent of the stage an Actions event
+    /// asks for and seal its visit into `--out` (notes, logs, its commits as
+    /// a git bundle). Writes nothing to GitHub: `ward record` does.
+    Visit {
+        /// The event payload file of the workflow run.
+        #[arg(long, env = "GITHUB_EVENT_PATH")]
+        event: PathBuf,
+        #[arg(long, env = "GITHUB_EVENT_NAME")]
+        event_name: Option<String>,
+        /// The folder to seal the visit into (emptied first); the workflow uploads it.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// GitHub's writing job: take in the visit `ward visit` sealed (as
+    /// hostile input), judge it and record it, for the same event. Runs no agent.
+    Record {
+        /// The sealed visit, as the workflow downloaded it (may be empty: no agent ran).
+        #[arg(long)]
+        visit: PathBuf,
+        #[arg(long, env = "GITHUB_EVENT_PATH")]
+        event: PathBuf,
+        #[arg(long, env = "GITHUB_EVENT_NAME")]
+        event_name: Option<String>,
+    },
     /// Print the trigger an Actions event file holds, as JSON (exit 0 with a
     /// one-line reason when it is not a ward event).
     Event {
@@ -325,23 +349,31 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Stage { event: Some(event), event_name, .. } => {
-            // The event first: a foreign event costs no config, no forge, no call.
-            let trigger =
-                match crate::event::read_event(event, event_name.as_deref()).map_err(|e| BadInput(e.to_string()))? {
-                    crate::event::Parsed::NotOurs { reason } => {
-                        println!("not a ward event: {reason}");
-                        return Ok(ExitCode::SUCCESS);
-                    }
-                    crate::event::Parsed::Ours(trigger) => trigger,
-                };
-            let config = load_config(&cli.root)?;
-            let forge = open_forge(&cli, &config).await?;
-            let repository = forge.describe();
-            let h = Hospital::load(&cli.root, forge)?;
-            stage_from_event(&h, &trigger, &repository).await
+            crate::agent::become_subreaper().context("could not make ward the subreaper of its agent")?;
+            event_command(&cli, event, event_name.as_deref(), crate::stage::Phase::Whole).await
+        }
+        Command::Visit { event, event_name, out } => {
+            crate::agent::become_subreaper().context("could not make ward the subreaper of its agent")?;
+            let out = absolute(out)?;
+            let phase = crate::stage::Phase::Visit { out: out.clone() };
+            let code = event_command(&cli, event, event_name.as_deref(), phase).await?;
+            // The folder always says something, for the artifact: a visit
+            // job that ran no agent hands on only why.
+            if !out.join(crate::stage::visit::VISIT_FILE).exists() {
+                std::fs::create_dir_all(&out).with_context(|| format!("could not create {}", out.display()))?;
+                let why = out.join("no-visit.txt");
+                std::fs::write(&why, "No agent ran in this visit job; the record job decides alone.\n")
+                    .with_context(|| format!("could not write {}", why.display()))?;
+            }
+            Ok(code)
+        }
+        Command::Record { visit, event, event_name } => {
+            let phase = crate::stage::Phase::Record { from: absolute(visit)? };
+            event_command(&cli, event, event_name.as_deref(), phase).await
         }
         Command::Stage { issue, label, .. } => {
             let issue = issue.context("--issue or --event is required")?;
+            crate::agent::become_subreaper().context("could not make ward the subreaper of its agent")?;
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
             let h = Hospital::load(&cli.root, forge)?;
@@ -432,11 +464,42 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `ward stage|visit|record --event FILE`: the event first (a foreign
+/// event costs no config, no forge, no call), then the run.
+async fn event_command(
+    cli: &Cli,
+    event: &Path,
+    event_name: Option<&str>,
+    phase: crate::stage::Phase,
+) -> anyhow::Result<ExitCode> {
+    let trigger = match crate::event::read_event(event, event_name).map_err(|e| BadInput(e.to_string()))? {
+        crate::event::Parsed::NotOurs { reason } => {
+            println!("not a ward event: {reason}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        crate::event::Parsed::Ours(trigger) => trigger,
+    };
+    let config = load_config(&cli.root)?;
+    let forge = open_forge(cli, &config).await?;
+    let repository = forge.describe();
+    let h = Hospital::load(&cli.root, forge)?;
+    stage_from_event(&h, &trigger, &repository, phase).await
+}
+
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("could not resolve {}", path.display()))
+}
+
 /// `ward stage --event FILE` after the event parsed: prints one line,
 /// reports to Actions, exits 0 unless the run failed (1) or the input is bad (2).
-async fn stage_from_event(h: &Hospital, trigger: &crate::event::Trigger, repository: &str) -> anyhow::Result<ExitCode> {
+async fn stage_from_event(
+    h: &Hospital,
+    trigger: &crate::event::Trigger,
+    repository: &str,
+    phase: crate::stage::Phase,
+) -> anyhow::Result<ExitCode> {
     use crate::actions::EventRun;
-    let run = crate::actions::stage_from_event(h, trigger).await.map_err(|e| {
+    let run = crate::actions::stage_from_event(h, trigger, phase).await.map_err(|e| {
         if e.is::<crate::actions::GuardError>() { anyhow::Error::new(BadInput(e.to_string())) } else { e }
     })?;
     let result = match run {

@@ -1,7 +1,7 @@
 //! The checks of the repository on GitHub. Reads only, except what `--fix`
 //! sets up: the labels and the charts branch.
 
-use super::workflows::{differences, dispatchable, missing_permissions, shipped};
+use super::workflows::{differences, dispatchable, excess_permissions, missing_permissions, shipped};
 use super::{Check, Report};
 use crate::config::{Config, DispatchMode};
 use crate::forge::Forge;
@@ -80,6 +80,20 @@ async fn installed_workflows(forge: &GitHubForge) -> Vec<Check> {
             ),
             Err(e) => Check::fail(format!("workflow {name}"), format!("`{path}` {e}"), copy),
         });
+        // The job that runs the agent holds no write permission.
+        for (job, excess) in excess_permissions(text, &installed).unwrap_or_default() {
+            let name = format!("read-only {name}/{job}");
+            out.push(if excess.is_empty() {
+                Check::ok(name, "grants no write: the agent that runs there can change nothing on GitHub")
+            } else {
+                let grants = excess.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");
+                Check::fail(
+                    name,
+                    format!("grants {grants}, and the agent runs in this job"),
+                    "give the job only `read` permissions, as the shipped workflow does",
+                )
+            });
+        }
         for (job, missing) in missing_permissions(text, &installed).unwrap_or_default() {
             let name = format!("permissions {name}/{job}");
             out.push(if missing.is_empty() {

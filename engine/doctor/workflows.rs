@@ -128,6 +128,32 @@ pub fn missing_permissions(shipped: &str, installed: &str) -> Result<Vec<(String
     Ok(out)
 }
 
+/// What the installed copy of a read-only shipped job (one that grants no
+/// write: the visit job, where the agent runs) grants beyond reading:
+/// (job, grants like `contents: write`). A job that names no `permissions:`
+/// (nor does its workflow) gets the repository's default, which may be
+/// write: that is named too.
+pub fn excess_permissions(shipped: &str, installed: &str) -> Result<Vec<(String, Vec<String>)>, String> {
+    let (want, have) = (parse(shipped)?, parse(installed)?);
+    let have_jobs = jobs(&have);
+    let mut out = Vec::new();
+    for (id, job) in jobs(&want) {
+        let wanted = permissions(&job).unwrap_or_default();
+        if wanted.is_empty() || wanted.values().any(|l| rank(l) > 1) {
+            continue;
+        }
+        let Some(theirs) = have_jobs.get(&id) else { continue };
+        let excess: Vec<String> = match permissions(theirs).or_else(|| permissions(&have)) {
+            None => vec!["the repository's default (no `permissions:`)".into()],
+            Some(granted) => {
+                granted.into_iter().filter(|(_, l)| rank(l) > 1).map(|(scope, l)| format!("{scope}: {l}")).collect()
+            }
+        };
+        out.push((id, excess));
+    }
+    Ok(out)
+}
+
 fn rank(level: &str) -> u8 {
     match level {
         "write" => 2,
@@ -236,14 +262,16 @@ mod tests {
             assert_eq!(differences(text, text), Ok(Vec::new()), "{name}");
             assert!(missing_permissions(text, text).unwrap().iter().all(|(_, m)| m.is_empty()), "{name}");
         }
-        assert!(ward_calls(&jobs(&parse(stage()).unwrap())["stage"]).iter().any(|(c, _)| c == "stage"));
+        assert!(ward_calls(&jobs(&parse(stage()).unwrap())["visit"]).iter().any(|(c, _)| c == "visit"));
+        assert!(ward_calls(&jobs(&parse(stage()).unwrap())["record"]).iter().any(|(c, _)| c == "record"));
+        assert_eq!(excess_permissions(stage(), stage()).unwrap(), vec![("visit".to_string(), Vec::new())]);
     }
 
     #[test]
     fn a_step_that_uses_the_action_runs_the_command_run_sh_names() {
         let installed = stage().replace(
-            "run: ./target/release/ward stage --forge github --event \"$GITHUB_EVENT_PATH\"",
-            "uses: octo/ward@0123456789abcdef0123456789abcdef01234567\n        with:\n          command: stage",
+            "run: ./target/release/ward record --forge github --event \"$GITHUB_EVENT_PATH\" --visit \"$RUNNER_TEMP/ward-visit\"",
+            "uses: octo/ward@0123456789abcdef0123456789abcdef01234567\n        with:\n          command: record\n          args: --visit visit",
         );
         assert_ne!(installed, stage());
         assert_eq!(differences(stage(), &installed), Ok(Vec::new()));
@@ -256,9 +284,13 @@ mod tests {
         let old = stage().replace("    types: [labeled]\n", "    types: [opened]\n").replace("--event", "--evnt");
         let found = differences(stage(), &old).unwrap();
         assert!(found.iter().any(|d| d == "`issues` lacks the type `labeled`"), "{found:?}");
-        assert!(found.iter().any(|d| d == "job `stage` runs `ward stage` without `--event`"), "{found:?}");
+        assert!(found.iter().any(|d| d == "job `record` runs `ward record` without `--event`"), "{found:?}");
         let weak = stage().replace("      issues: write # labels, comments\n", "      issues: read\n");
-        assert_eq!(missing_permissions(stage(), &weak).unwrap(), vec![("stage".into(), vec!["issues: write".into()])]);
+        let missing = missing_permissions(stage(), &weak).unwrap();
+        assert!(missing.contains(&("record".into(), vec!["issues: write".into()])), "{missing:?}");
+        let strong = stage().replace("      issues: read # the patient", "      issues: write # the patient");
+        let excess = excess_permissions(stage(), &strong).unwrap();
+        assert_eq!(excess, vec![("visit".into(), vec!["issues: write".into()])]);
         assert!(dispatchable("on: [push, workflow_dispatch]").unwrap());
         assert!(dispatchable("on:\n  workflow_dispatch: {}\n").unwrap());
         assert!(!dispatchable("on: push").unwrap());

@@ -113,6 +113,9 @@ struct Gate<'h> {
     lock: Option<File>,
     chart: Option<(Vec<Note>, Option<StoredChart>)>,
     wake: Option<crate::event::Wake>,
+    /// `false` in the visit job: a guard that would write stops the visit
+    /// instead, and the record job, which runs the guards again, writes.
+    writes: bool,
 }
 
 /// Runs [`GUARDS`] in order.
@@ -126,11 +129,17 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
     let issue = h.forge.issue(number).await.with_context(|| format!("could not read issue {number}"))?;
     let asked = asked(h, req, &issue);
     let run = req.run_id.clone().unwrap_or_else(|| new_run_id(h.now()));
-    let mut gate = Gate { h, issue, asked, run, lock, chart: None, wake: req.wake.clone() };
+    let writes = req.phase.writes();
+    let mut gate = Gate { h, issue, asked, run, lock, chart: None, wake: req.wake.clone(), writes };
     for guard in GUARDS {
         if let Some(stop) = gate.check(guard).await? {
             return Ok(Admitted::Stop(stop));
         }
+    }
+    // The visit job runs no approval: it is the record job's (no agent).
+    if !writes && matches!(gate.asked, Asked::Approval { .. }) {
+        let reason = format!("a chief's approval of {number} runs no agent; the record job audits and merges");
+        return Ok(Admitted::Stop(StageResult::NoOp { issue: number, reason }));
     }
     let (chart, stored) = match gate.chart.take() {
         Some(read) => read,
@@ -158,6 +167,17 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
 
 impl Gate<'_> {
     async fn check(&mut self, guard: Guard) -> anyhow::Result<Option<StageResult>> {
+        let stop = self.check_writing(guard).await?;
+        match stop {
+            Some(StageResult::Refused { reason, .. }) if !self.writes => Ok(Some(StageResult::NoOp {
+                issue: self.issue.number,
+                reason: format!("no agent runs: {reason}; the record job writes why"),
+            })),
+            other => Ok(other),
+        }
+    }
+
+    async fn check_writing(&mut self, guard: Guard) -> anyhow::Result<Option<StageResult>> {
         let (h, number) = (self.h, self.issue.number);
         let no_op = |reason: String| Ok(Some(StageResult::NoOp { issue: number, reason }));
         match guard {
@@ -181,7 +201,9 @@ impl Gate<'_> {
                 let Some(lockdown) = crate::lockdown::active_lockdown(&*h.forge).await? else { return Ok(None) };
                 let stage = self.stage_name();
                 let note = crate::lockdown::lockdown_note(&lockdown, &stage, &self.run, h.now());
-                transfer(&*h.forge, &h.config, &self.issue, Seen::NotRead, vec![note], Move::Stay).await?;
+                if self.writes {
+                    transfer(&*h.forge, &h.config, &self.issue, Seen::NotRead, vec![note], Move::Stay).await?;
+                }
                 Ok(Some(StageResult::Refused { issue: number, stage, reason: lockdown.to_string(), to: None }))
             }
             Guard::OnePlace => match &self.asked {
@@ -222,7 +244,9 @@ impl Gate<'_> {
                 );
                 let chief = h.config.chief_label().to_string();
                 let seen = self.seen();
-                transfer(&*h.forge, &h.config, &self.issue, seen, notes, Move::To(chief.clone())).await?;
+                if self.writes {
+                    transfer(&*h.forge, &h.config, &self.issue, seen, notes, Move::To(chief.clone())).await?;
+                }
                 Ok(Some(StageResult::Refused {
                     issue: number,
                     stage: stage.name.into(),
@@ -262,6 +286,9 @@ impl Gate<'_> {
         let meta = NoteMeta { run: self.run.clone(), stage: stage.clone(), role: ENGINE_ROLE.into(), at: h.now() };
         let note = Note { kind: NoteKind::Refusal, meta, body: refusal.note_body() };
         let to = Move::from(&refusal.route);
+        if !self.writes {
+            return Ok(StageResult::Refused { issue: self.issue.number, stage, reason: refusal.to_string(), to: None });
+        }
         let seen = self.seen();
         let moved = transfer(&*h.forge, &h.config, &self.issue, seen, vec![note], to.clone()).await?;
         let to = (to != Move::Stay).then_some(moved.at).flatten();

@@ -18,6 +18,7 @@ use crate::hospital::Hospital;
 use crate::rules::changes::Protection;
 use crate::rules::discharge_audit::{self, AuditFacts, Checklist};
 use crate::rules::{self, Refusal, Route, RunInput};
+use crate::workspace::bundle::Intake;
 
 /// What the rules decided about a visit.
 pub enum Judgment {
@@ -62,6 +63,7 @@ pub async fn judge(
     patient: &Patient<'_>,
     prepared: &Prepared,
     visit: &Visit,
+    committed: Option<&Intake>,
 ) -> anyhow::Result<Judgment> {
     let budget = &h.config.departments.budget;
     if let Some(breach) = &visit.stopped {
@@ -122,7 +124,7 @@ pub async fn judge(
         }
         None => (outcome, None),
     };
-    let groundedness = match grounded(h, patient, prepared, &notes)? {
+    let groundedness = match grounded(h, patient, prepared, &notes, committed)? {
         Grounded::Off => None,
         Grounded::Yes(note) => Some(note),
         Grounded::No { note, score, decision } => return Ok(Judgment::Ungrounded { note, score, decision }),
@@ -257,14 +259,26 @@ enum Grounded {
 }
 
 /// The notes' checkable claims against the worktree and the precedent log.
-fn grounded(h: &Hospital, patient: &Patient<'_>, prepared: &Prepared, notes: &AgentNotes) -> anyhow::Result<Grounded> {
+/// In the record job the tree is the visit's head, read from the objects
+/// its bundle brought (nothing of it is checked out).
+fn grounded(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    prepared: &Prepared,
+    notes: &AgentNotes,
+    committed: Option<&Intake>,
+) -> anyhow::Result<Grounded> {
     let threshold = h.config.departments.groundedness.threshold;
     if threshold <= 0.0 {
         return Ok(Grounded::Off);
     }
     let ids: HashSet<String> = h.precedents.entries.iter().map(|p| p.id.clone()).collect();
     let after_treatment = notes.kinds().any(|k| k.after_treatment());
-    let tree = g::Tree::worktree(&prepared.workdir).with_context(|| {
+    let tree = match committed {
+        Some(intake) => g::Tree::commit(&intake.bare, &intake.head),
+        None => g::Tree::worktree(&prepared.workdir),
+    };
+    let tree = tree.with_context(|| {
         format!("could not check the notes of issue {}, stage `{}`", patient.issue.number, patient.stage.name)
     })?;
     let facts = g::Facts { tree: &tree, precedents: &ids, after_treatment };

@@ -7,6 +7,11 @@
 //!   └─ a chief's approval: approve (audit again, merge)
 //! ```
 //!
+//! On GitHub the run is split in two jobs ([`Phase`]): the *visit* job
+//! (read-only token) runs guard ─► prepare ─► treat ─► seal, writing
+//! nothing to the forge; the *record* job (write token, no agent) runs
+//! guard ─► prepare ─► intake ─► judge ─► record on the sealed visit.
+//!
 //! - [`guard`]: one ordered list of checks; the lockdown comes before
 //!   anything that moves a patient or starts an agent.
 //! - [`prepare`]: the admission notes (durable before the agent), the
@@ -21,10 +26,12 @@
 
 mod approve;
 mod guard;
+mod intake;
 mod judge;
 mod prepare;
 mod record;
 mod result;
+mod seal;
 mod treat;
 pub mod visit;
 mod waiting;
@@ -33,7 +40,7 @@ mod wake;
 use tracing::{Instrument, info_span};
 
 pub use judge::validate_notes;
-pub use result::{StageRequest, StageResult, Transition};
+pub use result::{Phase, StageRequest, StageResult, Transition};
 
 use crate::hospital::Hospital;
 use crate::workspace::Workspace;
@@ -61,7 +68,9 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     teardown(h, workspace, result).await
 }
 
-/// Prepare, treat, judge, record.
+/// Prepare, treat, judge, record; in the visit job prepare, treat and seal;
+/// in the record job prepare, intake (the sealed visit instead of the
+/// agent), judge, record.
 async fn rounds(
     h: &Hospital,
     patient: &guard::Patient<'_>,
@@ -71,19 +80,39 @@ async fn rounds(
     // The auditing stage audits before its agent: a patient whose CI or
     // review has not come yet waits without one.
     let audit = match patient.stage.mode().audits() {
-        true => match waiting::before_nurse(h, patient).await? {
+        true => match waiting::before_nurse(h, patient, req.phase.writes()).await? {
             waiting::BeforeNurse::Done(result) => return Ok(result),
             waiting::BeforeNurse::Nurse(facts, checklist) => Some((facts, checklist)),
         },
         false => None,
     };
-    let prepared = prepare::prepare(h, patient, audit, workspace).await?;
+    // The record job reads the visit before it writes anything: a visit
+    // that is not this run's is dropped with nothing written.
+    let taken = match &req.phase {
+        Phase::Record { from } => match intake::take_in(h, patient, from)? {
+            intake::Taken::Dropped(result) => return Ok(result),
+            taken => Some(taken),
+        },
+        _ => None,
+    };
+    let prepared = prepare::prepare(h, patient, audit, workspace, &req.phase).await?;
     crate::fault::point("after-prepare");
-    let visit = treat::treat(h, patient, &prepared, req.agent_command.clone(), workspace.as_ref()).await?;
+    let (visit, committed, refused) = match taken {
+        Some(intake::Taken::Visit(visit, committed)) => (*visit, committed, None),
+        Some(intake::Taken::Refused(visit, reason)) => (*visit, None, Some(reason)),
+        Some(intake::Taken::Dropped(_)) => unreachable!("returned above"),
+        None => (treat::treat(h, patient, &prepared, req.agent_command.clone(), workspace.as_ref()).await?, None, None),
+    };
     crate::fault::point("after-treat");
-    let judgment = judge::judge(h, patient, &prepared, &visit).await?;
+    if let Phase::Visit { out } = &req.phase {
+        return seal::seal(patient, &visit, workspace.as_mut(), out).await;
+    }
+    let judgment = match refused {
+        Some(reason) => judge::Judgment::Invalid { reason: format!("the sealed visit was refused: {reason}") },
+        None => judge::judge(h, patient, &prepared, &visit, committed.as_ref()).await?,
+    };
     crate::fault::point("after-judge");
-    record::record(h, patient, &prepared, &visit, judgment, workspace.as_mut()).await
+    record::record(h, patient, &prepared, &visit, judgment, workspace.as_mut(), committed.as_ref()).await
 }
 
 async fn teardown(

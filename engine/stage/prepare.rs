@@ -8,6 +8,7 @@ use anyhow::Context;
 use tracing::warn;
 
 use super::guard::Patient;
+use super::result::Phase;
 use super::visit::{CHART_FILE, NOTES_FILE, PROMPT_FILE};
 use crate::chart::{Note, NoteKind, Seen};
 use crate::forge::StoredChart;
@@ -34,11 +35,16 @@ pub struct Prepared {
     pub notes_file: PathBuf,
 }
 
+/// In the visit job (`phase` [`Phase::Visit`]) the notes before the agent
+/// are in its chart but written nowhere (the record job writes them); in
+/// the record job ([`Phase::Record`]) no workspace comes up: nothing of the
+/// agent's tree is checked out where the token is.
 pub async fn prepare(
     h: &Hospital,
     patient: &Patient<'_>,
     audit: Option<(AuditFacts, Checklist)>,
     slot: &mut Option<Workspace>,
+    phase: &Phase,
 ) -> anyhow::Result<Prepared> {
     let (number, stage) = (patient.issue.number, patient.stage);
     std::fs::create_dir_all(&patient.folder)
@@ -71,14 +77,18 @@ pub async fn prepare(
     if let Some((_, checklist)) = &audit {
         before_agent.push(patient.engine_note(h, NoteKind::DischargeChecklist, checklist.render()));
     }
-    let stored =
-        crate::chart::append(&*h.forge, &h.sentinels, number, Seen::Read(patient.stored.clone()), &before_agent)
-            .await?;
+    let stored = match phase.writes() {
+        true => {
+            crate::chart::append(&*h.forge, &h.sentinels, number, Seen::Read(patient.stored.clone()), &before_agent)
+                .await?
+        }
+        false => patient.stored.clone(),
+    };
     let mut chart = patient.chart.clone();
     chart.extend(before_agent);
 
     // The task's worktree, and the stage's emulator if it has one.
-    if let Some(plan) = h.workspace_plan()? {
+    if let Some(plan) = h.workspace_plan()?.filter(|_| !matches!(phase, Phase::Record { .. })) {
         let mut wreq = plan.request(&h.root, number.0, stage.name, &patient.run, &patient.folder);
         wreq.emulator = h.config.emulator_for(stage.name).cloned();
         wreq.expires_after = stage.config.time_limit + stage.config.stall_after;

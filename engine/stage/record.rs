@@ -18,6 +18,7 @@ use crate::hospital::Hospital;
 use crate::rules::approval::{self, AfterAudit};
 use crate::transfer::{Move, transfer};
 use crate::workspace::Workspace;
+use crate::workspace::bundle::Intake;
 
 pub async fn record(
     h: &Hospital,
@@ -26,6 +27,7 @@ pub async fn record(
     visit: &Visit,
     judgment: Judgment,
     mut workspace: Option<&mut Workspace>,
+    committed: Option<&Intake>,
 ) -> anyhow::Result<StageResult> {
     let stage = patient.stage;
     let judgment = keep_or_discard(patient, visit, judgment, workspace.as_deref_mut()).await?;
@@ -76,7 +78,9 @@ pub async fn record(
         Judgment::Ungrounded { note, score, decision } => {
             ungrounded(h, patient, seen, vec![cost, note], &score, decision).await
         }
-        Judgment::Accepted(accepted) => accept(h, patient, prepared, visit, *accepted, cost, workspace).await,
+        Judgment::Accepted(accepted) => {
+            accept(h, patient, prepared, visit, *accepted, cost, Change { workspace, committed }).await
+        }
     }
 }
 
@@ -113,6 +117,13 @@ async fn keep_or_discard(
     Ok(judgment)
 }
 
+/// Where an accepted run's change is: the worktree (one process), or the
+/// visit's commits taken in by the record job.
+struct Change<'a> {
+    workspace: Option<&'a mut Workspace>,
+    committed: Option<&'a Intake>,
+}
+
 /// A valid run: the change is proposed (treating stages), the notes are
 /// charted, children are created, the audit merges, the patient moves.
 async fn accept(
@@ -122,8 +133,9 @@ async fn accept(
     visit: &Visit,
     accepted: Accepted,
     cost: Note,
-    workspace: Option<&mut Workspace>,
+    change: Change<'_>,
 ) -> anyhow::Result<StageResult> {
+    let Change { workspace, committed } = change;
     let (stage, number) = (patient.stage, patient.issue.number);
     let role = stage.config.role.as_str();
     if stage.mode().treats()
@@ -133,6 +145,14 @@ async fn accept(
         // stage's accepted run (keep_or_discard threw away the rest).
         ws.commit_leftovers().await?;
         propose(h, patient, ws).await?;
+    }
+    // The record job: the visit's commits (what the visit job committed)
+    // are pushed from the record repository, for a treating stage's
+    // accepted run only; any other run's commits are never pushed.
+    if stage.mode().treats()
+        && let Some(intake) = committed.filter(|i| i.head != i.start)
+    {
+        propose_visit(h, patient, intake).await?;
     }
     let Accepted { notes, outcome, overruled, groundedness, audit, protected } = accepted;
     let mut batch = vec![cost];
@@ -249,18 +269,35 @@ async fn propose(h: &Hospital, patient: &Patient<'_>, ws: &Workspace) -> anyhow:
     if !ws.push(target).await? {
         return Ok(());
     }
+    open_pull(h, patient, &ws.branch.name, &plan.base).await
+}
+
+/// The pull request of a pushed treatment (or, by the push, updated), and its CI.
+async fn open_pull(h: &Hospital, patient: &Patient<'_>, branch: &str, base: &str) -> anyhow::Result<()> {
     let number = patient.issue.number;
     let new = crate::forge::NewPullRequest {
-        head_branch: ws.branch.name.clone(),
-        base_branch: plan.base.clone(),
+        head_branch: branch.to_string(),
+        base_branch: base.to_string(),
         title: format!("{} ({number})", patient.issue.title),
         body: format!("Closes {number}.\n\nTreated by ward, stage `{}`, run `{}`.", patient.stage.name, patient.run),
     };
     let pr =
         h.forge.open_pull_request(new).await.with_context(|| format!("could not open the pull request of {number}"))?;
     info!(pull = pr.number, "pull request open");
-    start_ci(h, &ws.branch.name).await;
+    start_ci(h, branch).await;
     Ok(())
+}
+
+/// The record job proposes the visit's commits: pushed to `ward/issue-N`
+/// from the fresh repository they were taken into, then the pull request.
+async fn propose_visit(h: &Hospital, patient: &Patient<'_>, intake: &Intake) -> anyhow::Result<()> {
+    let Some(plan) = h.workspace_plan()? else { return Ok(()) };
+    let Some(target) = &plan.push else { return Ok(()) };
+    let number = patient.issue.number;
+    let branch = crate::workspace::worktree::branch_name(number.0);
+    crate::workspace::bundle::push(intake, &target.url, &branch, target.token.as_deref())
+        .with_context(|| format!("could not push the visit's commits of {number} to `{branch}`"))?;
+    open_pull(h, patient, &branch, &plan.base).await
 }
 
 /// A push with the workflow token starts no workflow, so the repository's

@@ -18,11 +18,36 @@ pub struct StageRequest {
     /// A review or CI event woke the patient: only a waiting patient looks,
     /// and only a change it finds runs the audit again.
     pub wake: Option<crate::event::Wake>,
+    /// The whole run in this process, or one of its two halves on GitHub.
+    pub phase: Phase,
 }
 
 impl StageRequest {
     pub fn new(issue: IssueNumber) -> Self {
-        Self { issue, label: None, agent_command: None, run_id: None, wake: None }
+        Self { issue, label: None, agent_command: None, run_id: None, wake: None, phase: Phase::Whole }
+    }
+}
+
+/// Which part of a stage run this process makes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Phase {
+    /// Guard, prepare, treat, judge, record: one process (`ward stage`).
+    #[default]
+    Whole,
+    /// The read-only half (`ward visit`): guard and prepare without a write,
+    /// the agent, and the sealed visit written to `out` (notes, logs, the
+    /// new commits as a git bundle). A guard that would write stops the
+    /// visit without an agent: the record job writes it.
+    Visit { out: PathBuf },
+    /// The writing half (`ward record`): guard and prepare again (writing
+    /// now), the visit in `from` taken in as hostile input, judge, record.
+    Record { from: PathBuf },
+}
+
+impl Phase {
+    /// Whether this process may write to the forge.
+    pub fn writes(&self) -> bool {
+        !matches!(self, Phase::Visit { .. })
     }
 }
 

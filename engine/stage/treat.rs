@@ -98,6 +98,7 @@ pub async fn treat(
         usage: usage(&stdout, budget),
         commit: None,
         changed,
+        start: slot.map(|ws| ws.start().to_string()),
         notes: Default::default(),
         stderr_tail: String::new(),
     };

@@ -41,6 +41,9 @@ pub const MAX_NOTES_BYTES: u64 = 512 * 1024;
 /// How much of the end of the agent's stderr a refusal quotes.
 const STDERR_TAIL_BYTES: u64 = 4 * 1024;
 const MAX_VISIT_BYTES: u64 = 64 * 1024;
+/// How much of the end of the agent's stdout a sealed visit carries (its
+/// usage is read from it).
+pub const STDOUT_TAIL_BYTES: u64 = 1024 * 1024;
 
 /// What one agent run produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +70,10 @@ pub struct Visit {
     /// agent ended. A stage that doesn't treat must leave this empty.
     #[serde(default)]
     pub changed: Vec<String>,
+    /// The commit the run started at (the visit job's checkout); a claim
+    /// the record job accepts only when it is what it expects.
+    #[serde(default)]
+    pub start: Option<String>,
     /// What it wrote to `$WARD_NOTES`, read back from the folder.
     #[serde(skip)]
     pub notes: AgentText,
@@ -99,6 +106,41 @@ impl Visit {
         let path = dir.join(VISIT_FILE);
         let json = serde_json::to_vec_pretty(self).expect("a visit serialises");
         std::fs::write(&path, json).map_err(|cause| VisitError::Write { path, cause })
+    }
+
+    /// Writes the visit as the visit job hands it on (`out` emptied first:
+    /// anything a process of the agent's put there is gone): `visit.json`,
+    /// the notes as read (an oversized file cut one byte past the limit, so
+    /// it stays oversized), the end of stdout and of stderr, all from
+    /// what ward read once, after the agent and its leftovers were killed.
+    pub fn write_out(&self, from: &Path, out: &Path) -> Result<(), VisitError> {
+        let write = |path: PathBuf, bytes: &[u8]| {
+            std::fs::write(&path, bytes).map_err(|cause| VisitError::Write { path, cause })
+        };
+        let notes: Option<Vec<u8>> = match &self.notes {
+            AgentText::Text(t) => Some(t.as_bytes().to_vec()),
+            AgentText::TooLarge(_) => match read_bounded(&from.join(NOTES_FILE), MAX_NOTES_BYTES) {
+                Bounded::Read(b) => Some(b),
+                Bounded::TooLarge(_) | Bounded::Missing(_) => Some(vec![b'x'; MAX_NOTES_BYTES as usize + 1]),
+            },
+            AgentText::Missing => None,
+        };
+        let stdout = tail(&from.join(STDOUT_FILE), STDOUT_TAIL_BYTES);
+        if out.exists() {
+            std::fs::remove_dir_all(out).map_err(|cause| VisitError::Write { path: out.into(), cause })?;
+        }
+        std::fs::create_dir_all(out).map_err(|cause| VisitError::Write { path: out.into(), cause })?;
+        self.seal(out)?;
+        if let Some(notes) = notes {
+            write(out.join(NOTES_FILE), &notes)?;
+        }
+        write(out.join(STDOUT_FILE), stdout.as_bytes())?;
+        write(out.join(STDERR_FILE), self.stderr_tail.as_bytes())
+    }
+
+    /// The end of the agent's stdout in `dir`, bounded.
+    pub fn stdout_tail(dir: &Path) -> String {
+        tail(&dir.join(STDOUT_FILE), STDOUT_TAIL_BYTES)
     }
 
     /// Reads a sealed visit back, with bounds on everything it reads.
@@ -176,6 +218,7 @@ mod tests {
             usage: Some(Usage { cost_usd: Some(0.25), input_tokens: 10, ..Usage::default() }),
             commit: Some("0123abc".into()),
             changed: vec!["src/lib.rs".into()],
+            start: None,
             notes: AgentText::Missing,
             stderr_tail: String::new(),
         }

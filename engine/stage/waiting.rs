@@ -31,10 +31,22 @@ pub enum BeforeNurse {
 }
 
 /// The audit before the nurse, and what it decides.
-pub async fn before_nurse(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<BeforeNurse> {
+/// `writes` is `false` in the visit job: a patient that waits or goes back
+/// runs no agent, and the record job, auditing again, writes why.
+pub async fn before_nurse(h: &Hospital, patient: &Patient<'_>, writes: bool) -> anyhow::Result<BeforeNurse> {
     let facts = audit::gather(&*h.forge, &audit::patient_branch(patient.issue.number)).await;
     let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
     let treat = h.config.stages().find(|s| s.mode() == Mode::Treat).map(|s| s.config.label.clone());
+    let nurse = match (checklist.verdict(), &treat) {
+        (Verdict::Waiting, _) => false,
+        (Verdict::Failed, Some(_)) => checklist.for_treatment().is_empty(),
+        _ => true,
+    };
+    if !writes && !nurse {
+        let reason =
+            format!("the audit before the nurse of {} runs no agent; the record job writes it", patient.issue.number);
+        return Ok(BeforeNurse::Done(StageResult::NoOp { issue: patient.issue.number, reason }));
+    }
     match (checklist.verdict(), treat) {
         (Verdict::Waiting, _) => wait(h, patient, &facts, &checklist).await.map(BeforeNurse::Done),
         (Verdict::Failed, Some(treat)) if !checklist.for_treatment().is_empty() => {

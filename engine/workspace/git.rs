@@ -338,6 +338,55 @@ pub fn fetch_branch(git_dir: &Path, remote_url: &str, branch: &str, token: Optio
     Ok(true)
 }
 
+/// Fetches `branch` of `remote_url` into `target` of the bare repository
+/// `bare` that ward made in `scratch` (the record job's; nothing of an
+/// agent's is in it). `false` when the remote has no such branch.
+pub fn fetch_into(
+    bare: &Path,
+    scratch: &Path,
+    remote_url: &str,
+    branch: &str,
+    target: &str,
+    token: Option<&str>,
+) -> Result<bool> {
+    let mut cmd = remote(scratch);
+    cmd.arg("--git-dir").arg(bare);
+    let refspec = format!("+refs/heads/{branch}:{target}");
+    cmd.args([
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        "--no-write-fetch-head",
+        "--no-recurse-submodules",
+        remote_url,
+        &refspec,
+    ]);
+    authorize(&mut cmd, remote_url, token);
+    match run(cmd, "fetch", token) {
+        Ok(_) => Ok(true),
+        Err(WorktreeError::Cli { stderr, .. }) if stderr.contains("couldn't find remote ref") => Ok(false),
+        Err(e) => Err(e.for_branch(branch)),
+    }
+}
+
+/// Pushes `source` (a ref of the bare repository `bare`, which ward made)
+/// to `branch` of `remote_url`.
+pub fn push_ref(
+    bare: &Path,
+    source: &str,
+    remote_url: &str,
+    branch: &str,
+    token: Option<&str>,
+    force: bool,
+) -> Result<()> {
+    let scratch = bare.parent().unwrap_or(bare);
+    let refspec = format!("{}{source}:refs/heads/{branch}", if force { "+" } else { "" });
+    let mut cmd = remote(scratch);
+    cmd.arg("--git-dir").arg(bare).args(["push", "--no-verify", "--porcelain", remote_url, &refspec]);
+    authorize(&mut cmd, remote_url, token);
+    run(cmd, "push", token).map(drop).map_err(|e| e.for_branch(branch))
+}
+
 /// Copies the packs and loose objects of `from` into the object store
 /// `to`: each file under a temporary name, then renamed, index files last
 /// (git sees a pack once its index is there).

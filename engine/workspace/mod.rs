@@ -16,6 +16,7 @@
 //! puts `report.json` in the run's artifacts folder; the report carries the
 //! workspace's own setup, commit and teardown times.
 
+pub mod bundle;
 pub mod emulator;
 mod errors;
 pub mod git;
@@ -731,6 +732,22 @@ impl Workspace {
             self.commit = made.clone();
         }
         Ok(made)
+    }
+
+    /// The visit job's end: what the agent left committed (under ward's
+    /// identity, as [`Workspace::commit_leftovers`]), then the run's commits
+    /// on top of where it started written as a bundle at `out`. `false` (no
+    /// file) when the run committed nothing. Whether any of it is kept is
+    /// the record job's decision, never this job's.
+    pub async fn bundle(&mut self, out: &Path) -> Result<bool, WorkspaceError> {
+        self.commit_leftovers().await?;
+        let (wt, branch, out) = (self.worktree.clone(), self.branch.name.clone(), out.to_path_buf());
+        blocking(move || bundle::create(&git::Checkout::new(&wt.metadata, &wt.path), &branch, &wt.start, &out)).await
+    }
+
+    /// The commit this run started at.
+    pub fn start(&self) -> &str {
+        &self.worktree.start
     }
 
     /// The files this run changed, relative to the top of the checkout:

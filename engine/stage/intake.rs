@@ -1,0 +1,102 @@
+//! Intake: the record job takes in a visit the visit job sealed, as hostile
+//! input. Everything in the folder was in reach of the agent (it ran as the
+//! same user in that job), so:
+//!
+//! - files are read with the bounds of [`Visit::open`], the agent's stdout
+//!   only as its tail (the usage is read from it here, again);
+//! - the visit's issue, stage, run and label must be this run's: the record
+//!   job takes them from its own trigger and guard, and a visit that names
+//!   others (a label that moved meanwhile, a stale artifact) is dropped
+//!   with one line, nothing written;
+//! - its commits are taken in by [`crate::workspace::bundle::take_in`]:
+//!   git in a fresh bare repository with a clean environment, one ref,
+//!   descending from where this job says the run started, bounded in
+//!   size; what they changed is read from the commits, never from the
+//!   visit's own list; nothing is checked out, no hook or config of the
+//!   agent's is read.
+//!
+//! What intake returns goes through judge and record like any visit.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use super::guard::Patient;
+use super::result::StageResult;
+use super::visit::{VISIT_FILE, Visit};
+use crate::chart::NoteKind;
+use crate::hospital::Hospital;
+use crate::workspace::bundle::{self, BUNDLE_FILE, BundleError, Expected, Intake};
+
+/// What the record job makes of the visit folder.
+pub enum Taken {
+    /// A visit of this run, with its commits taken in (`None`: no git here).
+    Visit(Box<Visit>, Option<Intake>),
+    /// Nothing to record: the run ends here, nothing written.
+    Dropped(StageResult),
+    /// The visit is this run's but broke a bound: an invalid run (a REFUSAL).
+    Refused(Box<Visit>, String),
+}
+
+pub fn take_in(h: &Hospital, patient: &Patient<'_>, from: &Path) -> anyhow::Result<Taken> {
+    let number = patient.issue.number;
+    let drop = |reason: String| Ok(Taken::Dropped(StageResult::NoOp { issue: number, reason }));
+    if !from.join(VISIT_FILE).exists() {
+        return drop(format!(
+            "the visit job sealed no visit of {number} (it ran no agent: its guard stopped, or it failed); nothing \
+             to record"
+        ));
+    }
+    let mut visit = Visit::open(from).map_err(|e| anyhow::anyhow!("{e}; nothing was recorded"))?;
+    let ours = [
+        ("issue", visit.issue.to_string(), number.to_string()),
+        ("stage", visit.stage.clone(), patient.stage.name.to_string()),
+        ("run", visit.run.clone(), patient.run.clone()),
+        ("label", visit.label_in.clone(), patient.label_in.clone()),
+    ];
+    for (what, theirs, mine) in ours {
+        if theirs != mine {
+            return drop(format!(
+                "the visit was sealed for {what} `{}`, and this run is at `{}`: the patient moved while the agent ran \
+                 (or the visit is another run's); the visit is dropped, nothing written",
+                theirs.escape_debug(),
+                mine
+            ));
+        }
+    }
+    // What the agent spent: read here again, from the tail of its output.
+    visit.usage = crate::budget::parse_usage(&Visit::stdout_tail(from), &h.config.departments.budget);
+    visit.commit = None;
+    let Some(plan) = h.workspace_plan()? else { return Ok(Taken::Visit(Box::new(visit), None)) };
+    let target = plan.push.as_ref().context(
+        "`ward record` fetches and pushes the patient's branch: it runs in GitHub Actions (GITHUB_REPOSITORY and \
+         GITHUB_SERVER_URL set)",
+    )?;
+    let branch = crate::workspace::worktree::branch_name(number.0);
+    let restart =
+        patient.chart.iter().rfind(|n| n.kind == NoteKind::Outcome).is_some_and(|n| n.body.trim() == "restart");
+    let expect = Expected {
+        remote_url: &target.url,
+        token: target.token.as_deref(),
+        base: &plan.base,
+        branch: &branch,
+        restart,
+    };
+    let file = from.join(BUNDLE_FILE);
+    let bundle_file = file.exists().then_some(file.as_path());
+    let Some(start) = visit.start.clone() else {
+        let reason = "the visit names no commit it started at".to_string();
+        return Ok(Taken::Refused(Box::new(visit), reason));
+    };
+    match bundle::take_in(bundle_file, &start, &expect) {
+        Ok(intake) => {
+            visit.changed = intake.changed.clone();
+            visit.commit = (intake.head != intake.start).then(|| intake.head.clone());
+            Ok(Taken::Visit(Box::new(visit), Some(intake)))
+        }
+        Err(BundleError::Refused(reason)) => Ok(Taken::Refused(Box::new(visit), reason)),
+        Err(BundleError::Git(e)) => {
+            Err(anyhow::Error::new(e).context(format!("could not take in the visit's commits of {number}")))
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! Seal: the visit job's last step. The agent has ended and every process
+//! it left was killed ([`crate::agent::reap_orphans`]); what it produced
+//! was read once into the [`Visit`]. The visit job writes that, and the
+//! run's commits as a git bundle (what the agent left committed under
+//! ward's identity first), to the folder the workflow uploads. It decides
+//! nothing: the record job judges and records, or drops, the visit.
+
+use std::path::Path;
+
+use anyhow::Context;
+use tracing::info;
+
+use super::guard::Patient;
+use super::result::StageResult;
+use super::visit::Visit;
+use crate::workspace::Workspace;
+use crate::workspace::bundle::BUNDLE_FILE;
+
+pub async fn seal(
+    patient: &Patient<'_>,
+    visit: &Visit,
+    workspace: Option<&mut Workspace>,
+    out: &Path,
+) -> anyhow::Result<StageResult> {
+    let number = patient.issue.number;
+    visit.write_out(&patient.folder, out)?;
+    let bundled = match workspace {
+        Some(ws) => ws
+            .bundle(&out.join(BUNDLE_FILE))
+            .await
+            .with_context(|| format!("could not write the commits of the visit of {number} as a bundle"))?,
+        None => false,
+    };
+    info!(out = %out.display(), bundled, "visit sealed");
+    Ok(StageResult::NoOp {
+        issue: number,
+        reason: format!(
+            "the visit of stage `{}` (run {}) is sealed in {}{}; the record job judges and records it",
+            patient.stage.name,
+            patient.run,
+            out.display(),
+            if bundled { " with its commits" } else { ", no commit" }
+        ),
+    })
+}
