@@ -29,7 +29,7 @@
 //! | a 100k-deep YAML note                               | unit tests (rules/decomposition.rs, untrusted.rs) |
 //! | control characters in notes                         | `notes.sh controls`: local forge             |
 //! | a child that daemonises and rewrites the visit      | `daemon.sh` through the two jobs (tests/workflows.rs): killed before the seal |
-//! | a child that daemonises and reads the push's env    | the same reaper: ward kills what the agent left when it ends |
+//! | a child that daemonises and reads the push's env    | `daemon.sh` in one process: killed when the agent ends, before any push |
 //! | an agent holding the visit job's token              | `steal.sh` through the two jobs: its label and push get 403 |
 //! | a bundle with another ref, a huge file, a moved start | refused with a sentence (workspace/bundle.rs tests; `huge.sh` through the two jobs) |
 //! | a visit whose label moved while the agent ran       | dropped, nothing written (tests/workflows.rs) |
@@ -554,4 +554,26 @@ mod github {
         let st = gh.state();
         assert_eq!(st.labels_of(n), ["ward:diagnose"], "the stage ended as usual, talking to the fake with WARD_TOKEN");
     }
+}
+
+/// One process (`ward stage`): a child the agent daemonised (its own
+/// session, out of the agent's process group) is killed when the agent
+/// ends, before ward reads, judges, commits or pushes anything, so it can
+/// neither change what is judged nor read the environment of the push.
+/// ward is its subreaper; without that the child outlived ward.
+#[test]
+fn a_daemonised_child_dies_with_the_agent_in_one_process() {
+    let s = Sandbox::new();
+    s.agent("daemon", &[], &[]);
+    let out = s.stage(&[]);
+    s.assert_normal_outcome(&out);
+    let loot = s.loot();
+    let daemon: i32 = loot
+        .lines()
+        .find_map(|l| l.strip_prefix("daemon ")?.parse().ok())
+        .unwrap_or_else(|| panic!("the daemon started: {loot}"));
+    // SAFETY: kill(2) with signal 0 only asks whether the process exists.
+    assert_ne!(unsafe { libc::kill(daemon, 0) }, 0, "the daemon {daemon} outlived ward: {loot}");
+    assert!(!loot.contains("daemon survived"), "{loot}");
+    s.assert_no_canary(&out);
 }
