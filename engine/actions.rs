@@ -246,8 +246,8 @@ pub enum EventRun {
 }
 
 /// `ward stage --event FILE` once the event is parsed: who may start what,
-/// the missing ward labels on admission (created once, with colours and
-/// descriptions), then the stage run. Nothing changes on GitHub before the
+/// then the stage run (whose guard creates ward's missing labels on
+/// admission, once, with colours and descriptions). Nothing changes on GitHub before the
 /// guard passes, except the refusal comment.
 pub async fn stage_from_event(h: &Hospital, trigger: &Trigger) -> anyhow::Result<EventRun> {
     tracing::info!(kind = ?trigger.kind, issue = ?trigger.issue, label = ?trigger.label, actor = %trigger.actor, "event");
@@ -257,12 +257,6 @@ pub async fn stage_from_event(h: &Hospital, trigger: &Trigger) -> anyhow::Result
         Admission::Sweep => return Ok(EventRun::Sweep),
         Admission::Run { issue, label } => (issue, label),
     };
-    if label.as_deref() == Some(h.config.admission.as_str()) {
-        h.forge
-            .ensure_labels(&h.config.label_specs())
-            .await
-            .with_context(|| format!("could not create ward's labels in {}", h.forge.describe()))?;
-    }
     let req = StageRequest { label, wake: trigger.wake.clone(), ..StageRequest::new(issue) };
     Ok(EventRun::Ran(Box::new(run_stage(h, &req).await?)))
 }

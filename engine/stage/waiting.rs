@@ -32,7 +32,8 @@ pub enum BeforeNurse {
 
 /// The audit before the nurse, and what it decides.
 pub async fn before_nurse(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<BeforeNurse> {
-    let facts = audit::gather(&*h.forge, &audit::patient_branch(patient.issue.number)).await;
+    let facts =
+        audit::gather(&*h.forge, &audit::patient_branch(patient.issue.number), h.config.approve_permission).await;
     let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
     let treat = h.config.stages().find(|s| s.mode() == Mode::Treat).map(|s| s.config.label.clone());
     match (checklist.verdict(), treat) {

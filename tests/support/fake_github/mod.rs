@@ -80,6 +80,7 @@
 
 mod events;
 pub mod git;
+mod graphql;
 mod handlers;
 mod releases;
 mod settings;
