@@ -1,6 +1,9 @@
 //! Where issues live, behind one trait. `local` keeps them in JSON files (the
-//! embedded default); `github` talks to the REST API. The engine above this
-//! line never knows which one it has.
+//! embedded default); `github` talks to GitHub's API (REST for writes,
+//! GraphQL for the reads one query can combine: [`Forge::patient`],
+//! [`Forge::look`], [`Forge::pull_facts`], whose default implementations
+//! make the separate calls). The engine above this line never knows which
+//! one it has.
 
 pub mod github;
 pub mod local;
