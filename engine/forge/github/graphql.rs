@@ -7,6 +7,14 @@
 //! than a page of labels, reviews, threads, commits or checks; a chart
 //! beyond what `Blob.text` gives) that part is read over REST, so the
 //! answer is whole or an error, never silently short.
+//!
+//! GraphQL has its own rate limit, in points: a query costs the number of
+//! page requests its connections could need, divided by 100 (at least 1).
+//! The stage's read and the sweep's look cost 1 point; the audit's about
+//! 5 (five pull requests at most, each with its pages, and the parents of
+//! up to 100 commits), which is why it asks for five pull requests, not
+//! more. Points come from their own budget: these reads leave the REST
+//! budget to the writes.
 
 use std::collections::BTreeMap;
 
@@ -43,7 +51,7 @@ chart: object(expression: $chart) { __typename ... on Blob { oid text isBinary i
 
 pub(super) const PULL_QUERY: &str = "query($owner: String!, $name: String!, $branch: String!) { \
 repository(owner: $owner, name: $name) { \
-pullRequests(headRefName: $branch, states: [OPEN, MERGED], first: 20) { nodes { \
+pullRequests(headRefName: $branch, states: [OPEN, MERGED], first: 5) { pageInfo { hasNextPage } nodes { \
 number title body url state headRefName headRefOid baseRefName isCrossRepository author { login } \
 reviews(first: 100) { nodes { author { login } state body commit { oid } authorCanPushToRepository } \
 pageInfo { hasNextPage } } \
@@ -453,6 +461,10 @@ impl GitHubForge {
             .and_then(|d| d.pointer("/repository/pullRequests"))
             .ok_or_else(|| bad_shape(&action, "no `pullRequests` in the answer"))?;
         let pulls: Conn<GqlPull> = serde_json::from_value(pulls.clone()).map_err(|e| bad_shape(&action, e))?;
+        if !pulls.whole() {
+            // More than five open or merged pull requests from one branch: REST lists them all.
+            return crate::forge::pull_facts_by_parts(self, branch).await;
+        }
         // As over REST: a branch of this repository (never a fork's of the
         // same name), the open pull request, else the newest merged one.
         let mut live: Vec<GqlPull> = pulls.nodes.into_iter().filter(|p| !p.is_cross_repository).collect();
