@@ -250,8 +250,8 @@ pub enum EventRun {
 }
 
 /// `ward stage --event FILE` once the event is parsed: who may start what,
-/// the missing ward labels on admission (created once, with colours and
-/// descriptions), then the stage run. Nothing changes on GitHub before the
+/// then the stage run (whose guard creates ward's missing labels on
+/// admission, once, with colours and descriptions). Nothing changes on GitHub before the
 /// guard passes, except the refusal comment.
 /// `phase` says which half of a stage run this job makes (the whole run
 /// with `ward stage`; on GitHub the visit job, then the record job).
@@ -264,12 +264,6 @@ pub async fn stage_from_event(h: &Hospital, trigger: &Trigger, phase: Phase) -> 
         Admission::Sweep => return Ok(EventRun::Sweep),
         Admission::Run { issue, label } => (issue, label),
     };
-    if label.as_deref() == Some(h.config.admission.as_str()) && writes {
-        h.forge
-            .ensure_labels(&h.config.label_specs())
-            .await
-            .with_context(|| format!("could not create ward's labels in {}", h.forge.describe()))?;
-    }
     let req = StageRequest { label, wake: trigger.wake.clone(), phase, ..StageRequest::new(issue) };
     Ok(EventRun::Ran(Box::new(run_stage(h, &req).await?)))
 }

@@ -19,7 +19,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta};
-use crate::forge::{Forge, ForgeError, IssueNumber, LabelSpec, NewIssue, Permission};
+use crate::forge::{Forge, ForgeError, Issue, IssueNumber, LabelSpec, NewIssue, Permission};
 
 pub use crate::config::LOCKDOWN_LABEL;
 
@@ -81,11 +81,13 @@ pub async fn active_lockdown(forge: &dyn Forge) -> Result<Option<Lockdown>, Lock
         .open_issues_with_label(LOCKDOWN_LABEL)
         .await
         .map_err(forge_err(format!("list the open issues labeled `{LOCKDOWN_LABEL}`")))?;
-    Ok(open.into_iter().min_by_key(|i| i.number).map(|i| Lockdown {
-        issue: i.number,
-        reason: reason_of(&i.body),
-        declared_by: declarer_of(&i.body).unwrap_or(i.author),
-    }))
+    Ok(open.into_iter().min_by_key(|i| i.number).map(lockdown_of))
+}
+
+/// The lockdown an open lockdown issue declares (the stage's guard gets
+/// the issue from [`Forge::patient`]).
+pub fn lockdown_of(i: Issue) -> Lockdown {
+    Lockdown { issue: i.number, reason: reason_of(&i.body), declared_by: declarer_of(&i.body).unwrap_or(i.author) }
 }
 
 /// Declares a lockdown as `actor` (the engine account when the sweep

@@ -14,8 +14,8 @@ use ward::chart::{self, Note, NoteMeta, Sentinels};
 use ward::config::Config;
 use ward::event::{self, EventError, Parsed, Trigger, TriggerKind};
 use ward::forge::{
-    CiState, Forge, ForgeError, IssueNumber, IssueState, LabelAction, LabelSpec, NewIssue, NewPullRequest, Permission,
-    PullState, ReviewState,
+    CiState, Forge, ForgeError, IssueNumber, IssueState, LabelAction, LabelSpec, NewIssue, NewPullRequest, PatientRead,
+    Permission, PullState, ReviewState,
 };
 
 const WEBHOOKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/github/webhooks");
@@ -277,6 +277,158 @@ async fn a_file_on_the_charts_branch_that_is_not_a_chart_is_refused_and_left_alo
 // ---------------------------------------------------------------------------
 // Dispatch, pull requests, CI
 
+/// What a stage run reads before its guards, in one GraphQL query: the
+/// same as the three REST reads, with the oldest open lockdown, and a
+/// chart larger than GraphQL's `Blob.text` gives read by the blob sha the
+/// query returned.
+#[tokio::test]
+async fn a_patient_is_read_in_one_query_like_its_three_rest_reads() {
+    let gh = FakeGitHub::start().await;
+    let forge = gh.forge();
+    let (n, first_lockdown) = {
+        let mut s = gh.state();
+        let n = s.add_issue("Login fails", "Steps.", "alice", &["bug", "ward:treat"]);
+        let first =
+            s.add_issue("Docker down", "Docker host down\n\n---\nDeclared by @maria", ENGINE, &["ward:lockdown"]);
+        s.add_issue("Again", "CI down", ENGINE, &["ward:lockdown"]);
+        (IssueNumber(n), IssueNumber(first))
+    };
+    let mark = gh.state().log.len();
+    let one = forge.patient(n, "ward:lockdown").await.unwrap();
+    assert_eq!(calls_since(&gh, mark), expect(&[(GRAPHQL, 1)]));
+    let three = ward::forge::patient_by_parts(&forge, n, "ward:lockdown").await.unwrap();
+    assert_eq!(PatientRead { repository_labels: None, ..one.clone() }, three);
+    assert_eq!(
+        one.repository_labels,
+        Some(strings(&["bug", "ward:lockdown", "ward:treat"])),
+        "and the repository's labels"
+    );
+    assert_eq!(one.issue.labels, strings(&["bug", "ward:treat"]));
+    assert_eq!(one.lockdown.as_ref().map(|l| l.number), Some(first_lockdown), "the oldest open lockdown");
+    assert_eq!(one.chart, None, "no chart yet");
+
+    let stored = forge.write_chart(n, "# chart\n", None).await.unwrap();
+    assert_eq!(forge.patient(n, "ward:lockdown").await.unwrap().chart, Some(stored.clone()));
+    // Over 1 MB: GraphQL cuts `Blob.text` (isTruncated), the contents API
+    // answers without content (encoding `none`); both read the blob by sha.
+    let big = format!("# chart\n{}\n", "a line of the chart\n".repeat(60_000));
+    let stored = forge.write_chart(n, &big, Some(&stored.version)).await.unwrap();
+    let mark = gh.state().log.len();
+    assert_eq!(forge.patient(n, "ward:lockdown").await.unwrap().chart, Some(stored.clone()));
+    assert_eq!(calls_since(&gh, mark), expect(&[(GRAPHQL, 1), ("GET /repos/{owner}/{repo}/git/blobs/{file_sha}", 1)]));
+    let mark = gh.state().log.len();
+    assert_eq!(forge.read_chart(n).await.unwrap(), Some(stored));
+    {
+        let s = gh.state();
+        let contents = &s.log[mark];
+        assert_eq!(contents.key(), CHART_GET);
+        let answer = contents.response.as_ref().unwrap();
+        assert_eq!(
+            (answer["encoding"].as_str(), answer["content"].as_str()),
+            (Some("none"), Some("")),
+            "as GitHub: no inline content"
+        );
+    }
+
+    // The charge nurse's look: the issue, the chart and the label history
+    // (labels on and off), one query, as the three REST reads give them.
+    forge.set_labels(n, &strings(&["bug", "ward:code-review"])).await.unwrap();
+    let mark = gh.state().log.len();
+    let look = forge.look(n).await.unwrap();
+    assert_eq!(calls_since(&gh, mark), expect(&[(GRAPHQL, 1), ("GET /repos/{owner}/{repo}/git/blobs/{file_sha}", 1)]));
+    assert_eq!(look.issue, forge.issue(n).await.unwrap());
+    assert_eq!(look.chart, forge.read_chart(n).await.unwrap());
+    assert_eq!(look.label_events, forge.label_events(n).await.unwrap());
+    assert!(look.label_events.iter().any(|e| e.action == LabelAction::Removed && e.label == "ward:treat"));
+
+    let err = forge.patient(IssueNumber(404), "ward:lockdown").await.unwrap_err();
+    assert!(matches!(err, ForgeError::IssueNotFound(IssueNumber(404), _)), "{err}");
+    // A token that cannot read contents: refused by name, nothing guessed.
+    gh.state().tokens.get_mut(TOKEN).unwrap().permissions.0.insert("contents".into(), Level::None);
+    let err = forge.patient(n, "ward:lockdown").await.unwrap_err();
+    assert!(err.to_string().contains("Resource not accessible by integration"), "{err}");
+}
+
+/// The sweep's state outgrows the contents API's inline 1 MB past about
+/// 25,000 watched patients; it is still read whole (by its blob sha).
+#[tokio::test]
+async fn the_sweep_state_of_30000_watched_patients_is_read_whole() {
+    let gh = FakeGitHub::start().await;
+    let forge = gh.forge();
+    let watched = 30_000u64;
+    ward::sweep::update_state(&forge, |s| {
+        for n in 1..=watched {
+            s.watch.insert(n, ("ward:code-review".to_string(), 1_796_000_000 + n as i64));
+        }
+        Ok::<(), ()>(())
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let size = gh.state().file(CHARTS, "charts/0.md").unwrap().len();
+    assert!(size > 1024 * 1024, "the state is over 1 MB ({size} bytes)");
+    let state = ward::sweep::load_state(&forge).await.unwrap();
+    assert_eq!(state.watch.len(), watched as usize);
+    // And it is updated again through compare-and-swap on that sha.
+    ward::sweep::update_state(&forge, |s| {
+        s.cursor = 7;
+        Ok::<(), ()>(())
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(ward::sweep::load_state(&forge).await.unwrap().cursor, 7);
+}
+
+/// The charge nurse on GitHub: a stalled patient costs one GraphQL look
+/// (the issue as it is now, its chart and label events), the SWEEP note and
+/// the re-trigger (the dispatch): three calls beyond what a sweep with
+/// nobody due costs (the listing pages, the state's lock and release, the
+/// base branch's CI). Over REST it is five (label events, chart, re-read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_costs_its_pages_and_three_calls_per_stalled_patient() {
+    for graphql in [true, false] {
+        let gh = FakeGitHub::start().await;
+        let stalled = 4;
+        {
+            let mut s = gh.state();
+            for i in 1..=stalled {
+                s.add_issue(&format!("stalled {i}"), "", "alice", &["ward:admit"]);
+            }
+            s.clock += chrono::Duration::minutes(175);
+            for i in 0..250 {
+                s.add_issue(&format!("healthy {i}"), "", "alice", &["ward:treat"]);
+            }
+        }
+        let noon = DateTime::parse_from_rfc3339(EPOCH).unwrap().with_timezone(&Utc);
+        let forge = gh.forge().with_graphql(graphql);
+        let facilities = ward::sweep::Facilities::default();
+        // Installed: the charts branch is there (the sweep's state on it).
+        ward::sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+        let mark = gh.state().log.len();
+        let cold =
+            ward::sweep::sweep(&forge, &config(), noon + chrono::Duration::hours(3), &facilities, None).await.unwrap();
+        assert_eq!(cold.actions.len(), stalled, "{cold}");
+        let cold_calls = calls_since(&gh, mark);
+        let mark = gh.state().log.len();
+        let later = noon + chrono::Duration::hours(3) + chrono::Duration::minutes(5);
+        let steady = ward::sweep::sweep(&forge, &config(), later, &facilities, None).await.unwrap();
+        assert_eq!((steady.actions.len(), steady.due), (0, 0), "{steady}");
+        let steady_calls = calls_since(&gh, mark);
+        let total = |m: &std::collections::BTreeMap<String, usize>| m.values().sum::<usize>();
+        let per_stalled = if graphql { 3 } else { 5 };
+        assert_eq!(
+            total(&cold_calls) - total(&steady_calls),
+            per_stalled * stalled,
+            "graphql={graphql}: {cold_calls:#?} against {steady_calls:#?}"
+        );
+        if graphql {
+            assert_eq!(cold_calls.get(GRAPHQL), Some(&stalled), "one look each: {cold_calls:#?}");
+        }
+        assert_eq!(cold_calls.get(DISPATCH), Some(&stalled), "{cold_calls:#?}");
+    }
+}
+
 #[tokio::test]
 async fn dispatch_sends_ward_stage_with_the_issue() {
     let gh = FakeGitHub::start().await;
@@ -351,12 +503,31 @@ async fn pull_requests_reviews_threads_commits_ci_and_merge() {
     assert_eq!(forge.ci_status(&c3).await.unwrap().state, CiState::Pending);
     assert_eq!(forge.ci_status(&c4).await.unwrap().state, CiState::Failure);
     assert_eq!(forge.ci_status(&quiet).await.unwrap().state, CiState::Missing);
+    // The audit's one GraphQL query gives what the REST reads give (the
+    // 150 threads are more than its page: those are paged on, two calls).
+    let mark = gh.state().log.len();
+    let by_graphql = forge.pull_facts("ward/issue-1").await.unwrap().expect("the pull request");
+    assert_eq!(
+        calls_since(&gh, mark),
+        expect(&[(GRAPHQL, 1 + 2)]),
+        "one query, then the threads beyond its first page"
+    );
+    let by_rest = ward::forge::pull_facts_by_parts(&forge, "ward/issue-1").await.unwrap().unwrap();
+    assert_eq!(by_graphql.pull, by_rest.pull);
+    assert_eq!(by_graphql.reviews, by_rest.reviews);
+    assert_eq!(by_graphql.unresolved_threads, Ok(3));
+    assert_eq!(by_graphql.commits, by_rest.commits);
+    assert_eq!(by_graphql.ci, by_rest.ci);
+    assert_eq!(by_graphql.can_push, [("bob".to_string(), true)].into_iter().collect(), "bob has write");
+    assert!(by_rest.can_push.is_empty(), "REST reviews do not say");
+    assert_eq!(forge.pull_facts("no-such-branch").await.unwrap(), None);
     // A commit GitHub does not have is an error, not "no CI".
     let err = forge.ci_status("0123456789012345678901234567890123456789").await.unwrap_err();
     assert!(err.to_string().contains("No commit found for SHA"), "{err}");
     // A head that moved since the audit is never merged.
     let err = forge.merge_pull_request(2, "0000000000000000000000000000000000000000").await.unwrap_err();
-    assert!(err.to_string().contains("Head branch was modified"), "{err}");
+    assert!(matches!(err, ForgeError::HeadMoved { pull: 2, .. }), "{err}");
+    assert!(err.to_string().contains("audit the new head before merging"), "{err}");
     assert!(!gh.state().pulls[&2].merged);
     forge.merge_pull_request(2, &pr.head_sha).await.unwrap();
     {
@@ -1000,8 +1171,13 @@ fn calls_since(gh: &FakeGitHub, from: usize) -> std::collections::BTreeMap<Strin
     m
 }
 
+/// The calls expected per route; a route named twice counts both.
 fn expect(pairs: &[(&str, usize)]) -> std::collections::BTreeMap<String, usize> {
-    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    let mut m = std::collections::BTreeMap::new();
+    for (k, v) in pairs {
+        *m.entry(k.to_string()).or_default() += v;
+    }
+    m
 }
 
 const ISSUE_GET: &str = "GET /repos/{owner}/{repo}/issues/{issue_number}";
@@ -1011,14 +1187,41 @@ const LABELS_PUT: &str = "PUT /repos/{owner}/{repo}/issues/{issue_number}/labels
 const DISPATCH: &str = "POST /repos/{owner}/{repo}/dispatches";
 /// Every stage run checks for a lockdown first: open issues labeled `ward:lockdown`.
 const LOCKDOWN_LIST: &str = "GET /repos/{owner}/{repo}/issues";
+/// One GraphQL query: the issue and its labels, the lockdown check and the
+/// chart with its blob sha (or the discharge audit's pull request facts).
+const GRAPHQL: &str = "POST /graphql";
+
+/// What a stage run reads before its guards: one GraphQL query, or over
+/// REST (`WARD_GITHUB_GRAPHQL=false`) the issue, the lockdown listing and
+/// the chart.
+fn patient_read(graphql: bool) -> Vec<(&'static str, usize)> {
+    if graphql { vec![(GRAPHQL, 1)] } else { vec![(ISSUE_GET, 1), (LOCKDOWN_LIST, 1), (CHART_GET, 1)] }
+}
+
+/// The environment of a stage run: GraphQL reads on (the default) or off.
+fn graphql_env(graphql: bool) -> Vec<(&'static str, String)> {
+    if graphql { Vec::new() } else { vec![("WARD_GITHUB_GRAPHQL", "false".to_string())] }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatches() {
+    walk_every_stage(true).await;
+}
+
+/// The same walk with GraphQL off (`WARD_GITHUB_GRAPHQL=false`): every
+/// read over REST, as on a GitHub without a reachable GraphQL API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_graphql_the_walk_reads_over_rest() {
+    walk_every_stage(false).await;
+}
+
+async fn walk_every_stage(graphql: bool) {
     let gh = FakeGitHub::start().await;
     // A git repository: treatment commits on the patient's branch, pushes it
     // and opens the pull request the discharge audit reads.
     let repo = installed_git_repo(&gh);
-    let env = git_env(&gh, repo.path());
+    let mut env = git_env(&gh, repo.path()).to_vec();
+    env.extend(graphql_env(graphql));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let n = {
         let mut s = gh.state();
@@ -1031,23 +1234,32 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
     let first = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "alice"), &env).await;
     assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
     let specs = config().label_specs().len();
+    let mut expected = vec![
+        ("GET /repos/{owner}/{repo}/collaborators/{username}/permission", 1),
+        ("POST /repos/{owner}/{repo}/labels", specs - 1), // ward:admit exists: a person applied it
+    ];
+    // Read once: the admission note is stored on what that read found. The
+    // GraphQL read names the repository's labels too; over REST they are listed.
+    expected.extend(patient_read(graphql));
+    if !graphql {
+        expected.push(("GET /repos/{owner}/{repo}/labels", 1));
+    }
     assert_eq!(
         calls_since(&gh, mark),
-        expect(&[
-            ("GET /repos/{owner}/{repo}/collaborators/{username}/permission", 1),
-            ("GET /repos/{owner}/{repo}/labels", 1),
-            ("POST /repos/{owner}/{repo}/labels", specs - 1), // ward:admit exists: a person applied it
-            (ISSUE_GET, 1),
-            (LOCKDOWN_LIST, 1),
-            // Read once: the admission note is stored on what that read found.
-            (CHART_GET, 1),
-            ("GET /repos/{owner}/{repo}/git/ref/{ref}", 1),
-            ("POST /repos/{owner}/{repo}/git/commits", 1),
-            ("POST /repos/{owner}/{repo}/git/refs", 1),
-            (CHART_PUT, 3), // the first finds no branch, then the admission note, then the notes
-            (LABELS_PUT, 1),
-            (DISPATCH, 1),
-        ]),
+        expect(
+            &[
+                expected.as_slice(),
+                &[
+                    ("GET /repos/{owner}/{repo}/git/ref/{ref}", 1),
+                    ("POST /repos/{owner}/{repo}/git/commits", 1),
+                    ("POST /repos/{owner}/{repo}/git/refs", 1),
+                    (CHART_PUT, 3), // the first finds no branch, then the admission note, then the notes
+                    (LABELS_PUT, 1),
+                    (DISPATCH, 1),
+                ]
+            ]
+            .concat()
+        ),
         "the first transition, with the permission lookup and first-use setup"
     );
     let calls_first: usize = calls_since(&gh, mark).values().sum();
@@ -1070,27 +1282,30 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
         let total: usize = calls.values().sum();
         let last = !gh.state().issue(n).open;
         let tail = if last { ("PATCH /repos/{owner}/{repo}/issues/{issue_number}", 1) } else { (DISPATCH, 1) };
-        let mut expected =
-            vec![(ISSUE_GET, 1), (LOCKDOWN_LIST, 1), (CHART_GET, 1), (CHART_PUT, 2), (LABELS_PUT, 1), tail];
+        let mut expected = patient_read(graphql);
+        expected.extend([(CHART_PUT, 2), (LABELS_PUT, 1), tail]);
+        // A transition: 5 calls with GraphQL, 7 over REST.
+        let transition = if graphql { 5 } else { 7 };
         match label.as_str() {
             // Treatment also opens the pull request of the branch it pushed.
             "ward:treat" => {
                 expected.push(("POST /repos/{owner}/{repo}/pulls", 1));
-                assert_eq!(total, 8, "a treat transition: 7 calls and the pull request: {calls:#?}");
+                assert_eq!(total, transition + 1, "a treat transition and the pull request: {calls:#?}");
             }
-            // Discharge also audits the pull request and merges it (15 calls,
-            // see DISCHARGE_AUDIT_AND_MERGE).
+            // Discharge also audits the pull request (once) and merges it.
             "ward:discharge" => {
-                expected.extend_from_slice(DISCHARGE_AUDIT_AND_MERGE);
-                assert_eq!(total, 7 + 15, "a discharge: 7 calls, the audit's reads and the merge: {calls:#?}");
+                let audit = discharge_audit_and_merge(graphql);
+                expected.extend_from_slice(&audit);
+                let extra: usize = audit.iter().map(|(_, n)| n).sum();
+                assert_eq!(total, transition + extra, "a discharge: the audit's reads and the merge: {calls:#?}");
             }
-            _ => assert!(total <= 7, "at most 7 calls per transition, got {total}: {calls:#?}"),
+            _ => assert!(total <= transition, "at most {transition} calls per transition, got {total}: {calls:#?}"),
         }
         assert_eq!(calls, expect(&expected), "{}", ran.stdout);
         walls.push(ran.wall);
         engine.push(engine_ms(&ran.stdout));
         if handled == 3 {
-            // A repeated delivery of an old dispatch is a no-op: one read, no write.
+            // A repeated delivery of an old dispatch is a no-op: the reads, no write.
             let old = gh.state().dispatches[0]["client_payload"].clone();
             assert_eq!(old, json!({ "issue": n, "label": "ward:diagnose" }));
             let mark = gh.state().log.len();
@@ -1100,41 +1315,44 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
                 again.stdout.trim(),
                 "nothing to do: issue #1 no longer carries `ward:diagnose`; another run already handled it"
             );
-            assert_eq!(calls_since(&gh, mark), expect(&[(ISSUE_GET, 1)]));
+            // Over REST the issue, the lockdown and the chart are read up
+            // front too (three calls where the GraphQL query is one).
+            assert_eq!(calls_since(&gh, mark), expect(&patient_read(graphql)), "the reads, and no write");
         }
         assert!(handled < 20, "the pipeline does not end");
     }
 
-    let s = gh.state();
-    assert_eq!(s.labels_of(n), strings(&["bug", "ward:discharged"]), "non-ward labels kept");
-    assert!(!s.issue(n).open, "discharged patients are closed");
-    assert_eq!(
-        handled, 5,
-        "admit, diagnose, plan-review, treat and code-review each dispatched the next; discharge ends it"
-    );
-    assert!(s.dispatches.iter().all(|d| d["event_type"] == "ward-stage"));
-    assert!(s.pulls.values().all(|p| p.merged), "the audited pull request is merged");
-    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
-    let notes = Sentinels::default().parse_chart(&chart).unwrap();
-    let stages: Vec<&str> = notes.iter().filter(|n| n.kind == "OUTCOME").map(|n| n.meta.stage.as_str()).collect();
-    assert_eq!(stages, ["admit", "diagnose", "plan-review", "treat", "code-review", "discharge"]);
-    for kind in ["TRIAGE", "TREATMENT_PLAN", "PLAN_REVIEW", "TREATMENT_NOTE", "CODE_REVIEW"] {
-        assert_eq!(notes.iter().filter(|n| n.kind == kind).count(), 1, "{kind} once");
+    {
+        let s = gh.state();
+        assert_eq!(s.labels_of(n), strings(&["bug", "ward:discharged"]), "non-ward labels kept");
+        assert!(!s.issue(n).open, "discharged patients are closed");
+        assert_eq!(
+            handled, 5,
+            "admit, diagnose, plan-review, treat and code-review each dispatched the next; discharge ends it"
+        );
+        assert!(s.dispatches.iter().all(|d| d["event_type"] == "ward-stage"));
+        assert!(s.pulls.values().all(|p| p.merged), "the audited pull request is merged");
+        let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+        let notes = Sentinels::default().parse_chart(&chart).unwrap();
+        let stages: Vec<&str> = notes.iter().filter(|n| n.kind == "OUTCOME").map(|n| n.meta.stage.as_str()).collect();
+        assert_eq!(stages, ["admit", "diagnose", "plan-review", "treat", "code-review", "discharge"]);
+        for kind in ["TRIAGE", "TREATMENT_PLAN", "PLAN_REVIEW", "TREATMENT_NOTE", "CODE_REVIEW"] {
+            assert_eq!(notes.iter().filter(|n| n.kind == kind).count(), 1, "{kind} once");
+        }
+        // Every author's notes survive: the engine's audit and the nurse's own checklist, each attributed.
+        let checklists: Vec<&str> =
+            notes.iter().filter(|n| n.kind == "DISCHARGE_CHECKLIST").map(|n| n.meta.role.as_str()).collect();
+        assert_eq!(checklists, ["engine", "discharge-nurse"]);
+        // Labels moved only by the engine after the person's admission.
+        assert!(
+            s.label_events
+                .iter()
+                .filter(|e| e.label.starts_with("ward:") && e.label != "ward:admit")
+                .all(|e| e.actor == ENGINE)
+        );
+        let labels = &s.labels;
+        assert_eq!(labels["ward:plan-review"].color, "5319e7");
     }
-    // Every author's notes survive: the engine's audit and the nurse's own checklist, each attributed.
-    let checklists: Vec<&str> =
-        notes.iter().filter(|n| n.kind == "DISCHARGE_CHECKLIST").map(|n| n.meta.role.as_str()).collect();
-    assert_eq!(checklists, ["engine", "discharge-nurse"]);
-    // Labels moved only by the engine after the person's admission.
-    assert!(
-        s.label_events
-            .iter()
-            .filter(|e| e.label.starts_with("ward:") && e.label != "ward:admit")
-            .all(|e| e.actor == ENGINE)
-    );
-    let labels = &s.labels;
-    assert_eq!(labels["ward:plan-review"].color, "5319e7");
-    drop(s);
 
     // What Actions shows: the job summary and the outputs the artifact name uses.
     let summary = std::fs::read_to_string(repo.path().join(".summary.md")).unwrap();
@@ -1158,12 +1376,32 @@ async fn a_labeled_issue_walks_every_stage_to_discharge_by_following_the_dispatc
 
     let mean = walls.iter().sum::<Duration>() / walls.len() as u32;
     eprintln!(
-        "MEASURE transitions={} api_calls_per_transition=7 (first: {} with permission lookup and setup) \
-         wall_per_transition_mean_ms={} engine_ms={engine:?}",
+        "MEASURE graphql={graphql} transitions={} api_calls_per_transition={} (first: {} with permission lookup \
+         and setup) wall_per_transition_mean_ms={} engine_ms={engine:?}",
         walls.len(),
+        if graphql { 5 } else { 7 },
         calls_first,
         mean.as_millis()
     );
+
+    // A second patient's admission, the labels and the charts branch there.
+    let m = gh.state().add_issue("Second patient", "Steps.", "alice", &["ward:admit"]);
+    let mark = gh.state().log.len();
+    let ran = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", m, "alice"), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let mut expected = vec![
+        ("GET /repos/{owner}/{repo}/collaborators/{username}/permission", 1),
+        (CHART_PUT, 2),
+        (LABELS_PUT, 1),
+        (DISPATCH, 1),
+    ];
+    expected.extend(patient_read(graphql));
+    if !graphql {
+        expected.push(("GET /repos/{owner}/{repo}/labels", 1));
+    }
+    let calls = calls_since(&gh, mark);
+    assert_eq!(calls, expect(&expected), "an admission");
+    assert_eq!(calls.values().sum::<usize>(), if graphql { 6 } else { 9 }, "{calls:#?}");
 }
 
 /// The engine's own time of a run, from `ward stage`'s line: total minus agent.
@@ -1533,21 +1771,85 @@ fn people_review_and_ci_passes(gh: &FakeGitHub, n: u64) {
 }
 
 /// The calls of a discharge that passes its audit and merges, beyond a
-/// normal transition's: the audit gathers its facts twice (before the nurse,
-/// and again after her, so a commit pushed meanwhile is not merged
-/// unaudited), each time the pull request of the branch, its reviews, its
-/// review threads (GraphQL), its commits, the head's check runs and
-/// statuses, and the permission of the one reviewer; then the merge.
-const DISCHARGE_AUDIT_AND_MERGE: &[(&str, usize)] = &[
-    ("GET /repos/{owner}/{repo}/pulls", 2),
-    ("GET /repos/{owner}/{repo}/pulls/{pull_number}/reviews", 2),
-    ("GET /repos/{owner}/{repo}/collaborators/{username}/permission", 2),
-    ("POST /graphql", 2),
-    ("GET /repos/{owner}/{repo}/pulls/{pull_number}/commits", 2),
-    ("GET /repos/{owner}/{repo}/commits/{ref}/check-runs", 2),
-    ("GET /repos/{owner}/{repo}/commits/{ref}/status", 2),
-    ("PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge", 1),
-];
+/// normal transition's: the audit gathers its facts once, before the nurse
+/// (a commit pushed while she works is not merged: the merge names the
+/// audited head and GitHub refuses a moved one). With GraphQL that is one
+/// query (the pull request of the branch, its reviews with whether each
+/// author can push, review threads, commits, the head's check runs and
+/// statuses); over REST the pull request of the branch, its reviews, the
+/// permission of the one reviewer, its review threads (GraphQL all the
+/// same: REST has no resolved state), its commits, the head's check runs
+/// and statuses. Then the merge.
+fn discharge_audit_and_merge(graphql: bool) -> Vec<(&'static str, usize)> {
+    let merge = ("PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge", 1);
+    if graphql {
+        return vec![(GRAPHQL, 1), merge];
+    }
+    vec![
+        ("GET /repos/{owner}/{repo}/pulls", 1),
+        ("GET /repos/{owner}/{repo}/pulls/{pull_number}/reviews", 1),
+        ("GET /repos/{owner}/{repo}/collaborators/{username}/permission", 1),
+        (GRAPHQL, 1),
+        ("GET /repos/{owner}/{repo}/pulls/{pull_number}/commits", 1),
+        ("GET /repos/{owner}/{repo}/commits/{ref}/check-runs", 1),
+        ("GET /repos/{owner}/{repo}/commits/{ref}/status", 1),
+        merge,
+    ]
+}
+
+/// The audit is read once, before the nurse. A commit pushed while she
+/// works is not merged unaudited: the merge names the audited head, GitHub
+/// refuses it (409), and the patient waits at the pending label with a
+/// WAITING note; the next audit reads the new head, which the code review
+/// does not cover: back to code review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_pushed_while_the_nurse_works_is_not_merged_and_the_patient_waits() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_git_repo(&gh);
+    let env = git_env(&gh, repo.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("alice", "write");
+        s.add_issue("Login fails", "empty password", "alice", &["ward:admit"])
+    };
+    let ran = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "alice"), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let mut handled = 0;
+    while handled < gh.state().dispatches.len() {
+        let client_payload = gh.state().dispatches[handled]["client_payload"].clone();
+        handled += 1;
+        if client_payload["label"] == "ward:discharge" {
+            people_review_and_ci_passes(&gh, n);
+            // Someone pushes to the branch between the audit and the merge.
+            let push = FaultKind::ConcurrentWrite { branch: format!("ward/issue-{n}"), text: "meanwhile\n".into() };
+            gh.state().inject(Fault::new("PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge", 0, 1, push));
+        }
+        let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&client_payload), &env).await;
+        assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+        if client_payload["label"] == "ward:discharge" {
+            break;
+        }
+    }
+    {
+        let s = gh.state();
+        assert_eq!(s.labels_of(n), strings(&["ward:awaiting-review"]), "the patient waits");
+        assert!(s.pulls.values().all(|p| !p.merged), "the moved head is not merged");
+        let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+        let waiting = Sentinels::default().parse_chart(&chart).unwrap();
+        let last = waiting.iter().rfind(|n| n.kind == "WAITING").expect("a WAITING note");
+        assert!(last.body.contains("moved on from the audited head"), "{}", last.body);
+    }
+    // The new head is approved and green; the next audit reads it, and the
+    // attending's code review covers an older commit: back to code review.
+    people_review_and_ci_passes(&gh, n);
+    let look = json!({ "issue": n, "label": "ward:awaiting-review" });
+    let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&look), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:code-review"]), "{}", ran.stdout);
+    assert!(s.pulls.values().all(|p| !p.merged), "the commit nobody reviewed is still not merged");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pull_request() {
@@ -1586,20 +1888,21 @@ async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pul
     // The treat transition costs one call more: the pull request.
     let (_, treat) = per_stage.iter().find(|(label, _)| label == "ward:treat").unwrap();
     assert_eq!(treat.get("POST /repos/{owner}/{repo}/pulls"), Some(&1), "{treat:#?}");
-    assert_eq!(treat.values().sum::<usize>(), 8, "{treat:#?}");
+    assert_eq!(treat.values().sum::<usize>(), 6, "{treat:#?}");
     for (label, calls) in
         per_stage.iter().filter(|(label, _)| !["ward:treat", "ward:discharge"].contains(&label.as_str()))
     {
-        assert!(calls.values().sum::<usize>() <= 7, "{label}: {calls:#?}");
+        assert!(calls.values().sum::<usize>() <= 5, "{label}: {calls:#?}");
     }
     // The discharge: a normal transition's calls (closing the issue instead
-    // of dispatching), plus the audit's reads and the merge.
+    // of dispatching), plus the audit's read and the merge.
     let (_, discharge) = per_stage.iter().find(|(label, _)| label == "ward:discharge").unwrap();
-    let mut expected = DISCHARGE_AUDIT_AND_MERGE.to_vec();
-    expected.extend([(ISSUE_GET, 1), (LOCKDOWN_LIST, 1), (CHART_GET, 1), (CHART_PUT, 2), (LABELS_PUT, 1)]);
+    let mut expected = discharge_audit_and_merge(true);
+    expected.extend(patient_read(true));
+    expected.extend([(CHART_PUT, 2), (LABELS_PUT, 1)]);
     expected.push(("PATCH /repos/{owner}/{repo}/issues/{issue_number}", 1));
     assert_eq!(discharge, &expect(&expected), "{discharge:#?}");
-    assert_eq!(discharge.values().sum::<usize>(), 7 + 15, "{discharge:#?}");
+    assert_eq!(discharge.values().sum::<usize>(), 7, "{discharge:#?}");
     assert!(s.pulls.values().all(|p| p.merged && p.merge_method.is_some()), "the audited pull request is merged");
     drop(s);
     // The branch is on the fake's git server, pushed over smart HTTP, with the treatment's commit.

@@ -9,7 +9,7 @@ use crate::chart::{Note, Sentinels};
 use crate::config::Config;
 use std::collections::BTreeMap;
 
-use crate::forge::{Forge, ForgeError, IssueNumber, Permission};
+use crate::forge::{Forge, ForgeError, IssueNumber, Permission, PullFacts};
 use crate::rules::discharge_audit::{self, AuditFacts, Checklist, Fact};
 
 #[derive(Debug, thiserror::Error)]
@@ -29,50 +29,58 @@ fn fact<T>(r: Result<T, ForgeError>) -> Fact<T> {
     r.map_err(|e| e.to_string())
 }
 
-/// Asks the forge for every fact of the audit of `branch`'s pull request:
-/// the pull request, its reviews, threads, commits, the CI of its head,
-/// and the permission of each person whose review would count.
-pub async fn gather(forge: &dyn Forge, branch: &str) -> AuditFacts {
+/// Asks the forge for every fact of the audit of `branch`'s pull request
+/// (one read on GitHub: [`Forge::pull_facts`]): the pull request, its
+/// reviews, threads, commits, the CI of its head, and the permission of
+/// each person whose review would count. A reviewer the forge already said
+/// can push meets a `needed` of write or less without another call; the
+/// others are looked up one call each.
+pub async fn gather(forge: &dyn Forge, branch: &str, needed: Permission) -> AuditFacts {
     let engine_account = forge.engine_account().to_string();
-    let pull = match forge.pull_request_for_branch(branch).await {
-        Ok(Some(p)) => Ok(p),
-        Ok(None) => Err(format!("no open pull request has head branch `{branch}`")),
-        Err(e) => Err(e.to_string()),
+    let read = match forge.pull_facts(branch).await {
+        Ok(Some(read)) => read,
+        Ok(None) => return unreadable(engine_account, format!("no open pull request has head branch `{branch}`")),
+        Err(e) => return unreadable(engine_account, e.to_string()),
     };
-    let Ok(p) = &pull else {
-        let why = pull.as_ref().err().cloned().unwrap_or_default();
-        return AuditFacts {
-            engine_account,
-            reviews: Err(why.clone()),
-            unresolved_threads: Err(why.clone()),
-            commits: Err(why.clone()),
-            ci: Err(why.clone()),
-            permissions: Err(why),
-            pull,
-        };
-    };
-    let number = p.number;
-    let head = p.head_sha.trim().to_string();
-    let reviews = fact(forge.reviews(number).await);
-    let unresolved_threads = fact(forge.unresolved_review_threads(number).await);
-    let commits = fact(forge.pull_request_commits(number).await);
-    let ci = if head.is_empty() {
-        Err(format!("pull request #{number} reports no head commit"))
-    } else {
-        fact(forge.ci_status(&head).await)
-    };
+    let PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push } = read;
     let permissions = match &reviews {
-        Ok(list) => permissions(forge, &discharge_audit::reviewers_to_check(p, &engine_account, list)).await,
+        Ok(list) => {
+            let logins = discharge_audit::reviewers_to_check(&pull, &engine_account, list);
+            permissions(forge, &logins, &can_push, needed).await
+        }
         Err(e) => Err(e.clone()),
     };
-    AuditFacts { engine_account, pull, reviews, unresolved_threads, commits, ci, permissions }
+    AuditFacts { engine_account, pull: Ok(pull), reviews, unresolved_threads, commits, ci, permissions }
 }
 
-/// The permission of each of `logins` (one call each).
-async fn permissions(forge: &dyn Forge, logins: &[String]) -> Fact<BTreeMap<String, Permission>> {
+/// Facts of a pull request that could not be read: each says why.
+fn unreadable(engine_account: String, why: String) -> AuditFacts {
+    AuditFacts {
+        engine_account,
+        reviews: Err(why.clone()),
+        unresolved_threads: Err(why.clone()),
+        commits: Err(why.clone()),
+        ci: Err(why.clone()),
+        permissions: Err(why.clone()),
+        pull: Err(why),
+    }
+}
+
+/// The permission of each of `logins`: write for one who can push when
+/// that is all the audit needs, else one call each.
+async fn permissions(
+    forge: &dyn Forge,
+    logins: &[String],
+    can_push: &BTreeMap<String, bool>,
+    needed: Permission,
+) -> Fact<BTreeMap<String, Permission>> {
     let mut out = BTreeMap::new();
     for login in logins {
-        out.insert(login.clone(), fact(forge.permission(login).await)?);
+        let permission = match can_push.get(login) {
+            Some(true) if needed <= Permission::Write => Permission::Write,
+            _ => fact(forge.permission(login).await)?,
+        };
+        out.insert(login.clone(), permission);
     }
     Ok(out)
 }
@@ -91,7 +99,7 @@ pub async fn read_chart(forge: &dyn Forge, config: &Config, issue: IssueNumber) 
 /// The whole audit of one patient, changing nothing: `ward audit N`.
 pub async fn audit_issue(forge: &dyn Forge, config: &Config, issue: IssueNumber) -> Result<Checklist, AuditError> {
     let chart = read_chart(forge, config, issue).await?;
-    let facts = gather(forge, &patient_branch(issue)).await;
+    let facts = gather(forge, &patient_branch(issue), config.approve_permission).await;
     Ok(discharge_audit::audit(config, &chart, &facts))
 }
 

@@ -4,22 +4,33 @@
 
 pub mod audit;
 
-use anyhow::Context;
-
 use crate::chart::Note;
 use crate::config::Config;
-use crate::forge::{Forge, Issue, PullRequest, PullState};
+use crate::forge::{Forge, ForgeError, Issue, PullRequest, PullState};
 use crate::transfer::{Move, Moved, transfer};
 
-/// Squash-merges the pull request unless it is merged already (a rerun).
-pub async fn merge(forge: &dyn Forge, pull: &PullRequest) -> anyhow::Result<()> {
+/// What became of a merge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merge {
+    /// Merged now, or already (a rerun).
+    Merged,
+    /// The head moved on from the audited commit: nothing was merged.
+    HeadMoved,
+}
+
+/// Squash-merges the pull request at its audited head unless it is merged
+/// already (a rerun). A head that moved since the audit is no error: the
+/// caller lets the patient wait for the next audit.
+pub async fn merge(forge: &dyn Forge, pull: &PullRequest) -> anyhow::Result<Merge> {
     if pull.state == PullState::Merged {
-        return Ok(());
+        return Ok(Merge::Merged);
     }
-    forge
-        .merge_pull_request(pull.number, &pull.head_sha)
-        .await
-        .with_context(|| format!("could not merge pull request #{} at the audited head {}", pull.number, pull.head_sha))
+    match forge.merge_pull_request(pull.number, &pull.head_sha).await {
+        Ok(()) => Ok(Merge::Merged),
+        Err(ForgeError::HeadMoved { .. }) => Ok(Merge::HeadMoved),
+        Err(e) => Err(anyhow::Error::new(e)
+            .context(format!("could not merge pull request #{} at the audited head {}", pull.number, pull.head_sha))),
+    }
 }
 
 /// Writes `notes`, labels the patient discharged (keeping labels that are

@@ -571,10 +571,7 @@ impl Forge for LocalForge {
         let record = self.read_pull(pull)?;
         let Some(p) = record.pull else { return Err(ForgeError::io(action(), "its record holds no pull request")) };
         if p.head_sha != head_sha {
-            return Err(ForgeError::io(
-                action(),
-                format!("its head is now `{}`; audit the new head before merging", p.head_sha),
-            ));
+            return Err(ForgeError::HeadMoved { pull, audited: head_sha.to_string() });
         }
         let merged_as = match &self.repository {
             Some(repository) => {

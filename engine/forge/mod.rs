@@ -1,6 +1,9 @@
 //! Where issues live, behind one trait. `local` keeps them in JSON files (the
-//! embedded default); `github` talks to the REST API. The engine above this
-//! line never knows which one it has.
+//! embedded default); `github` talks to GitHub's API (REST for writes,
+//! GraphQL for the reads one query can combine: [`Forge::patient`],
+//! [`Forge::look`], [`Forge::pull_facts`], whose default implementations
+//! make the separate calls). The engine above this line never knows which
+//! one it has.
 
 pub mod github;
 pub mod local;
@@ -231,12 +234,53 @@ pub struct CiFailure {
     pub summary: Option<String>,
 }
 
+/// What a stage run reads before its guards: the issue with its labels,
+/// the lockdown in force (the oldest open issue with the lockdown label),
+/// and the chart. One GraphQL query on GitHub.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatientRead {
+    pub issue: Issue,
+    pub lockdown: Option<Issue>,
+    pub chart: Option<StoredChart>,
+    /// The repository's label names, when the read gave them whole (an
+    /// admission creates ward's missing labels without listing them again).
+    pub repository_labels: Option<Vec<String>>,
+}
+
+/// What the charge nurse reads of a due patient: the issue as it is now
+/// (after the listing: has it moved on?), its chart and its label history.
+/// One GraphQL query on GitHub.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatientLook {
+    pub issue: Issue,
+    pub chart: Option<StoredChart>,
+    pub label_events: Vec<LabelEvent>,
+}
+
+/// The facts of a pull request the discharge audit reads, each one read or
+/// why not (one GraphQL query on GitHub).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PullFacts {
+    pub pull: PullRequest,
+    pub reviews: Result<Vec<Review>, String>,
+    pub unresolved_threads: Result<usize, String>,
+    pub commits: Result<Vec<CommitInfo>, String>,
+    /// CI of the head commit: check runs (but ward's own) and statuses.
+    pub ci: Result<CiStatus, String>,
+    /// Whether a reviewer (lower-case login) can push to the repository,
+    /// where the forge says it with the reviews (GitHub's
+    /// `authorCanPushToRepository`); empty when it does not.
+    pub can_push: std::collections::BTreeMap<String, bool>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ForgeError {
     #[error("issue {0} does not exist in {1}")]
     IssueNotFound(IssueNumber, String),
     #[error("the chart of {0} changed while it was being written (someone else wrote it first)")]
     ChartConflict(IssueNumber),
+    #[error("pull request #{pull} moved on from the audited head {audited}; audit the new head before merging")]
+    HeadMoved { pull: u64, audited: String },
     #[error("could not {action}: {message}")]
     Io { action: String, message: String },
     #[error("could not {action}: access denied ({message}); {help}")]
@@ -264,6 +308,20 @@ pub trait Forge: Send + Sync {
     fn engine_account(&self) -> &str;
 
     async fn issue(&self, number: IssueNumber) -> ForgeResult<Issue>;
+    /// The issue, the lockdown in force (open issues labeled
+    /// `lockdown_label`, the oldest) and the chart, in one read where the
+    /// forge can (GitHub: one GraphQL query); by default three reads.
+    async fn patient(&self, number: IssueNumber, lockdown_label: &str) -> ForgeResult<PatientRead> {
+        patient_by_parts(self, number, lockdown_label).await
+    }
+    /// The issue, its chart and its label history, in one read where the
+    /// forge can (GitHub: one GraphQL query); by default three reads.
+    async fn look(&self, number: IssueNumber) -> ForgeResult<PatientLook> {
+        let issue = self.issue(number).await?;
+        let chart = self.read_chart(number).await?;
+        let label_events = self.label_events(number).await?;
+        Ok(PatientLook { issue, chart, label_events })
+    }
     async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue>;
     /// Open issues carrying `label`, every page.
     async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>>;
@@ -281,6 +339,12 @@ pub trait Forge: Send + Sync {
     async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()>;
     /// Create the labels of `specs` that the repository does not have yet.
     async fn ensure_labels(&self, specs: &[LabelSpec]) -> ForgeResult<()>;
+    /// The same, knowing the repository's label names already (`existing`,
+    /// from [`PatientRead::repository_labels`]): no listing.
+    async fn create_missing_labels(&self, specs: &[LabelSpec], existing: &[String]) -> ForgeResult<()> {
+        let _ = existing;
+        self.ensure_labels(specs).await
+    }
     async fn label_events(&self, number: IssueNumber) -> ForgeResult<Vec<LabelEvent>>;
 
     async fn comments(&self, number: IssueNumber) -> ForgeResult<Vec<Comment>>;
@@ -314,6 +378,12 @@ pub trait Forge: Send + Sync {
     async fn unresolved_review_threads(&self, pull: u64) -> ForgeResult<usize>;
     async fn pull_request_commits(&self, pull: u64) -> ForgeResult<Vec<CommitInfo>>;
     async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus>;
+    /// The pull request of `branch` ([`Self::pull_request_for_branch`])
+    /// with every fact the discharge audit reads, in one read where the
+    /// forge can (GitHub: one GraphQL query); by default one read each.
+    async fn pull_facts(&self, branch: &str) -> ForgeResult<Option<PullFacts>> {
+        pull_facts_by_parts(self, branch).await
+    }
     /// CI of `sha` from its check runs alone (one call on GitHub): the
     /// wake-up's cheap look, when no commit status was reported.
     async fn check_runs(&self, sha: &str) -> ForgeResult<CiStatus> {
@@ -329,6 +399,38 @@ pub trait Forge: Send + Sync {
     }
     /// Squash-merges the pull request, only while its head is still
     /// `head_sha` (the commit the audit checked): a commit pushed after the
-    /// audit makes the merge fail instead of landing unaudited.
+    /// audit makes the merge fail ([`ForgeError::HeadMoved`]) instead of
+    /// landing unaudited.
     async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()>;
+}
+
+/// [`Forge::patient`] in three reads: the issue, the open lockdown issues,
+/// the chart (the local forge, and GitHub without GraphQL).
+pub async fn patient_by_parts<F: Forge + ?Sized>(
+    forge: &F,
+    number: IssueNumber,
+    lockdown_label: &str,
+) -> ForgeResult<PatientRead> {
+    let issue = forge.issue(number).await?;
+    let lockdown = forge.open_issues_with_label(lockdown_label).await?.into_iter().min_by_key(|i| i.number);
+    let chart = forge.read_chart(number).await?;
+    Ok(PatientRead { issue, lockdown, chart, repository_labels: None })
+}
+
+/// [`Forge::pull_facts`] one read per fact (the local forge, and GitHub
+/// without GraphQL).
+pub async fn pull_facts_by_parts<F: Forge + ?Sized>(forge: &F, branch: &str) -> ForgeResult<Option<PullFacts>> {
+    let Some(pull) = forge.pull_request_for_branch(branch).await? else { return Ok(None) };
+    let text = |e: ForgeError| e.to_string();
+    let number = pull.number;
+    let head = pull.head_sha.trim().to_string();
+    let reviews = forge.reviews(number).await.map_err(text);
+    let unresolved_threads = forge.unresolved_review_threads(number).await.map_err(text);
+    let commits = forge.pull_request_commits(number).await.map_err(text);
+    let ci = if head.is_empty() {
+        Err(format!("pull request #{number} reports no head commit"))
+    } else {
+        forge.ci_status(&head).await.map_err(text)
+    };
+    Ok(Some(PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push: Default::default() }))
 }

@@ -44,7 +44,7 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>) -> anyhow::Result<Stage
     let (who, permission) = approver.expect("may_merge checked the approver");
 
     // Audit again: the head may have moved since the audit that passed.
-    let facts = audit::gather(&*h.forge, &audit::patient_branch(number)).await;
+    let facts = audit::gather(&*h.forge, &audit::patient_branch(number), h.config.approve_permission).await;
     let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
     let outcome = checklist.outcome();
     let body = format!(
@@ -59,7 +59,15 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>) -> anyhow::Result<Stage
     ];
     let (to, moved) = if checklist.passed() {
         let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
-        crate::discharge::merge(&*h.forge, pull).await?;
+        if crate::discharge::merge(&*h.forge, pull).await? == crate::discharge::Merge::HeadMoved {
+            anyhow::bail!(
+                "pull request #{} moved on from the audited head {} while it was audited; apply `{}` again to \
+                 audit the new head",
+                pull.number,
+                pull.head_sha,
+                d.approved_label
+            );
+        }
         let (moved, family) =
             crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, notes, &patient.run, h.now())
                 .await?;

@@ -16,7 +16,7 @@ use tracing::warn;
 use super::result::{StageRequest, StageResult};
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
 use crate::config::Stage;
-use crate::forge::{Issue, IssueState, StoredChart};
+use crate::forge::{Issue, IssueNumber, IssueState, StoredChart};
 use crate::hospital::{Hospital, new_run_id, try_lock_issue};
 use crate::rules::{self, GuardInput, Refusal, Route};
 use crate::transfer::{Move, transfer};
@@ -111,7 +111,10 @@ struct Gate<'h> {
     asked: Asked<'h>,
     run: String,
     lock: Option<File>,
-    chart: Option<(Vec<Note>, Option<StoredChart>)>,
+    /// The chart as read with the issue, parsed when a guard needs it.
+    stored: Option<StoredChart>,
+    chart: Option<Vec<Note>>,
+    lockdown: Option<Issue>,
     wake: Option<crate::event::Wake>,
     /// `false` in the visit job: a guard that would write stops the visit
     /// instead, and the record job, which runs the guards again, writes.
@@ -126,11 +129,37 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
     // this patient must see the issue as that run left it (a duplicate
     // delivery then finds the label gone), never as it was before.
     let lock = try_lock_issue(&h.root, number).await?;
-    let issue = h.forge.issue(number).await.with_context(|| format!("could not read issue {number}"))?;
-    let asked = asked(h, req, &issue);
-    let run = req.run_id.clone().unwrap_or_else(|| new_run_id(h.now()));
+    // One read for every guard: the issue, the lockdown, the chart.
+    let read = h
+        .forge
+        .patient(number, crate::lockdown::LOCKDOWN_LABEL)
+        .await
+        .with_context(|| format!("could not read issue {number}, its chart and the lockdown"))?;
+    let asked = asked(h, req, &read.issue);
+    // A trigger that names the admission label (a person's label, a
+    // re-triggered admission) makes sure ward's labels exist (the record
+    // job's: the visit job's token writes nothing).
     let writes = req.phase.writes();
-    let mut gate = Gate { h, issue, asked, run, lock, chart: None, wake: req.wake.clone(), writes };
+    if let Asked::Stage { label_in, .. } = &asked
+        && writes
+        && *label_in == h.config.admission
+        && req.label.as_ref() == Some(label_in)
+    {
+        admission_labels(h, read.repository_labels.as_deref()).await?;
+    }
+    let run = req.run_id.clone().unwrap_or_else(|| new_run_id(h.now()));
+    let mut gate = Gate {
+        h,
+        issue: read.issue,
+        asked,
+        run,
+        lock,
+        stored: read.chart,
+        chart: None,
+        lockdown: read.lockdown,
+        wake: req.wake.clone(),
+        writes,
+    };
     for guard in GUARDS {
         if let Some(stop) = gate.check(guard).await? {
             return Ok(Admitted::Stop(stop));
@@ -141,10 +170,9 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
         let reason = format!("a chief's approval of {number} runs no agent; the record job audits and merges");
         return Ok(Admitted::Stop(StageResult::NoOp { issue: number, reason }));
     }
-    let (chart, stored) = match gate.chart.take() {
-        Some(read) => read,
-        None => read_chart(h, &gate.issue).await?,
-    };
+    gate.chart()?;
+    let chart = gate.chart.take().expect("just parsed");
+    let stored = gate.stored.take();
     let (approval, stage, label_in) = match gate.asked {
         Asked::Stage { stage, label_in } => (false, stage, label_in),
         Asked::Approval { stage } => (true, stage, h.config.discharge.approved_label.clone()),
@@ -187,7 +215,7 @@ impl Gate<'_> {
                 Asked::Wake { stage, label_in } => {
                     let (stage, label_in) = (*stage, label_in.clone());
                     if let Some(wake) = self.wake.clone() {
-                        let (chart, _) = self.chart().await?;
+                        let (chart, _) = self.chart()?;
                         if let Some(why) = super::wake::nothing_new(h, chart, &wake).await? {
                             return no_op(format!("{number} waits at `{label_in}` and nothing new came: {why}"));
                         }
@@ -198,11 +226,12 @@ impl Gate<'_> {
                 _ => Ok(None),
             },
             Guard::Lockdown => {
-                let Some(lockdown) = crate::lockdown::active_lockdown(&*h.forge).await? else { return Ok(None) };
+                let Some(lockdown) = self.lockdown.clone().map(crate::lockdown::lockdown_of) else { return Ok(None) };
                 let stage = self.stage_name();
                 let note = crate::lockdown::lockdown_note(&lockdown, &stage, &self.run, h.now());
                 if self.writes {
-                    transfer(&*h.forge, &h.config, &self.issue, Seen::NotRead, vec![note], Move::Stay).await?;
+                    let seen = Seen::Read(self.stored.clone());
+                    transfer(&*h.forge, &h.config, &self.issue, seen, vec![note], Move::Stay).await?;
                 }
                 Ok(Some(StageResult::Refused { issue: number, stage, reason: lockdown.to_string(), to: None }))
             }
@@ -220,7 +249,7 @@ impl Gate<'_> {
             Guard::Rules => {
                 let Asked::Stage { stage, .. } = self.asked else { return Ok(None) };
                 let dependencies = crate::family::dependencies(&*h.forge, &h.config, &h.sentinels, &self.issue).await?;
-                let (chart, _) = self.chart().await?;
+                let (chart, _) = self.chart()?;
                 let input = GuardInput { config: &h.config, stage, chart, dependencies: &dependencies };
                 match rules::guard(&input) {
                     Ok(()) => Ok(None),
@@ -230,7 +259,7 @@ impl Gate<'_> {
             Guard::Budget => {
                 let Asked::Stage { stage, .. } = self.asked else { return Ok(None) };
                 let budget = &h.config.departments.budget;
-                let (chart, _) = self.chart().await?;
+                let (chart, _) = self.chart()?;
                 let spend = crate::budget::patient_spend(chart, &budget.send_back_set(&h.config));
                 let Some(breach) = crate::budget::check_patient(budget, &spend) else { return Ok(None) };
                 let notes = crate::budget::over_budget_notes(
@@ -258,17 +287,16 @@ impl Gate<'_> {
         }
     }
 
-    /// The chart, read once by the guards that need it.
-    async fn chart(&mut self) -> anyhow::Result<(&[Note], &Option<StoredChart>)> {
+    /// The chart read with the issue, parsed once by the guards that need it.
+    fn chart(&mut self) -> anyhow::Result<(&[Note], &Option<StoredChart>)> {
         if self.chart.is_none() {
-            self.chart = Some(read_chart(self.h, &self.issue).await?);
+            self.chart = Some(parse_chart(self.h, self.issue.number, self.stored.as_ref())?);
         }
-        let (notes, stored) = self.chart.as_ref().expect("just read");
-        Ok((notes, stored))
+        Ok((self.chart.as_deref().expect("just parsed"), &self.stored))
     }
 
     fn seen(&self) -> Seen {
-        self.chart.as_ref().map_or(Seen::NotRead, |(_, stored)| Seen::Read(stored.clone()))
+        Seen::Read(self.stored.clone())
     }
 
     fn stage_name(&self) -> String {
@@ -364,14 +392,23 @@ fn asked<'h>(h: &'h Hospital, req: &StageRequest, issue: &Issue) -> Asked<'h> {
     }
 }
 
-async fn read_chart(h: &Hospital, issue: &Issue) -> anyhow::Result<(Vec<Note>, Option<StoredChart>)> {
-    let number = issue.number;
-    let stored = h.forge.read_chart(number).await.with_context(|| format!("could not read the chart of {number}"))?;
-    let notes = match &stored {
+fn parse_chart(h: &Hospital, number: IssueNumber, stored: Option<&StoredChart>) -> anyhow::Result<Vec<Note>> {
+    match stored {
         Some(c) => h.sentinels.parse_chart(&c.text).with_context(|| {
             format!("the chart of issue {number} is not readable; fix or move it, nothing was changed")
-        })?,
-        None => Vec::new(),
+        }),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// On admission, ward's missing labels are created (once, with colours and
+/// descriptions), knowing the repository's labels from the patient's read
+/// where it gave them (else listed first).
+async fn admission_labels(h: &Hospital, existing: Option<&[String]>) -> anyhow::Result<()> {
+    let specs = h.config.label_specs();
+    let created = match existing {
+        Some(names) => h.forge.create_missing_labels(&specs, names).await,
+        None => h.forge.ensure_labels(&specs).await,
     };
-    Ok((notes, stored))
+    created.with_context(|| format!("could not create ward's labels in {}", h.forge.describe()))
 }

@@ -104,18 +104,11 @@ pub async fn judge(
         Ok(Protection::NeedsApproval(paths)) => paths,
         Err(refusal) => return Ok(Judgment::TurnedBack(refusal)),
     };
-    // A passing audit is taken again on facts gathered now, not before the
-    // agent: a commit pushed while the nurse worked is not merged unaudited.
-    // (A failing one fails either way.)
-    let audit = match &prepared.audit {
-        Some((_, checklist)) if checklist.passed() => {
-            let branch = crate::discharge::audit::patient_branch(patient.issue.number);
-            let facts = crate::discharge::audit::gather(&*h.forge, &branch).await;
-            let checklist = discharge_audit::audit(&h.config, &prepared.chart, &facts);
-            Some((facts, checklist))
-        }
-        other => other.clone(),
-    };
+    // The audit is taken once, before the nurse. A commit pushed while she
+    // worked is not merged unaudited all the same: the merge names the
+    // audited head, and GitHub refuses it when the head moved (the patient
+    // then waits, and the next audit reads the new head).
+    let audit = prepared.audit.clone();
     // The nurse adds judgment but cannot pass a failing audit.
     let (outcome, overruled) = match &audit {
         Some((_, checklist)) => {

@@ -179,13 +179,19 @@ async fn accept(
     }
     // A passed audit merges, or waits for a chief in human approval mode.
     let discharged = &h.config.discharge.discharged_label;
+    let mut after = Vec::new();
     if let Some((facts, checklist)) = &audit
         && label_out == *discharged
     {
         match approval::after_audit(&h.config, &prepared.chart, checklist.passed()) {
             AfterAudit::Merge => {
                 let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
-                crate::discharge::merge(&*h.forge, pull).await?;
+                if crate::discharge::merge(&*h.forge, pull).await? == crate::discharge::Merge::HeadMoved {
+                    // A commit pushed while the nurse worked: not merged; the
+                    // patient waits, and the wake-up or sweep audits the new head.
+                    label_out = h.config.discharge.pending_label.clone();
+                    after.push(patient.engine_note(h, NoteKind::Waiting, head_moved_body(pull, facts)));
+                }
             }
             AfterAudit::AwaitChief(label) => label_out = label,
             AfterAudit::SendBack => anyhow::bail!("the audit failed but the outcome is `{outcome}`"),
@@ -199,7 +205,7 @@ async fn accept(
         info!(?family, "discharged");
         moved
     } else {
-        transfer(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), Move::To(label_out.clone())).await?
+        transfer(&*h.forge, &h.config, &patient.issue, seen, after, Move::To(label_out.clone())).await?
     };
     let total = patient.started.elapsed();
     let agent = std::time::Duration::from_millis(visit.agent_ms);
@@ -390,4 +396,18 @@ fn write_run_json(patient: &Patient<'_>, value: &serde_json::Value) {
     if let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(value).unwrap_or_default()) {
         warn!("could not write {}: {e}", path.display());
     }
+}
+
+/// The WAITING note of a merge GitHub refused because the head moved on
+/// from the audited commit; its `Head:` line is the audited one, so any
+/// wake-up on the new head audits it.
+fn head_moved_body(pull: &crate::forge::PullRequest, facts: &crate::rules::discharge_audit::AuditFacts) -> String {
+    format!(
+        "Pull request #{} moved on from the audited head while the nurse worked; nothing was merged. The next \
+         audit reads the new head: a review or CI on it wakes the patient; the charge nurse's sweep looks too.\n\n\
+         Head: {}\nCI: {}\n",
+        pull.number,
+        pull.head_sha,
+        super::wake::ci_fingerprint(facts.ci.as_ref().ok())
+    )
 }

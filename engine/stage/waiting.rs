@@ -34,7 +34,8 @@ pub enum BeforeNurse {
 /// `writes` is `false` in the visit job: a patient that waits or goes back
 /// runs no agent, and the record job, auditing again, writes why.
 pub async fn before_nurse(h: &Hospital, patient: &Patient<'_>, writes: bool) -> anyhow::Result<BeforeNurse> {
-    let facts = audit::gather(&*h.forge, &audit::patient_branch(patient.issue.number)).await;
+    let facts =
+        audit::gather(&*h.forge, &audit::patient_branch(patient.issue.number), h.config.approve_permission).await;
     let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
     let treat = h.config.stages().find(|s| s.mode() == Mode::Treat).map(|s| s.config.label.clone());
     let nurse = match (checklist.verdict(), &treat) {

@@ -21,14 +21,16 @@
 //!
 //! ## Cost
 //!
-//! A patient is looked at closely (label events + chart) only when it is
+//! A patient is looked at closely ([`Forge::look`]: the issue as it is
+//! now, its chart and label events) only when it is
 //! due: `min(stall_after, time_limit + grace)` after its label was applied
 //! as far as the listing can tell (the issue's `updated_at`: a label is at
 //! least as old as the issue's last change), or when a previous look said
 //! so. A patient whose last change is already older than that is due in
 //! the first sweep that sees it. Healthy patients
 //! therefore cost nothing beyond the listing pages; a stalled patient costs
-//! five calls (label events, chart, re-read, note, dispatch).
+//! the look (one GraphQL query on GitHub; three reads on a forge without
+//! one), the note and the dispatch.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -544,11 +546,12 @@ impl Walk<'_> {
     async fn look(&self, listed: &Issue) -> anyhow::Result<Looked> {
         use anyhow::Context as _;
         let n = listed.number;
-        let events =
-            self.forge.label_events(n).await.with_context(|| format!("could not read the label events of {n}"))?;
-        let chart = self.forge.read_chart(n).await.with_context(|| format!("could not read the chart of {n}"))?;
+        // One read (one GraphQL query on GitHub): the issue as it is now,
+        // its chart and its label history.
+        let look = self.forge.look(n).await.with_context(|| format!("could not read {n}, its chart and history"))?;
+        let (events, chart) = (look.label_events, look.chart);
         if self.needs_repair(listed) {
-            return self.repair(listed, &events, chart).await;
+            return self.repair(listed, &look.issue, &events, chart).await;
         }
         let Some(stage) = listed.labels.iter().find_map(|l| self.config.stage_by_label(l)) else {
             return Ok(Looked::MovedOn);
@@ -559,8 +562,8 @@ impl Walk<'_> {
         if let Verdict::Healthy { next_check } = assess(stage, label_since, &self.parse(n, &chart)?, self.now, grace) {
             return Ok(Looked::Healthy(self.state_key(listed), next_check));
         }
-        // Re-read before acting: a restart must never redo work that moved on.
-        let Some(fresh) = self.unmoved(listed).await? else { return Ok(Looked::MovedOn) };
+        // Read after the listing: a restart must never redo work that moved on.
+        let Some(fresh) = self.unmoved(listed, look.issue) else { return Ok(Looked::MovedOn) };
         let key = self.state_key(listed);
         let max_retries = self.config.departments.sweep.max_retries;
         // Decided again on the chart as it stands if it changes under the write.
@@ -601,26 +604,24 @@ impl Walk<'_> {
         Ok(looked)
     }
 
-    /// The patient re-read, unless it moved on (closed, or its ward labels
-    /// changed) since the listing.
-    async fn unmoved(&self, listed: &Issue) -> anyhow::Result<Option<Issue>> {
-        use anyhow::Context as _;
-        let n = listed.number;
-        let fresh = self.forge.issue(n).await.with_context(|| format!("could not re-read {n}"))?;
+    /// The patient as read after the listing, unless it moved on (closed,
+    /// or its ward labels changed) since.
+    fn unmoved(&self, listed: &Issue, fresh: Issue) -> Option<Issue> {
         let moved = fresh.state != IssueState::Open || self.state_key(&fresh) != self.state_key(listed);
-        Ok((!moved).then_some(fresh))
+        (!moved).then_some(fresh)
     }
 
     async fn repair(
         &self,
         listed: &Issue,
+        now: &Issue,
         events: &[LabelEvent],
         chart: Option<StoredChart>,
     ) -> anyhow::Result<Looked> {
         use anyhow::Context as _;
         let n = listed.number;
         let found = self.wardish_labels(listed);
-        let Some(fresh) = self.unmoved(listed).await? else { return Ok(Looked::MovedOn) };
+        let Some(fresh) = self.unmoved(listed, now.clone()) else { return Ok(Looked::MovedOn) };
         let (action, _) = transfer_with(self.forge, self.config, &fresh, Seen::Read(chart), |notes| {
             let decision = decide_repair(self.config, &found, events, notes);
             let (keep, why, kind) = match &decision {

@@ -1,4 +1,5 @@
-//! The GitHub forge: the REST API (and one GraphQL query) through octocrab.
+//! The GitHub forge through octocrab: REST for the writes, GraphQL for the
+//! reads one query can combine (`graphql`, with REST as the fallback).
 //!
 //! The client is built in exactly one function, [`build_client`], from the
 //! API base URL and a token; tests pass the URL of the fake GitHub. Every
@@ -6,13 +7,15 @@
 //! (see [`super::retry`]), and every answer is turned into the small types of
 //! [`super`] at this boundary, with `TryFrom`, never by unwrapping API data.
 //!
-//! Calls per stage transition (see `docs/github.md`): read the issue, read the
-//! chart, write the chart twice, set the labels, dispatch: six.
+//! Calls per stage transition (see `docs/github.md`): one GraphQL read (the
+//! issue, the lockdown check and the chart, `graphql`), write the chart
+//! twice, set the labels, dispatch: five.
 //!
 //! `transport` sends (and retries) requests and names refusals; `wire`
 //! holds the API's shapes and their conversions; `setup` is what
 //! `ward doctor` reads and sets up (never on a stage's path).
 
+mod graphql;
 mod setup;
 mod transport;
 mod wire;
@@ -32,7 +35,8 @@ use self::wire::*;
 use super::retry::RetryPolicy;
 use super::{
     CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, Listed,
-    NewIssue, NewPullRequest, Permission, PullRequest, PullState, Review, StoredChart,
+    NewIssue, NewPullRequest, PatientLook, PatientRead, Permission, PullFacts, PullRequest, PullState, Review,
+    StoredChart,
 };
 
 /// The public API; `GITHUB_API_URL` overrides it (GitHub Enterprise, tests).
@@ -141,6 +145,18 @@ pub struct GitHubForge {
     client: Octocrab,
     settings: GitHubSettings,
     retry: RetryPolicy,
+    /// Combined reads over GraphQL (see `graphql`); off: REST alone.
+    graphql: bool,
+}
+
+/// `WARD_GITHUB_GRAPHQL=false` (or `0`, `off`, `no`) turns the GraphQL
+/// reads off: every read goes over REST, as on a GitHub Enterprise Server
+/// whose GraphQL API is not reachable.
+pub const GRAPHQL_ENV: &str = "WARD_GITHUB_GRAPHQL";
+
+/// Whether `value` (of [`GRAPHQL_ENV`]) leaves GraphQL on.
+pub fn graphql_enabled(value: Option<&str>) -> bool {
+    !value.is_some_and(|v| ["false", "0", "off", "no"].contains(&v.trim().to_lowercase().as_str()))
 }
 
 impl std::fmt::Debug for GitHubForge {
@@ -174,12 +190,19 @@ impl GitHubForge {
             charts_branch: charts_branch.into(),
             engine_account: engine_account.into(),
         };
-        Self::new(settings, token)
+        Ok(Self::new(settings, token)?.with_graphql(graphql_enabled(var(GRAPHQL_ENV).as_deref())))
     }
 
     pub fn new(settings: GitHubSettings, token: &str) -> ForgeResult<Self> {
         let client = build_client(&settings.api_url, token)?;
-        Ok(Self { client, settings, retry: RetryPolicy::default() })
+        Ok(Self { client, settings, retry: RetryPolicy::default(), graphql: true })
+    }
+
+    /// Reads over GraphQL where one query does the work of several (on by
+    /// default), or REST alone.
+    pub fn with_graphql(mut self, on: bool) -> Self {
+        self.graphql = on;
+        self
     }
 
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
@@ -316,6 +339,25 @@ impl Forge for GitHubForge {
         Issue::try_from(wire).map_err(|e| bad_shape(&action, e))
     }
 
+    async fn patient(&self, number: IssueNumber, lockdown_label: &str) -> ForgeResult<PatientRead> {
+        if self.graphql {
+            self.patient_read(number, lockdown_label).await
+        } else {
+            super::patient_by_parts(self, number, lockdown_label).await
+        }
+    }
+
+    async fn look(&self, number: IssueNumber) -> ForgeResult<PatientLook> {
+        if self.graphql {
+            self.look_read(number).await
+        } else {
+            let issue = self.issue(number).await?;
+            let chart = self.read_chart(number).await?;
+            let label_events = self.label_events(number).await?;
+            Ok(PatientLook { issue, chart, label_events })
+        }
+    }
+
     async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue> {
         let action = format!("open an issue `{}` in {}", new.title, self.settings.repo);
         let mut call = self.call(Method::POST, "/issues", action.clone(), Access::IssuesWrite);
@@ -371,6 +413,10 @@ impl Forge for GitHubForge {
             .get_all(self.call(Method::GET, "/labels?per_page=100", action.clone(), Access::IssuesRead), array)
             .await?;
         let names: Vec<String> = convert::<WireLabel, LabelName>(existing, &action)?.into_iter().map(|l| l.0).collect();
+        self.create_missing_labels(specs, &names).await
+    }
+
+    async fn create_missing_labels(&self, specs: &[LabelSpec], names: &[String]) -> ForgeResult<()> {
         for spec in specs.iter().filter(|s| !names.iter().any(|n| n.eq_ignore_ascii_case(&s.name))) {
             let action = format!("create label `{}` in {}", spec.name, self.settings.repo);
             let mut call = self.call(Method::POST, "/labels", action, Access::IssuesWrite);
@@ -466,6 +512,12 @@ impl Forge for GitHubForge {
         match reply.status.as_u16() {
             200 => {
                 let wire: WireContent = reply.json(&action)?;
+                // Over 1 MB the contents API gives the sha but no content
+                // (encoding `none`): the blob of that sha gives the text.
+                if wire.kind == "file" && wire.encoding.as_deref() == Some("none") {
+                    let text = self.blob_text(&wire.sha, &action).await?;
+                    return Ok(Some(StoredChart { text, version: wire.sha }));
+                }
                 StoredChart::try_from(wire).map(Some).map_err(|e| bad_shape(&action, e))
             }
             // No such file, or no charts branch yet: no chart.
@@ -588,6 +640,10 @@ impl Forge for GitHubForge {
         convert::<WireCommitItem, CommitInfo>(self.get_all(call, array).await?, &action)
     }
 
+    async fn pull_facts(&self, branch: &str) -> ForgeResult<Option<PullFacts>> {
+        if self.graphql { self.pull_facts_read(branch).await } else { super::pull_facts_by_parts(self, branch).await }
+    }
+
     async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus> {
         let mut checks = self.check_run_list(sha).await?;
         let action = format!("read the commit statuses of {sha}");
@@ -621,7 +677,13 @@ impl Forge for GitHubForge {
         let mut call = self.call(Method::PUT, &format!("/pulls/{pull}/merge"), action, Access::ContentsWrite);
         // `sha`: GitHub refuses (409) when the head moved since the audit.
         call.body = Some(json!({ "merge_method": "squash", "sha": head_sha }));
-        self.send_ok(&call).await.map(drop)
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => Ok(()),
+            // "Head branch was modified. Review and try the merge again."
+            409 => Err(ForgeError::HeadMoved { pull, audited: head_sha.to_string() }),
+            _ => Err(self.refusal(&call, &reply)),
+        }
     }
 }
 

@@ -170,6 +170,13 @@ impl TryFrom<WireContent> for StoredChart {
     }
 }
 
+/// `GET /git/blobs/{sha}`: the whole blob, base64.
+#[derive(Deserialize)]
+pub(super) struct WireBlob {
+    pub(super) content: String,
+    pub(super) encoding: String,
+}
+
 #[derive(Deserialize)]
 pub(super) struct WireFileCommit {
     pub(super) content: Option<WireSha>,

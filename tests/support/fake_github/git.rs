@@ -166,6 +166,13 @@ impl BareRepo {
         Some((blob.content().to_vec(), blob.id().to_string()))
     }
 
+    /// The bytes of the blob `sha`.
+    pub fn blob(&self, sha: &str) -> Option<Vec<u8>> {
+        let r = self.open();
+        let blob = r.find_blob(Oid::from_str(sha).ok()?).ok()?;
+        Some(blob.content().to_vec())
+    }
+
     /// Every file at `rev`: path -> blob sha.
     pub fn files(&self, rev: &str) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();

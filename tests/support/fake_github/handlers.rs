@@ -10,6 +10,10 @@ use super::state::*;
 
 const DOCS: &str = "https://docs.github.com/rest";
 
+/// The contents API gives a file's content inline up to 1 MB; above, the
+/// content is empty and the encoding `none` (the blob API gives it).
+pub const INLINE_CONTENT_LIMIT: usize = 1024 * 1024;
+
 /// The fake's answer to one request.
 pub struct Answer {
     pub status: u16,
@@ -56,6 +60,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/repos/{owner}/{repo}/contents/{path}"),
     ("PUT", "/repos/{owner}/{repo}/contents/{path}"),
     ("GET", "/repos/{owner}/{repo}/git/ref/{ref}"),
+    ("GET", "/repos/{owner}/{repo}/git/blobs/{file_sha}"),
     ("POST", "/repos/{owner}/{repo}/git/refs"),
     ("POST", "/repos/{owner}/{repo}/git/commits"),
     ("POST", "/repos/{owner}/{repo}/dispatches"),
@@ -174,6 +179,7 @@ impl State {
         let key = format!("{method} {template}");
         let mut fault = false;
         let grant = self.grant(headers);
+        self.current_grant = grant.clone();
         if let Some(g) = &grant {
             self.actor = g.login.clone();
             self.workflow_actor = g.workflow_token.then(|| g.login.clone());
@@ -245,9 +251,8 @@ impl State {
             return None;
         }
         if template == "/graphql" {
-            // The one query the fake answers reads pull requests.
-            return (!grant.permissions.allows("pull-requests", false))
-                .then(|| error(403, "Resource not accessible by integration"));
+            // Each field needs its own permission (graphql.rs).
+            return None;
         }
         let (scope, write) = needs(method.as_str(), template.trim_start_matches("/repos/{owner}/{repo}"));
         if write && !self.token_can_write {
@@ -287,7 +292,8 @@ impl State {
             ),
             FaultKind::LostAnswer(_) => return None,
             FaultKind::ConcurrentWrite { branch, text } => {
-                let path = params.get("path").cloned().unwrap_or_default();
+                // A route without a file (a merge): a file of its own, so the branch moves.
+                let path = params.get("path").cloned().unwrap_or_else(|| "pushed-meanwhile.txt".into());
                 let actor = self.workflow_actor.take();
                 self.put_file(&branch, &path, &text);
                 self.workflow_actor = actor;
@@ -305,7 +311,8 @@ impl State {
         body: Option<&Value>,
     ) -> Answer {
         if template == "/graphql" {
-            return self.graphql(body);
+            let grant = self.current_grant.clone().expect("an authenticated request");
+            return self.graphql(body, &grant);
         }
         if template == "/user" {
             // As GitHub: a user's token says whose it is; an installation
@@ -342,6 +349,7 @@ impl State {
             ("GET", "/contents/{path}") => self.get_contents(&p["path"], q),
             ("PUT", "/contents/{path}") => self.put_contents(&p["path"], body),
             ("GET", "/git/ref/{ref}") => self.get_ref(&p["ref"]),
+            ("GET", "/git/blobs/{file_sha}") => self.get_blob(&p["file_sha"]),
             ("POST", "/git/refs") => self.create_ref(body),
             ("POST", "/git/commits") => self.create_commit(body),
             ("POST", "/dispatches") => self.create_dispatch(body),
@@ -735,7 +743,38 @@ impl State {
             return not_found();
         }
         match self.git.read_file(&git_ref, path) {
+            // As GitHub: over 1 MB the object comes without its content.
+            Some((content, sha)) if content.len() > INLINE_CONTENT_LIMIT => {
+                let mut v = self.content_json(&git_ref, path, b"", &sha);
+                v["size"] = json!(content.len());
+                v["encoding"] = json!("none");
+                v["content"] = json!("");
+                answer(200, v)
+            }
             Some((content, sha)) => answer(200, self.content_json(&git_ref, path, &content, &sha)),
+            None => not_found(),
+        }
+    }
+
+    /// `GET /git/blobs/{sha}`: any blob up to 100 MB, base64.
+    fn get_blob(&self, sha: &str) -> Answer {
+        match self.git.blob(sha) {
+            Some(bytes) if bytes.len() > 100 * 1024 * 1024 => {
+                error(403, "This API returns blobs up to 100 MB in size.")
+            }
+            Some(bytes) => {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
+                let wrapped: Vec<String> =
+                    encoded.as_bytes().chunks(60).map(|c| String::from_utf8_lossy(c).into_owned()).collect();
+                answer(
+                    200,
+                    json!({
+                        "sha": sha, "node_id": format!("B_{sha}"), "size": bytes.len(),
+                        "url": format!("{}/git/blobs/{sha}", self.repo_url()),
+                        "content": wrapped.join("\n") + "\n", "encoding": "base64",
+                    }),
+                )
+            }
             None => not_found(),
         }
     }
@@ -1221,45 +1260,6 @@ impl State {
         v["commit_url"] = json!(format!("{}/commits/{sha}", self.repo_url()));
         v["url"] = json!(format!("{}/commits/{sha}/status", self.repo_url()));
         answer(200, v)
-    }
-
-    // -- GraphQL ------------------------------------------------------------
-
-    /// The one query ward sends: a pull request's review threads, paged.
-    fn graphql(&self, body: Option<&Value>) -> Answer {
-        let Some(body) = body else { return error(400, "Problems parsing JSON") };
-        let query = body.get("query").and_then(Value::as_str).unwrap_or_default();
-        if !query.contains("reviewThreads") {
-            return answer(
-                200,
-                json!({ "errors": [{ "message": "the fake GitHub only answers reviewThreads queries" }] }),
-            );
-        }
-        let vars = &body["variables"];
-        if vars["owner"] != json!(self.owner) || vars["name"] != json!(self.repo) || !self.repo_exists {
-            return answer(
-                200,
-                json!({ "data": { "repository": null }, "errors": [{ "type": "NOT_FOUND", "message": format!("Could not resolve to a Repository with the name '{}/{}'.", vars["owner"], vars["name"]) }] }),
-            );
-        }
-        let n = vars["number"].as_u64().unwrap_or(0);
-        let Some(p) = self.pulls.get(&n) else {
-            return answer(
-                200,
-                json!({ "data": { "repository": { "pullRequest": null } }, "errors": [{ "type": "NOT_FOUND", "message": format!("Could not resolve to a PullRequest with the number of {n}.") }] }),
-            );
-        };
-        let first = 100;
-        let start = vars["after"].as_str().and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
-        let nodes: Vec<Value> = p.threads.iter().skip(start).take(first).map(|r| json!({ "isResolved": r })).collect();
-        let end = start + nodes.len();
-        answer(
-            200,
-            json!({ "data": { "repository": { "pullRequest": { "reviewThreads": {
-                "nodes": nodes,
-                "pageInfo": { "hasNextPage": end < p.threads.len(), "endCursor": end.to_string() },
-            } } } } }),
-        )
     }
 }
 

@@ -77,9 +77,20 @@
 //! - **Repository settings** `ward doctor` reads (`settings`, in
 //!   settings.rs): the workflow token's defaults, the Actions runs list,
 //!   and a token refused one permission (`settings.denied`).
+//! - **GraphQL** (`POST /graphql`, graphql.rs): the query is parsed and
+//!   every field asked for is answered from the same state (issues and
+//!   labels, the charts branch's blobs, pull requests with reviews, threads,
+//!   commits and the head's check runs and statuses, label events), in
+//!   GitHub's shapes (`data`, `errors` with `type` and `path`), one call per
+//!   query; connections need `first`/`last`; a field the fake does not
+//!   model fails the test. `Blob.text` is cut beyond 512 KB
+//!   (`isTruncated`), `null` for binary content.
+//! - **Contents over 1 MB** come without their content (`content: ""`,
+//!   `encoding: "none"`), as on GitHub; `GET /git/blobs/{sha}` gives them.
 
 mod events;
 pub mod git;
+mod graphql;
 mod handlers;
 mod releases;
 mod settings;

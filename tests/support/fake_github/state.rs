@@ -384,6 +384,8 @@ pub struct State {
     pub(super) actor: String,
     /// Set while a workflow token's request is answered.
     pub(super) workflow_actor: Option<String>,
+    /// The grant of the request being answered (GraphQL checks it per field).
+    pub(super) current_grant: Option<Grant>,
     /// Branch and tag heads the fake has announced (push events).
     pub(super) known_refs: BTreeMap<String, String>,
 }
@@ -430,6 +432,7 @@ impl State {
             actor: ENGINE.into(),
             workflow_actor: None,
             known_refs,
+            current_grant: None,
         }
     }
 

@@ -1,0 +1,552 @@
+//! The combined reads over GitHub's GraphQL API: what a stage run reads
+//! before its guards ([`PATIENT_QUERY`]: the issue and its labels, the
+//! lockdown check, the chart's text and blob sha) and what the discharge
+//! audit reads ([`PULL_QUERY`]: the pull request of the branch, reviews with
+//! whether their authors can push, review threads, commits, and the head's
+//! check runs and statuses), one request each. Where an answer is cut (more
+//! than a page of labels, reviews, threads, commits or checks; a chart
+//! beyond what `Blob.text` gives) that part is read over REST, so the
+//! answer is whole or an error, never silently short.
+//!
+//! GraphQL has its own rate limit, in points: a query costs the number of
+//! page requests its connections could need, divided by 100 (at least 1).
+//! The stage's read and the sweep's look cost 1 point; the audit's about
+//! 5 (five pull requests at most, each with its pages, and the parents of
+//! up to 100 commits), which is why it asks for five pull requests, not
+//! more. Points come from their own budget: these reads leave the REST
+//! budget to the writes.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use http::Method;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::transport::{Call, percent};
+use super::wire::*;
+use super::{Access, GitHubForge, OWN_CHECK_PREFIX};
+use crate::forge::{
+    CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, IssueState, LabelAction, LabelEvent, PatientLook,
+    PatientRead, PullFacts, PullRequest, PullState, Review, StoredChart,
+};
+
+pub(super) const PATIENT_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!, \
+$lockdown: [String!], $chart: String!) { repository(owner: $owner, name: $name) { \
+issue(number: $number) { number title body state author { login } labels(first: 100) { nodes { name } \
+pageInfo { hasNextPage } } } \
+lockdown: issues(first: 1, states: [OPEN], labels: $lockdown, orderBy: {field: CREATED_AT, direction: ASC}) { \
+nodes { number title body state author { login } } } \
+chart: object(expression: $chart) { __typename ... on Blob { oid text isBinary isTruncated } } \
+repositoryLabels: labels(first: 100) { nodes { name } pageInfo { hasNextPage } } } }";
+
+pub(super) const LOOK_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!, $chart: String!) { \
+repository(owner: $owner, name: $name) { \
+issue(number: $number) { number title body state author { login } labels(first: 100) { nodes { name } \
+pageInfo { hasNextPage } } \
+timelineItems(last: 100, itemTypes: [LABELED_EVENT, UNLABELED_EVENT]) { nodes { __typename \
+... on LabeledEvent { createdAt actor { login } label { name } } \
+... on UnlabeledEvent { createdAt actor { login } label { name } } } pageInfo { hasPreviousPage } } } \
+chart: object(expression: $chart) { __typename ... on Blob { oid text isBinary isTruncated } } } }";
+
+pub(super) const PULL_QUERY: &str = "query($owner: String!, $name: String!, $branch: String!) { \
+repository(owner: $owner, name: $name) { \
+pullRequests(headRefName: $branch, states: [OPEN, MERGED], first: 5) { pageInfo { hasNextPage } nodes { \
+number title body url state headRefName headRefOid baseRefName isCrossRepository author { login } \
+reviews(first: 100) { nodes { author { login } state body commit { oid } authorCanPushToRepository } \
+pageInfo { hasNextPage } } \
+reviewThreads(first: 100) { nodes { isResolved } pageInfo { hasNextPage } } \
+commits(first: 100) { nodes { commit { oid message parents(first: 2) { totalCount } } } pageInfo { hasNextPage } } \
+head: commits(last: 1) { nodes { commit { oid statusCheckRollup { contexts(first: 100) { nodes { __typename \
+... on CheckRun { name status conclusion url title summary } \
+... on StatusContext { context state targetUrl description } } pageInfo { hasNextPage } } } } } } } } } }";
+
+/// GraphQL's answer: `data`, and `errors` each with a `type` and `path`.
+#[derive(Deserialize)]
+struct Answer {
+    data: Option<Value>,
+    #[serde(default)]
+    errors: Vec<AnswerError>,
+}
+
+#[derive(Deserialize)]
+struct AnswerError {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    message: String,
+}
+
+#[derive(Deserialize)]
+struct Login {
+    login: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Page {
+    has_next_page: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Conn<T> {
+    nodes: Vec<T>,
+    #[serde(default)]
+    page_info: Option<Page>,
+}
+
+impl<T> Conn<T> {
+    fn whole(&self) -> bool {
+        !self.page_info.as_ref().is_some_and(|p| p.has_next_page)
+    }
+}
+
+/// A connection read from its end (`last`): more before it?
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BackPage {
+    has_previous_page: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Timeline {
+    nodes: Vec<GqlLabelEvent>,
+    page_info: BackPage,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GqlLabelEvent {
+    #[serde(rename = "__typename")]
+    typename: String,
+    created_at: chrono::DateTime<chrono::Utc>,
+    actor: Option<Login>,
+    label: Name,
+}
+
+#[derive(Deserialize)]
+struct Name {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct GqlIssue {
+    number: u64,
+    title: String,
+    body: Option<String>,
+    state: String,
+    author: Option<Login>,
+    #[serde(default)]
+    labels: Option<Conn<Name>>,
+    #[serde(default, rename = "timelineItems")]
+    timeline: Option<Timeline>,
+}
+
+impl GqlIssue {
+    fn into_issue(self, labels: Vec<String>) -> Result<Issue, String> {
+        let state = match self.state.as_str() {
+            "OPEN" => IssueState::Open,
+            "CLOSED" => IssueState::Closed,
+            other => return Err(format!("issue #{} has state `{other}`", self.number)),
+        };
+        Ok(Issue {
+            number: IssueNumber(self.number),
+            title: self.title,
+            body: self.body.unwrap_or_default(),
+            author: self.author.map_or_else(|| "ghost".into(), |a| a.login),
+            state,
+            labels,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GqlBlob {
+    #[serde(rename = "__typename")]
+    typename: String,
+    oid: Option<String>,
+    text: Option<String>,
+    #[serde(default)]
+    is_binary: bool,
+    #[serde(default)]
+    is_truncated: bool,
+}
+
+#[derive(Deserialize)]
+struct LookData {
+    issue: Option<GqlIssue>,
+    chart: Option<GqlBlob>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PatientData {
+    issue: Option<GqlIssue>,
+    lockdown: Option<Conn<GqlIssue>>,
+    chart: Option<GqlBlob>,
+    repository_labels: Option<Conn<Name>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GqlPull {
+    number: u64,
+    title: String,
+    body: Option<String>,
+    url: String,
+    state: String,
+    head_ref_name: String,
+    head_ref_oid: String,
+    base_ref_name: String,
+    is_cross_repository: bool,
+    author: Option<Login>,
+    reviews: Conn<GqlReview>,
+    review_threads: Conn<GqlThread>,
+    commits: Conn<GqlPullCommit>,
+    head: Conn<GqlPullCommit>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GqlReview {
+    author: Option<Login>,
+    state: String,
+    body: Option<String>,
+    commit: Option<GqlOid>,
+    author_can_push_to_repository: bool,
+}
+
+#[derive(Deserialize)]
+struct GqlOid {
+    oid: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GqlThread {
+    is_resolved: bool,
+}
+
+#[derive(Deserialize)]
+struct GqlPullCommit {
+    commit: GqlCommit,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GqlCommit {
+    oid: String,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    parents: Option<Count>,
+    #[serde(default)]
+    status_check_rollup: Option<Rollup>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Count {
+    total_count: usize,
+}
+
+#[derive(Deserialize)]
+struct Rollup {
+    contexts: Conn<GqlContext>,
+}
+
+/// A check run or a commit status in the head's rollup.
+#[derive(Deserialize)]
+#[serde(tag = "__typename")]
+enum GqlContext {
+    CheckRun {
+        name: String,
+        status: String,
+        conclusion: Option<String>,
+        url: Option<String>,
+        title: Option<String>,
+        summary: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    StatusContext { context: String, state: String, target_url: Option<String>, description: Option<String> },
+}
+
+impl GqlContext {
+    /// The REST shape's verdict, so both APIs fold the same way.
+    fn check(self) -> Result<Check, String> {
+        match self {
+            GqlContext::CheckRun { name, status, conclusion, url, title, summary } => Check::try_from(WireCheckRun {
+                name,
+                status: status.to_lowercase(),
+                conclusion: conclusion.map(|c| c.to_lowercase()),
+                html_url: url,
+                output: Some(WireCheckOutput { title, summary }),
+            }),
+            GqlContext::StatusContext { context, state, target_url, description } => {
+                // EXPECTED: a required status not reported yet.
+                let state = if state == "EXPECTED" { "pending".into() } else { state.to_lowercase() };
+                Check::try_from(WireStatus { context, state, target_url, description })
+            }
+        }
+    }
+}
+
+impl GitHubForge {
+    /// One GraphQL request; `data` when GitHub gave it. Errors GitHub sent
+    /// are returned with it (a missing issue is `null` and a `NOT_FOUND`).
+    async fn graphql(&self, query: &str, variables: Value, action: &str, access: Access) -> ForgeResult<Answer> {
+        let call = Call {
+            method: Method::POST,
+            path: "/graphql".into(),
+            body: Some(json!({ "query": query, "variables": variables })),
+            action: action.to_string(),
+            access,
+        };
+        self.send_ok(&call).await?.json(action)
+    }
+
+    /// A GraphQL error as the forge's: what was refused and what to do.
+    fn graphql_error(&self, action: &str, access: Access, e: &AnswerError) -> ForgeError {
+        match e.kind.as_deref() {
+            Some("FORBIDDEN") => {
+                ForgeError::Forbidden { action: action.into(), message: e.message.clone(), help: access.help() }
+            }
+            Some("NOT_FOUND") if e.message.contains("Repository") => ForgeError::Forbidden {
+                action: action.into(),
+                message: e.message.clone(),
+                help: format!("{} does not exist or the token cannot see it; {}", self.settings.repo, access.help()),
+            },
+            _ => ForgeError::Api { action: action.into(), status: 200, message: e.message.clone() },
+        }
+    }
+
+    /// [`Forge::patient`] in one query.
+    pub(super) async fn patient_read(&self, number: IssueNumber, lockdown_label: &str) -> ForgeResult<PatientRead> {
+        let repo = &self.settings.repo;
+        let action = format!("read issue {number}, the lockdown and the chart of {number} in {repo} (GraphQL)");
+        let mut variables = self.issue_variables(number);
+        variables["lockdown"] = json!([lockdown_label]);
+        let answer = self.graphql(PATIENT_QUERY, variables, &action, Access::IssuesRead).await?;
+        let data: PatientData = self.issue_data(number, &answer, &action)?;
+        let Some(issue) = data.issue else { return Err(bad_shape(&action, "no `issue` in the answer")) };
+        let issue = self.issue_of(number, issue, &action).await?;
+        let lockdown = match data.lockdown {
+            Some(open) => match open.nodes.into_iter().next() {
+                Some(l) => Some(l.into_issue(vec![lockdown_label.into()]).map_err(|e| bad_shape(&action, e))?),
+                None => None,
+            },
+            None => return Err(bad_shape(&action, "no `lockdown` in the answer")),
+        };
+        let chart = self.chart_of(data.chart, &action).await?;
+        // More than a page of labels: the admission lists them over REST.
+        let repository_labels =
+            data.repository_labels.filter(|l| l.whole()).map(|l| l.nodes.into_iter().map(|n| n.name).collect());
+        Ok(PatientRead { issue, lockdown, chart, repository_labels })
+    }
+
+    /// [`Forge::look`] in one query: the issue, its chart and its label
+    /// history (the last 100 label events; REST lists a longer history).
+    pub(super) async fn look_read(&self, number: IssueNumber) -> ForgeResult<PatientLook> {
+        let repo = &self.settings.repo;
+        let action = format!("read issue {number}, its chart and its label history in {repo} (GraphQL)");
+        let answer = self.graphql(LOOK_QUERY, self.issue_variables(number), &action, Access::IssuesRead).await?;
+        let data: LookData = self.issue_data(number, &answer, &action)?;
+        let Some(mut issue) = data.issue else { return Err(bad_shape(&action, "no `issue` in the answer")) };
+        let label_events = match issue.timeline.take() {
+            Some(t) if !t.page_info.has_previous_page => t
+                .nodes
+                .into_iter()
+                .map(|e| LabelEvent {
+                    action: if e.typename == "UnlabeledEvent" { LabelAction::Removed } else { LabelAction::Added },
+                    label: e.label.name,
+                    actor: e.actor.map_or_else(|| "ghost".into(), |a| a.login),
+                    at: e.created_at,
+                })
+                .collect(),
+            _ => self.label_events(number).await?,
+        };
+        let issue = self.issue_of(number, issue, &action).await?;
+        let chart = self.chart_of(data.chart, &action).await?;
+        Ok(PatientLook { issue, chart, label_events })
+    }
+
+    fn issue_variables(&self, number: IssueNumber) -> Value {
+        let chart = format!("{}:{}", self.settings.charts_branch, Self::chart_path(number));
+        json!({ "owner": self.settings.repo.owner, "name": self.settings.repo.name, "number": number.0, "chart": chart })
+    }
+
+    /// The `repository` of an answer about issue `number`, or the error
+    /// GitHub gave: a missing issue, a refusal, no repository.
+    fn issue_data<T: for<'de> Deserialize<'de>>(
+        &self,
+        number: IssueNumber,
+        answer: &Answer,
+        action: &str,
+    ) -> ForgeResult<T> {
+        let data = answer.data.as_ref().and_then(|d| d.get("repository")).filter(|r| !r.is_null());
+        let missing_issue = data.and_then(|d| d.get("issue")).is_none_or(Value::is_null);
+        if let Some(e) = answer.errors.first() {
+            let not_found = answer.errors.iter().any(|e| e.kind.as_deref() == Some("NOT_FOUND"));
+            return Err(if data.is_some() && missing_issue && not_found {
+                ForgeError::IssueNotFound(number, self.describe())
+            } else {
+                // The lockdown or the chart refused: no guess about either.
+                let access = if e.message.contains("ccessible") && !missing_issue {
+                    Access::ContentsRead
+                } else {
+                    Access::IssuesRead
+                };
+                self.graphql_error(action, access, e)
+            });
+        }
+        let data = data.ok_or_else(|| bad_shape(action, "no `repository` in the answer"))?;
+        serde_json::from_value(data.clone()).map_err(|e| bad_shape(action, e))
+    }
+
+    /// The issue of an answer, its labels whole (more than a page: REST).
+    async fn issue_of(&self, number: IssueNumber, issue: GqlIssue, action: &str) -> ForgeResult<Issue> {
+        match &issue.labels {
+            Some(labels) if labels.whole() => {
+                let names = labels.nodes.iter().map(|l| l.name.clone()).collect();
+                issue.into_issue(names).map_err(|e| bad_shape(action, e))
+            }
+            _ => self.issue(number).await,
+        }
+    }
+
+    /// The chart of an answer: its text and blob sha; cut or binary text is
+    /// read from the blob of the sha just read (no race with a write).
+    async fn chart_of(&self, blob: Option<GqlBlob>, action: &str) -> ForgeResult<Option<StoredChart>> {
+        let Some(blob) = blob else { return Ok(None) };
+        if blob.typename != "Blob" {
+            return Err(bad_shape(action, format!("the chart path holds a {}, not a file", blob.typename)));
+        }
+        let oid = blob.oid.ok_or_else(|| bad_shape(action, "the chart's blob has no `oid`"))?;
+        Ok(Some(match blob.text {
+            Some(text) if !blob.is_truncated && !blob.is_binary => StoredChart { text, version: oid },
+            _ => StoredChart { text: self.blob_text(&oid, action).await?, version: oid },
+        }))
+    }
+
+    /// The text of a blob by its sha (`GET /git/blobs/{sha}`, up to 100 MB),
+    /// for files the contents API and `Blob.text` give only in part.
+    pub(super) async fn blob_text(&self, sha: &str, action: &str) -> ForgeResult<String> {
+        let call = self.call(Method::GET, &format!("/git/blobs/{}", percent(sha)), action.into(), Access::ContentsRead);
+        let blob: WireBlob = self.send_ok(&call).await?.json(action)?;
+        if blob.encoding != "base64" {
+            return Err(bad_shape(action, format!("the blob {sha} comes in encoding `{}`", blob.encoding)));
+        }
+        let packed: String = blob.content.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(packed)
+            .map_err(|e| bad_shape(action, format!("the blob {sha} is not base64 ({e})")))?;
+        String::from_utf8(bytes).map_err(|_| bad_shape(action, format!("the blob {sha} is not UTF-8 text")))
+    }
+
+    /// [`Forge::pull_facts`] in one query.
+    pub(super) async fn pull_facts_read(&self, branch: &str) -> ForgeResult<Option<PullFacts>> {
+        let repo = &self.settings.repo;
+        let action = format!("read the pull request of branch `{branch}` in {repo} with its reviews and CI (GraphQL)");
+        let variables = json!({ "owner": repo.owner, "name": repo.name, "branch": branch });
+        let answer = self.graphql(PULL_QUERY, variables, &action, Access::PullsRead).await?;
+        if let Some(e) = answer.errors.first() {
+            let access = if e.message.contains("ccessible") { Access::ChecksRead } else { Access::PullsRead };
+            return Err(self.graphql_error(&action, access, e));
+        }
+        let pulls = answer
+            .data
+            .as_ref()
+            .and_then(|d| d.pointer("/repository/pullRequests"))
+            .ok_or_else(|| bad_shape(&action, "no `pullRequests` in the answer"))?;
+        let pulls: Conn<GqlPull> = serde_json::from_value(pulls.clone()).map_err(|e| bad_shape(&action, e))?;
+        if !pulls.whole() {
+            // More than five open or merged pull requests from one branch: REST lists them all.
+            return crate::forge::pull_facts_by_parts(self, branch).await;
+        }
+        // As over REST: a branch of this repository (never a fork's of the
+        // same name), the open pull request, else the newest merged one.
+        let mut live: Vec<GqlPull> = pulls.nodes.into_iter().filter(|p| !p.is_cross_repository).collect();
+        live.sort_by_key(|p| (p.state == "OPEN", p.number));
+        let Some(p) = live.pop() else { return Ok(None) };
+        self.facts_of(p, &action).await.map(Some)
+    }
+
+    async fn facts_of(&self, p: GqlPull, action: &str) -> ForgeResult<PullFacts> {
+        let text = |e: ForgeError| e.to_string();
+        let state = match p.state.as_str() {
+            "OPEN" => PullState::Open,
+            "MERGED" => PullState::Merged,
+            "CLOSED" => PullState::Closed,
+            other => return Err(bad_shape(action, format!("pull request #{} has state `{other}`", p.number))),
+        };
+        let pull = PullRequest {
+            number: p.number,
+            title: p.title,
+            body: p.body.unwrap_or_default(),
+            author: p.author.map_or_else(|| "ghost".into(), |a| a.login),
+            head_branch: p.head_ref_name,
+            head_sha: p.head_ref_oid,
+            base_branch: p.base_ref_name,
+            state,
+            url: p.url,
+        };
+        let number = pull.number;
+        let mut can_push = BTreeMap::new();
+        let reviews = if p.reviews.whole() {
+            let mut out = Vec::new();
+            for r in p.reviews.nodes {
+                let login = r.author.map_or_else(|| "ghost".to_string(), |a| a.login);
+                can_push.insert(login.to_lowercase(), r.author_can_push_to_repository);
+                let wire = WireReview {
+                    user: Some(WireUser { login }),
+                    state: r.state,
+                    commit_id: r.commit.map(|c| c.oid),
+                    body: r.body,
+                };
+                out.push(Review::try_from(wire).map_err(|e| bad_shape(action, e))?);
+            }
+            Ok(out)
+        } else {
+            self.reviews(number).await.map_err(text)
+        };
+        let unresolved_threads = if p.review_threads.whole() {
+            Ok(p.review_threads.nodes.iter().filter(|t| !t.is_resolved).count())
+        } else {
+            self.unresolved_review_threads(number).await.map_err(text)
+        };
+        let commits = if p.commits.whole() {
+            Ok(p.commits
+                .nodes
+                .into_iter()
+                .map(|c| CommitInfo {
+                    sha: c.commit.oid,
+                    message: c.commit.message.unwrap_or_default(),
+                    parent_count: c.commit.parents.map_or(0, |n| n.total_count),
+                })
+                .collect())
+        } else {
+            self.pull_request_commits(number).await.map_err(text)
+        };
+        let head = pull.head_sha.trim().to_string();
+        let ci = match p.head.nodes.into_iter().next() {
+            _ if head.is_empty() => Err(format!("pull request #{number} reports no head commit")),
+            Some(last) if last.commit.oid == head => match last.commit.status_check_rollup {
+                None => Ok(fold_ci(&[])),
+                Some(rollup) if rollup.contexts.whole() => {
+                    let mut checks = Vec::new();
+                    for context in rollup.contexts.nodes {
+                        checks.push(context.check().map_err(|e| bad_shape(action, e))?);
+                    }
+                    checks.retain(|c| c.is_status || !c.name.starts_with(OWN_CHECK_PREFIX));
+                    Ok(fold_ci(&checks))
+                }
+                Some(_) => self.ci_status(&head).await.map_err(text),
+            },
+            // The last commit listed is not the head (a push between): REST on the head.
+            _ => self.ci_status(&head).await.map_err(text),
+        };
+        Ok(PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push })
+    }
+}

@@ -1,0 +1,759 @@
+//! `POST /graphql`, answered from the fake's state like GitHub answers it:
+//! the query is parsed (operation, variables, aliases, arguments, inline
+//! fragments), every field asked for is resolved from the state, and the
+//! answer has GitHub's shape: `data` with exactly the fields asked for,
+//! `errors` with `type` (`NOT_FOUND`, `FORBIDDEN`) and `path`, the field
+//! itself `null`. A field the fake does not model is an error naming it
+//! (as GitHub's `undefinedField`) and is recorded, so the test fails. One
+//! request is one call, however many fields it reads.
+//!
+//! GitHub's rules kept: connections need `first` or `last` (at most 100);
+//! `object(expression: "branch:path")` is `null` for a missing file or
+//! branch; `Blob.text` is `null` for binary content and cut (with
+//! `isTruncated`) beyond [`BLOB_TEXT_LIMIT`]; `statusCheckRollup` and
+//! `status` are `null` when nothing was reported; each field needs the
+//! token's permission for what it reads (issues, contents, pull requests,
+//! checks, statuses), else that field is `null` with a `FORBIDDEN` error.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+
+use super::handlers::Answer;
+use super::state::{FakeCheckRun, Grant, State};
+
+/// How much of a blob's text GraphQL gives before cutting it.
+pub const BLOB_TEXT_LIMIT: usize = 512 * 1024;
+
+// -- The query language, as much as ward sends ------------------------------
+
+#[derive(Debug, Clone)]
+enum Selection {
+    Field { alias: Option<String>, name: String, args: Vec<(String, Arg)>, selections: Vec<Selection> },
+    Fragment { on: String, selections: Vec<Selection> },
+}
+
+#[derive(Debug, Clone)]
+enum Arg {
+    Variable(String),
+    Literal(Value),
+    /// An enum value (`OPEN`, `ASC`) or `true`/`false`/`null`.
+    Name(String),
+    List(Vec<Arg>),
+    Object(Vec<(String, Arg)>),
+}
+
+struct Parser<'a> {
+    src: &'a [u8],
+    at: usize,
+}
+
+impl Parser<'_> {
+    fn skip(&mut self) {
+        while let Some(&c) = self.src.get(self.at) {
+            if c.is_ascii_whitespace() || c == b',' {
+                self.at += 1;
+            } else if c == b'#' {
+                while self.src.get(self.at).is_some_and(|&c| c != b'\n') {
+                    self.at += 1;
+                }
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.skip();
+        self.src.get(self.at).copied()
+    }
+
+    fn eat(&mut self, c: u8) -> Result<(), String> {
+        match self.peek() {
+            Some(got) if got == c => {
+                self.at += 1;
+                Ok(())
+            }
+            got => Err(format!(
+                "Parse error: expected `{}` at offset {}, found {:?}",
+                c as char,
+                self.at,
+                got.map(|g| g as char)
+            )),
+        }
+    }
+
+    fn name(&mut self) -> Result<String, String> {
+        self.skip();
+        let start = self.at;
+        while self.src.get(self.at).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') {
+            self.at += 1;
+        }
+        if start == self.at {
+            return Err(format!("Parse error: expected a name at offset {start}"));
+        }
+        Ok(String::from_utf8_lossy(&self.src[start..self.at]).into_owned())
+    }
+
+    fn document(&mut self) -> Result<Vec<Selection>, String> {
+        if self.peek() != Some(b'{') {
+            let kind = self.name()?;
+            if kind != "query" {
+                return Err(format!("the fake GitHub answers queries only, not `{kind}`"));
+            }
+            if self.peek().is_some_and(|c| c.is_ascii_alphabetic()) {
+                self.name()?;
+            }
+            if self.peek() == Some(b'(') {
+                // Variable definitions: their values come from `variables`.
+                let mut depth = 0;
+                loop {
+                    match self.src.get(self.at) {
+                        Some(b'(') => depth += 1,
+                        Some(b')') => depth -= 1,
+                        None => return Err("Parse error: unclosed variable definitions".into()),
+                        _ => {}
+                    }
+                    self.at += 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        let selections = self.selections()?;
+        if self.peek().is_some() {
+            return Err("the fake GitHub answers one operation per document".into());
+        }
+        Ok(selections)
+    }
+
+    fn selections(&mut self) -> Result<Vec<Selection>, String> {
+        self.eat(b'{')?;
+        let mut out = Vec::new();
+        while self.peek() != Some(b'}') {
+            if self.peek().is_none() {
+                return Err("Parse error: unclosed selection".into());
+            }
+            if self.src[self.at..].starts_with(b"...") {
+                self.at += 3;
+                let on = self.name()?;
+                if on != "on" {
+                    return Err(format!("the fake GitHub answers inline fragments only, not `...{on}`"));
+                }
+                let on = self.name()?;
+                out.push(Selection::Fragment { on, selections: self.selections()? });
+                continue;
+            }
+            let first = self.name()?;
+            let (alias, name) = if self.peek() == Some(b':') {
+                self.eat(b':')?;
+                (Some(first), self.name()?)
+            } else {
+                (None, first)
+            };
+            let mut args = Vec::new();
+            if self.peek() == Some(b'(') {
+                self.eat(b'(')?;
+                while self.peek() != Some(b')') {
+                    let key = self.name()?;
+                    self.eat(b':')?;
+                    args.push((key, self.value()?));
+                }
+                self.eat(b')')?;
+            }
+            let selections = if self.peek() == Some(b'{') { self.selections()? } else { Vec::new() };
+            out.push(Selection::Field { alias, name, args, selections });
+        }
+        self.eat(b'}')?;
+        Ok(out)
+    }
+
+    fn value(&mut self) -> Result<Arg, String> {
+        match self.peek() {
+            Some(b'$') => {
+                self.at += 1;
+                Ok(Arg::Variable(self.name()?))
+            }
+            Some(b'"') => {
+                let start = self.at;
+                self.at += 1;
+                while let Some(&c) = self.src.get(self.at) {
+                    self.at += 1;
+                    match c {
+                        b'\\' => self.at += 1,
+                        b'"' => {
+                            let text = String::from_utf8_lossy(&self.src[start..self.at]);
+                            return serde_json::from_str(&text).map(Arg::Literal).map_err(|e| e.to_string());
+                        }
+                        _ => {}
+                    }
+                }
+                Err("Parse error: unclosed string".into())
+            }
+            Some(b'[') => {
+                self.eat(b'[')?;
+                let mut items = Vec::new();
+                while self.peek() != Some(b']') {
+                    items.push(self.value()?);
+                }
+                self.eat(b']')?;
+                Ok(Arg::List(items))
+            }
+            Some(b'{') => {
+                self.eat(b'{')?;
+                let mut fields = Vec::new();
+                while self.peek() != Some(b'}') {
+                    let key = self.name()?;
+                    self.eat(b':')?;
+                    fields.push((key, self.value()?));
+                }
+                self.eat(b'}')?;
+                Ok(Arg::Object(fields))
+            }
+            Some(c) if c.is_ascii_digit() || c == b'-' => {
+                let start = self.at;
+                self.at += 1;
+                while self.src.get(self.at).is_some_and(u8::is_ascii_digit) {
+                    self.at += 1;
+                }
+                let text = String::from_utf8_lossy(&self.src[start..self.at]);
+                text.parse::<i64>().map(|n| Arg::Literal(json!(n))).map_err(|e| e.to_string())
+            }
+            _ => Ok(Arg::Name(self.name()?)),
+        }
+    }
+}
+
+fn arg_value(arg: &Arg, variables: &Value) -> Value {
+    match arg {
+        Arg::Variable(name) => variables.get(name).cloned().unwrap_or(Value::Null),
+        Arg::Literal(v) => v.clone(),
+        Arg::Name(n) => match n.as_str() {
+            "true" => json!(true),
+            "false" => json!(false),
+            "null" => Value::Null,
+            other => json!(other),
+        },
+        Arg::List(items) => Value::Array(items.iter().map(|a| arg_value(a, variables)).collect()),
+        Arg::Object(fields) => {
+            Value::Object(fields.iter().map(|(k, a)| (k.clone(), arg_value(a, variables))).collect())
+        }
+    }
+}
+
+// -- The objects the fake can resolve ------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Obj {
+    Query,
+    Repository,
+    Issue(u64),
+    Label(String),
+    User(String),
+    Blob { oid: String, bytes: Vec<u8> },
+    Pull(u64),
+    Review { pull: u64, index: usize },
+    Thread(bool),
+    LabelEvent(super::state::FakeLabelEvent),
+    PullCommit(String),
+    Commit(String),
+    Rollup(String),
+    CheckRun(FakeCheckRun),
+    Status { context: String, state: String },
+    Connection { of: &'static str, items: Vec<Obj>, total: usize, has_next: bool, has_previous: bool, end: usize },
+    PageInfo { has_next: bool, has_previous: bool, end: usize },
+}
+
+impl Obj {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Obj::Query => "Query",
+            Obj::Repository => "Repository",
+            Obj::Issue(_) => "Issue",
+            Obj::Label(_) => "Label",
+            Obj::User(_) => "User",
+            Obj::Blob { .. } => "Blob",
+            Obj::Pull(_) => "PullRequest",
+            Obj::Review { .. } => "PullRequestReview",
+            Obj::Thread(_) => "PullRequestReviewThread",
+            Obj::LabelEvent(e) if e.labeled => "LabeledEvent",
+            Obj::LabelEvent(_) => "UnlabeledEvent",
+            Obj::PullCommit(_) => "PullRequestCommit",
+            Obj::Commit(_) => "Commit",
+            Obj::Rollup(_) => "StatusCheckRollup",
+            Obj::CheckRun(_) => "CheckRun",
+            Obj::Status { .. } => "StatusContext",
+            Obj::Connection { of, .. } => of,
+            Obj::PageInfo { .. } => "PageInfo",
+        }
+    }
+}
+
+/// What a field resolves to.
+enum Out {
+    Scalar(Value),
+    Object(Box<Obj>),
+    List(Vec<Obj>),
+}
+
+impl Out {
+    fn object(o: Obj) -> Out {
+        Out::Object(Box::new(o))
+    }
+}
+
+/// A field's failure: GitHub's error `type` and message.
+struct Failure {
+    kind: &'static str,
+    message: String,
+}
+
+fn fail(kind: &'static str, message: impl Into<String>) -> Failure {
+    Failure { kind, message: message.into() }
+}
+
+fn node_id(prefix: &str, what: &str) -> Value {
+    json!(format!("{prefix}_{}", base64::engine::general_purpose::STANDARD_NO_PAD.encode(what)))
+}
+
+struct Resolver<'s> {
+    state: &'s State,
+    grant: &'s Grant,
+    variables: &'s Value,
+    errors: Vec<Value>,
+    /// Fields the fake does not model: the test fails on them.
+    unknown: Vec<String>,
+}
+
+impl Resolver<'_> {
+    fn object(&mut self, obj: &Obj, selections: &[Selection], path: &[Value]) -> Value {
+        let mut out = Map::new();
+        self.select(obj, selections, path, &mut out);
+        Value::Object(out)
+    }
+
+    fn select(&mut self, obj: &Obj, selections: &[Selection], path: &[Value], out: &mut Map<String, Value>) {
+        for selection in selections {
+            match selection {
+                Selection::Fragment { on, selections } => {
+                    if on == obj.type_name() {
+                        self.select(obj, selections, path, out);
+                    }
+                }
+                Selection::Field { alias, name, args, selections } => {
+                    let key = alias.clone().unwrap_or_else(|| name.clone());
+                    let mut here = path.to_vec();
+                    here.push(json!(key));
+                    let args: BTreeMap<String, Value> =
+                        args.iter().map(|(k, a)| (k.clone(), arg_value(a, self.variables))).collect();
+                    let value = match self.field(obj, name, &args) {
+                        Ok(Out::Scalar(v)) => v,
+                        Ok(Out::Object(o)) => self.object(&o, selections, &here),
+                        Ok(Out::List(items)) => Value::Array(
+                            items
+                                .iter()
+                                .enumerate()
+                                .map(|(i, o)| {
+                                    let mut p = here.clone();
+                                    p.push(json!(i));
+                                    self.object(o, selections, &p)
+                                })
+                                .collect(),
+                        ),
+                        Err(f) => {
+                            if f.kind == "undefinedField" {
+                                self.unknown.push(format!("GraphQL field `{name}` on `{}`", obj.type_name()));
+                            }
+                            self.errors.push(json!({ "type": f.kind, "path": here, "message": f.message }));
+                            Value::Null
+                        }
+                    };
+                    out.insert(key, value);
+                }
+            }
+        }
+    }
+
+    fn allowed(&self, scope: &str) -> Result<(), Failure> {
+        if self.grant.permissions.allows(scope, false) {
+            Ok(())
+        } else {
+            Err(fail("FORBIDDEN", "Resource not accessible by integration"))
+        }
+    }
+
+    fn field(&self, obj: &Obj, name: &str, args: &BTreeMap<String, Value>) -> Result<Out, Failure> {
+        let s = self.state;
+        let scalar = |v: Value| Ok(Out::Scalar(v));
+        if name == "__typename" {
+            return scalar(json!(obj.type_name()));
+        }
+        let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        match (obj, name) {
+            (Obj::Query, "repository") => {
+                let (owner, repo) = (text("owner"), text("name"));
+                if !s.repo_exists || owner != s.owner || repo != s.repo {
+                    return Err(fail(
+                        "NOT_FOUND",
+                        format!("Could not resolve to a Repository with the name '{owner}/{repo}'."),
+                    ));
+                }
+                Ok(Out::object(Obj::Repository))
+            }
+            (Obj::Repository, _) => self.repository_field(name, args),
+            (Obj::Issue(n), _) => self.issue_field(*n, name, args),
+            (Obj::Label(label), "name") => scalar(json!(label)),
+            (Obj::User(login), "login") => scalar(json!(login)),
+            (Obj::Blob { oid, .. }, "oid") => scalar(json!(oid)),
+            (Obj::Blob { bytes, .. }, "byteSize") => scalar(json!(bytes.len())),
+            (Obj::Blob { bytes, .. }, "isBinary") => scalar(json!(std::str::from_utf8(bytes).is_err())),
+            (Obj::Blob { bytes, .. }, "isTruncated") => scalar(json!(bytes.len() > BLOB_TEXT_LIMIT)),
+            (Obj::Blob { bytes, .. }, "text") => scalar(match std::str::from_utf8(bytes) {
+                Err(_) => Value::Null,
+                Ok(t) if t.len() > BLOB_TEXT_LIMIT => {
+                    let mut cut = BLOB_TEXT_LIMIT;
+                    while !t.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    json!(&t[..cut])
+                }
+                Ok(t) => json!(t),
+            }),
+            (Obj::Pull(n), _) => self.pull_field(*n, name, args),
+            (Obj::Review { pull, index }, _) => {
+                let r = &s.pulls[pull].reviews[*index];
+                match name {
+                    "id" => scalar(node_id("PRR", &r.id.to_string())),
+                    "state" => scalar(json!(r.state)),
+                    "body" => scalar(json!(r.body)),
+                    "submittedAt" => scalar(json!(r.submitted_at)),
+                    "author" => Ok(Out::object(Obj::User(r.author.clone()))),
+                    "commit" => Ok(Out::object(Obj::Commit(r.commit.clone()))),
+                    "authorCanPushToRepository" => scalar(json!(s.can_write(&r.author))),
+                    _ => Err(undefined(name, obj)),
+                }
+            }
+            (Obj::Thread(resolved), "isResolved") => scalar(json!(resolved)),
+            (Obj::LabelEvent(e), _) => match name {
+                "createdAt" => scalar(json!(e.at)),
+                "actor" => Ok(Out::object(Obj::User(e.actor.clone()))),
+                "label" => Ok(Out::object(Obj::Label(e.label.clone()))),
+                _ => Err(undefined(name, obj)),
+            },
+            (Obj::PullCommit(sha), "commit") => Ok(Out::object(Obj::Commit(sha.clone()))),
+            (Obj::Commit(sha), _) => self.commit_field(sha, name, args),
+            (Obj::Rollup(sha), "contexts") => {
+                self.allowed("checks")?;
+                self.allowed("statuses")?;
+                let mut items: Vec<Obj> = self.latest_runs(sha).into_iter().map(Obj::CheckRun).collect();
+                items.extend(self.statuses(sha));
+                connection("StatusCheckRollupContextConnection", items, args)
+            }
+            (Obj::CheckRun(run), _) => match name {
+                "name" => scalar(json!(run.name)),
+                "status" => scalar(json!(run.status.to_uppercase())),
+                "conclusion" => scalar(json!(run.conclusion.as_ref().map(|c| c.to_uppercase()))),
+                "url" | "detailsUrl" => scalar(json!(run.html_url)),
+                "title" => scalar(json!(run.title)),
+                "summary" => scalar(json!(run.summary)),
+                _ => Err(undefined(name, obj)),
+            },
+            (Obj::Status { context, state }, _) => match name {
+                "context" => scalar(json!(context)),
+                "state" => scalar(json!(state.to_uppercase())),
+                "targetUrl" => scalar(json!(format!("{}/status/{context}", s.html_url()))),
+                "description" => scalar(Value::Null),
+                _ => Err(undefined(name, obj)),
+            },
+            (Obj::Connection { items, total, has_next, has_previous, end, .. }, _) => match name {
+                "nodes" => Ok(Out::List(items.clone())),
+                "totalCount" => scalar(json!(total)),
+                "pageInfo" => {
+                    Ok(Out::object(Obj::PageInfo { has_next: *has_next, has_previous: *has_previous, end: *end }))
+                }
+                _ => Err(undefined(name, obj)),
+            },
+            (Obj::PageInfo { has_next, has_previous, end }, _) => match name {
+                "hasNextPage" => scalar(json!(has_next)),
+                "hasPreviousPage" => scalar(json!(has_previous)),
+                "endCursor" => scalar(json!(cursor(*end))),
+                _ => Err(undefined(name, obj)),
+            },
+            _ => Err(undefined(name, obj)),
+        }
+    }
+
+    fn repository_field(&self, name: &str, args: &BTreeMap<String, Value>) -> Result<Out, Failure> {
+        let s = self.state;
+        let scalar = |v: Value| Ok(Out::Scalar(v));
+        let int = |k: &str| args.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        match name {
+            "labels" => {
+                self.allowed("issues")?;
+                connection("LabelConnection", s.labels.keys().cloned().map(Obj::Label).collect(), args)
+            }
+            "nameWithOwner" => scalar(json!(format!("{}/{}", s.owner, s.repo))),
+            "issue" => {
+                self.allowed("issues")?;
+                let n = int("number");
+                match s.issues.get(&n) {
+                    Some(_) => Ok(Out::object(Obj::Issue(n))),
+                    None => Err(fail("NOT_FOUND", format!("Could not resolve to an Issue with the number of {n}."))),
+                }
+            }
+            "issues" => {
+                self.allowed("issues")?;
+                let states: Vec<String> = list(args.get("states"));
+                let labels: Vec<String> = list(args.get("labels"));
+                let mut items: Vec<&super::state::FakeIssue> = s
+                    .issues
+                    .values()
+                    .filter(|i| states.is_empty() || states.contains(&if i.open { "OPEN" } else { "CLOSED" }.into()))
+                    .filter(|i| labels.is_empty() || labels.iter().any(|l| i.labels.contains(l)))
+                    .collect();
+                // orderBy CREATED_AT (numbers grow with creation), ASC unless DESC.
+                if args.get("orderBy").and_then(|o| o.get("direction")).and_then(Value::as_str) == Some("DESC") {
+                    items.reverse();
+                }
+                let items = items.into_iter().map(|i| Obj::Issue(i.number)).collect();
+                connection("IssueConnection", items, args)
+            }
+            "object" => {
+                self.allowed("contents")?;
+                let expression = text("expression");
+                let Some((rev, path)) = expression.split_once(':') else {
+                    return Err(fail("NOT_FOUND", format!("`{expression}` is not `rev:path`")));
+                };
+                Ok(match s.git.read_file(rev, path) {
+                    Some((bytes, oid)) => Out::object(Obj::Blob { oid, bytes }),
+                    None => Out::Scalar(Value::Null),
+                })
+            }
+            "pullRequest" => {
+                self.allowed("pull-requests")?;
+                let n = int("number");
+                match s.pulls.get(&n) {
+                    Some(_) => Ok(Out::object(Obj::Pull(n))),
+                    None => {
+                        Err(fail("NOT_FOUND", format!("Could not resolve to a PullRequest with the number of {n}.")))
+                    }
+                }
+            }
+            "pullRequests" => {
+                self.allowed("pull-requests")?;
+                let states: Vec<String> = list(args.get("states"));
+                let head = args.get("headRefName").and_then(Value::as_str);
+                let items = s
+                    .pulls
+                    .values()
+                    .filter(|p| head.is_none_or(|h| p.head == h))
+                    .filter(|p| {
+                        let state = if p.merged {
+                            "MERGED"
+                        } else if p.open {
+                            "OPEN"
+                        } else {
+                            "CLOSED"
+                        };
+                        states.is_empty() || states.iter().any(|s| s == state)
+                    })
+                    .map(|p| Obj::Pull(p.number))
+                    .collect();
+                connection("PullRequestConnection", items, args)
+            }
+            _ => Err(undefined(name, &Obj::Repository)),
+        }
+    }
+
+    fn issue_field(&self, n: u64, name: &str, args: &BTreeMap<String, Value>) -> Result<Out, Failure> {
+        let i = &self.state.issues[&n];
+        let scalar = |v: Value| Ok(Out::Scalar(v));
+        match name {
+            "id" => scalar(node_id("I", &n.to_string())),
+            "number" => scalar(json!(n)),
+            "title" => scalar(json!(i.title)),
+            "body" => scalar(json!(i.body)),
+            "state" => scalar(json!(if i.open { "OPEN" } else { "CLOSED" })),
+            "createdAt" => scalar(json!(i.created_at)),
+            "author" => Ok(Out::object(Obj::User(i.author.clone()))),
+            "labels" => connection("LabelConnection", i.labels.iter().cloned().map(Obj::Label).collect(), args),
+            "timelineItems" => {
+                // The fake keeps label events only: asking for more is asking for what it does not model.
+                let types = list(args.get("itemTypes"));
+                if types.is_empty() || types.iter().any(|t| t != "LABELED_EVENT" && t != "UNLABELED_EVENT") {
+                    return Err(fail(
+                        "undefinedField",
+                        format!("timelineItems of types {types:?} (the fake keeps label events)"),
+                    ));
+                }
+                let events = self.state.label_events.iter().filter(|e| e.issue == n);
+                let items = events.filter(|e| {
+                    types.contains(&if e.labeled { "LABELED_EVENT" } else { "UNLABELED_EVENT" }.to_string())
+                });
+                connection("IssueTimelineItemsConnection", items.cloned().map(Obj::LabelEvent).collect(), args)
+            }
+            _ => Err(undefined(name, &Obj::Issue(n))),
+        }
+    }
+
+    fn pull_field(&self, n: u64, name: &str, args: &BTreeMap<String, Value>) -> Result<Out, Failure> {
+        let s = self.state;
+        let p = &s.pulls[&n];
+        let scalar = |v: Value| Ok(Out::Scalar(v));
+        match name {
+            "id" => scalar(node_id("PR", &n.to_string())),
+            "number" => scalar(json!(n)),
+            "title" => scalar(json!(p.title)),
+            "body" => scalar(json!(p.body)),
+            "url" => scalar(json!(format!("{}/pull/{n}", s.html_url()))),
+            "state" => scalar(json!(if p.merged {
+                "MERGED"
+            } else if p.open {
+                "OPEN"
+            } else {
+                "CLOSED"
+            })),
+            "headRefName" => scalar(json!(p.head)),
+            "headRefOid" => scalar(json!(p.head_sha)),
+            "baseRefName" => scalar(json!(p.base)),
+            // Every pull request of the fake comes from the repository itself.
+            "isCrossRepository" => scalar(json!(false)),
+            "author" => Ok(Out::object(Obj::User(p.author.clone()))),
+            "reviews" => {
+                let items = (0..p.reviews.len()).map(|index| Obj::Review { pull: n, index }).collect();
+                connection("PullRequestReviewConnection", items, args)
+            }
+            "reviewThreads" => connection(
+                "PullRequestReviewThreadConnection",
+                p.threads.iter().map(|t| Obj::Thread(*t)).collect(),
+                args,
+            ),
+            "commits" => {
+                // As the REST listing: what the pull request brings onto its base.
+                let base = match &p.merge_commit {
+                    Some(merge) => s.git.commit(merge).and_then(|c| c.parents.first().cloned()),
+                    None => s.git.branch_head(&p.base),
+                };
+                let items =
+                    s.git.commits_between(base.as_deref(), &p.head_sha).into_iter().map(|c| Obj::PullCommit(c.sha));
+                connection("PullRequestCommitConnection", items.collect(), args)
+            }
+            _ => Err(undefined(name, &Obj::Pull(n))),
+        }
+    }
+
+    fn commit_field(&self, sha: &str, name: &str, args: &BTreeMap<String, Value>) -> Result<Out, Failure> {
+        let s = self.state;
+        let scalar = |v: Value| Ok(Out::Scalar(v));
+        let commit = s.git.commit(sha);
+        match name {
+            "oid" => scalar(json!(sha)),
+            "message" => scalar(json!(commit.map(|c| c.message.trim_end().to_string()))),
+            "parents" => {
+                let parents = commit.map(|c| c.parents).unwrap_or_default();
+                connection("CommitConnection", parents.into_iter().map(Obj::Commit).collect(), args)
+            }
+            "statusCheckRollup" => {
+                let nothing = self.latest_runs(sha).is_empty() && self.statuses(sha).is_empty();
+                Ok(if nothing { Out::Scalar(Value::Null) } else { Out::object(Obj::Rollup(sha.into())) })
+            }
+            _ => Err(undefined(name, &Obj::Commit(sha.into()))),
+        }
+    }
+
+    /// The latest run per app and name, as the REST listing.
+    fn latest_runs(&self, sha: &str) -> Vec<FakeCheckRun> {
+        let mut latest: BTreeMap<(String, String), &FakeCheckRun> = BTreeMap::new();
+        for run in self.state.check_runs.iter().filter(|c| c.head_sha == sha) {
+            latest.insert((run.app.clone(), run.name.clone()), run);
+        }
+        latest.into_values().cloned().collect()
+    }
+
+    fn statuses(&self, sha: &str) -> Vec<Obj> {
+        let list = self.state.statuses.get(sha).into_iter().flatten();
+        list.map(|(context, state)| Obj::Status { context: context.clone(), state: state.clone() }).collect()
+    }
+}
+
+fn undefined(name: &str, obj: &Obj) -> Failure {
+    fail("undefinedField", format!("Field '{name}' doesn't exist on type '{}'", obj.type_name()))
+}
+
+fn list(v: Option<&Value>) -> Vec<String> {
+    match v {
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+        Some(Value::String(one)) => vec![one.clone()],
+        _ => Vec::new(),
+    }
+}
+
+fn cursor(end: usize) -> String {
+    base64::engine::general_purpose::STANDARD.encode(format!("cursor:v2:{end}"))
+}
+
+fn uncursor(c: &str) -> Option<usize> {
+    let bytes = base64::engine::general_purpose::STANDARD.decode(c).ok()?;
+    String::from_utf8(bytes).ok()?.strip_prefix("cursor:v2:")?.parse().ok()
+}
+
+/// A page of `items` per `first`/`last`/`after`, as GitHub pages.
+fn connection(of: &'static str, items: Vec<Obj>, args: &BTreeMap<String, Value>) -> Result<Out, Failure> {
+    let (first, last) = (args.get("first").and_then(Value::as_u64), args.get("last").and_then(Value::as_u64));
+    if first.is_none() && last.is_none() {
+        return Err(fail(
+            "MISSING_PAGINATION_BOUNDARIES",
+            format!("You must provide a `first` or `last` value to properly paginate the `{of}` connection."),
+        ));
+    }
+    if first.or(last).is_some_and(|n| n > 100) {
+        return Err(fail(
+            "EXCESSIVE_PAGINATION",
+            format!("Requesting more than 100 records on the `{of}` connection."),
+        ));
+    }
+    let total = items.len();
+    let start = args.get("after").and_then(Value::as_str).and_then(uncursor).unwrap_or(0).min(total);
+    let (from, to) = match (first, last) {
+        (Some(n), _) => (start, (start + n as usize).min(total)),
+        (None, Some(n)) => (total.saturating_sub(n as usize).max(start), total),
+        (None, None) => unreachable!("checked above"),
+    };
+    let page = items[from..to].to_vec();
+    Ok(Out::object(Obj::Connection { of, items: page, total, has_next: to < total, has_previous: from > 0, end: to }))
+}
+
+impl State {
+    /// Answers `POST /graphql` (see the module's comment).
+    pub(super) fn graphql(&mut self, body: Option<&Value>, grant: &Grant) -> Answer {
+        let ok = |v: Value| Answer { status: 200, headers: Vec::new(), body: Some(v) };
+        let Some(body) = body else {
+            return Answer {
+                status: 400,
+                headers: Vec::new(),
+                body: Some(json!({ "message": "Problems parsing JSON" })),
+            };
+        };
+        let query = body.get("query").and_then(Value::as_str).unwrap_or_default();
+        let selections = match (Parser { src: query.as_bytes(), at: 0 }).document() {
+            Ok(s) => s,
+            Err(message) => {
+                self.unknown.push(format!("a GraphQL query the fake cannot read: {message}"));
+                return ok(json!({ "errors": [{ "message": message }] }));
+            }
+        };
+        let variables = body.get("variables").cloned().unwrap_or(Value::Null);
+        let mut r = Resolver { state: self, grant, variables: &variables, errors: Vec::new(), unknown: Vec::new() };
+        let data = r.object(&Obj::Query, &selections, &[]);
+        let (errors, unknown) = (r.errors, r.unknown);
+        if !unknown.is_empty() {
+            // GitHub validates before it runs: an unknown field is no data at all.
+            self.unknown.extend(unknown);
+            return ok(json!({ "errors": errors }));
+        }
+        if errors.is_empty() { ok(json!({ "data": data })) } else { ok(json!({ "data": data, "errors": errors })) }
+    }
+}
