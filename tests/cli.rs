@@ -35,12 +35,13 @@ fn demo_discharges_the_sample_patient() {
       3  plan-review  review-attending  approve            ward:treat [ms]
       4  treat        fellow            treated            ward:code-review [ms]
       5  code-review  review-attending  approve            ward:discharge [ms]
-      6  discharge    discharge-nurse   discharged         ward:discharged [ms]
+      6  discharge    engine            waiting            ward:awaiting-review [ms]
+      7  discharge    discharge-nurse   discharged         ward:discharged [ms]
          main is now at [COMMIT] "Treat #1: validate the entry point's input"
 
-    Patient #1 discharged after 6 stage runs in [ms] ms.
+    Patient #1 discharged after 7 stage runs in [ms] ms.
     On main, `sh greet.sh ""` now prints `greet.sh: a non-empty argument is required` (exit 2).
-    (The local forge has no people and no CI: the demo plays them, as `ward simulate` does. `chief` approves the pull request and CI reports success on its head; the discharge audit checks both.)
+    (CI is the local CI: ward.yml's `ci.command: sh check.sh`, run on the treated head. The local forge has no people: when the audit waited for a review, the demo approved the pull request as `demo-chief`, as `ward review 1 --approve` does.)
     Repository: [DIR]
     Chart:      [DIR]/charts/1.md
     Artifacts:  [DIR]/.ward/runs/1
@@ -55,6 +56,12 @@ fn demo_discharges_the_sample_patient() {
     // the review ran it, and the branch was merged (fast-forward) into `main`.
     assert!(chart.contains("`sh check.sh` before the fix: failed (exit 1)"), "{chart}");
     assert!(chart.contains("Ran `sh check.sh` on the head: passed (exit 0)"), "{chart}");
+    // The audit read the local CI and the person's review, not a script's.
+    assert!(chart.contains("CI passed for `") && chart.contains("(local-ci: success)"), "{chart}");
+    assert!(chart.contains("Waiting for what has not happened yet"), "{chart}");
+    assert!(chart.contains("approved by `demo-chief` at `") && !chart.contains("test: success"), "{chart}");
+    let ci_logs = walk_files(&demo.join(".ward/runs/1")).into_iter().filter(|p| p.ends_with("ci.log")).count();
+    assert_eq!(ci_logs, 1, "one local CI run, its output in the treatment's artifacts");
     let git = |args: &[&str]| {
         let out = std::process::Command::new("git").args(args).current_dir(&demo).output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_string()
@@ -578,4 +585,14 @@ fn a_storm_of_duplicate_deliveries_makes_one_run() {
     for kind in [NoteKind::Admission, NoteKind::Triage, NoteKind::Outcome] {
         assert_eq!(notes.iter().filter(|n| n.kind == kind).count(), 1, "{kind}: {}", s.read("charts/1.md"));
     }
+}
+
+/// Every file under `dir`, recursively.
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() { out.extend(walk_files(&path)) } else { out.push(path) }
+    }
+    out
 }

@@ -103,6 +103,19 @@ pub enum Command {
         #[arg(long)]
         max_runs: Option<usize>,
     },
+    /// Review a patient's pull request on the local forge, as the local
+    /// person (`$USER`, else git's user.name): the discharge audit reads it
+    /// as it reads a GitHub review; a patient waiting for it is queued for
+    /// `ward run`.
+    Review {
+        issue: u64,
+        /// Approve the pull request at its head.
+        #[arg(long, required_unless_present = "request_changes", conflicts_with = "request_changes")]
+        approve: bool,
+        /// Ask for changes: the text goes back to treatment with the patient.
+        #[arg(long, value_name = "TEXT")]
+        request_changes: Option<String>,
+    },
     /// Validate .github/ward.yml, role templates, skills and the precedent log.
     Config {
         #[command(subcommand)]
@@ -244,6 +257,7 @@ pub enum PrecedentCommand {
 fn is_bad_input(err: &anyhow::Error) -> bool {
     err.chain()
         .any(|e| e.is::<ConfigErrors>() || e.is::<ScenarioError>() || e.is::<PrecedentError>() || e.is::<BadInput>())
+        || err.chain().any(|e| e.is::<crate::discharge::review::ReviewRefused>())
 }
 
 /// The reader of ward's output went away (`ward report | head`): not an
@@ -376,6 +390,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = load_config(&cli.root)?;
             run_queue(&cli, LocalForge::new(&cli.root, &config.engine_account), *max_runs).await
         }
+        Command::Review { issue, approve, request_changes } => {
+            review(&cli, IssueNumber(*issue), *approve, request_changes.clone()).await
+        }
         Command::Config { command: ConfigCommand::Check } => config_check(&cli.root),
         Command::Config { command: ConfigCommand::Schema } => {
             print!("{}", crate::config::schema::schema_text());
@@ -484,6 +501,27 @@ async fn run_queue(cli: &Cli, forge: LocalForge, max_runs: Option<usize>) -> any
         eprintln!("{why}");
     }
     Ok(if drained.failed > 0 || drained.stopped.is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// `ward review N`: a person's review on the local forge.
+async fn review(cli: &Cli, issue: IssueNumber, approve: bool, changes: Option<String>) -> anyhow::Result<ExitCode> {
+    use crate::discharge::review::{self, Verdict};
+    if forge_kind(cli) == ForgeKind::Github {
+        return Err(BadInput(
+            "`ward review` reviews on the local forge; on GitHub, review the pull request there".into(),
+        )
+        .into());
+    }
+    let config = load_config(&cli.root)?;
+    let forge = LocalForge::new(&cli.root, &config.engine_account);
+    let verdict = match (approve, changes) {
+        (_, Some(text)) => Verdict::RequestChanges(text),
+        (true, None) => Verdict::Approve,
+        (false, None) => return Err(BadInput("give --approve or --request-changes \"TEXT\"".into()).into()),
+    };
+    let reviewed = review::review(&forge, &config, issue, verdict).await?;
+    emit(&review::describe(issue, &config, &reviewed))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// One line per result, for people and for workflow logs.

@@ -22,6 +22,7 @@
 mod approve;
 mod guard;
 mod judge;
+pub mod local;
 mod prepare;
 mod record;
 mod result;

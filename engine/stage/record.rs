@@ -133,6 +133,7 @@ async fn accept(
         // stage's accepted run (keep_or_discard threw away the rest).
         ws.commit_leftovers().await?;
         propose(h, patient, ws).await?;
+        super::local::propose(h, patient, ws).await?;
     }
     let Accepted { notes, outcome, overruled, groundedness, audit, protected } = accepted;
     let mut batch = vec![cost];

@@ -16,6 +16,7 @@
 //! puts `report.json` in the run's artifacts folder; the report carries the
 //! workspace's own setup, commit and teardown times.
 
+pub mod ci;
 pub mod emulator;
 mod errors;
 pub mod git;
