@@ -18,7 +18,7 @@ use crate::hospital::Hospital;
 use crate::precedent::{PrecedentError, PrecedentLog};
 use crate::prompt::Prompts;
 use crate::simulate::ScenarioError;
-use crate::stage::{StageRequest, StageResult};
+use crate::stage::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_REFUSED, StageRequest, StageResult};
 use crate::untrusted::shown;
 
 #[derive(Debug, Parser)]
@@ -290,7 +290,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             for cause in err.chain().skip(1) {
                 eprintln!("  caused by: {}", shown(&cause.to_string()));
             }
-            if is_bad_input(&err) { ExitCode::from(2) } else { ExitCode::from(1) }
+            ExitCode::from(if is_bad_input(&err) { EXIT_BAD_INPUT } else { EXIT_FAILED })
         }
     }
 }
@@ -362,7 +362,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let req = StageRequest { label: label.clone(), ..StageRequest::new(IssueNumber(issue)) };
             let result = crate::stage::run_stage(&h, &req).await?;
             println!("{}", shown(&describe_result(&result)));
-            Ok(if result.is_failure() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(ExitCode::from(result.exit_code()))
         }
         Command::Admit { title, body, run } => {
             let config = load_config(&cli.root)?;
@@ -464,7 +464,7 @@ async fn stage_from_event(h: &Hospital, trigger: &crate::event::Trigger, reposit
         EventRun::Refused { issue, reason } => {
             println!("{issue} refused: {}", shown(&reason));
             crate::actions::report_refusal(issue, trigger.label.as_deref(), &reason, repository)?;
-            return Ok(ExitCode::SUCCESS);
+            return Ok(ExitCode::from(EXIT_REFUSED));
         }
         EventRun::Sweep => {
             return Err(BadInput("a `schedule` event runs `ward sweep`, not `ward stage`".into()).into());
@@ -477,7 +477,7 @@ async fn stage_from_event(h: &Hospital, trigger: &crate::event::Trigger, reposit
     if let Some(annotation) = crate::actions::report_to_actions(&result, &h.config, repository)? {
         println!("{annotation}");
     }
-    Ok(if result.is_failure() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(ExitCode::from(result.exit_code()))
 }
 
 /// `ward run`: drains the local queue, one line per stage run, then where
@@ -486,8 +486,14 @@ async fn run_queue(cli: &Cli, forge: LocalForge, max_runs: Option<usize>) -> any
     let forge = Arc::new(forge);
     let h = Hospital::load(&cli.root, forge.clone())?;
     let limit = max_runs.unwrap_or_else(|| crate::runner::default_run_limit(&h));
+    // The exit code says the most serious thing any run did: failed, then
+    // locked, then refused.
+    let mut codes = Vec::new();
     let drained = crate::runner::drain(&h, &forge, limit, &mut |issue, result| match result {
-        Ok(r) => println!("{}", describe_result(r)),
+        Ok(r) => {
+            codes.push(r.exit_code());
+            println!("{}", describe_result(r))
+        }
         Err(e) => println!("{issue} failed: {e:#}"),
     })
     .await?;
@@ -500,7 +506,11 @@ async fn run_queue(cli: &Cli, forge: LocalForge, max_runs: Option<usize>) -> any
     if let Some(why) = &drained.stopped {
         eprintln!("{why}");
     }
-    Ok(if drained.failed > 0 || drained.stopped.is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    if drained.failed > 0 || drained.stopped.is_some() {
+        return Ok(ExitCode::from(EXIT_FAILED));
+    }
+    let worst = [crate::stage::EXIT_LOCKED, EXIT_REFUSED].into_iter().find(|c| codes.contains(c));
+    Ok(ExitCode::from(worst.unwrap_or(crate::stage::EXIT_OK)))
 }
 
 /// `ward review N`: a person's review on the local forge.
@@ -532,7 +542,7 @@ pub fn describe_result(result: &StageResult) -> String {
             t.issue, t.stage, t.role, t.outcome, t.to, t.total_ms, t.agent_ms, t.run
         ),
         StageResult::NoOp { reason, .. } => format!("nothing to do: {reason}"),
-        StageResult::Refused { issue, stage, reason, to } => format!(
+        StageResult::Refused { issue, stage, reason, to, .. } => format!(
             "{issue} {stage} refused: {reason}{}",
             to.as_ref().map(|t| format!(" (sent to {t})")).unwrap_or_default()
         ),
@@ -590,7 +600,7 @@ fn config_check(root: &Path) -> anyhow::Result<ExitCode> {
     for p in &problems {
         eprintln!("error: {p}");
     }
-    Ok(ExitCode::from(2))
+    Ok(ExitCode::from(EXIT_BAD_INPUT))
 }
 
 async fn simulate(root: &Path, files: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {

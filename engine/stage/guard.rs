@@ -182,7 +182,13 @@ impl Gate<'_> {
                 let stage = self.stage_name();
                 let note = crate::lockdown::lockdown_note(&lockdown, &stage, &self.run, h.now());
                 transfer(&*h.forge, &h.config, &self.issue, Seen::NotRead, vec![note], Move::Stay).await?;
-                Ok(Some(StageResult::Refused { issue: number, stage, reason: lockdown.to_string(), to: None }))
+                Ok(Some(StageResult::Refused {
+                    issue: number,
+                    stage,
+                    reason: lockdown.to_string(),
+                    to: None,
+                    locked: true,
+                }))
             }
             Guard::OnePlace => match &self.asked {
                 Asked::Problem(refusal) => {
@@ -228,6 +234,7 @@ impl Gate<'_> {
                     stage: stage.name.into(),
                     reason: breach.to_string(),
                     to: Some(chief),
+                    locked: false,
                 }))
             }
             Guard::Open => Ok(None),
@@ -265,7 +272,7 @@ impl Gate<'_> {
         let seen = self.seen();
         let moved = transfer(&*h.forge, &h.config, &self.issue, seen, vec![note], to.clone()).await?;
         let to = (to != Move::Stay).then_some(moved.at).flatten();
-        Ok(StageResult::Refused { issue: self.issue.number, stage, reason: refusal.to_string(), to })
+        Ok(StageResult::Refused { issue: self.issue.number, stage, reason: refusal.to_string(), to, locked: false })
     }
 }
 

@@ -336,7 +336,7 @@ async fn note_agent_health(h: &Hospital, patient: &Patient<'_>, visit: &Visit) {
 }
 
 fn refused(patient: &Patient<'_>, reason: String, to: Option<String>) -> StageResult {
-    StageResult::Refused { issue: patient.issue.number, stage: patient.stage.name.into(), reason, to }
+    StageResult::Refused { issue: patient.issue.number, stage: patient.stage.name.into(), reason, to, locked: false }
 }
 
 fn invalid(patient: &Patient<'_>, reason: String) -> StageResult {
