@@ -35,13 +35,19 @@ pub fn files() -> Vec<(String, &'static str)> {
 }
 
 /// Writes the defaults under `root`, refusing to overwrite a file that
-/// already exists (nothing is lost).
+/// already exists (nothing is lost) or to write into a folder of the
+/// repository's own (an Ansible `roles/`). `base_branch` in ward.yml is
+/// the repository's default branch ([`default_branch`]).
 pub fn install(root: &Path) -> anyhow::Result<Vec<String>> {
     let files = files();
     if let Some((path, _)) = files.iter().find(|(p, _)| root.join(p).exists()) {
         anyhow::bail!("{} already exists; ward will not overwrite an installation", root.join(path).display());
     }
+    refuse_foreign_folders(root, &files)?;
+    let branch = default_branch(root).map_or("main".to_string(), |(b, _)| b);
+    let pipeline = PIPELINE.replacen("      base_branch: main\n", &format!("      base_branch: {branch}\n"), 1);
     for (path, text) in &files {
+        let text = if path == crate::config::CONFIG_PATH { pipeline.as_str() } else { text };
         let dest = root.join(path);
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent)?;
@@ -53,6 +59,57 @@ pub fn install(root: &Path) -> anyhow::Result<Vec<String>> {
         written.push(".gitignore".into());
     }
     Ok(written)
+}
+
+/// The folders ward installs into at the top of the repository.
+const FOLDERS: &[&str] = &["roles", "skills", "precedents", "charts"];
+
+/// Refuses a folder ward would write into that exists and holds anything
+/// that is not one of ward's own files: it is the repository's.
+fn refuse_foreign_folders(root: &Path, files: &[(String, &str)]) -> anyhow::Result<()> {
+    for folder in FOLDERS {
+        let Ok(entries) = std::fs::read_dir(root.join(folder)) else { continue };
+        let ours = |name: &str| files.iter().any(|(p, _)| p.strip_prefix(&format!("{folder}/")) == Some(name));
+        let mut foreign: Vec<String> =
+            entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| !ours(n)).collect();
+        foreign.sort();
+        if let Some(first) = foreign.first() {
+            anyhow::bail!(
+                "{} already exists and is not ward's (it holds `{first}`{}); ward installs its {folder}/ at the top \
+                 of the repository and will not mix its files into yours. Rename or move your folder, or install \
+                 ward in a repository without one (a place of its own for ward's files, `ward init --into`, is \
+                 not built yet)",
+                root.join(folder).display(),
+                if foreign.len() > 1 { format!(" and {} more", foreign.len() - 1) } else { String::new() }
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The repository's default branch and where it was read: `origin/HEAD`,
+/// else the branch checked out (unborn included), else git's
+/// `init.defaultBranch`. `None` when none says (ward.yml keeps `main`).
+pub fn default_branch(root: &Path) -> Option<(String, &'static str)> {
+    let symbolic = |repo: &git2::Repository, name: &str, prefix: &str| {
+        let reference = repo.find_reference(name).ok()?;
+        reference.symbolic_target()?.strip_prefix(prefix).map(str::to_string)
+    };
+    let repo = git2::Repository::discover(root).ok();
+    if let Some(repo) = &repo {
+        if let Some(b) = symbolic(repo, "refs/remotes/origin/HEAD", "refs/remotes/origin/") {
+            return Some((b, "origin/HEAD"));
+        }
+        if let Some(b) = symbolic(repo, "HEAD", "refs/heads/") {
+            return Some((b, "the branch checked out"));
+        }
+    }
+    let config = match &repo {
+        Some(repo) => repo.config().ok()?,
+        None => git2::Config::open_default().ok()?,
+    };
+    let branch = config.get_string("init.defaultBranch").ok().filter(|b| !b.trim().is_empty())?;
+    Some((branch, "git's init.defaultBranch"))
 }
 
 /// Adds `/.ward/` (ward's worktree records, run artifacts, local forge) to

@@ -56,6 +56,10 @@ pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<DemoRun> {
             std::fs::set_permissions(dir.join(path), std::fs::Permissions::from_mode(0o755))?;
         }
     }
+    // The repository first, on `main`, so that `ward init` reads its branch.
+    let mut opts = git2::RepositoryInitOptions::new();
+    opts.initial_head("main");
+    git2::Repository::init_opts(dir, &opts).context("could not create the demo git repository")?;
     crate::defaults::install(dir)?;
     // The local CI: the sample's own check, run on every treated head.
     let config_path = dir.join(crate::config::CONFIG_PATH);

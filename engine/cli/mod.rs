@@ -436,6 +436,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init => {
             let written = crate::defaults::install(&cli.root)?;
             println!("wrote {} files under {}; next: `ward config check`", written.len(), cli.root.display());
+            match crate::defaults::default_branch(&cli.root) {
+                Some((branch, from)) => println!("base branch: `{branch}` (from {from})"),
+                None => println!("base branch: `main` (no git repository or setting names one; edit ward.yml)"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { fix } => doctor(&cli, *fix).await,
