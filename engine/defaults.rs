@@ -1,6 +1,7 @@
 //! The embedded default installation: the pipeline (and its JSON Schema),
-//! roles, skills and an example precedent log, as shipped in this repository. `ward demo` and
-//! `ward init` write them into a repository.
+//! roles, skills and an empty precedent log (a commented example), as
+//! shipped in this repository. `ward demo` and `ward init` write them into a
+//! repository; the demo adds this repository's sample precedents.
 
 use std::path::Path;
 
@@ -12,7 +13,35 @@ const PIPELINE: &str = include_str!("../.github/ward.yml");
 /// The schema `.github/ward.yml`'s first line points editors at
 /// (`tests/schema.rs` keeps it equal to `ward config schema`).
 const SCHEMA: &str = include_str!("../.github/ward.schema.json");
-const PRECEDENTS: &str = include_str!("../precedents/log.yaml");
+/// The sample decisions `ward demo` shows (this repository's own log):
+/// for the demo only, never installed by `ward init`, where they would read
+/// as decisions the repository's chiefs made.
+pub const SAMPLE_PRECEDENTS: &str = include_str!("../precedents/log.yaml");
+/// What `ward init` starts with: no decision yet, and how to write one.
+const EMPTY_PRECEDENTS: &str = "\
+# The precedent log: decisions of the chiefs that generalise beyond one issue.
+#
+# APPEND-ONLY, HUMAN-ONLY. Add an entry at the end, by pull request, with the
+# next id. Never edit, reorder or delete an entry: to change a decision, append
+# a new one that says which id it supersedes. The engine reads this file and
+# never writes it; `ward precedents check --base <rev>` fails CI when an earlier
+# entry changed, an id is out of sequence, a field is missing, a date is in the
+# future, or the chief is the engine's own account.
+#
+# No decision yet. An entry looks like this (remove the `# ` to make it one):
+#
+# - id: P-0001
+#   date: 2026-02-03
+#   chief: your-github-login
+#   tags: [tests, flaky, ci]
+#   question: >-
+#     A test fails intermittently and blocks an unrelated change. May the fix
+#     skip or quarantine it?
+#   decision: >-
+#     Quarantine it with a linked issue; never delete it in the same change.
+#   rationale: >-
+#     A skipped test is forgotten; a quarantined one has an owner.
+";
 const CHART_README: &str = include_str!("../charts/README.md");
 
 /// Every default file as (path relative to the repository root, contents).
@@ -20,7 +49,7 @@ pub fn files() -> Vec<(String, &'static str)> {
     let mut out = vec![
         (".github/ward.yml".to_string(), PIPELINE),
         (crate::config::schema::SCHEMA_PATH.to_string(), SCHEMA),
-        ("precedents/log.yaml".to_string(), PRECEDENTS),
+        ("precedents/log.yaml".to_string(), EMPTY_PRECEDENTS),
         ("charts/README.md".to_string(), CHART_README),
     ];
     for (dir, prefix) in [(&ROLES, "roles"), (&SKILLS, "skills")] {

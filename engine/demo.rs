@@ -61,6 +61,8 @@ pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<DemoRun> {
     opts.initial_head("main");
     git2::Repository::init_opts(dir, &opts).context("could not create the demo git repository")?;
     crate::defaults::install(dir)?;
+    // The demo's sample decisions (`ward init` starts with none).
+    std::fs::write(dir.join("precedents/log.yaml"), crate::defaults::SAMPLE_PRECEDENTS)?;
     // The local CI: the sample's own check, run on every treated head.
     let config_path = dir.join(crate::config::CONFIG_PATH);
     let mut config_text = std::fs::read_to_string(&config_path)?;

@@ -392,10 +392,13 @@ fn a_treatment_that_edits_a_protected_path_goes_to_the_chiefs() {
 fn a_precedent_appended_under_wards_identity_fails_the_check() {
     let s = Sandbox::new();
     let log = s.repo.join("precedents/log.yaml");
-    let entry = "\n- id: P-0010\n  date: 2026-01-01\n  chief: maria\n  tags: [review]\n  question: >-\n    May a \
-                 small change skip code review?\n  decision: >-\n    Yes.\n";
     let mut text = std::fs::read_to_string(&log).unwrap();
-    text.push_str(entry);
+    let id = ward::precedent::raw_entries(&text).len() + 1;
+    let entry = format!(
+        "\n- id: P-{id:04}\n  date: 2026-01-01\n  chief: maria\n  tags: [review]\n  question: >-\n    May a \
+         small change skip code review?\n  decision: >-\n    Yes.\n"
+    );
+    text.push_str(&entry);
     std::fs::write(&log, &text).unwrap();
     s.git_as(("tester", "tester@ward.invalid"), &["add", "precedents/log.yaml"]);
     s.git_as(("ward", "ward@users.noreply.github.com"), &["commit", "-q", "-m", "ward: issue #1 stage treat"]);
