@@ -300,7 +300,15 @@ fn a_stage_that_does_not_treat_keeps_no_change(mode: &str, label: &str) {
     let mut args = vec![mode];
     args.extend(paths);
     s.agent("edit", &args, &[]);
+    if mode == "discharge" {
+        // The nurse runs once CI and a person have passed the head.
+        s.edit_config(|t| format!("{t}\nci:\n  command: \"true\"\n"));
+    }
     s.stage_until(label);
+    if mode == "discharge" {
+        let review = s.ward_cmd(&["review", "1", "--approve"], &[]).output().unwrap();
+        assert!(review.status.success(), "{}", String::from_utf8_lossy(&review.stderr));
+    }
     let out = s.stage(&[]);
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let loot = s.loot();
@@ -371,7 +379,7 @@ fn a_treatment_that_edits_a_protected_path_goes_to_the_chiefs() {
         let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         let loot = s.loot();
         assert!(loot.contains(&format!("edited {path} in treat")), "the attack did not run:\n{loot}");
-        assert!(out.status.success(), "{path}: refused with a note, not a failure:\n{stdout}\n{stderr}");
+        assert_eq!(out.status.code(), Some(4), "{path}: refused with a note, not a failure:\n{stdout}\n{stderr}");
         assert_eq!(s.labels(1), ["ward:chief"], "{path}:\n{stdout}");
         let chart = s.chart(1);
         assert!(

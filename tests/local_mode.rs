@@ -137,4 +137,7 @@ fn a_review_without_a_pull_request_is_refused_and_changes_nothing() {
     assert!(!s.root().join(".ward/forge/pulls").exists());
     let empty = s.ward(&["review", "1", "--request-changes", " "]);
     assert_eq!(empty.status.code(), Some(2));
+    let unknown = s.ward(&["review", "7", "--approve"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(stderr(&unknown).contains("issue #7 does not exist"), "{}", stderr(&unknown));
 }

@@ -207,6 +207,7 @@ Ran the test 20 times: 2 failures, both timeouts.
 async fn a_rerun_starts_the_stage_again_whatever_the_dispatch_mode() {
     for mode in ["repository_dispatch", "label"] {
         let sandbox = Sandbox::new();
+        sandbox.write("precedents/log.yaml", ward::defaults::SAMPLE_PRECEDENTS);
         sandbox.edit_config("dispatch: repository_dispatch", &format!("dispatch: {mode}"));
         let (h, forge) = hospital(&sandbox, "reporter");
         forge

@@ -43,7 +43,16 @@ pub async fn review(
     issue: IssueNumber,
     verdict: Verdict,
 ) -> anyhow::Result<Reviewed> {
-    let patient = forge.issue(issue).await?;
+    let patient = match forge.issue(issue).await {
+        Err(crate::forge::ForgeError::IssueNotFound(..)) => {
+            return Err(ReviewRefused(format!(
+                "issue {issue} does not exist in {}; nothing to review",
+                forge.describe()
+            ))
+            .into());
+        }
+        found => found?,
+    };
     let branch = super::audit::patient_branch(issue);
     let Some(pull) = forge.pull_request_for_branch(&branch).await? else {
         return Err(ReviewRefused(format!(
