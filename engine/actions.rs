@@ -306,7 +306,7 @@ pub fn summary_for(
             s.label_in = "—".into();
             s.next = format!("nothing to do: {reason}");
         }
-        StageResult::Refused { issue, stage, reason, to } => {
+        StageResult::Refused { issue, stage, reason, to, .. } => {
             s.issue = *issue;
             s.stage = stage.clone();
             s.role = role_of(stage);

@@ -1,6 +1,7 @@
 //! The embedded default installation: the pipeline (and its JSON Schema),
-//! roles, skills and an example precedent log, as shipped in this repository. `ward demo` and
-//! `ward init` write them into a repository.
+//! roles, skills and an empty precedent log (a commented example), as
+//! shipped in this repository. `ward demo` and `ward init` write them into a
+//! repository; the demo adds this repository's sample precedents.
 
 use std::path::Path;
 
@@ -12,7 +13,35 @@ const PIPELINE: &str = include_str!("../.github/ward.yml");
 /// The schema `.github/ward.yml`'s first line points editors at
 /// (`tests/schema.rs` keeps it equal to `ward config schema`).
 const SCHEMA: &str = include_str!("../.github/ward.schema.json");
-const PRECEDENTS: &str = include_str!("../precedents/log.yaml");
+/// The sample decisions `ward demo` shows (this repository's own log):
+/// for the demo only, never installed by `ward init`, where they would read
+/// as decisions the repository's chiefs made.
+pub const SAMPLE_PRECEDENTS: &str = include_str!("../precedents/log.yaml");
+/// What `ward init` starts with: no decision yet, and how to write one.
+const EMPTY_PRECEDENTS: &str = "\
+# The precedent log: decisions of the chiefs that generalise beyond one issue.
+#
+# APPEND-ONLY, HUMAN-ONLY. Add an entry at the end, by pull request, with the
+# next id. Never edit, reorder or delete an entry: to change a decision, append
+# a new one that says which id it supersedes. The engine reads this file and
+# never writes it; `ward precedents check --base <rev>` fails CI when an earlier
+# entry changed, an id is out of sequence, a field is missing, a date is in the
+# future, or the chief is the engine's own account.
+#
+# No decision yet. An entry looks like this (remove the `# ` to make it one):
+#
+# - id: P-0001
+#   date: 2026-02-03
+#   chief: your-github-login
+#   tags: [tests, flaky, ci]
+#   question: >-
+#     A test fails intermittently and blocks an unrelated change. May the fix
+#     skip or quarantine it?
+#   decision: >-
+#     Quarantine it with a linked issue; never delete it in the same change.
+#   rationale: >-
+#     A skipped test is forgotten; a quarantined one has an owner.
+";
 const CHART_README: &str = include_str!("../charts/README.md");
 
 /// Every default file as (path relative to the repository root, contents).
@@ -20,7 +49,7 @@ pub fn files() -> Vec<(String, &'static str)> {
     let mut out = vec![
         (".github/ward.yml".to_string(), PIPELINE),
         (crate::config::schema::SCHEMA_PATH.to_string(), SCHEMA),
-        ("precedents/log.yaml".to_string(), PRECEDENTS),
+        ("precedents/log.yaml".to_string(), EMPTY_PRECEDENTS),
         ("charts/README.md".to_string(), CHART_README),
     ];
     for (dir, prefix) in [(&ROLES, "roles"), (&SKILLS, "skills")] {
@@ -35,13 +64,19 @@ pub fn files() -> Vec<(String, &'static str)> {
 }
 
 /// Writes the defaults under `root`, refusing to overwrite a file that
-/// already exists (nothing is lost).
+/// already exists (nothing is lost) or to write into a folder of the
+/// repository's own (an Ansible `roles/`). `base_branch` in ward.yml is
+/// the repository's default branch ([`default_branch`]).
 pub fn install(root: &Path) -> anyhow::Result<Vec<String>> {
     let files = files();
     if let Some((path, _)) = files.iter().find(|(p, _)| root.join(p).exists()) {
         anyhow::bail!("{} already exists; ward will not overwrite an installation", root.join(path).display());
     }
+    refuse_foreign_folders(root, &files)?;
+    let branch = default_branch(root).map_or("main".to_string(), |(b, _)| b);
+    let pipeline = PIPELINE.replacen("      base_branch: main\n", &format!("      base_branch: {branch}\n"), 1);
     for (path, text) in &files {
+        let text = if path == crate::config::CONFIG_PATH { pipeline.as_str() } else { text };
         let dest = root.join(path);
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent)?;
@@ -53,6 +88,57 @@ pub fn install(root: &Path) -> anyhow::Result<Vec<String>> {
         written.push(".gitignore".into());
     }
     Ok(written)
+}
+
+/// The folders ward installs into at the top of the repository.
+const FOLDERS: &[&str] = &["roles", "skills", "precedents", "charts"];
+
+/// Refuses a folder ward would write into that exists and holds anything
+/// that is not one of ward's own files: it is the repository's.
+fn refuse_foreign_folders(root: &Path, files: &[(String, &str)]) -> anyhow::Result<()> {
+    for folder in FOLDERS {
+        let Ok(entries) = std::fs::read_dir(root.join(folder)) else { continue };
+        let ours = |name: &str| files.iter().any(|(p, _)| p.strip_prefix(&format!("{folder}/")) == Some(name));
+        let mut foreign: Vec<String> =
+            entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| !ours(n)).collect();
+        foreign.sort();
+        if let Some(first) = foreign.first() {
+            anyhow::bail!(
+                "{} already exists and is not ward's (it holds `{first}`{}); ward installs its {folder}/ at the top \
+                 of the repository and will not mix its files into yours. Rename or move your folder, or install \
+                 ward in a repository without one (a place of its own for ward's files, `ward init --into`, is \
+                 not built yet)",
+                root.join(folder).display(),
+                if foreign.len() > 1 { format!(" and {} more", foreign.len() - 1) } else { String::new() }
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The repository's default branch and where it was read: `origin/HEAD`,
+/// else the branch checked out (unborn included), else git's
+/// `init.defaultBranch`. `None` when none says (ward.yml keeps `main`).
+pub fn default_branch(root: &Path) -> Option<(String, &'static str)> {
+    let symbolic = |repo: &git2::Repository, name: &str, prefix: &str| {
+        let reference = repo.find_reference(name).ok()?;
+        reference.symbolic_target()?.strip_prefix(prefix).map(str::to_string)
+    };
+    let repo = git2::Repository::discover(root).ok();
+    if let Some(repo) = &repo {
+        if let Some(b) = symbolic(repo, "refs/remotes/origin/HEAD", "refs/remotes/origin/") {
+            return Some((b, "origin/HEAD"));
+        }
+        if let Some(b) = symbolic(repo, "HEAD", "refs/heads/") {
+            return Some((b, "the branch checked out"));
+        }
+    }
+    let config = match &repo {
+        Some(repo) => repo.config().ok()?,
+        None => git2::Config::open_default().ok()?,
+    };
+    let branch = config.get_string("init.defaultBranch").ok().filter(|b| !b.trim().is_empty())?;
+    Some((branch, "git's init.defaultBranch"))
 }
 
 /// Adds `/.ward/` (ward's worktree records, run artifacts, local forge) to

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+use crate::discharge::review;
 use crate::forge::NewIssue;
 use crate::forge::local::LocalForge;
 use crate::hospital::Hospital;
@@ -33,7 +34,13 @@ pub struct DemoRun {
     pub main: Option<(String, String)>,
     /// What `./greet.sh ""` does on `main` after the run.
     pub after: Option<String>,
+    /// Who the demo approved the pull request as, when the patient waited.
+    pub reviewed: Option<String>,
 }
+
+/// The demo's local CI (ward.yml's `ci.command`).
+const DEMO_CI: &str =
+    "\n# The demo's local CI: run on each treated head, read by the discharge audit.\nci:\n  command: sh check.sh\n";
 
 /// Creates the demo repository in `dir` (which must be empty or absent),
 /// admits the sample issue and runs stage after stage.
@@ -49,7 +56,18 @@ pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<DemoRun> {
             std::fs::set_permissions(dir.join(path), std::fs::Permissions::from_mode(0o755))?;
         }
     }
+    // The repository first, on `main`, so that `ward init` reads its branch.
+    let mut opts = git2::RepositoryInitOptions::new();
+    opts.initial_head("main");
+    git2::Repository::init_opts(dir, &opts).context("could not create the demo git repository")?;
     crate::defaults::install(dir)?;
+    // The demo's sample decisions (`ward init` starts with none).
+    std::fs::write(dir.join("precedents/log.yaml"), crate::defaults::SAMPLE_PRECEDENTS)?;
+    // The local CI: the sample's own check, run on every treated head.
+    let config_path = dir.join(crate::config::CONFIG_PATH);
+    let mut config_text = std::fs::read_to_string(&config_path)?;
+    config_text.push_str(DEMO_CI);
+    std::fs::write(&config_path, config_text)?;
     init_repository(dir)?;
 
     let forge = Arc::new(LocalForge::new(dir, "ward-engine").with_actor("demo-chief"));
@@ -60,13 +78,24 @@ pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<DemoRun> {
         body: SAMPLE_BODY.into(),
         labels: vec![h.config.admission.clone()],
     })?;
-    let trace = simulate::drive(&h, &forge, issue.number, BTreeMap::new(), dir, 40).await?;
+    // Nobody plays the people: the patient waits for a review.
+    let mut trace = simulate::drive_with(&h, &forge, issue.number, BTreeMap::new(), dir, 40, &[]).await?;
+    let waiting = trace.final_label.as_deref() == Some(h.config.discharge.pending_label.as_str());
+    let mut reviewed = None;
+    if waiting {
+        // The demo plays the person: `ward review 1 --approve`.
+        let r = review::review(&forge, &h.config, issue.number, review::Verdict::Approve).await?;
+        reviewed = Some(r.reviewer);
+        let rest = simulate::drive_with(&h, &forge, issue.number, BTreeMap::new(), dir, 40, &[]).await?;
+        trace.steps.extend(rest.steps);
+        trace.final_label = rest.final_label;
+    }
     let discharged = trace.final_label.as_deref() == Some(h.config.discharge.discharged_label.as_str());
     let main = git2::Repository::open(dir).ok().and_then(|repo| {
         let commit = repo.find_branch("main", git2::BranchType::Local).ok()?.get().peel_to_commit().ok()?;
         Some((commit.id().to_string(), commit.summary().unwrap_or_default().to_string()))
     });
-    Ok(DemoRun { dir: dir.to_path_buf(), trace, discharged, main, after: greet_with_no_name(dir) })
+    Ok(DemoRun { dir: dir.to_path_buf(), trace, discharged, main, after: greet_with_no_name(dir), reviewed })
 }
 
 /// The sample's bug, tried on the demo repository's checkout of `main`:
@@ -103,9 +132,17 @@ pub fn render(run: &DemoRun) -> String {
         out.push_str(&format!("On main, `sh greet.sh \"\"` now prints {after}.\n"));
     }
     out.push_str(
-        "(The local forge has no people and no CI: the demo plays them, as `ward simulate` does. `chief` \
-         approves the pull request and CI reports success on its head; the discharge audit checks both.)\n",
+        "(CI is the local CI: ward.yml's `ci.command: sh check.sh`, run on the treated head. The local forge has \
+         no people: ",
     );
+    match &run.reviewed {
+        Some(who) => out.push_str(&format!(
+            "when the audit waited for a review, the demo approved the pull request as `{who}`, as `ward review {} \
+             --approve` does.)\n",
+            run.trace.issue
+        )),
+        None => out.push_str("the patient never waited for a review, so the demo approved nothing.)\n"),
+    }
     out.push_str(&format!("Repository: {}\n", run.dir.display()));
     out.push_str(&format!("Chart:      {}\n", run.trace.chart.display()));
     out.push_str(&format!("Artifacts:  {}\n", run.trace.artifacts.display()));

@@ -58,9 +58,14 @@ impl Hospital {
             config,
             forge,
             precedents,
-            artifacts: std::env::var_os("WARD_ARTIFACTS")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| root.join(".ward").join("runs")),
+            // Absolute: the agent runs in a worktree elsewhere, and reads
+            // its prompt and writes its notes here (`--root .` included).
+            artifacts: std::path::absolute(
+                std::env::var_os("WARD_ARTIFACTS")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| root.join(".ward").join("runs")),
+            )
+            .context("could not resolve the artifacts folder")?,
             workdir: root.to_path_buf(),
             ward_exe,
             clock: system_clock(),

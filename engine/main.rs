@@ -1,5 +1,6 @@
 //! Thin: seal the credentials, parse the command line, send logs to stderr,
-//! run, map the result to an exit code (0 ok, 1 failed, 2 bad input).
+//! run, map the result to an exit code (0 moved or nothing to do, 1 failed,
+//! 2 bad input, 3 locked, 4 refused: engine/stage/result.rs, the README).
 
 use std::process::ExitCode;
 

@@ -35,12 +35,13 @@ fn demo_discharges_the_sample_patient() {
       3  plan-review  review-attending  approve            ward:treat [ms]
       4  treat        fellow            treated            ward:code-review [ms]
       5  code-review  review-attending  approve            ward:discharge [ms]
-      6  discharge    discharge-nurse   discharged         ward:discharged [ms]
+      6  discharge    engine            waiting            ward:awaiting-review [ms]
+      7  discharge    discharge-nurse   discharged         ward:discharged [ms]
          main is now at [COMMIT] "Treat #1: validate the entry point's input"
 
-    Patient #1 discharged after 6 stage runs in [ms] ms.
+    Patient #1 discharged after 7 stage runs in [ms] ms.
     On main, `sh greet.sh ""` now prints `greet.sh: a non-empty argument is required` (exit 2).
-    (The local forge has no people and no CI: the demo plays them, as `ward simulate` does. `chief` approves the pull request and CI reports success on its head; the discharge audit checks both.)
+    (CI is the local CI: ward.yml's `ci.command: sh check.sh`, run on the treated head. The local forge has no people: when the audit waited for a review, the demo approved the pull request as `demo-chief`, as `ward review 1 --approve` does.)
     Repository: [DIR]
     Chart:      [DIR]/charts/1.md
     Artifacts:  [DIR]/.ward/runs/1
@@ -55,6 +56,12 @@ fn demo_discharges_the_sample_patient() {
     // the review ran it, and the branch was merged (fast-forward) into `main`.
     assert!(chart.contains("`sh check.sh` before the fix: failed (exit 1)"), "{chart}");
     assert!(chart.contains("Ran `sh check.sh` on the head: passed (exit 0)"), "{chart}");
+    // The audit read the local CI and the person's review, not a script's.
+    assert!(chart.contains("CI passed for `") && chart.contains("(local-ci: success)"), "{chart}");
+    assert!(chart.contains("Waiting for what has not happened yet"), "{chart}");
+    assert!(chart.contains("approved by `demo-chief` at `") && !chart.contains("test: success"), "{chart}");
+    let ci_logs = walk_files(&demo.join(".ward/runs/1")).into_iter().filter(|p| p.ends_with("ci.log")).count();
+    assert_eq!(ci_logs, 1, "one local CI run, its output in the treatment's artifacts");
     let git = |args: &[&str]| {
         let out = std::process::Command::new("git").args(args).current_dir(&demo).output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_string()
@@ -143,9 +150,15 @@ fn a_malformed_precedent_log_is_refused_with_its_location() {
 #[test]
 fn precedent_search_ranks_the_shipped_log() {
     let s = Sandbox::new();
+    // `ward init` installs no decision: nothing to rank, and no sample posing as one.
     let out = s.ward(&["precedents", "search", "flaky test fails sometimes, can we delete it"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).starts_with("P-"), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("P-0"), "{}", stdout(&out));
+    // The demo's samples rank.
+    s.write("precedents/log.yaml", ward::defaults::SAMPLE_PRECEDENTS);
+    let out = s.ward(&["precedents", "search", "flaky test fails sometimes, can we delete it"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("P-0001"), "{}", stdout(&out));
 }
 
 #[test]
@@ -187,7 +200,7 @@ fn an_issue_with_no_or_two_ward_labels_runs_nothing_and_keeps_its_labels() {
     // Two places: a REFUSAL note says what to do; no label moves, no stage runs.
     let before = set_labels(serde_json::json!(["ward:treat", "ward:diagnose"]));
     let out = s.ward(&["stage", "--issue", "1"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(ward::stage::EXIT_REFUSED.into()), "{}", stderr(&out));
     assert!(stdout(&out).contains("2 ward labels"), "{}", stdout(&out));
     assert_eq!(s.read(".ward/forge/issues/1.json"), before);
     let chart = s.read("charts/1.md");
@@ -381,7 +394,8 @@ fn admit_run_drives_the_patient_to_rest_and_a_second_run_redoes_nothing() {
     let s = Sandbox::new();
     let out = s.ward(&["admit", "--title", "t", "--body", "b", "--run"]);
     let text = stdout(&out);
-    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    // Refused in the end (the send-back limit): exit 4.
+    assert_eq!(out.status.code(), Some(ward::stage::EXIT_REFUSED.into()), "{text}\n{}", stderr(&out));
     assert!(text.contains("\n#1 admit (planner): ready -> ward:diagnose in "), "{text}");
     assert!(text.contains("\n#1 treat (fellow): treated -> ward:code-review in "), "{text}");
     // A bare local forge has no pull request and no CI: the audit fails
@@ -407,7 +421,7 @@ fn a_run_that_died_before_marking_its_entry_loses_nothing_and_repeats_nothing() 
     assert!(s.ward(&["stage", "--issue", "1", "--label", "ward:admit"]).status.success());
     let out = s.ward(&["run"]);
     let text = stdout(&out);
-    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(ward::stage::EXIT_REFUSED.into()), "{text}\n{}", stderr(&out));
     assert!(text.starts_with("nothing to do: "), "the repeated entry is a no-op: {text}");
     assert!(text.contains("\n#1 diagnose (fellow): plan-posted -> ward:plan-review"), "{text}");
     let chart = s.read("charts/1.md");
@@ -421,7 +435,7 @@ fn a_run_that_died_before_marking_its_entry_loses_nothing_and_repeats_nothing() 
     assert!(stderr(&out).contains("stopped: patient #1 ran 2 stages in this `ward run`"), "{}", stderr(&out));
     assert!(stdout(&out).ends_with("#1 waits at `ward:plan-review`, queued for the next `ward run`\n"));
     let out = s2.ward(&["run"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(ward::stage::EXIT_REFUSED.into()), "{}", stderr(&out));
     assert!(stdout(&out).starts_with("#1 plan-review (review-attending): approve"), "{}", stdout(&out));
     assert!(stdout(&out).ends_with("#1 rests at `ward:chief`\n"), "{}", stdout(&out));
     // `ward run` drives only the local forge.
@@ -578,4 +592,59 @@ fn a_storm_of_duplicate_deliveries_makes_one_run() {
     for kind in [NoteKind::Admission, NoteKind::Triage, NoteKind::Outcome] {
         assert_eq!(notes.iter().filter(|n| n.kind == kind).count(), 1, "{kind}: {}", s.read("charts/1.md"));
     }
+}
+
+/// The exit codes (README, "Exit codes"): 0 moved or nothing to do, 1 an
+/// invalid run or an error, 2 bad input, 3 locked, 4 refused; and every run
+/// past the guards leaves a `report.json` saying how it ended.
+#[test]
+fn every_exit_code_says_what_happened_and_every_run_leaves_a_report() {
+    use ward::stage::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_REFUSED};
+    let code = |s: &Sandbox, args: &[&str]| s.ward(args).status.code().map(|c| c as u8);
+    let reports = |s: &Sandbox| -> Vec<serde_json::Value> {
+        let files = walk_files(&s.root().join(".ward/runs/1"));
+        let reports = files.iter().filter(|p| p.ends_with("report.json"));
+        reports.map(|p| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()).collect()
+    };
+    // 0: moved, then nothing to do.
+    let s = Sandbox::new();
+    admit(&s, "t", "b");
+    assert_eq!(code(&s, &["stage", "--issue", "1"]), Some(EXIT_OK));
+    assert_eq!(code(&s, &["stage", "--issue", "1", "--label", "ward:admit"]), Some(EXIT_OK));
+    let moved = reports(&s);
+    assert_eq!((moved.len(), &moved[0]["result"]["result"], &moved[0]["exit_code"]), (1, &"moved".into(), &0.into()));
+    // 2: bad input, and nothing changes.
+    assert_eq!(code(&s, &["stage", "--issue", "1", "--event", "/nonexistent.json"]), Some(EXIT_BAD_INPUT));
+    assert_eq!(code(&s, &["review", "1", "--request-changes", ""]), Some(EXIT_BAD_INPUT));
+    // 3: locked, for a stage run and for `lockdown status`.
+    assert_eq!(code(&s, &["lockdown", "on", "--reason", "a leaked token"]), Some(EXIT_OK));
+    assert_eq!(code(&s, &["stage", "--issue", "1"]), Some(EXIT_LOCKED));
+    assert_eq!(code(&s, &["lockdown", "status"]), Some(EXIT_LOCKED));
+    assert_eq!(code(&s, &["lockdown", "off"]), Some(EXIT_OK));
+    // 4: refused (two places at once; the REFUSAL says what to do).
+    let mut issue = s.issue_json(1);
+    issue["labels"] = serde_json::json!(["ward:treat", "ward:diagnose"]);
+    s.write(".ward/forge/issues/1.json", &issue.to_string());
+    assert_eq!(code(&s, &["stage", "--issue", "1"]), Some(EXIT_REFUSED));
+    // 1: an invalid run, whose report.json says so.
+    let s = Sandbox::new();
+    s.agent_script("echo broken >&2; exit 3\n");
+    admit(&s, "t", "b");
+    assert_eq!(code(&s, &["stage", "--issue", "1"]), Some(EXIT_FAILED));
+    let invalid = reports(&s);
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    assert_eq!((&invalid[0]["result"]["result"], &invalid[0]["exit_code"]), (&"invalid".into(), &1.into()));
+    assert!(invalid[0]["result"]["reason"].as_str().unwrap().contains("exited with code 3"), "{invalid:?}");
+    // `ward run` gives the most serious code of its runs.
+    assert_eq!(code(&s, &["run"]), Some(EXIT_FAILED));
+}
+
+/// Every file under `dir`, recursively.
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() { out.extend(walk_files(&path)) } else { out.push(path) }
+    }
+    out
 }

@@ -1487,9 +1487,9 @@ async fn bad_events_change_nothing_and_say_why() {
 
     assert_eq!(gh.state().fingerprint(), before, "nothing changed on GitHub");
 
-    // A person without triage: refused with a comment, exit 0, no transition.
+    // A person without triage: refused with a comment, exit 4, no transition.
     let ran = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "mallory"), &[]).await;
-    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(ran.code, 4, "{}", ran.stderr);
     assert!(ran.stdout.starts_with("#1 refused: @mallory has `read` access"), "{}", ran.stdout);
     let summary = std::fs::read_to_string(repo.path().join(".summary.md")).unwrap();
     assert!(summary.contains("| next | refused: @mallory has `read` access"), "{summary}");

@@ -303,7 +303,15 @@ fn a_stage_that_does_not_treat_keeps_no_change(mode: &str, label: &str) {
     let mut args = vec![mode];
     args.extend(paths);
     s.agent("edit", &args, &[]);
+    if mode == "discharge" {
+        // The nurse runs once CI and a person have passed the head.
+        s.edit_config(|t| format!("{t}\nci:\n  command: \"true\"\n"));
+    }
     s.stage_until(label);
+    if mode == "discharge" {
+        let review = s.ward_cmd(&["review", "1", "--approve"], &[]).output().unwrap();
+        assert!(review.status.success(), "{}", String::from_utf8_lossy(&review.stderr));
+    }
     let out = s.stage(&[]);
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let loot = s.loot();
@@ -374,7 +382,7 @@ fn a_treatment_that_edits_a_protected_path_goes_to_the_chiefs() {
         let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         let loot = s.loot();
         assert!(loot.contains(&format!("edited {path} in treat")), "the attack did not run:\n{loot}");
-        assert!(out.status.success(), "{path}: refused with a note, not a failure:\n{stdout}\n{stderr}");
+        assert_eq!(out.status.code(), Some(4), "{path}: refused with a note, not a failure:\n{stdout}\n{stderr}");
         assert_eq!(s.labels(1), ["ward:chief"], "{path}:\n{stdout}");
         let chart = s.chart(1);
         assert!(
@@ -395,10 +403,13 @@ fn a_treatment_that_edits_a_protected_path_goes_to_the_chiefs() {
 fn a_precedent_appended_under_wards_identity_fails_the_check() {
     let s = Sandbox::new();
     let log = s.repo.join("precedents/log.yaml");
-    let entry = "\n- id: P-0010\n  date: 2026-01-01\n  chief: maria\n  tags: [review]\n  question: >-\n    May a \
-                 small change skip code review?\n  decision: >-\n    Yes.\n";
     let mut text = std::fs::read_to_string(&log).unwrap();
-    text.push_str(entry);
+    let id = ward::precedent::raw_entries(&text).len() + 1;
+    let entry = format!(
+        "\n- id: P-{id:04}\n  date: 2026-01-01\n  chief: maria\n  tags: [review]\n  question: >-\n    May a \
+         small change skip code review?\n  decision: >-\n    Yes.\n"
+    );
+    text.push_str(&entry);
     std::fs::write(&log, &text).unwrap();
     s.git_as(("tester", "tester@ward.invalid"), &["add", "precedents/log.yaml"]);
     s.git_as(("ward", "ward@users.noreply.github.com"), &["commit", "-q", "-m", "ward: issue #1 stage treat"]);

@@ -207,6 +207,7 @@ Ran the test 20 times: 2 failures, both timeouts.
 async fn a_rerun_starts_the_stage_again_whatever_the_dispatch_mode() {
     for mode in ["repository_dispatch", "label"] {
         let sandbox = Sandbox::new();
+        sandbox.write("precedents/log.yaml", ward::defaults::SAMPLE_PRECEDENTS);
         sandbox.edit_config("dispatch: repository_dispatch", &format!("dispatch: {mode}"));
         let (h, forge) = hospital(&sandbox, "reporter");
         forge
@@ -430,6 +431,8 @@ fn commit_log(dir: &Path, message: &str) {
 #[test]
 fn precedents_check_names_an_edited_or_reordered_entry() {
     let sandbox = Sandbox::new();
+    // `ward init` starts with no decision: the demo's nine samples.
+    sandbox.write("precedents/log.yaml", ward::defaults::SAMPLE_PRECEDENTS);
     git_init(sandbox.root());
     let log = sandbox.read("precedents/log.yaml");
     let ok = sandbox.ward(&["precedents", "check", "--base", "HEAD"]);
@@ -468,6 +471,8 @@ fn precedents_check_names_an_edited_or_reordered_entry() {
 #[test]
 fn precedents_check_refuses_an_engine_written_or_future_entry() {
     let sandbox = Sandbox::new();
+    // `ward init` starts with no decision: the demo's nine samples.
+    sandbox.write("precedents/log.yaml", ward::defaults::SAMPLE_PRECEDENTS);
     git_init(sandbox.root());
     let log = sandbox.read("precedents/log.yaml");
     let next = format!(

@@ -80,7 +80,7 @@ pub async fn lockdown_status(forge: &dyn Forge) -> anyhow::Result<ExitCode> {
         }
         Some(l) => {
             println!("{}", crate::untrusted::shown(&l.to_string()));
-            Ok(ExitCode::from(3))
+            Ok(ExitCode::from(crate::stage::EXIT_LOCKED))
         }
     }
 }

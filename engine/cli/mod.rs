@@ -18,7 +18,7 @@ use crate::hospital::Hospital;
 use crate::precedent::{PrecedentError, PrecedentLog};
 use crate::prompt::Prompts;
 use crate::simulate::ScenarioError;
-use crate::stage::{StageRequest, StageResult};
+use crate::stage::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_REFUSED, StageRequest, StageResult};
 use crate::untrusted::shown;
 
 #[derive(Debug, Parser)]
@@ -126,6 +126,19 @@ pub enum Command {
         /// stops (default: the budget's stage visits plus one per stage).
         #[arg(long)]
         max_runs: Option<usize>,
+    },
+    /// Review a patient's pull request on the local forge, as the local
+    /// person (`$USER`, else git's user.name): the discharge audit reads it
+    /// as it reads a GitHub review; a patient waiting for it is queued for
+    /// `ward run`.
+    Review {
+        issue: u64,
+        /// Approve the pull request at its head.
+        #[arg(long, required_unless_present = "request_changes", conflicts_with = "request_changes")]
+        approve: bool,
+        /// Ask for changes: the text goes back to treatment with the patient.
+        #[arg(long, value_name = "TEXT")]
+        request_changes: Option<String>,
     },
     /// Validate .github/ward.yml, role templates, skills and the precedent log.
     Config {
@@ -268,6 +281,7 @@ pub enum PrecedentCommand {
 fn is_bad_input(err: &anyhow::Error) -> bool {
     err.chain()
         .any(|e| e.is::<ConfigErrors>() || e.is::<ScenarioError>() || e.is::<PrecedentError>() || e.is::<BadInput>())
+        || err.chain().any(|e| e.is::<crate::discharge::review::ReviewRefused>())
 }
 
 /// The reader of ward's output went away (`ward report | head`): not an
@@ -300,7 +314,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             for cause in err.chain().skip(1) {
                 eprintln!("  caused by: {}", shown(&cause.to_string()));
             }
-            if is_bad_input(&err) { ExitCode::from(2) } else { ExitCode::from(1) }
+            ExitCode::from(if is_bad_input(&err) { EXIT_BAD_INPUT } else { EXIT_FAILED })
         }
     }
 }
@@ -380,7 +394,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let req = StageRequest { label: label.clone(), ..StageRequest::new(IssueNumber(issue)) };
             let result = crate::stage::run_stage(&h, &req).await?;
             println!("{}", shown(&describe_result(&result)));
-            Ok(if result.is_failure() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(ExitCode::from(result.exit_code()))
         }
         Command::Admit { title, body, run } => {
             let config = load_config(&cli.root)?;
@@ -407,6 +421,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let config = load_config(&cli.root)?;
             run_queue(&cli, LocalForge::new(&cli.root, &config.engine_account), *max_runs).await
+        }
+        Command::Review { issue, approve, request_changes } => {
+            review(&cli, IssueNumber(*issue), *approve, request_changes.clone()).await
         }
         Command::Config { command: ConfigCommand::Check } => config_check(&cli.root),
         Command::Config { command: ConfigCommand::Schema } => {
@@ -451,6 +468,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init => {
             let written = crate::defaults::install(&cli.root)?;
             println!("wrote {} files under {}; next: `ward config check`", written.len(), cli.root.display());
+            match crate::defaults::default_branch(&cli.root) {
+                Some((branch, from)) => println!("base branch: `{branch}` (from {from})"),
+                None => println!("base branch: `main` (no git repository or setting names one; edit ward.yml)"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { fix } => doctor(&cli, *fix).await,
@@ -499,6 +520,10 @@ async fn stage_from_event(
     phase: crate::stage::Phase,
 ) -> anyhow::Result<ExitCode> {
     use crate::actions::EventRun;
+    // The visit job decides nothing: the record job, which `needs:` it to
+    // succeed, gives the run's exit code. Only an error fails the visit.
+    let visit = matches!(phase, crate::stage::Phase::Visit { .. });
+    let code = |code: u8| if visit { ExitCode::SUCCESS } else { ExitCode::from(code) };
     let run = crate::actions::stage_from_event(h, trigger, phase).await.map_err(|e| {
         if e.is::<crate::actions::GuardError>() { anyhow::Error::new(BadInput(e.to_string())) } else { e }
     })?;
@@ -510,7 +535,7 @@ async fn stage_from_event(
         EventRun::Refused { issue, reason } => {
             println!("{issue} refused: {}", shown(&reason));
             crate::actions::report_refusal(issue, trigger.label.as_deref(), &reason, repository)?;
-            return Ok(ExitCode::SUCCESS);
+            return Ok(code(EXIT_REFUSED));
         }
         EventRun::Sweep => {
             return Err(BadInput("a `schedule` event runs `ward sweep`, not `ward stage`".into()).into());
@@ -523,7 +548,7 @@ async fn stage_from_event(
     if let Some(annotation) = crate::actions::report_to_actions(&result, &h.config, repository)? {
         println!("{annotation}");
     }
-    Ok(if result.is_failure() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(code(result.exit_code()))
 }
 
 /// `ward run`: drains the local queue, one line per stage run, then where
@@ -532,8 +557,14 @@ async fn run_queue(cli: &Cli, forge: LocalForge, max_runs: Option<usize>) -> any
     let forge = Arc::new(forge);
     let h = Hospital::load(&cli.root, forge.clone())?;
     let limit = max_runs.unwrap_or_else(|| crate::runner::default_run_limit(&h));
+    // The exit code says the most serious thing any run did: failed, then
+    // locked, then refused.
+    let mut codes = Vec::new();
     let drained = crate::runner::drain(&h, &forge, limit, &mut |issue, result| match result {
-        Ok(r) => println!("{}", describe_result(r)),
+        Ok(r) => {
+            codes.push(r.exit_code());
+            println!("{}", describe_result(r))
+        }
         Err(e) => println!("{issue} failed: {e:#}"),
     })
     .await?;
@@ -546,7 +577,32 @@ async fn run_queue(cli: &Cli, forge: LocalForge, max_runs: Option<usize>) -> any
     if let Some(why) = &drained.stopped {
         eprintln!("{why}");
     }
-    Ok(if drained.failed > 0 || drained.stopped.is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    if drained.failed > 0 || drained.stopped.is_some() {
+        return Ok(ExitCode::from(EXIT_FAILED));
+    }
+    let worst = [crate::stage::EXIT_LOCKED, EXIT_REFUSED].into_iter().find(|c| codes.contains(c));
+    Ok(ExitCode::from(worst.unwrap_or(crate::stage::EXIT_OK)))
+}
+
+/// `ward review N`: a person's review on the local forge.
+async fn review(cli: &Cli, issue: IssueNumber, approve: bool, changes: Option<String>) -> anyhow::Result<ExitCode> {
+    use crate::discharge::review::{self, Verdict};
+    if forge_kind(cli) == ForgeKind::Github {
+        return Err(BadInput(
+            "`ward review` reviews on the local forge; on GitHub, review the pull request there".into(),
+        )
+        .into());
+    }
+    let config = load_config(&cli.root)?;
+    let forge = LocalForge::new(&cli.root, &config.engine_account);
+    let verdict = match (approve, changes) {
+        (_, Some(text)) => Verdict::RequestChanges(text),
+        (true, None) => Verdict::Approve,
+        (false, None) => return Err(BadInput("give --approve or --request-changes \"TEXT\"".into()).into()),
+    };
+    let reviewed = review::review(&forge, &config, issue, verdict).await?;
+    emit(&review::describe(issue, &config, &reviewed))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// One line per result, for people and for workflow logs.
@@ -557,7 +613,7 @@ pub fn describe_result(result: &StageResult) -> String {
             t.issue, t.stage, t.role, t.outcome, t.to, t.total_ms, t.agent_ms, t.run
         ),
         StageResult::NoOp { reason, .. } => format!("nothing to do: {reason}"),
-        StageResult::Refused { issue, stage, reason, to } => format!(
+        StageResult::Refused { issue, stage, reason, to, .. } => format!(
             "{issue} {stage} refused: {reason}{}",
             to.as_ref().map(|t| format!(" (sent to {t})")).unwrap_or_default()
         ),
@@ -615,7 +671,7 @@ fn config_check(root: &Path) -> anyhow::Result<ExitCode> {
     for p in &problems {
         eprintln!("error: {p}");
     }
-    Ok(ExitCode::from(2))
+    Ok(ExitCode::from(EXIT_BAD_INPUT))
 }
 
 async fn simulate(root: &Path, files: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {

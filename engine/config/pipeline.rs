@@ -292,8 +292,9 @@ pub fn validate_protected_paths(paths: &[String]) -> Vec<(String, String)> {
 }
 
 /// `ci:`: the repository's CI, which ward starts on a treatment branch
-/// (issue 11) and `ward doctor` checks.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+/// (issue 11) and `ward doctor` checks; locally, the command ward runs as
+/// the local forge's CI (issue 15).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CiConfig {
     /// File names under `.github/workflows/` of the CI workflows to start
@@ -302,11 +303,40 @@ pub struct CiConfig {
     #[serde(default)]
     #[schemars(inner(regex(pattern = r"^[A-Za-z0-9._-]+\.ya?ml$")))]
     pub workflows: Vec<String>,
+    /// The local CI: a shell command (`sh -c`) run on the local forge after
+    /// a treatment commits, in a fresh checkout of the branch's head, e.g.
+    /// `cargo test`. Exit 0 is green. Its result is the head's check run,
+    /// which the discharge audit reads as it reads GitHub's. Not used on
+    /// GitHub (there the repository's own CI runs). Default: none, and the
+    /// audit waits for a CI that never reports.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// The local CI's wall-clock limit; a command still running is stopped
+    /// and its check run is `timed_out`. Default 10m.
+    #[serde(default = "default_ci_time_limit", deserialize_with = "de_duration")]
+    #[schemars(schema_with = "super::schema::duration")]
+    pub time_limit: Duration,
+}
+
+impl Default for CiConfig {
+    fn default() -> Self {
+        Self { workflows: Vec::new(), command: None, time_limit: default_ci_time_limit() }
+    }
+}
+
+fn default_ci_time_limit() -> Duration {
+    Duration::from_secs(10 * 60)
 }
 
 impl CiConfig {
     pub(super) fn validate(&self) -> Vec<(String, String)> {
         let mut p = Vec::new();
+        if self.command.as_ref().is_some_and(|c| c.trim().is_empty()) {
+            p.push(("ci.command".into(), "is empty; give the command that tests the repository, or remove it".into()));
+        }
+        if self.time_limit.is_zero() {
+            p.push(("ci.time_limit".into(), "must be longer than 0s".into()));
+        }
         for (i, name) in self.workflows.iter().enumerate() {
             let file_name = !name.contains('/') && !name.starts_with('.') && !name.trim().is_empty();
             if !file_name || !(name.ends_with(".yml") || name.ends_with(".yaml")) {

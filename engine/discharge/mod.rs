@@ -3,6 +3,7 @@
 //! released). The discharge stage and a chief's approval both end here.
 
 pub mod audit;
+pub mod review;
 
 use crate::chart::Note;
 use crate::config::Config;

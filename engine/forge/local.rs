@@ -80,7 +80,11 @@ pub struct LocalForge {
 
 impl LocalForge {
     pub fn new(root: &Path, engine_account: &str) -> Self {
-        let actor = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "local-user".into());
+        let actor = std::env::var("USER")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .or_else(git_user_name)
+            .unwrap_or_else(|| "local-user".into());
         let repository = root.join(".git").exists().then(|| root.to_path_buf());
         Self {
             root: root.to_path_buf(),
@@ -392,6 +396,10 @@ impl Forge for LocalForge {
         &self.engine_account
     }
 
+    fn as_local(&self) -> Option<&LocalForge> {
+        Some(self)
+    }
+
     async fn issue(&self, number: IssueNumber) -> ForgeResult<Issue> {
         Ok(self.read_record(number)?.issue)
     }
@@ -471,9 +479,13 @@ impl Forge for LocalForge {
             Ok(t) => {
                 let perms: BTreeMap<String, Permission> =
                     serde_json::from_str(&t).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e))?;
-                Ok(perms.get(login).copied().unwrap_or(Permission::None))
+                // Logins are case-insensitive, as on GitHub.
+                let found = perms.iter().find(|(who, _)| who.eq_ignore_ascii_case(login));
+                Ok(found.map_or(Permission::None, |(_, p)| *p))
             }
-            Err(_) if login == self.actor || login == self.engine_account => Ok(Permission::Admin),
+            Err(_) if login.eq_ignore_ascii_case(&self.actor) || login.eq_ignore_ascii_case(&self.engine_account) => {
+                Ok(Permission::Admin)
+            }
             Err(_) => Ok(Permission::None),
         }
     }
@@ -597,6 +609,62 @@ impl Forge for LocalForge {
             rec.merged_as = merged_as;
         })
     }
+}
+
+/// git's `user.name`, when `$USER` names nobody.
+fn git_user_name() -> Option<String> {
+    git2::Config::open_default().ok()?.get_string("user.name").ok().filter(|n| !n.trim().is_empty())
+}
+
+/// What only the local forge does: a treatment's commit becomes its pull
+/// request's head (the push GitHub would see), the local CI reports on it,
+/// and a person reviews it from the command line (`ward review`).
+impl LocalForge {
+    /// Opens the pull request of `new.head_branch`, or updates it, at the
+    /// branch's tip in the forge's repository, with the commits the branch
+    /// has that `new.base_branch` lacks. `None` when the forge has no
+    /// repository (scenarios in scratch folders record their own).
+    pub async fn record_push(&self, new: NewPullRequest) -> ForgeResult<Option<PullRequest>> {
+        let Some(repository) = &self.repository else { return Ok(None) };
+        let action = || format!("record `{}` as a pull request on {}", new.head_branch, self.describe());
+        let (head, commits) =
+            branch_commits(repository, &new.head_branch, &new.base_branch).map_err(|e| ForgeError::io(action(), e))?;
+        let pull = self.open_pull_request(new).await?;
+        self.update_pull(pull.number, |rec| {
+            if let Some(p) = rec.pull.as_mut() {
+                p.head_sha = head.clone();
+            }
+            rec.commits = commits;
+            rec.pull.clone()
+        })
+    }
+
+    /// Records `review` on pull request `pull`.
+    pub fn record_review(&self, pull: u64, review: Review) -> ForgeResult<()> {
+        self.update_pull(pull, |rec| rec.reviews.push(review))
+    }
+}
+
+/// The tip of `branch` and its commits since `base`, oldest first.
+fn branch_commits(repository: &Path, branch: &str, base: &str) -> Result<(String, Vec<CommitInfo>), git2::Error> {
+    let repo = git2::Repository::open(repository)?;
+    let tip = repo.find_branch(branch, git2::BranchType::Local)?.get().peel_to_commit()?.id();
+    let mut walk = repo.revwalk()?;
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)?;
+    walk.push(tip)?;
+    if let Ok(base) = repo.find_branch(base, git2::BranchType::Local) {
+        walk.hide(base.get().peel_to_commit()?.id())?;
+    }
+    let mut commits = Vec::new();
+    for id in walk {
+        let commit = repo.find_commit(id?)?;
+        commits.push(CommitInfo {
+            sha: commit.id().to_string(),
+            message: commit.message().unwrap_or_default().to_string(),
+            parent_count: commit.parent_count(),
+        });
+    }
+    Ok((tip.to_string(), commits))
 }
 
 fn git_time(at: DateTime<Utc>) -> git2::Time {

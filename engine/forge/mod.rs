@@ -307,6 +307,13 @@ pub trait Forge: Send + Sync {
     /// The login the engine acts as (labels it applies are trusted).
     fn engine_account(&self) -> &str;
 
+    /// The local forge, when this is it: what only it does (record a
+    /// treatment's commits as its pull request's head, the local CI's check
+    /// runs, a person's review from the command line).
+    fn as_local(&self) -> Option<&local::LocalForge> {
+        None
+    }
+
     async fn issue(&self, number: IssueNumber) -> ForgeResult<Issue>;
     /// The issue, the lockdown in force (open issues labeled
     /// `lockdown_label`, the oldest) and the chart, in one read where the

@@ -39,7 +39,13 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>) -> anyhow::Result<Stage
         let note = patient.engine_note(h, NoteKind::Refusal, refusal.note_body());
         let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, vec![note], to).await?;
         let reason = refusal.to_string();
-        return Ok(StageResult::Refused { issue: number, stage: stage.name.into(), reason, to: moved.at });
+        return Ok(StageResult::Refused {
+            issue: number,
+            stage: stage.name.into(),
+            reason,
+            to: moved.at,
+            locked: false,
+        });
     }
     let (who, permission) = approver.expect("may_merge checked the approver");
 

@@ -233,7 +233,13 @@ impl Gate<'_> {
                     let seen = Seen::Read(self.stored.clone());
                     transfer(&*h.forge, &h.config, &self.issue, seen, vec![note], Move::Stay).await?;
                 }
-                Ok(Some(StageResult::Refused { issue: number, stage, reason: lockdown.to_string(), to: None }))
+                Ok(Some(StageResult::Refused {
+                    issue: number,
+                    stage,
+                    reason: lockdown.to_string(),
+                    to: None,
+                    locked: true,
+                }))
             }
             Guard::OnePlace => match &self.asked {
                 Asked::Problem(refusal) => {
@@ -281,6 +287,7 @@ impl Gate<'_> {
                     stage: stage.name.into(),
                     reason: breach.to_string(),
                     to: Some(chief),
+                    locked: false,
                 }))
             }
             Guard::Open => Ok(None),
@@ -315,12 +322,12 @@ impl Gate<'_> {
         let note = Note { kind: NoteKind::Refusal, meta, body: refusal.note_body() };
         let to = Move::from(&refusal.route);
         if !self.writes {
-            return Ok(StageResult::Refused { issue: self.issue.number, stage, reason: refusal.to_string(), to: None });
+            return Ok(StageResult::Refused { issue: self.issue.number, stage, reason: refusal.to_string(), to: None, locked: false });
         }
         let seen = self.seen();
         let moved = transfer(&*h.forge, &h.config, &self.issue, seen, vec![note], to.clone()).await?;
         let to = (to != Move::Stay).then_some(moved.at).flatten();
-        Ok(StageResult::Refused { issue: self.issue.number, stage, reason: refusal.to_string(), to })
+        Ok(StageResult::Refused { issue: self.issue.number, stage, reason: refusal.to_string(), to, locked: false })
     }
 }
 

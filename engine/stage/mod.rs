@@ -28,6 +28,7 @@ mod approve;
 mod guard;
 mod intake;
 mod judge;
+pub mod local;
 mod prepare;
 mod record;
 mod result;
@@ -37,10 +38,12 @@ pub mod visit;
 mod waiting;
 mod wake;
 
-use tracing::{Instrument, info_span};
+use tracing::{Instrument, info_span, warn};
 
 pub use judge::validate_notes;
-pub use result::{Phase, StageRequest, StageResult, Transition};
+pub use result::{
+    EXIT_BAD_INPUT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_REFUSED, Phase, StageRequest, StageResult, Transition,
+};
 
 use crate::hospital::Hospital;
 use crate::workspace::Workspace;
@@ -65,7 +68,34 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let span = info_span!("stage", repo = %h.forge.describe(), issue = patient.issue.number.0, stage = patient.stage.name, run = %patient.run);
     let mut workspace = None;
     let result = rounds(h, &patient, req, &mut workspace).instrument(span).await;
-    teardown(h, workspace, result).await
+    let result = teardown(h, workspace, result).await;
+    write_report(&patient, &result);
+    result
+}
+
+/// Completes the run's `report.json` (the workspace's report, when the run
+/// had a workspace) with how the run ended and the exit code `ward stage`
+/// gives it, for every run past the guards: moved, refused, invalid, or
+/// failed with an error.
+fn write_report(patient: &guard::Patient<'_>, result: &anyhow::Result<StageResult>) {
+    let path = patient.folder.join("report.json");
+    let mut report = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&t).ok())
+        .unwrap_or_default();
+    report.insert("issue".into(), patient.issue.number.0.into());
+    report.insert("stage".into(), patient.stage.name.into());
+    report.insert("run".into(), patient.run.clone().into());
+    let (ended, code) = match result {
+        Ok(r) => (serde_json::to_value(r).unwrap_or_default(), r.exit_code()),
+        Err(e) => (serde_json::json!({"result": "error", "error": format!("{e:#}")}), EXIT_FAILED),
+    };
+    report.insert("result".into(), ended);
+    report.insert("exit_code".into(), code.into());
+    let text = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
+    if let Err(e) = std::fs::create_dir_all(&patient.folder).and_then(|()| std::fs::write(&path, text)) {
+        warn!("could not write {}: {e}", path.display());
+    }
 }
 
 /// Prepare, treat, judge, record; in the visit job prepare, treat and seal;
@@ -132,15 +162,19 @@ async fn teardown(
                 t.total_ms += u128::from(report.down_ms);
                 t.engine_us += u128::from(report.down_ms) * 1000;
             }
-            if !r.is_failure() {
-                report.write()?;
-            }
+            // Every run's, an invalid one's too (issue 15).
+            report.write()?;
             Ok(r)
         }
         (Ok(_), Err(e)) => {
             Err(anyhow::Error::new(e).context(format!("run {run} finished, but its workspace teardown failed")))
         }
-        (Err(e), Ok(_)) => Err(e),
+        (Err(e), Ok(report)) => {
+            if let Err(write) = report.write() {
+                warn!("could not write the workspace report: {write}");
+            }
+            Err(e)
+        }
         (Err(e), Err(down)) => Err(e.context(format!("and then the workspace teardown failed too: {down}"))),
     }
 }

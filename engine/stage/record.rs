@@ -145,6 +145,7 @@ async fn accept(
         // stage's accepted run (keep_or_discard threw away the rest).
         ws.commit_leftovers().await?;
         propose(h, patient, ws).await?;
+        super::local::propose(h, patient, ws).await?;
     }
     // The record job: the visit's commits (what the visit job committed)
     // are pushed from the record repository, for a treating stage's
@@ -378,7 +379,7 @@ async fn note_agent_health(h: &Hospital, patient: &Patient<'_>, visit: &Visit) {
 }
 
 fn refused(patient: &Patient<'_>, reason: String, to: Option<String>) -> StageResult {
-    StageResult::Refused { issue: patient.issue.number, stage: patient.stage.name.into(), reason, to }
+    StageResult::Refused { issue: patient.issue.number, stage: patient.stage.name.into(), reason, to, locked: false }
 }
 
 fn invalid(patient: &Patient<'_>, reason: String) -> StageResult {

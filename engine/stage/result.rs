@@ -69,6 +69,18 @@ pub struct Transition {
     pub artifacts: PathBuf,
 }
 
+/// Exit codes, the same for every command: moved, rested or nothing to do.
+pub const EXIT_OK: u8 = 0;
+/// An invalid run, or an error (the run could not be made).
+pub const EXIT_FAILED: u8 = 1;
+/// Bad input: ward.yml, an event, a scenario, the precedent log, a flag.
+pub const EXIT_BAD_INPUT: u8 = 2;
+/// A lockdown is in force: nothing moved.
+pub const EXIT_LOCKED: u8 = 3;
+/// A guard or a rule refused the run; a note says why, and the patient
+/// stayed or went where the rule sends it (the chiefs, for an escalation).
+pub const EXIT_REFUSED: u8 = 4;
+
 /// How a stage run ended.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
@@ -80,7 +92,15 @@ pub enum StageResult {
     NoOp { issue: IssueNumber, reason: String },
     /// A guard or a rule refused the run; a note in the chart says why and
     /// what to do, and the label went where the rule sends it (or stayed).
-    Refused { issue: IssueNumber, stage: String, reason: String, to: Option<String> },
+    /// `locked`: the refusal is a lockdown's (nothing moves until it lifts).
+    Refused {
+        issue: IssueNumber,
+        stage: String,
+        reason: String,
+        to: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        locked: bool,
+    },
     /// The agent's run was invalid; a REFUSAL note says why, the label did
     /// not move, the raw notes are kept in the artifacts. Exit 1.
     Invalid { issue: IssueNumber, stage: String, run: String, reason: String, artifacts: PathBuf },
@@ -89,6 +109,16 @@ pub enum StageResult {
 impl StageResult {
     pub fn is_failure(&self) -> bool {
         matches!(self, StageResult::Invalid { .. })
+    }
+
+    /// The exit code every command gives this result (README, "Exit codes").
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StageResult::Moved(_) | StageResult::NoOp { .. } => EXIT_OK,
+            StageResult::Invalid { .. } => EXIT_FAILED,
+            StageResult::Refused { locked: true, .. } => EXIT_LOCKED,
+            StageResult::Refused { .. } => EXIT_REFUSED,
+        }
     }
 
     pub fn issue(&self) -> IssueNumber {

@@ -17,6 +17,7 @@
 //! workspace's own setup, commit and teardown times.
 
 pub mod bundle;
+pub mod ci;
 pub mod emulator;
 mod errors;
 pub mod git;
