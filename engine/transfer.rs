@@ -10,7 +10,7 @@
 //!    patient sent to the discharged label is also closed;
 //! 3. the next stage, through one rule ([`Config::dispatches`]).
 
-use crate::chart::{self, ChartStoreError, Note, Seen, Sentinels};
+use crate::chart::{self, ChartStoreError, ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen, Sentinels};
 use crate::config::Config;
 use crate::forge::{Forge, ForgeError, Issue, IssueNumber, StoredChart};
 
@@ -98,13 +98,19 @@ pub async fn transfer_with<T>(
 ) -> Result<(T, Moved), TransferError> {
     let number = patient.number;
     let sentinels = Sentinels::new(&config.sentinel_prefix);
+    let current = config.ward_label(&patient.labels).map(str::to_string);
     let ((to, value), chart) = chart::modify(forge, &sentinels, number, seen, |notes| {
-        let d = decide(notes);
+        let mut d = decide(notes);
+        // A person held the patient (`/ward hold`) while this run worked:
+        // its move waits at the hold label, decided on the chart as it is.
+        if let Some((note, to)) = hold_over(config, notes, &d.notes, &d.to, current.as_deref()) {
+            d.notes.push(note);
+            d.to = to;
+        }
         (d.notes, (d.to, d.value))
     })
     .await?;
     crate::fault::point("after-chart-write");
-    let current = config.ward_label(&patient.labels).map(str::to_string);
     let (at, fresh_label) = match &to {
         Move::To(label) => (Some(label.clone()), !patient.labels.contains(label)),
         Move::Rerun | Move::Stay => (current, false),
@@ -141,6 +147,52 @@ pub async fn transfer_with<T>(
         })?;
     }
     Ok((value, Moved { at, dispatched, chart }))
+}
+
+/// The line of a COMMAND note that holds (`Hold: ward:treat`: where
+/// `/ward resume` takes the patient) or releases (`Hold: none`) a patient.
+pub const HOLD_LINE: &str = "Hold: ";
+
+/// Where a held patient goes on `/ward resume`, or `None` when it is not
+/// held: the last COMMAND note with a [`HOLD_LINE`] decides. Only the
+/// engine writes COMMAND notes (an agent's is refused), and a person's
+/// text in one is quoted, so no line of it starts with `Hold: `.
+pub fn held_at<'a>(notes: impl DoubleEndedIterator<Item = &'a Note>) -> Option<String> {
+    let hold = notes.rev().filter(|n| n.kind == NoteKind::Command).find_map(|n| {
+        n.body.lines().rev().find_map(|l| l.strip_prefix(HOLD_LINE)).map(|l| l.trim().trim_matches('`').to_string())
+    })?;
+    (hold != "none").then_some(hold)
+}
+
+/// A held patient's stages do nothing: a move decided while it is held
+/// lands at the hold label, with a COMMAND note saying where `/ward resume`
+/// takes it. A person's own command (its notes carry a [`HOLD_LINE`])
+/// passes, a stay moves nothing, and a discharge (the merge is done)
+/// passes and releases the hold.
+fn hold_over(config: &Config, chart: &[Note], new: &[Note], to: &Move, current: Option<&str>) -> Option<(Note, Move)> {
+    let commanded = new.iter().any(|n| n.kind == NoteKind::Command && n.body.lines().any(|l| l.starts_with(HOLD_LINE)));
+    if commanded || held_at(chart.iter()).is_none() {
+        return None;
+    }
+    let destination = match to {
+        Move::To(label) => label.clone(),
+        Move::Rerun => current?.to_string(),
+        Move::Stay => return None,
+    };
+    let hold = &config.commands.hold_label;
+    if destination == *hold {
+        return None;
+    }
+    let meta = NoteMeta { role: ENGINE_ROLE.into(), ..new.last()?.meta.clone() };
+    if destination == config.discharge.discharged_label {
+        let body = format!("Discharged while held: the hold ends.\n{HOLD_LINE}none");
+        return Some((Note { kind: NoteKind::Command, meta, body }, to.clone()));
+    }
+    let body = format!(
+        "The patient is held: this run's move to `{destination}` waits at `{hold}` until `/ward resume`.\n\
+         {HOLD_LINE}{destination}"
+    );
+    Some((Note { kind: NoteKind::Command, meta, body }, Move::To(hold.clone())))
 }
 
 fn same_set(a: &[String], b: &[String]) -> bool {

@@ -928,6 +928,7 @@ async fn a_stage_run_on_a_detached_head_is_refused_and_changes_nothing() {
         ]),
         run_id: Some(run_id("detached")),
         wake: None,
+        approver: None,
     };
     let err = ward::stage::run_stage(&h, &req).await.expect_err("refused");
     assert!(err.to_string().contains("WARD_BASE"), "{err}");
@@ -1860,6 +1861,7 @@ async fn a_stage_run_brings_its_workspace_up_for_the_agent_and_down_after() {
         agent_command: Some(vec!["sh".into(), "-c".into(), script]),
         run_id: Some(run_name.clone()),
         wake: None,
+        approver: None,
     };
     let result = ward::stage::run_stage(&h, &req).await.unwrap();
     let ward::stage::StageResult::Moved(t) = result else { panic!("{result:?}") };
@@ -1917,6 +1919,7 @@ async fn the_treat_stage_pushes_the_task_branch_and_opens_a_pull_request() {
         agent_command: Some(vec!["sh".into(), "-c".into(), "echo fixed > fix.txt && exec {ward} stand-in".into()]),
         run_id: Some(run_id("treat")),
         wake: None,
+        approver: None,
     };
     let result = ward::stage::run_stage(&h, &req).await.unwrap();
     assert!(matches!(result, ward::stage::StageResult::Moved(_)), "{result:?}");

@@ -16,8 +16,8 @@ use sha2::{Digest, Sha256};
 
 use super::{
     CiState, CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, IssueState,
-    LabelAction, LabelEvent, LabelSpec, Listed, NewIssue, NewPullRequest, Permission, PullRequest, PullState, Review,
-    StoredChart,
+    LabelAction, LabelEvent, LabelSpec, Listed, NewIssue, NewPullRequest, Permission, PullRequest, PullState, Reaction,
+    Review, StoredChart,
 };
 
 /// Where "now" comes from; tests and `--now` move it.
@@ -599,6 +599,43 @@ impl Forge for LocalForge {
             }
             rec.merged_as = merged_as;
         })
+    }
+
+    async fn post_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<u64> {
+        let now = (self.clock)();
+        let author = self.engine_account.clone();
+        self.update(number, |rec| {
+            let id = rec.comments.iter().map(|c| c.id).max().unwrap_or(0) + 1;
+            rec.comments.push(Comment { id, author, body: body.to_string(), at: now });
+            id
+        })
+    }
+
+    async fn edit_comment(&self, number: IssueNumber, id: u64, body: &str) -> ForgeResult<()> {
+        let found = self.update(number, |rec| match rec.comments.iter_mut().find(|c| c.id == id) {
+            Some(c) => {
+                c.body = body.to_string();
+                true
+            }
+            None => false,
+        })?;
+        if found { Ok(()) } else { Err(ForgeError::io(format!("edit comment {id} on {number}"), "no such comment")) }
+    }
+
+    async fn react(&self, number: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()> {
+        let action = format!("react to comment {id} on {number}");
+        if !self.read_record(number)?.comments.iter().any(|c| c.id == id) {
+            return Err(ForgeError::io(action, "no such comment"));
+        }
+        // One line per reaction beside the issues: `reactions.jsonl`.
+        let path = self.forge_dir().join("reactions.jsonl");
+        let line = serde_json::json!({ "issue": number.0, "comment": id, "content": reaction.content() });
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| ForgeError::io(format!("{action} ({})", path.display()), e))?;
+        writeln!(file, "{line}").map_err(|e| ForgeError::io(format!("{action} ({})", path.display()), e))
     }
 }
 

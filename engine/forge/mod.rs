@@ -331,4 +331,39 @@ pub trait Forge: Send + Sync {
     /// `head_sha` (the commit the audit checked): a commit pushed after the
     /// audit makes the merge fail instead of landing unaudited.
     async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()>;
+
+    // Commands in comments and the patient's comment (issue 11).
+
+    /// Comments on the issue and returns the new comment's id.
+    async fn post_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<u64>;
+    /// Replaces the body of comment `id` on the issue (the patient's
+    /// comment, edited in place at every stage).
+    async fn edit_comment(&self, number: IssueNumber, id: u64, body: &str) -> ForgeResult<()>;
+    /// Reacts to comment `id` on the issue (a command acknowledged or refused).
+    async fn react(&self, number: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()>;
+}
+
+/// A reaction ward puts on a person's command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reaction {
+    /// Done (`+1`).
+    #[serde(rename = "+1")]
+    Done,
+    /// Seen, and working on it (`eyes`).
+    #[serde(rename = "eyes")]
+    Seen,
+    /// Not from someone who may, or not a command ward knows (`confused`).
+    #[serde(rename = "confused")]
+    Refused,
+}
+
+impl Reaction {
+    /// The `content` GitHub's reactions API takes.
+    pub fn content(self) -> &'static str {
+        match self {
+            Reaction::Done => "+1",
+            Reaction::Seen => "eyes",
+            Reaction::Refused => "confused",
+        }
+    }
 }

@@ -18,11 +18,14 @@ pub struct StageRequest {
     /// A review or CI event woke the patient: only a waiting patient looks,
     /// and only a change it finds runs the audit again.
     pub wake: Option<crate::event::Wake>,
+    /// `/ward approve` from this person: the approval path, with them as
+    /// the approver (instead of whoever applied the approved label).
+    pub approver: Option<String>,
 }
 
 impl StageRequest {
     pub fn new(issue: IssueNumber) -> Self {
-        Self { issue, label: None, agent_command: None, run_id: None, wake: None }
+        Self { issue, label: None, agent_command: None, run_id: None, wake: None, approver: None }
     }
 }
 

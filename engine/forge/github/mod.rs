@@ -32,7 +32,7 @@ use self::wire::*;
 use super::retry::RetryPolicy;
 use super::{
     CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, Listed,
-    NewIssue, NewPullRequest, Permission, PullRequest, PullState, Review, StoredChart,
+    NewIssue, NewPullRequest, Permission, PullRequest, PullState, Reaction, Review, StoredChart,
 };
 
 /// The public API; `GITHUB_API_URL` overrides it (GitHub Enterprise, tests).
@@ -621,6 +621,33 @@ impl Forge for GitHubForge {
         let mut call = self.call(Method::PUT, &format!("/pulls/{pull}/merge"), action, Access::ContentsWrite);
         // `sha`: GitHub refuses (409) when the head moved since the audit.
         call.body = Some(json!({ "merge_method": "squash", "sha": head_sha }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn post_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<u64> {
+        let action = format!("comment on {number}");
+        let mut call =
+            self.call(Method::POST, &format!("/issues/{}/comments", number.0), action.clone(), Access::IssuesWrite);
+        call.body = Some(json!({ "body": body }));
+        #[derive(serde::Deserialize)]
+        struct Created {
+            id: u64,
+        }
+        Ok(self.send_ok(&call).await?.json::<Created>(&action)?.id)
+    }
+
+    async fn edit_comment(&self, number: IssueNumber, id: u64, body: &str) -> ForgeResult<()> {
+        let action = format!("edit comment {id} on {number}");
+        let mut call = self.call(Method::PATCH, &format!("/issues/comments/{id}"), action, Access::IssuesWrite);
+        call.body = Some(json!({ "body": body }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn react(&self, number: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()> {
+        let action = format!("react `{}` to comment {id} on {number}", reaction.content());
+        let rest = format!("/issues/comments/{id}/reactions");
+        let mut call = self.call(Method::POST, &rest, action, Access::IssuesWrite);
+        call.body = Some(json!({ "content": reaction.content() }));
         self.send_ok(&call).await.map(drop)
     }
 }

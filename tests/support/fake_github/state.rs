@@ -354,6 +354,8 @@ pub struct State {
     pub labels: BTreeMap<String, FakeLabel>,
     pub label_events: Vec<FakeLabelEvent>,
     pub comments: Vec<FakeComment>,
+    /// Reactions on issue comments: (comment id, login, content).
+    pub reactions: Vec<(u64, String, String)>,
     /// The repository (branches, files, commits): a real bare repository.
     pub git: BareRepo,
     /// Bodies of POST /dispatches, in order.
@@ -410,6 +412,7 @@ impl State {
             labels: BTreeMap::new(),
             label_events: Vec::new(),
             comments: Vec::new(),
+            reactions: Vec::new(),
             git,
             dispatches: Vec::new(),
             users: [ENGINE.to_string()].into_iter().collect(),
@@ -632,6 +635,11 @@ impl State {
         let payload = self.comment_payload(id);
         self.deliver("issue_comment", payload, by);
         id
+    }
+
+    /// The reactions on comment `id`: (login, content).
+    pub fn reactions_on(&self, id: u64) -> Vec<(String, String)> {
+        self.reactions.iter().filter(|(c, _, _)| *c == id).map(|(_, who, what)| (who.clone(), what.clone())).collect()
     }
 
     /// `by` closes the issue.
