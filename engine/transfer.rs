@@ -198,3 +198,51 @@ fn hold_over(config: &Config, chart: &[Note], new: &[Note], to: &Move, current: 
 fn same_set(a: &[String], b: &[String]) -> bool {
     a.len() == b.len() && a.iter().all(|l| b.contains(l))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forge::NewIssue;
+    use crate::forge::local::LocalForge;
+
+    fn note(kind: NoteKind, run: &str, body: &str) -> Note {
+        let meta =
+            NoteMeta { run: run.into(), stage: "treat".into(), role: ENGINE_ROLE.into(), at: chrono::Utc::now() };
+        Note { kind, meta, body: body.into() }
+    }
+
+    /// A hold that lands while a stage runs: the stage read the patient at
+    /// `ward:treat`; a person held it (hold label, COMMAND note); the
+    /// stage's move to code review then waits at the hold label, starts
+    /// nothing, and the chart says where a resume takes it.
+    #[tokio::test]
+    async fn a_move_decided_while_the_patient_is_held_waits_at_the_hold_label() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::load(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let forge = LocalForge::new(dir.path(), &config.engine_account);
+        let labels = vec!["ward:treat".to_string()];
+        let read = forge.admit(NewIssue { title: "t".into(), body: String::new(), labels }).unwrap();
+        let sentinels = Sentinels::new(&config.sentinel_prefix);
+        let hold = note(NoteKind::Command, "cmd", "`rob` said `/ward hold`.\nHold: ward:treat");
+        chart::append(&forge, &sentinels, read.number, Seen::NotRead, &[hold]).await.unwrap();
+        forge.set_labels(read.number, &["ward:hold".to_string()]).await.unwrap();
+
+        let outcome = note(NoteKind::Outcome, "stage", "treated");
+        let to = Move::To("ward:code-review".into());
+        let moved = transfer(&forge, &config, &read, Seen::NotRead, vec![outcome], to).await.unwrap();
+        assert_eq!((moved.at.as_deref(), moved.dispatched), (Some("ward:hold"), false));
+        assert_eq!(forge.issue(read.number).await.unwrap().labels, ["ward:hold"]);
+        assert!(forge.dispatches().unwrap().is_empty(), "a held patient's stage starts nothing");
+        let notes = sentinels.parse_chart(&moved.chart.unwrap().text).unwrap();
+        assert_eq!(held_at(notes.iter()).as_deref(), Some("ward:code-review"), "resume goes where the run sent it");
+        assert!(notes.iter().any(|n| n.kind == NoteKind::Outcome), "the run's notes are kept");
+
+        // A person's command passes (its notes carry a `Hold:` line).
+        let held = forge.issue(read.number).await.unwrap();
+        let resume = note(NoteKind::Command, "cmd2", "`rob` said `/ward resume`.\nHold: none");
+        let to = Move::To("ward:code-review".into());
+        let moved = transfer(&forge, &config, &held, Seen::NotRead, vec![resume], to).await.unwrap();
+        assert_eq!((moved.at.as_deref(), moved.dispatched), (Some("ward:code-review"), true));
+        assert_eq!(forge.dispatches().unwrap().len(), 1);
+    }
+}
