@@ -1827,7 +1827,10 @@ fn patient_comments(gh: &FakeGitHub, n: u64) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_from_a_writer_hold_resume_and_retry_and_from_a_reader_do_nothing() {
     let gh = FakeGitHub::start().await;
-    let _repo = hospital(&gh, &[], |c| c);
+    // The last matching pattern wins: the change log is maya's (the
+    // workflow's bot, the pull request's author, is never asked).
+    let owners = "*            @rob\nCHANGELOG.md @maya @github-actions[bot]\n";
+    let _repo = hospital(&gh, &[(".github/CODEOWNERS", owners)], |c| c);
     let n = {
         let mut s = gh.state();
         s.add_collaborator("maya", "maintain");
@@ -1921,4 +1924,17 @@ async fn commands_from_a_writer_hold_resume_and_retry_and_from_a_reader_do_nothi
     assert!(c.contains("| Waiting for |") && c.contains("⬜"), "{c}");
     assert!(c.contains("**Last command:** `/ward retry` by `rob`: the discharge audit runs again."), "{c}");
     assert!(c.contains(&format!("/blob/ward-charts/charts/{n}.md")), "{c}");
+
+    // The treatment's pull request carries the approved plan's summary,
+    // fenced as an agent's text, and where the reviews are.
+    let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().body.clone();
+    let plan = notes_of(&gh, n, "TREATMENT_PLAN");
+    let first_line = plan[0].lines().nth(1).unwrap().trim();
+    assert!(pr.starts_with(&format!("Closes #{n}.")), "{pr}");
+    assert!(pr.contains("### The approved plan (TREATMENT_PLAN, run `"), "{pr}");
+    assert!(pr.contains(&format!("```text\n{first_line}")), "{first_line}\n{pr}");
+    assert!(pr.contains("Approved by the plan review of run `"), "{pr}");
+    assert!(pr.contains(&format!("/blob/ward-charts/charts/{n}.md)")), "{pr}");
+    let number = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
+    assert_eq!(gh.state().review_requests, [(number, "maya".to_string())], "CODEOWNERS of the changed file");
 }

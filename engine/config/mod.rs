@@ -115,6 +115,11 @@ pub struct Config {
     /// `ward:follow-up`, at most 10 per patient. See [`FollowUpConfig`].
     #[serde(default)]
     pub follow_ups: FollowUpConfig,
+    /// Who is asked to review a treatment's pull request: logins (`rob`)
+    /// and teams (`org/team`). Default: none, and the owners of the changed
+    /// files in CODEOWNERS (`.github/`, the top, or `docs/`) are asked.
+    #[serde(default)]
+    pub reviewers: Vec<String>,
     /// Commands in issue comments: the hold label, and who may give them.
     /// Default: `ward:hold`, write permission. See [`CommandsConfig`].
     #[serde(default)]

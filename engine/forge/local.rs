@@ -54,6 +54,9 @@ pub struct PullRecord {
     /// The commit the base branch was at after the merge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_as: Option<String>,
+    /// Who ward asked to review (logins; teams as `team:<slug>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requested_reviewers: Vec<String>,
 }
 
 /// One `repository_dispatch` the local forge received.
@@ -620,6 +623,17 @@ impl Forge for LocalForge {
             None => false,
         })?;
         if found { Ok(()) } else { Err(ForgeError::io(format!("edit comment {id} on {number}"), "no such comment")) }
+    }
+
+    async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()> {
+        let asked: Vec<String> = users.iter().cloned().chain(teams.iter().map(|t| format!("team:{t}"))).collect();
+        self.update_pull(pull, |rec| {
+            for who in asked {
+                if !rec.requested_reviewers.contains(&who) {
+                    rec.requested_reviewers.push(who);
+                }
+            }
+        })
     }
 
     async fn react(&self, number: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()> {

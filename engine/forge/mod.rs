@@ -341,6 +341,9 @@ pub trait Forge: Send + Sync {
     async fn edit_comment(&self, number: IssueNumber, id: u64, body: &str) -> ForgeResult<()>;
     /// Reacts to comment `id` on the issue (a command acknowledged or refused).
     async fn react(&self, number: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()>;
+    /// Asks `users` (logins) and `teams` (slugs) to review pull request
+    /// `pull`. Locally: recorded on the pull request.
+    async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()>;
 }
 
 /// A reaction ward puts on a person's command.

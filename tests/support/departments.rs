@@ -313,6 +313,10 @@ impl<F: Forge> Forge for Counting<F> {
         self.count("edit_comment");
         self.inner.edit_comment(n, id, body).await
     }
+    async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()> {
+        self.count("request_reviewers");
+        self.inner.request_reviewers(pull, users, teams).await
+    }
     async fn react(&self, n: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()> {
         self.count("react");
         self.inner.react(n, id, reaction).await
@@ -404,6 +408,9 @@ impl Forge for Shared {
     }
     async fn edit_comment(&self, n: IssueNumber, id: u64, body: &str) -> ForgeResult<()> {
         self.0.edit_comment(n, id, body).await
+    }
+    async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()> {
+        self.0.request_reviewers(pull, users, teams).await
     }
     async fn react(&self, n: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()> {
         self.0.react(n, id, reaction).await

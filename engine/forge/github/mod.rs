@@ -643,6 +643,14 @@ impl Forge for GitHubForge {
         self.send_ok(&call).await.map(drop)
     }
 
+    async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()> {
+        let action = format!("request reviews of pull request #{pull} in {}", self.settings.repo);
+        let rest = format!("/pulls/{pull}/requested_reviewers");
+        let mut call = self.call(Method::POST, &rest, action, Access::PullsWrite);
+        call.body = Some(json!({ "reviewers": users, "team_reviewers": teams }));
+        self.send_ok(&call).await.map(drop)
+    }
+
     async fn react(&self, number: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()> {
         let action = format!("react `{}` to comment {id} on {number}", reaction.content());
         let rest = format!("/issues/comments/{id}/reactions");

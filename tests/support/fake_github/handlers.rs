@@ -70,6 +70,7 @@ const ROUTES: &[(&str, &str)] = &[
     // Commands and the patient's comment (issue 11).
     ("PATCH", "/repos/{owner}/{repo}/issues/comments/{comment_id}"),
     ("POST", "/repos/{owner}/{repo}/issues/comments/{comment_id}/reactions"),
+    ("POST", "/repos/{owner}/{repo}/pulls/{pull_number}/requested_reviewers"),
     ("POST", "/graphql"),
     ("GET", "/user"),
 ];
@@ -361,6 +362,7 @@ impl State {
             // Commands and the patient's comment (issue 11).
             ("PATCH", "/issues/comments/{comment_id}") => self.edit_comment(num("comment_id"), body),
             ("POST", "/issues/comments/{comment_id}/reactions") => self.react(num("comment_id"), body),
+            ("POST", "/pulls/{pull_number}/requested_reviewers") => self.request_reviewers(num("pull_number"), body),
             _ => unreachable!("every route in ROUTES has a handler: {method} {template}"),
         }
     }
@@ -702,6 +704,39 @@ impl State {
         v["content"] = json!(content);
         v["created_at"] = json!(self.now());
         answer(if exists { 200 } else { 201 }, v)
+    }
+
+    /// Review requests, refused as GitHub refuses them: the pull
+    /// request's author (422), and anyone who is not a collaborator (422).
+    fn request_reviewers(&mut self, n: u64, body: &Value) -> Answer {
+        let Some(pull) = self.pulls.get(&n).cloned() else { return not_found() };
+        let list = |k: &str| -> Vec<String> {
+            body.get(k)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        };
+        let (users, teams) = (list("reviewers"), list("team_reviewers"));
+        if users.iter().any(|u| u.eq_ignore_ascii_case(&pull.author)) {
+            return validation("Review cannot be requested from pull request author.", json!([]));
+        }
+        if users.iter().any(|u| !self.collaborators.contains_key(u)) {
+            let message = format!(
+                "Reviews may only be requested from collaborators. One or more of the users or teams you specified is \
+                 not a collaborator of the {}/{} repository.",
+                self.owner, self.repo
+            );
+            return validation(&message, json!([]));
+        }
+        for who in users.into_iter().chain(teams.into_iter().map(|t| format!("team:{t}"))) {
+            if !self.review_requests.contains(&(n, who.clone())) {
+                self.review_requests.push((n, who));
+            }
+        }
+        let pull = self.pulls.get(&n).cloned().expect("read above");
+        answer(201, self.pull_json(&pull, false))
     }
 
     fn create_label(&mut self, body: &Value) -> Answer {

@@ -356,6 +356,8 @@ pub struct State {
     pub comments: Vec<FakeComment>,
     /// Reactions on issue comments: (comment id, login, content).
     pub reactions: Vec<(u64, String, String)>,
+    /// Review requests: (pull request, login or `team:<slug>`).
+    pub review_requests: Vec<(u64, String)>,
     /// The repository (branches, files, commits): a real bare repository.
     pub git: BareRepo,
     /// Bodies of POST /dispatches, in order.
@@ -413,6 +415,7 @@ impl State {
             label_events: Vec::new(),
             comments: Vec::new(),
             reactions: Vec::new(),
+            review_requests: Vec::new(),
             git,
             dispatches: Vec::new(),
             users: [ENGINE.to_string()].into_iter().collect(),
