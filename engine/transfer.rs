@@ -183,7 +183,10 @@ fn hold_over(config: &Config, chart: &[Note], new: &[Note], to: &Move, current: 
     if destination == *hold {
         return None;
     }
-    let meta = NoteMeta { role: ENGINE_ROLE.into(), ..new.last()?.meta.clone() };
+    // The note is the run's: its meta is that of the run's last note, here
+    // or (a stage writes its notes before it moves) on the chart.
+    let last = new.last().or_else(|| chart.iter().rfind(|n| n.kind != NoteKind::Command))?;
+    let meta = NoteMeta { role: ENGINE_ROLE.into(), ..last.meta.clone() };
     if destination == config.discharge.discharged_label {
         let body = format!("Discharged while held: the hold ends.\n{HOLD_LINE}none");
         return Some((Note { kind: NoteKind::Command, meta, body }, to.clone()));
@@ -227,15 +230,19 @@ mod tests {
         chart::append(&forge, &sentinels, read.number, Seen::NotRead, &[hold]).await.unwrap();
         forge.set_labels(read.number, &["ward:hold".to_string()]).await.unwrap();
 
+        // As the record step does: the run's notes first, then the move alone.
         let outcome = note(NoteKind::Outcome, "stage", "treated");
+        chart::append(&forge, &sentinels, read.number, Seen::NotRead, &[outcome]).await.unwrap();
         let to = Move::To("ward:code-review".into());
-        let moved = transfer(&forge, &config, &read, Seen::NotRead, vec![outcome], to).await.unwrap();
+        let moved = transfer(&forge, &config, &read, Seen::NotRead, Vec::new(), to).await.unwrap();
         assert_eq!((moved.at.as_deref(), moved.dispatched), (Some("ward:hold"), false));
         assert_eq!(forge.issue(read.number).await.unwrap().labels, ["ward:hold"]);
         assert!(forge.dispatches().unwrap().is_empty(), "a held patient's stage starts nothing");
         let notes = sentinels.parse_chart(&moved.chart.unwrap().text).unwrap();
         assert_eq!(held_at(notes.iter()).as_deref(), Some("ward:code-review"), "resume goes where the run sent it");
         assert!(notes.iter().any(|n| n.kind == NoteKind::Outcome), "the run's notes are kept");
+        let deferred = notes.iter().rfind(|n| n.kind == NoteKind::Command).unwrap();
+        assert_eq!(deferred.meta.run, "stage", "the deferral is the stage run's note");
 
         // A person's command passes (its notes carry a `Hold:` line).
         let held = forge.issue(read.number).await.unwrap();

@@ -1905,9 +1905,21 @@ async fn commands_from_a_writer_hold_resume_and_retry_and_from_a_reader_do_nothi
     // A reader's retry: confused. A writer's retry of the waiting patient:
     // its audit runs again (a dispatch of `ward:awaiting-review`).
     let before = stage_labels(&runner).len();
+    let mark = gh.state().log.len();
     let rita_retry = gh.state().comment(n, "/ward retry", "rita");
     runner.run_until_idle(5).await;
     assert_eq!(reaction(rita_retry), confused);
+    // A reader's command costs two calls: her permission, the reaction.
+    let calls: Vec<String> = gh.state().log[mark..].iter().map(|e| e.key()).collect();
+    assert_eq!(
+        calls,
+        [
+            "GET /repos/{owner}/{repo}/collaborators/{username}/permission",
+            "POST /repos/{owner}/{repo}/issues/comments/{comment_id}/reactions"
+        ],
+        "{}",
+        runner.summary()
+    );
     assert_eq!(stage_labels(&runner).len(), before, "a reader's retry starts nothing");
     let rob_retry = gh.state().comment(n, "/ward retry", "rob");
     runner.run_until_idle(5).await;

@@ -190,7 +190,8 @@ async fn accept(
         run: patient.run.clone(),
         outcome,
         from: patient.label_in.clone(),
-        to: label_out,
+        // Where the patient is: a held patient's move waits at the hold label.
+        to: moved.at.clone().unwrap_or(label_out),
         dispatched: moved.dispatched,
         total_ms: total.as_millis(),
         agent_ms: agent.as_millis(),
