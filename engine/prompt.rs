@@ -367,7 +367,7 @@ pub fn select_notes(chart: &[Note], mode: Mode) -> ChartContext {
 
 /// The latest plan with an approving PLAN_REVIEW after it (before any later
 /// plan), and that review: the plan treatment follows.
-fn approved_plan(chart: &[Note]) -> Option<(usize, usize)> {
+pub fn approved_plan(chart: &[Note]) -> Option<(usize, usize)> {
     let plans = chart.iter().enumerate().rev().filter(|(_, n)| n.kind.is_plan());
     for (p, _) in plans {
         let until = chart[p + 1..].iter().position(|n| n.kind.is_plan()).map_or(chart.len(), |j| p + 1 + j);

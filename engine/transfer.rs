@@ -10,7 +10,7 @@
 //!    patient sent to the discharged label is also closed;
 //! 3. the next stage, through one rule ([`Config::dispatches`]).
 
-use crate::chart::{self, ChartStoreError, Note, Seen, Sentinels};
+use crate::chart::{self, ChartStoreError, ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen, Sentinels};
 use crate::config::Config;
 use crate::forge::{Forge, ForgeError, Issue, IssueNumber, StoredChart};
 
@@ -98,13 +98,19 @@ pub async fn transfer_with<T>(
 ) -> Result<(T, Moved), TransferError> {
     let number = patient.number;
     let sentinels = Sentinels::new(&config.sentinel_prefix);
+    let current = config.ward_label(&patient.labels).map(str::to_string);
     let ((to, value), chart) = chart::modify(forge, &sentinels, number, seen, |notes| {
-        let d = decide(notes);
+        let mut d = decide(notes);
+        // A person held the patient (`/ward hold`) while this run worked:
+        // its move waits at the hold label, decided on the chart as it is.
+        if let Some((note, to)) = hold_over(config, notes, &d.notes, &d.to, current.as_deref()) {
+            d.notes.push(note);
+            d.to = to;
+        }
         (d.notes, (d.to, d.value))
     })
     .await?;
     crate::fault::point("after-chart-write");
-    let current = config.ward_label(&patient.labels).map(str::to_string);
     let (at, fresh_label) = match &to {
         Move::To(label) => (Some(label.clone()), !patient.labels.contains(label)),
         Move::Rerun | Move::Stay => (current, false),
@@ -143,6 +149,107 @@ pub async fn transfer_with<T>(
     Ok((value, Moved { at, dispatched, chart }))
 }
 
+/// The line of a COMMAND note that holds (`Hold: ward:treat`: where
+/// `/ward resume` takes the patient) or releases (`Hold: none`) a patient.
+pub const HOLD_LINE: &str = "Hold: ";
+
+/// Where a held patient goes on `/ward resume`, or `None` when it is not
+/// held: the last COMMAND note with a [`HOLD_LINE`] decides. Only the
+/// engine writes COMMAND notes (an agent's is refused), and a person's
+/// text in one is quoted, so no line of it starts with `Hold: `.
+pub fn held_at<'a>(notes: impl DoubleEndedIterator<Item = &'a Note>) -> Option<String> {
+    let hold = notes.rev().filter(|n| n.kind == NoteKind::Command).find_map(|n| {
+        n.body.lines().rev().find_map(|l| l.strip_prefix(HOLD_LINE)).map(|l| l.trim().trim_matches('`').to_string())
+    })?;
+    (hold != "none").then_some(hold)
+}
+
+/// A held patient's stages do nothing: a move decided while it is held
+/// lands at the hold label, with a COMMAND note saying where `/ward resume`
+/// takes it. A person's own command (its notes carry a [`HOLD_LINE`])
+/// passes, a stay moves nothing, and a discharge (the merge is done)
+/// passes and releases the hold.
+fn hold_over(config: &Config, chart: &[Note], new: &[Note], to: &Move, current: Option<&str>) -> Option<(Note, Move)> {
+    let commanded = new.iter().any(|n| n.kind == NoteKind::Command && n.body.lines().any(|l| l.starts_with(HOLD_LINE)));
+    if commanded || held_at(chart.iter()).is_none() {
+        return None;
+    }
+    let destination = match to {
+        Move::To(label) => label.clone(),
+        Move::Rerun => current?.to_string(),
+        Move::Stay => return None,
+    };
+    let hold = &config.commands.hold_label;
+    if destination == *hold {
+        return None;
+    }
+    // The note is the run's: its meta is that of the run's last note, here
+    // or (a stage writes its notes before it moves) on the chart.
+    let last = new.last().or_else(|| chart.iter().rfind(|n| n.kind != NoteKind::Command))?;
+    let meta = NoteMeta { role: ENGINE_ROLE.into(), ..last.meta.clone() };
+    if destination == config.discharge.discharged_label {
+        let body = format!("Discharged while held: the hold ends.\n{HOLD_LINE}none");
+        return Some((Note { kind: NoteKind::Command, meta, body }, to.clone()));
+    }
+    let body = format!(
+        "The patient is held: this run's move to `{destination}` waits at `{hold}` until `/ward resume`.\n\
+         {HOLD_LINE}{destination}"
+    );
+    Some((Note { kind: NoteKind::Command, meta, body }, Move::To(hold.clone())))
+}
+
 fn same_set(a: &[String], b: &[String]) -> bool {
     a.len() == b.len() && a.iter().all(|l| b.contains(l))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forge::NewIssue;
+    use crate::forge::local::LocalForge;
+
+    fn note(kind: NoteKind, run: &str, body: &str) -> Note {
+        let meta =
+            NoteMeta { run: run.into(), stage: "treat".into(), role: ENGINE_ROLE.into(), at: chrono::Utc::now() };
+        Note { kind, meta, body: body.into() }
+    }
+
+    /// A hold that lands while a stage runs: the stage read the patient at
+    /// `ward:treat`; a person held it (hold label, COMMAND note); the
+    /// stage's move to code review then waits at the hold label, starts
+    /// nothing, and the chart says where a resume takes it.
+    #[tokio::test]
+    async fn a_move_decided_while_the_patient_is_held_waits_at_the_hold_label() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::load(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let forge = LocalForge::new(dir.path(), &config.engine_account);
+        let labels = vec!["ward:treat".to_string()];
+        let read = forge.admit(NewIssue { title: "t".into(), body: String::new(), labels }).unwrap();
+        let sentinels = Sentinels::new(&config.sentinel_prefix);
+        let hold = note(NoteKind::Command, "cmd", "`rob` said `/ward hold`.\nHold: ward:treat");
+        chart::append(&forge, &sentinels, read.number, Seen::NotRead, &[hold]).await.unwrap();
+        forge.set_labels(read.number, &["ward:hold".to_string()]).await.unwrap();
+
+        // As the record step does: the run's notes first, then the move alone.
+        let outcome = note(NoteKind::Outcome, "stage", "treated");
+        chart::append(&forge, &sentinels, read.number, Seen::NotRead, &[outcome]).await.unwrap();
+        let to = Move::To("ward:code-review".into());
+        let moved = transfer(&forge, &config, &read, Seen::NotRead, Vec::new(), to).await.unwrap();
+        assert_eq!((moved.at.as_deref(), moved.dispatched), (Some("ward:hold"), false));
+        assert_eq!(forge.issue(read.number).await.unwrap().labels, ["ward:hold"]);
+        assert!(forge.dispatches().unwrap().is_empty(), "a held patient's stage starts nothing");
+        let notes = sentinels.parse_chart(&moved.chart.unwrap().text).unwrap();
+        assert_eq!(held_at(notes.iter()).as_deref(), Some("ward:code-review"), "resume goes where the run sent it");
+        assert!(notes.iter().any(|n| n.kind == NoteKind::Outcome), "the run's notes are kept");
+        let deferred = notes.iter().rfind(|n| n.kind == NoteKind::Command).unwrap();
+        assert_eq!(deferred.meta.run, "stage", "the deferral is the stage run's note");
+
+        // A person's command passes (its notes carry a `Hold:` line).
+        let held = forge.issue(read.number).await.unwrap();
+        let resume = note(NoteKind::Command, "cmd2", "`rob` said `/ward resume`.\nHold: none");
+        let to = Move::To("ward:code-review".into());
+        let moved = transfer(&forge, &config, &held, Seen::NotRead, vec![resume], to).await.unwrap();
+        assert_eq!((moved.at.as_deref(), moved.dispatched), (Some("ward:code-review"), true));
+        assert_eq!(forge.dispatches().unwrap().len(), 1);
+    }
 }

@@ -990,6 +990,15 @@ async fn tour(gh: &FakeGitHub) {
         st.set_status(&c1, "lint", "success", "ci-app[bot]");
     }
     forge.reviews(pr.number).await.unwrap();
+    // Issue 11: review requests (the author is refused, as GitHub does),
+    // the patient's comment edited in place, reactions on a command.
+    forge.request_reviewers(pr.number, &strings(&["bob"]), &[]).await.unwrap();
+    let author = forge.request_reviewers(pr.number, &strings(&[ENGINE]), &[]).await.unwrap_err();
+    assert!(author.to_string().contains("Review cannot be requested from pull request author"), "{author}");
+    let id = forge.post_comment(n, "the patient's comment").await.unwrap();
+    forge.edit_comment(n, id, "edited").await.unwrap();
+    forge.react(n, id, ward::forge::Reaction::Done).await.unwrap();
+    forge.react(n, id, ward::forge::Reaction::Done).await.unwrap(); // 200: already there
     forge.pull_request_commits(pr.number).await.unwrap();
     forge.unresolved_review_threads(pr.number).await.unwrap();
     forge.ci_status(&c1).await.unwrap();
@@ -1040,6 +1049,9 @@ async fn the_fake_and_ward_conform_to_githubs_openapi_description() {
                     problems.push(format!("the fake's {} answer to {} {}: {why}", e.status, e.method, e.path));
                 }
             }
+            // GitHub answers a refused review request (the author, a
+            // non-collaborator) with a message the description leaves out.
+            (None, Some(_)) if e.status == 422 && e.route.ends_with("/requested_reviewers") => {}
             (None, Some(_)) if e.status != 404 => {
                 problems.push(format!("{} {} has a body GitHub does not send", e.key(), e.status))
             }
@@ -1051,7 +1063,7 @@ async fn the_fake_and_ward_conform_to_githubs_openapi_description() {
     }
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
     // Every route the fake knows was exercised and checked (or is listed as undescribed).
-    assert_eq!(validated.len() + NOT_IN_SUBSET.len(), 28, "validated: {validated:#?}");
+    assert_eq!(validated.len() + NOT_IN_SUBSET.len(), 31, "validated: {validated:#?}");
     for must in [
         "PUT /repos/{owner}/{repo}/contents/{path} 409",
         "PUT /repos/{owner}/{repo}/contents/{path} 422",
@@ -1185,6 +1197,8 @@ const CHART_GET: &str = "GET /repos/{owner}/{repo}/contents/{path}";
 const CHART_PUT: &str = "PUT /repos/{owner}/{repo}/contents/{path}";
 const LABELS_PUT: &str = "PUT /repos/{owner}/{repo}/issues/{issue_number}/labels";
 const DISPATCH: &str = "POST /repos/{owner}/{repo}/dispatches";
+/// The patient's comment, edited in place after each transition (issue 11).
+const COMMENT_PATCH: &str = "PATCH /repos/{owner}/{repo}/issues/comments/{comment_id}";
 /// Every stage run checks for a lockdown first: open issues labeled `ward:lockdown`.
 const LOCKDOWN_LIST: &str = "GET /repos/{owner}/{repo}/issues";
 /// One GraphQL query: the issue and its labels, the lockdown check and the
@@ -1253,9 +1267,15 @@ async fn walk_every_stage(graphql: bool) {
                     ("GET /repos/{owner}/{repo}/git/ref/{ref}", 1),
                     ("POST /repos/{owner}/{repo}/git/commits", 1),
                     ("POST /repos/{owner}/{repo}/git/refs", 1),
-                    (CHART_PUT, 3), // the first finds no branch, then the admission note, then the notes
+                    // The first finds no branch, then the admission note, then
+                    // the notes, then the PATIENT_COMMENT note (issue 11).
+                    (CHART_PUT, 4),
                     (LABELS_PUT, 1),
                     (DISPATCH, 1),
+                    // The patient's comment, created after the labels moved,
+                    // and the chart read again to chart its id (issue 11).
+                    ("POST /repos/{owner}/{repo}/issues/{issue_number}/comments", 1),
+                    (CHART_GET, 1),
                 ]
             ]
             .concat()
@@ -1283,9 +1303,10 @@ async fn walk_every_stage(graphql: bool) {
         let last = !gh.state().issue(n).open;
         let tail = if last { ("PATCH /repos/{owner}/{repo}/issues/{issue_number}", 1) } else { (DISPATCH, 1) };
         let mut expected = patient_read(graphql);
-        expected.extend([(CHART_PUT, 2), (LABELS_PUT, 1), tail]);
-        // A transition: 5 calls with GraphQL, 7 over REST.
-        let transition = if graphql { 5 } else { 7 };
+        // Since issue 11 each transition also edits the patient's comment.
+        expected.extend([(CHART_PUT, 2), (LABELS_PUT, 1), tail, (COMMENT_PATCH, 1)]);
+        // A transition: 5 calls with GraphQL (7 over REST), and the comment.
+        let transition = if graphql { 6 } else { 8 };
         match label.as_str() {
             // Treatment also opens the pull request of the branch it pushed.
             "ward:treat" => {
@@ -1888,11 +1909,13 @@ async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pul
     // The treat transition costs one call more: the pull request.
     let (_, treat) = per_stage.iter().find(|(label, _)| label == "ward:treat").unwrap();
     assert_eq!(treat.get("POST /repos/{owner}/{repo}/pulls"), Some(&1), "{treat:#?}");
-    assert_eq!(treat.values().sum::<usize>(), 6, "{treat:#?}");
+    // Each transition edits the patient's comment (issue 11): one call
+    // over issue 13's targets (treat 6, a transition 5, discharge 7).
+    assert_eq!(treat.values().sum::<usize>(), 7, "{treat:#?}");
     for (label, calls) in
         per_stage.iter().filter(|(label, _)| !["ward:treat", "ward:discharge"].contains(&label.as_str()))
     {
-        assert!(calls.values().sum::<usize>() <= 5, "{label}: {calls:#?}");
+        assert!(calls.values().sum::<usize>() <= 6, "{label}: {calls:#?}");
     }
     // The discharge: a normal transition's calls (closing the issue instead
     // of dispatching), plus the audit's read and the merge.
@@ -1901,8 +1924,9 @@ async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pul
     expected.extend(patient_read(true));
     expected.extend([(CHART_PUT, 2), (LABELS_PUT, 1)]);
     expected.push(("PATCH /repos/{owner}/{repo}/issues/{issue_number}", 1));
+    expected.push((COMMENT_PATCH, 1));
     assert_eq!(discharge, &expect(&expected), "{discharge:#?}");
-    assert_eq!(discharge.values().sum::<usize>(), 7, "{discharge:#?}");
+    assert_eq!(discharge.values().sum::<usize>(), 8, "{discharge:#?}");
     assert!(s.pulls.values().all(|p| p.merged && p.merge_method.is_some()), "the audited pull request is merged");
     drop(s);
     // The branch is on the fake's git server, pushed over smart HTTP, with the treatment's commit.

@@ -78,7 +78,7 @@ fn hospital(gh: &FakeGitHub, extra: &[(&str, &str)], config: impl Fn(String) -> 
             files.push((format!("{dir}/{name}"), ours(&format!("{dir}/{name}"))));
         }
     }
-    for w in ["ward-stage.yml", "ward-sweep.yml", "ward-pipeline.yml", "ward-report.yml"] {
+    for w in ["ward-stage.yml", "ward-sweep.yml", "ward-pipeline.yml", "ward-report.yml", "ward-commands.yml"] {
         files.push((format!(".github/workflows/{w}"), ours(&format!(".github/workflows/{w}"))));
     }
     for (p, t) in extra {
@@ -2003,4 +2003,150 @@ async fn a_visit_whose_commits_carry_a_huge_file_is_refused_and_nothing_is_pushe
         "{refusal}"
     );
     assert_eq!(gh.state().branch_head(&format!("ward/issue-{n}")), None, "nothing was pushed");
+}
+
+// Commands in comments (issue 11, scenario (f))
+
+/// How many agent runs the chart of `n` records (an ADMISSION note each).
+fn agent_runs_in(s: &State, n: u64) -> usize {
+    s.file("ward-charts", &format!("charts/{n}.md")).unwrap_or_default().matches("<!-- WARD:ADMISSION ").count()
+}
+
+/// The patient's comments on `n` (ward's, edited in place).
+fn patient_comments(gh: &FakeGitHub, n: u64) -> Vec<String> {
+    gh.state().comments_on(n).into_iter().filter(|c| c.starts_with(ward::patient_comment::HEADING)).collect()
+}
+
+/// Scenario (f) of issue 11: `/ward hold`, `/ward resume` and `/ward
+/// retry` through the shipped ward-commands.yml. A writer's hold, given
+/// while a stage runs, holds: the stage's move waits at `ward:hold` and no
+/// agent runs until the writer's resume, which puts the patient back and
+/// starts its stage. A reader's commands get a confused reaction and change
+/// nothing. A writer's retry runs the waiting patient's audit again. Each
+/// answer is on the patient's one comment, edited in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_from_a_writer_hold_resume_and_retry_and_from_a_reader_do_nothing() {
+    let gh = FakeGitHub::start().await;
+    // The last matching pattern wins: the change log is maya's (the
+    // workflow's bot, the pull request's author, is never asked).
+    let owners = "*            @rob\nCHANGELOG.md @maya @github-actions[bot]\n";
+    let _repo = hospital(&gh, &[(".github/CODEOWNERS", owners)], |c| c);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_collaborator("rob", "write");
+        s.add_collaborator("rita", "read");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("ward-stage.yml", "stage", 5 * MINUTE);
+    let ids = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    for (at, who, text) in
+        [(7, "rita", "/ward hold"), (8, "rob", "Holding this.\n/ward hold\n/ward resume"), (70, "rita", "/ward resume")]
+    {
+        let ids = ids.clone();
+        runner
+            .at(at * MINUTE, &format!("{who} says {text}"), move |s| ids.lock().unwrap().push(s.comment(n, text, who)));
+    }
+    for at in [30, 69] {
+        let seen = seen.clone();
+        runner.at(at * MINUTE, "look", move |s| seen.lock().unwrap().push((s.labels_of(n), agent_runs_in(s, n))));
+    }
+    let resume = ids.clone();
+    runner.at(75 * MINUTE, "rob says /ward resume", move |s| {
+        resume.lock().unwrap().push(s.comment(n, "/ward resume", "rob"))
+    });
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(40).await;
+
+    let ids = ids.lock().unwrap().clone();
+    let (rita_hold, rob_hold, rita_resume, rob_resume) = (ids[0], ids[1], ids[2], ids[3]);
+    let reaction = |id: u64| gh.state().reactions_on(id);
+    let confused = vec![(ACTIONS_BOT.to_string(), "confused".to_string())];
+    let done = vec![(ACTIONS_BOT.to_string(), "+1".to_string())];
+    assert_eq!(reaction(rita_hold), confused, "{}", runner.summary());
+    assert_eq!(reaction(rita_resume), confused);
+    assert_eq!(reaction(rob_hold), done, "{}", runner.summary());
+    assert_eq!(reaction(rob_resume), done);
+
+    // Held from minute 8 to 75: at 30 and at 69 the patient is at
+    // `ward:hold` and no agent ran in between; the reader's resume at 70
+    // changed nothing.
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].0, ["ward:hold"], "{}", runner.summary());
+    assert_eq!(seen[0], seen[1], "nothing moved while held");
+    let held_runs = seen[0].1;
+    assert!((1..=3).contains(&held_runs), "held early in the pipeline: {held_runs}");
+
+    // Resumed, the patient went on to rest where an uninterrupted run does.
+    assert_eq!(gh.state().labels_of(n), ["ward:awaiting-review"], "{}", failures(&runner));
+    assert_eq!(agent_stages(&gh, n), ["admit", "diagnose", "plan-review", "treat", "code-review"]);
+    let commands = notes_of(&gh, n, "COMMAND");
+    assert!(commands.iter().any(|c| c.contains("`rob` (write permission) said `/ward hold`")), "{commands:#?}");
+    assert!(commands.iter().any(|c| c.contains("said `/ward resume`") && c.contains("Hold: none")), "{commands:#?}");
+    assert!(!commands.iter().any(|c| c.contains("rita")), "a reader's command writes nothing: {commands:#?}");
+
+    // Every command ran the shipped workflow with its permissions; the
+    // engine's own comments (the patient's) started none.
+    let command_runs = runner.runs_of("ward-commands.yml");
+    assert_eq!(command_runs.len(), 4, "{}", runner.summary());
+    for run in &command_runs {
+        assert_eq!(run.conclusion.as_deref(), Some("success"), "{}", run.job("command").log());
+        let p = &run.job("command").permissions;
+        assert_eq!(
+            ["contents", "issues", "pull-requests", "checks", "statuses", "actions"].map(|scope| p.level(scope)),
+            [Level::Write, Level::Write, Level::Write, Level::Read, Level::Read, Level::None]
+        );
+        assert_eq!(run.job("command").group.as_deref(), Some(format!("ward-command-{n}").as_str()));
+    }
+
+    // A reader's retry: confused. A writer's retry of the waiting patient:
+    // its audit runs again (a dispatch of `ward:awaiting-review`).
+    let before = stage_labels(&runner).len();
+    let mark = gh.state().log.len();
+    let rita_retry = gh.state().comment(n, "/ward retry", "rita");
+    runner.run_until_idle(5).await;
+    assert_eq!(reaction(rita_retry), confused);
+    // A reader's command costs two calls: her permission, the reaction.
+    let calls: Vec<String> = gh.state().log[mark..].iter().map(|e| e.key()).collect();
+    assert_eq!(
+        calls,
+        [
+            "GET /repos/{owner}/{repo}/collaborators/{username}/permission",
+            "POST /repos/{owner}/{repo}/issues/comments/{comment_id}/reactions"
+        ],
+        "{}",
+        runner.summary()
+    );
+    assert_eq!(stage_labels(&runner).len(), before, "a reader's retry starts nothing");
+    let rob_retry = gh.state().comment(n, "/ward retry", "rob");
+    runner.run_until_idle(5).await;
+    assert_eq!(reaction(rob_retry), done, "{}", runner.summary());
+    assert_eq!(stage_labels(&runner)[before..], ["ward:awaiting-review"], "{}", runner.summary());
+    assert_eq!(gh.state().labels_of(n), ["ward:awaiting-review"]);
+
+    // One patient's comment, edited in place: where it is, what it waits
+    // for, and the last command's answer.
+    let comments = patient_comments(&gh, n);
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    let c = &comments[0];
+    assert!(c.contains("| Where | `ward:awaiting-review` |"), "{c}");
+    assert!(c.contains("| Waiting for |") && c.contains("⬜"), "{c}");
+    assert!(c.contains("**Last command:** `/ward retry` by `rob`: the discharge audit runs again."), "{c}");
+    assert!(c.contains(&format!("/blob/ward-charts/charts/{n}.md")), "{c}");
+
+    // The treatment's pull request carries the approved plan's summary,
+    // fenced as an agent's text, and where the reviews are.
+    let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().body.clone();
+    let plan = notes_of(&gh, n, "TREATMENT_PLAN");
+    let first_line = plan[0].lines().nth(1).unwrap().trim();
+    assert!(pr.starts_with(&format!("Closes #{n}.")), "{pr}");
+    assert!(pr.contains("### The approved plan (TREATMENT_PLAN, run `"), "{pr}");
+    assert!(pr.contains(&format!("```text\n{first_line}")), "{first_line}\n{pr}");
+    assert!(pr.contains("Approved by the plan review of run `"), "{pr}");
+    assert!(pr.contains(&format!("/blob/ward-charts/charts/{n}.md)")), "{pr}");
+    let number = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
+    assert_eq!(gh.state().review_requests, [(number, "maya".to_string())], "CODEOWNERS of the changed file");
 }

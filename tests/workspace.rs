@@ -929,6 +929,7 @@ async fn a_stage_run_on_a_detached_head_is_refused_and_changes_nothing() {
         run_id: Some(run_id("detached")),
         wake: None,
         phase: ward::stage::Phase::Whole,
+        approver: None,
     };
     let err = ward::stage::run_stage(&h, &req).await.expect_err("refused");
     assert!(err.to_string().contains("WARD_BASE"), "{err}");
@@ -1862,6 +1863,7 @@ async fn a_stage_run_brings_its_workspace_up_for_the_agent_and_down_after() {
         run_id: Some(run_name.clone()),
         wake: None,
         phase: ward::stage::Phase::Whole,
+        approver: None,
     };
     let result = ward::stage::run_stage(&h, &req).await.unwrap();
     let ward::stage::StageResult::Moved(t) = result else { panic!("{result:?}") };
@@ -1920,6 +1922,7 @@ async fn the_treat_stage_pushes_the_task_branch_and_opens_a_pull_request() {
         run_id: Some(run_id("treat")),
         wake: None,
         phase: ward::stage::Phase::Whole,
+        approver: None,
     };
     let result = ward::stage::run_stage(&h, &req).await.unwrap();
     assert!(matches!(result, ward::stage::StageResult::Moved(_)), "{result:?}");

@@ -62,6 +62,8 @@ kinds! {
     AdmittedText = "ADMITTED_TEXT", engine: true;
     ProtectedChange = "PROTECTED_CHANGE", engine: true;
     Waiting = "WAITING", engine: true;
+    Command = "COMMAND", engine: true;
+    PatientComment = "PATIENT_COMMENT", engine: true;
 }
 
 impl NoteKind {
@@ -149,7 +151,9 @@ mod tests {
                 "OUTCOME",
                 "ADMITTED_TEXT",
                 "PROTECTED_CHANGE",
-                "WAITING"
+                "WAITING",
+                "COMMAND",
+                "PATIENT_COMMENT"
             ]
         );
     }

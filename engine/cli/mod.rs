@@ -99,6 +99,13 @@ pub enum Command {
         #[arg(long, env = "GITHUB_EVENT_NAME")]
         event_name: Option<String>,
     },
+    /// Carry out a person's command in an issue comment (`/ward retry`,
+    /// `hold`, `resume`, `chief <reason>`, `approve`) from an
+    /// `issue_comment` event (`--event "$GITHUB_EVENT_PATH"`).
+    Command {
+        #[arg(long)]
+        event: PathBuf,
+    },
     /// Print the trigger an Actions event file holds, as JSON (exit 0 with a
     /// one-line reason when it is not a ward event).
     Event {
@@ -396,6 +403,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("{}", shown(&describe_result(&result)));
             Ok(ExitCode::from(result.exit_code()))
         }
+        Command::Command { event } => command_from_event(&cli, event).await,
         Command::Admit { title, body, run } => {
             let config = load_config(&cli.root)?;
             let forge = LocalForge::new(&cli.root, &config.engine_account);
@@ -549,6 +557,42 @@ async fn stage_from_event(
         println!("{annotation}");
     }
     Ok(code(result.exit_code()))
+}
+
+/// `ward command --event FILE`: the comment first (a comment that is not
+/// a command costs no config, no forge, no call), then the command; one
+/// line printed, exit 0 unless something failed.
+async fn command_from_event(cli: &Cli, event: &Path) -> anyhow::Result<ExitCode> {
+    use crate::command::act::Acted;
+    let text = std::fs::read_to_string(event).map_err(|e| {
+        BadInput(format!(
+            "cannot read the event file {}: {e} (in a workflow, pass \"$GITHUB_EVENT_PATH\")",
+            event.display()
+        ))
+    })?;
+    let comment = match crate::command::read_comment_event(&text, event).map_err(BadInput)? {
+        Some(c) if crate::command::parse(&c.body).is_some() => c,
+        _ => {
+            println!("nothing to do: not a created comment with a `/ward` line");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let config = load_config(&cli.root)?;
+    let forge = open_forge(cli, &config).await?;
+    let h = Hospital::load(&cli.root, forge)?;
+    let line = match crate::command::act::act(&h, &comment).await? {
+        Acted::NotOurs(why) => format!("nothing to do: {why}"),
+        Acted::NotAllowed { who, have, need } => format!(
+            "{} command by `{who}` ignored: {} permission, commands need {}",
+            comment.issue,
+            format!("{have:?}").to_lowercase(),
+            format!("{need:?}").to_lowercase()
+        ),
+        Acted::Declined(answer) => format!("{} command not carried out: {answer}", comment.issue),
+        Acted::Done(answer) => format!("{} command done: {answer}", comment.issue),
+    };
+    println!("{}", shown(&line));
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `ward run`: drains the local queue, one line per stage run, then where

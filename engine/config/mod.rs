@@ -115,6 +115,15 @@ pub struct Config {
     /// `ward:follow-up`, at most 10 per patient. See [`FollowUpConfig`].
     #[serde(default)]
     pub follow_ups: FollowUpConfig,
+    /// Who is asked to review a treatment's pull request: logins (`rob`)
+    /// and teams (`org/team`). Default: none, and the owners of the changed
+    /// files in CODEOWNERS (`.github/`, the top, or `docs/`) are asked.
+    #[serde(default)]
+    pub reviewers: Vec<String>,
+    /// Commands in issue comments: the hold label, and who may give them.
+    /// Default: `ward:hold`, write permission. See [`CommandsConfig`].
+    #[serde(default)]
+    pub commands: CommandsConfig,
 }
 
 fn default_engine_account() -> String {
@@ -372,6 +381,7 @@ impl Config {
             ("discharge.awaiting_label", &c.awaiting_label),
             ("discharge.pending_label", &c.pending_label),
             ("discharge.approved_label", &c.approved_label),
+            ("commands.hold_label", &self.commands.hold_label),
         ] {
             if !self.labels.contains_key(label) {
                 p.push((path.into(), format!("label `{label}` is not declared under `labels`")));

@@ -352,6 +352,37 @@ impl CiConfig {
     }
 }
 
+/// `commands:`: what people may say to ward in an issue comment
+/// (`/ward retry`, `/ward hold`, `/ward resume`, `/ward chief <reason>`,
+/// `/ward approve`; docs/github.md).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommandsConfig {
+    /// Where a held patient rests until `/ward resume` (its stages do
+    /// nothing meanwhile). Declared under `labels`. Default `ward:hold`.
+    #[serde(default = "default_hold_label")]
+    pub hold_label: String,
+    /// Least permission of a person whose `/ward retry`, `hold`, `resume`
+    /// or `chief` counts. Default `write`. (`/ward approve` needs
+    /// `discharge.approver_permission`, as the approved label does.)
+    #[serde(default = "default_command_permission", deserialize_with = "super::de_permission")]
+    #[schemars(schema_with = "super::schema::permission")]
+    pub permission: Permission,
+}
+
+impl Default for CommandsConfig {
+    fn default() -> Self {
+        Self { hold_label: default_hold_label(), permission: default_command_permission() }
+    }
+}
+
+fn default_hold_label() -> String {
+    "ward:hold".into()
+}
+fn default_command_permission() -> Permission {
+    Permission::Write
+}
+
 /// Stages keep the order of the file (it is the order people read them in).
 #[derive(Debug, Clone, Default)]
 pub struct IndexedStages(pub Vec<(String, StageConfig)>);

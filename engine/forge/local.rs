@@ -16,8 +16,8 @@ use sha2::{Digest, Sha256};
 
 use super::{
     CiState, CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, IssueState,
-    LabelAction, LabelEvent, LabelSpec, Listed, NewIssue, NewPullRequest, Permission, PullRequest, PullState, Review,
-    StoredChart,
+    LabelAction, LabelEvent, LabelSpec, Listed, NewIssue, NewPullRequest, Permission, PullRequest, PullState, Reaction,
+    Review, StoredChart,
 };
 
 /// Where "now" comes from; tests and `--now` move it.
@@ -54,6 +54,9 @@ pub struct PullRecord {
     /// The commit the base branch was at after the merge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_as: Option<String>,
+    /// Who ward asked to review (logins; teams as `team:<slug>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requested_reviewers: Vec<String>,
 }
 
 /// One `repository_dispatch` the local forge received.
@@ -608,6 +611,54 @@ impl Forge for LocalForge {
             }
             rec.merged_as = merged_as;
         })
+    }
+
+    async fn post_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<u64> {
+        let now = (self.clock)();
+        let author = self.engine_account.clone();
+        self.update(number, |rec| {
+            let id = rec.comments.iter().map(|c| c.id).max().unwrap_or(0) + 1;
+            rec.comments.push(Comment { id, author, body: body.to_string(), at: now });
+            id
+        })
+    }
+
+    async fn edit_comment(&self, number: IssueNumber, id: u64, body: &str) -> ForgeResult<()> {
+        let found = self.update(number, |rec| match rec.comments.iter_mut().find(|c| c.id == id) {
+            Some(c) => {
+                c.body = body.to_string();
+                true
+            }
+            None => false,
+        })?;
+        if found { Ok(()) } else { Err(ForgeError::io(format!("edit comment {id} on {number}"), "no such comment")) }
+    }
+
+    async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()> {
+        let asked: Vec<String> = users.iter().cloned().chain(teams.iter().map(|t| format!("team:{t}"))).collect();
+        self.update_pull(pull, |rec| {
+            for who in asked {
+                if !rec.requested_reviewers.contains(&who) {
+                    rec.requested_reviewers.push(who);
+                }
+            }
+        })
+    }
+
+    async fn react(&self, number: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()> {
+        let action = format!("react to comment {id} on {number}");
+        if !self.read_record(number)?.comments.iter().any(|c| c.id == id) {
+            return Err(ForgeError::io(action, "no such comment"));
+        }
+        // One line per reaction beside the issues: `reactions.jsonl`.
+        let path = self.forge_dir().join("reactions.jsonl");
+        let line = serde_json::json!({ "issue": number.0, "comment": id, "content": reaction.content() });
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| ForgeError::io(format!("{action} ({})", path.display()), e))?;
+        writeln!(file, "{line}").map_err(|e| ForgeError::io(format!("{action} ({})", path.display()), e))
     }
 }
 

@@ -409,6 +409,44 @@ pub trait Forge: Send + Sync {
     /// audit makes the merge fail ([`ForgeError::HeadMoved`]) instead of
     /// landing unaudited.
     async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()>;
+
+    // Commands in comments and the patient's comment (issue 11).
+
+    /// Comments on the issue and returns the new comment's id.
+    async fn post_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<u64>;
+    /// Replaces the body of comment `id` on the issue (the patient's
+    /// comment, edited in place at every stage).
+    async fn edit_comment(&self, number: IssueNumber, id: u64, body: &str) -> ForgeResult<()>;
+    /// Reacts to comment `id` on the issue (a command acknowledged or refused).
+    async fn react(&self, number: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()>;
+    /// Asks `users` (logins) and `teams` (slugs) to review pull request
+    /// `pull`. Locally: recorded on the pull request.
+    async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()>;
+}
+
+/// A reaction ward puts on a person's command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reaction {
+    /// Done (`+1`).
+    #[serde(rename = "+1")]
+    Done,
+    /// Seen, and working on it (`eyes`).
+    #[serde(rename = "eyes")]
+    Seen,
+    /// Not from someone who may, or not a command ward knows (`confused`).
+    #[serde(rename = "confused")]
+    Refused,
+}
+
+impl Reaction {
+    /// The `content` GitHub's reactions API takes.
+    pub fn content(self) -> &'static str {
+        match self {
+            Reaction::Done => "+1",
+            Reaction::Seen => "eyes",
+            Reaction::Refused => "confused",
+        }
+    }
 }
 
 /// [`Forge::patient`] in three reads: the issue, the open lockdown issues,

@@ -15,13 +15,21 @@ use crate::rules::approval::{self, applied_by};
 use crate::rules::discharge_audit;
 use crate::transfer::{Move, transfer};
 
-pub async fn approve(h: &Hospital, patient: Patient<'_>) -> anyhow::Result<StageResult> {
+/// `commenter` is who said `/ward approve`; without one, the approver is
+/// whoever applied the approved label.
+pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>) -> anyhow::Result<StageResult> {
     let (number, stage) = (patient.issue.number, patient.stage);
     let d = &h.config.discharge;
-    let events = h.forge.label_events(number).await?;
-    let approver = match applied_by(&events, &d.approved_label) {
-        Some(e) => Some((e.actor.clone(), h.forge.permission(&e.actor).await?)),
-        None => None,
+    let approver = match commenter {
+        Some(who) => Some((who.to_string(), h.forge.permission(who).await?)),
+        None => match applied_by(&h.forge.label_events(number).await?, &d.approved_label) {
+            Some(e) => Some((e.actor.clone(), h.forge.permission(&e.actor).await?)),
+            None => None,
+        },
+    };
+    let how = match commenter {
+        Some(_) => "said `/ward approve`".to_string(),
+        None => format!("applied `{}`", d.approved_label),
     };
     let seen = Seen::Read(patient.stored.clone());
     if let Err(refusal) = approval::may_merge(
@@ -53,12 +61,8 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>) -> anyhow::Result<Stage
     let facts = audit::gather(&*h.forge, &audit::patient_branch(number), h.config.approve_permission).await;
     let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
     let outcome = checklist.outcome();
-    let body = format!(
-        "`{who}` ({} permission) applied `{}`.\n\n{}",
-        format!("{permission:?}").to_lowercase(),
-        d.approved_label,
-        checklist.render()
-    );
+    let body =
+        format!("`{who}` ({} permission) {how}.\n\n{}", format!("{permission:?}").to_lowercase(), checklist.render());
     let notes = vec![
         patient.engine_note(h, NoteKind::DischargeChecklist, body),
         patient.engine_note(h, NoteKind::Outcome, outcome.to_string()),

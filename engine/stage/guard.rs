@@ -340,7 +340,8 @@ fn asked<'h>(h: &'h Hospital, req: &StageRequest, issue: &Issue) -> Asked<'h> {
     let number = issue.number;
     let approved = &config.discharge.approved_label;
     // Human approval mode: a chief's approval label is its own path.
-    if issue.labels.contains(approved) && req.label.as_ref().is_none_or(|l| l == approved) {
+    let by_label = issue.labels.contains(approved) && req.label.as_ref().is_none_or(|l| l == approved);
+    if by_label || req.approver.is_some() {
         return match config.audit_stage() {
             Some(stage) => Asked::Approval { stage },
             None => Asked::Problem(Refusal::new(

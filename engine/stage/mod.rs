@@ -60,7 +60,10 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         guard::Admitted::Approval(patient) => {
             let span =
                 info_span!("approval", repo = %h.forge.describe(), issue = patient.issue.number.0, run = %patient.run);
-            return approve::approve(h, patient).instrument(span).await;
+            let bedside = Bedside::of(h, &patient);
+            let result = approve::approve(h, patient, req.approver.as_deref()).instrument(span).await;
+            bedside.tell(h, &result).await;
+            return result;
         }
         guard::Admitted::Stage(patient) => patient,
     };
@@ -70,7 +73,68 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let result = rounds(h, &patient, req, &mut workspace).instrument(span).await;
     let result = teardown(h, workspace, result).await;
     write_report(&patient, &result);
+    // The visit job writes nothing: the record job tells the patient's comment.
+    if req.phase.writes() {
+        Bedside::of(h, &patient).tell(h, &result).await;
+    }
     result
+}
+
+/// What the patient's comment needs of a run, kept before the run ends.
+struct Bedside {
+    number: crate::forge::IssueNumber,
+    label_in: String,
+    chart: Vec<crate::chart::Note>,
+    meta: crate::chart::NoteMeta,
+}
+
+impl Bedside {
+    fn of(h: &Hospital, p: &guard::Patient<'_>) -> Self {
+        let meta = crate::chart::NoteMeta {
+            run: p.run.clone(),
+            stage: p.stage.name.into(),
+            role: crate::chart::ENGINE_ROLE.into(),
+            at: h.now(),
+        };
+        Self { number: p.issue.number, label_in: p.label_in.clone(), chart: p.chart.clone(), meta }
+    }
+
+    /// After the labels moved: the patient's comment says where the patient
+    /// is now (one call; two more the first time, to chart its id). The
+    /// chart as the guard read it, with this run's outcome; a run that
+    /// found nothing to do changes nothing (a wake-up stays at 3 calls).
+    async fn tell(self, h: &Hospital, result: &anyhow::Result<StageResult>) {
+        let mut notes = self.chart;
+        let (place, line) = match result {
+            Ok(StageResult::Moved(t)) => {
+                let meta = crate::chart::NoteMeta { run: t.run.clone(), stage: t.stage.clone(), ..self.meta.clone() };
+                let kind = crate::chart::NoteKind::Outcome;
+                notes.push(crate::chart::Note { kind, meta, body: t.outcome.clone() });
+                (t.to.clone(), None)
+            }
+            Ok(StageResult::Refused { stage, to, .. }) => (
+                to.clone().unwrap_or(self.label_in),
+                Some(format!("**Last run:** `{stage}` was refused; the chart's REFUSAL note says why.")),
+            ),
+            Ok(StageResult::Invalid { stage, run, .. }) => (
+                self.label_in,
+                Some(format!("**Last run:** `{stage}` run `{run}` was invalid; the chart's REFUSAL note says why.")),
+            ),
+            Ok(StageResult::NoOp { .. }) | Err(_) => return,
+        };
+        // The run wrote since the guard read the chart: a first comment's
+        // note reads it again rather than fail a compare-and-swap.
+        let seen = crate::chart::Seen::NotRead;
+        let update = crate::patient_comment::Update {
+            number: self.number,
+            place: Some(&place),
+            notes: &notes,
+            seen,
+            meta: self.meta,
+            answer: line.as_deref(),
+        };
+        crate::patient_comment::update(&*h.forge, &h.config, update).await;
+    }
 }
 
 /// Completes the run's `report.json` (the workspace's report, when the run

@@ -217,7 +217,8 @@ async fn accept(
         run: patient.run.clone(),
         outcome,
         from: patient.label_in.clone(),
-        to: label_out,
+        // Where the patient is: a held patient's move waits at the hold label.
+        to: moved.at.clone().unwrap_or(label_out),
         dispatched: moved.dispatched,
         total_ms: total.as_millis(),
         agent_ms: agent.as_millis(),
@@ -276,21 +277,24 @@ async fn propose(h: &Hospital, patient: &Patient<'_>, ws: &Workspace) -> anyhow:
     if !ws.push(target).await? {
         return Ok(());
     }
-    open_pull(h, patient, &ws.branch.name, &plan.base).await
+    let changed = ws.changed_paths().await.unwrap_or_default();
+    open_pull(h, patient, &ws.branch.name, &plan.base, &changed).await
 }
 
 /// The pull request of a pushed treatment (or, by the push, updated), and its CI.
-async fn open_pull(h: &Hospital, patient: &Patient<'_>, branch: &str, base: &str) -> anyhow::Result<()> {
+/// `changed`: the files the treatment changed, whose CODEOWNERS review it.
+async fn open_pull(h: &Hospital, patient: &Patient<'_>, branch: &str, base: &str, changed: &[String]) -> anyhow::Result<()> {
     let number = patient.issue.number;
     let new = crate::forge::NewPullRequest {
         head_branch: branch.to_string(),
         base_branch: base.to_string(),
         title: format!("{} ({number})", patient.issue.title),
-        body: format!("Closes {number}.\n\nTreated by ward, stage `{}`, run `{}`.", patient.stage.name, patient.run),
+        body: pull_request_body(h, patient),
     };
     let pr =
         h.forge.open_pull_request(new).await.with_context(|| format!("could not open the pull request of {number}"))?;
     info!(pull = pr.number, "pull request open");
+    ask_for_reviews(h, &pr, changed).await;
     start_ci(h, branch).await;
     Ok(())
 }
@@ -304,8 +308,69 @@ async fn propose_visit(h: &Hospital, patient: &Patient<'_>, intake: &Intake) -> 
     let branch = crate::workspace::worktree::branch_name(number.0);
     crate::workspace::bundle::push(intake, &target.url, &branch, target.token.as_deref())
         .with_context(|| format!("could not push the visit's commits of {number} to `{branch}`"))?;
-    open_pull(h, patient, &branch, &plan.base).await
+    open_pull(h, patient, &branch, &plan.base, &intake.changed).await
 }
+
+/// The treatment pull request's body: what it closes, the approved plan's
+/// summary (its first paragraphs, at most [`PLAN_EXCERPT_BYTES`], fenced:
+/// an agent wrote it), and where the plan review and the code review are.
+fn pull_request_body(h: &Hospital, patient: &Patient<'_>) -> String {
+    let number = patient.issue.number;
+    let mut body =
+        format!("Closes {number}.\n\nTreated by ward, stage `{}`, run `{}`.\n", patient.stage.name, patient.run);
+    let chart = &patient.chart;
+    if let Some((plan, review)) = crate::prompt::approved_plan(chart) {
+        let (plan, review) = (&chart[plan], &chart[review]);
+        let mut summary = String::new();
+        for paragraph in plan.body.trim().split("\n\n") {
+            if !summary.is_empty() && summary.len() + paragraph.len() > PLAN_EXCERPT_BYTES {
+                break;
+            }
+            summary.push_str(paragraph);
+            summary.push_str("\n\n");
+        }
+        let summary = crate::untrusted::cut(summary.trim(), PLAN_EXCERPT_BYTES, "the whole plan is in the chart");
+        let fenced = crate::untrusted::fence(&crate::untrusted::escape_controls(&summary), "text");
+        body.push_str(&format!(
+            "\n### The approved plan ({}, run `{}`; written by an agent)\n\n{fenced}\n\nApproved by the plan \
+             review of run `{}` (PLAN_REVIEW).\n",
+            plan.kind, plan.meta.run, review.meta.run
+        ));
+    }
+    let chart_link = match crate::patient_comment::Links::from_env().repository {
+        Some(repo) => format!("[charts/{n}.md]({repo}/blob/{}/charts/{n}.md)", h.config.charts_branch, n = number.0),
+        None => format!("`charts/{}.md` on `{}`", number.0, h.config.charts_branch),
+    };
+    body.push_str(&format!(
+        "\nThe plan review, and the code review of this pull request once it is done (CODE_REVIEW), are in the \
+         chart: {chart_link}.\n"
+    ));
+    body
+}
+
+/// Asks for reviews: `reviewers:` of ward.yml, else the CODEOWNERS owners
+/// of the files this treatment changed (never the pull request's author:
+/// GitHub refuses that). A request that fails is logged, not fatal.
+async fn ask_for_reviews(h: &Hospital, pr: &crate::forge::PullRequest, changed: &[String]) {
+    let (users, teams) = if h.config.reviewers.is_empty() {
+        crate::codeowners::reviewers_for(&crate::codeowners::load(&h.root), changed, &pr.author)
+    } else {
+        let (teams, users): (Vec<&String>, Vec<&String>) =
+            h.config.reviewers.iter().filter(|r| !r.eq_ignore_ascii_case(&pr.author)).partition(|r| r.contains('/'));
+        let slug = |t: &String| t.split_once('/').map_or(t.clone(), |(_, s)| s.to_string());
+        (users.into_iter().cloned().collect(), teams.into_iter().map(slug).collect())
+    };
+    if users.is_empty() && teams.is_empty() {
+        return;
+    }
+    match h.forge.request_reviewers(pr.number, &users, &teams).await {
+        Ok(()) => info!(?users, ?teams, "reviews requested"),
+        Err(e) => tracing::warn!(error = %e, "could not request reviews (the pull request stands)"),
+    }
+}
+
+/// The most of the approved plan a pull request's body quotes, in bytes.
+const PLAN_EXCERPT_BYTES: usize = 1500;
 
 /// A push with the workflow token starts no workflow, so the repository's
 /// CI (`ci.workflows`) is started on the branch with `workflow_dispatch`,

@@ -20,11 +20,14 @@ pub struct StageRequest {
     pub wake: Option<crate::event::Wake>,
     /// The whole run in this process, or one of its two halves on GitHub.
     pub phase: Phase,
+    /// `/ward approve` from this person: the approval path, with them as
+    /// the approver (instead of whoever applied the approved label).
+    pub approver: Option<String>,
 }
 
 impl StageRequest {
     pub fn new(issue: IssueNumber) -> Self {
-        Self { issue, label: None, agent_command: None, run_id: None, wake: None, phase: Phase::Whole }
+        Self { issue, label: None, agent_command: None, run_id: None, wake: None, phase: Phase::Whole, approver: None }
     }
 }
 

@@ -15,7 +15,7 @@ use ward::config::Config;
 use ward::forge::local::{Clock, LocalForge};
 use ward::forge::{
     CiStatus, Comment, CommitInfo, Forge, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, Listed, NewIssue,
-    NewPullRequest, Permission, PullRequest, Review, StoredChart,
+    NewPullRequest, Permission, PullRequest, Reaction, Review, StoredChart,
 };
 
 pub const START: &str = "2026-11-29T08:00:00Z";
@@ -305,6 +305,22 @@ impl<F: Forge> Forge for Counting<F> {
         self.count("merge_pull_request");
         self.inner.merge_pull_request(pull, head_sha).await
     }
+    async fn post_comment(&self, n: IssueNumber, body: &str) -> ForgeResult<u64> {
+        self.count("post_comment");
+        self.inner.post_comment(n, body).await
+    }
+    async fn edit_comment(&self, n: IssueNumber, id: u64, body: &str) -> ForgeResult<()> {
+        self.count("edit_comment");
+        self.inner.edit_comment(n, id, body).await
+    }
+    async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()> {
+        self.count("request_reviewers");
+        self.inner.request_reviewers(pull, users, teams).await
+    }
+    async fn react(&self, n: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()> {
+        self.count("react");
+        self.inner.react(n, id, reaction).await
+    }
 }
 
 /// Lets `Arc<LocalForge>` sit inside [`Counting`].
@@ -386,5 +402,17 @@ impl Forge for Shared {
     }
     async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()> {
         self.0.merge_pull_request(pull, head_sha).await
+    }
+    async fn post_comment(&self, n: IssueNumber, body: &str) -> ForgeResult<u64> {
+        self.0.post_comment(n, body).await
+    }
+    async fn edit_comment(&self, n: IssueNumber, id: u64, body: &str) -> ForgeResult<()> {
+        self.0.edit_comment(n, id, body).await
+    }
+    async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()> {
+        self.0.request_reviewers(pull, users, teams).await
+    }
+    async fn react(&self, n: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()> {
+        self.0.react(n, id, reaction).await
     }
 }

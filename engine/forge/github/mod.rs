@@ -35,8 +35,8 @@ use self::wire::*;
 use super::retry::RetryPolicy;
 use super::{
     CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, Listed,
-    NewIssue, NewPullRequest, PatientLook, PatientRead, Permission, PullFacts, PullRequest, PullState, Review,
-    StoredChart,
+    NewIssue, NewPullRequest, PatientLook, PatientRead, Permission, PullFacts, PullRequest, PullState, Reaction,
+    Review, StoredChart,
 };
 
 /// The public API; `GITHUB_API_URL` overrides it (GitHub Enterprise, tests).
@@ -684,6 +684,41 @@ impl Forge for GitHubForge {
             409 => Err(ForgeError::HeadMoved { pull, audited: head_sha.to_string() }),
             _ => Err(self.refusal(&call, &reply)),
         }
+    }
+
+    async fn post_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<u64> {
+        let action = format!("comment on {number}");
+        let mut call =
+            self.call(Method::POST, &format!("/issues/{}/comments", number.0), action.clone(), Access::IssuesWrite);
+        call.body = Some(json!({ "body": body }));
+        #[derive(serde::Deserialize)]
+        struct Created {
+            id: u64,
+        }
+        Ok(self.send_ok(&call).await?.json::<Created>(&action)?.id)
+    }
+
+    async fn edit_comment(&self, number: IssueNumber, id: u64, body: &str) -> ForgeResult<()> {
+        let action = format!("edit comment {id} on {number}");
+        let mut call = self.call(Method::PATCH, &format!("/issues/comments/{id}"), action, Access::IssuesWrite);
+        call.body = Some(json!({ "body": body }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()> {
+        let action = format!("request reviews of pull request #{pull} in {}", self.settings.repo);
+        let rest = format!("/pulls/{pull}/requested_reviewers");
+        let mut call = self.call(Method::POST, &rest, action, Access::PullsWrite);
+        call.body = Some(json!({ "reviewers": users, "team_reviewers": teams }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn react(&self, number: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()> {
+        let action = format!("react `{}` to comment {id} on {number}", reaction.content());
+        let rest = format!("/issues/comments/{id}/reactions");
+        let mut call = self.call(Method::POST, &rest, action, Access::IssuesWrite);
+        call.body = Some(json!({ "content": reaction.content() }));
+        self.send_ok(&call).await.map(drop)
     }
 }
 

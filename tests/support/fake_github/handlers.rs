@@ -72,6 +72,10 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/repos/{owner}/{repo}/commits/{ref}/check-runs"),
     ("GET", "/repos/{owner}/{repo}/commits/{ref}/status"),
     ("POST", "/repos/{owner}/{repo}/actions/workflows/{workflow_id}/dispatches"),
+    // Commands and the patient's comment (issue 11).
+    ("PATCH", "/repos/{owner}/{repo}/issues/comments/{comment_id}"),
+    ("POST", "/repos/{owner}/{repo}/issues/comments/{comment_id}/reactions"),
+    ("POST", "/repos/{owner}/{repo}/pulls/{pull_number}/requested_reviewers"),
     ("POST", "/graphql"),
     ("GET", "/user"),
 ];
@@ -363,6 +367,10 @@ impl State {
             ("POST", "/actions/workflows/{workflow_id}/dispatches") => {
                 self.create_workflow_dispatch(&p["workflow_id"], body)
             }
+            // Commands and the patient's comment (issue 11).
+            ("PATCH", "/issues/comments/{comment_id}") => self.edit_comment(num("comment_id"), body),
+            ("POST", "/issues/comments/{comment_id}/reactions") => self.react(num("comment_id"), body),
+            ("POST", "/pulls/{pull_number}/requested_reviewers") => self.request_reviewers(num("pull_number"), body),
             _ => unreachable!("every route in ROUTES has a handler: {method} {template}"),
         }
     }
@@ -652,6 +660,91 @@ impl State {
         let id = self.add_comment(n, text, &actor);
         let c = self.comments.iter().find(|c| c.id == id).unwrap().clone();
         answer(201, self.comment_json(&c))
+    }
+
+    // --- Commands and the patient's comment (issue 11) ---
+
+    /// PATCH a comment's body: only its author (or someone who may write
+    /// issues; the token's scope was checked) edits it; GitHub delivers
+    /// `issue_comment` edited.
+    fn edit_comment(&mut self, id: u64, body: &Value) -> Answer {
+        let Some(text) = body.get("body").and_then(Value::as_str) else {
+            return validation(
+                "Validation Failed",
+                json!([{ "resource": "IssueComment", "code": "missing_field", "field": "body" }]),
+            );
+        };
+        let Some(c) = self.comments.iter_mut().find(|c| c.id == id) else { return not_found() };
+        let before = std::mem::replace(&mut c.body, text.to_string());
+        let c = c.clone();
+        let mut payload = self.comment_payload(id);
+        payload["action"] = json!("edited");
+        payload["changes"] = json!({ "body": { "from": before } });
+        let actor = self.actor.clone();
+        self.deliver("issue_comment", payload, &actor);
+        let mut v = self.comment_json(&c);
+        v["updated_at"] = json!(self.now());
+        answer(200, v)
+    }
+
+    /// A reaction: 201 when new, 200 when this user already reacted so,
+    /// 422 for a content GitHub does not know.
+    fn react(&mut self, id: u64, body: &Value) -> Answer {
+        const CONTENTS: [&str; 8] = ["+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"];
+        let content = body.get("content").and_then(Value::as_str).unwrap_or_default().to_string();
+        if !CONTENTS.contains(&content.as_str()) {
+            return validation(
+                "Validation Failed",
+                json!([{ "resource": "Reaction", "code": "invalid", "field": "content" }]),
+            );
+        }
+        if !self.comments.iter().any(|c| c.id == id) {
+            return not_found();
+        }
+        let actor = self.actor.clone();
+        let exists = self.reactions.iter().any(|(c, who, what)| *c == id && *who == actor && *what == content);
+        if !exists {
+            self.reactions.push((id, actor.clone(), content.clone()));
+        }
+        let mut v = template("reaction");
+        v["id"] = json!(self.id());
+        v["user"] = self.user_json(&actor);
+        v["content"] = json!(content);
+        v["created_at"] = json!(self.now());
+        answer(if exists { 200 } else { 201 }, v)
+    }
+
+    /// Review requests, refused as GitHub refuses them: the pull
+    /// request's author (422), and anyone who is not a collaborator (422).
+    fn request_reviewers(&mut self, n: u64, body: &Value) -> Answer {
+        let Some(pull) = self.pulls.get(&n).cloned() else { return not_found() };
+        let list = |k: &str| -> Vec<String> {
+            body.get(k)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        };
+        let (users, teams) = (list("reviewers"), list("team_reviewers"));
+        if users.iter().any(|u| u.eq_ignore_ascii_case(&pull.author)) {
+            return validation("Review cannot be requested from pull request author.", json!([]));
+        }
+        if users.iter().any(|u| !self.collaborators.contains_key(u)) {
+            let message = format!(
+                "Reviews may only be requested from collaborators. One or more of the users or teams you specified is \
+                 not a collaborator of the {}/{} repository.",
+                self.owner, self.repo
+            );
+            return validation(&message, json!([]));
+        }
+        for who in users.into_iter().chain(teams.into_iter().map(|t| format!("team:{t}"))) {
+            if !self.review_requests.contains(&(n, who.clone())) {
+                self.review_requests.push((n, who));
+            }
+        }
+        let pull = self.pulls.get(&n).cloned().expect("read above");
+        answer(201, self.pull_json(&pull, false))
     }
 
     fn create_label(&mut self, body: &Value) -> Answer {
@@ -1292,6 +1385,7 @@ fn parse_template(name: &str) -> Value {
     let text = match name {
         "issue" => include_str!("../../fixtures/github/rest-api/examples/issue.json"),
         "issue-comment" => include_str!("../../fixtures/github/rest-api/examples/issue-comment.json"),
+        "reaction" => include_str!("../../fixtures/github/rest-api/examples/reaction.json"),
         "issue-event-for-issue-items" => {
             include_str!("../../fixtures/github/rest-api/examples/issue-event-for-issue-items.json")
         }

@@ -354,6 +354,10 @@ pub struct State {
     pub labels: BTreeMap<String, FakeLabel>,
     pub label_events: Vec<FakeLabelEvent>,
     pub comments: Vec<FakeComment>,
+    /// Reactions on issue comments: (comment id, login, content).
+    pub reactions: Vec<(u64, String, String)>,
+    /// Review requests: (pull request, login or `team:<slug>`).
+    pub review_requests: Vec<(u64, String)>,
     /// The repository (branches, files, commits): a real bare repository.
     pub git: BareRepo,
     /// Bodies of POST /dispatches, in order.
@@ -412,6 +416,8 @@ impl State {
             labels: BTreeMap::new(),
             label_events: Vec::new(),
             comments: Vec::new(),
+            reactions: Vec::new(),
+            review_requests: Vec::new(),
             git,
             dispatches: Vec::new(),
             users: [ENGINE.to_string()].into_iter().collect(),
@@ -635,6 +641,11 @@ impl State {
         let payload = self.comment_payload(id);
         self.deliver("issue_comment", payload, by);
         id
+    }
+
+    /// The reactions on comment `id`: (login, content).
+    pub fn reactions_on(&self, id: u64) -> Vec<(String, String)> {
+        self.reactions.iter().filter(|(c, _, _)| *c == id).map(|(_, who, what)| (who.clone(), what.clone())).collect()
     }
 
     /// `by` closes the issue.
