@@ -425,6 +425,12 @@ impl Config {
         self.stages.0.iter().find(|(_, s)| s.label == label).map(|(name, config)| Stage { name, config })
     }
 
+    /// The stage that diagnoses and plans, where a treatment too large to
+    /// review goes back to split its plan.
+    pub fn diagnosing_stage(&self) -> Option<Stage<'_>> {
+        self.stages().find(|s| s.config.mode == Some(Mode::Diagnose))
+    }
+
     pub fn stages(&self) -> impl Iterator<Item = Stage<'_>> {
         self.stages.0.iter().map(|(name, config)| Stage { name, config })
     }
@@ -695,6 +701,22 @@ mod tests {
         assert!(err.0.iter().any(|e| e.path.ends_with(".mode") && e.message.contains("exactly one")), "{err}");
         let no_treat = SHIPPED.replace("    mode: treat\n", "    mode: diagnose\n");
         assert!(errors_of(&no_treat).0.iter().any(|e| e.message.contains("`mode: treat`")));
+    }
+
+    #[test]
+    fn max_diff_lines_limits_a_treatment_only() {
+        let ok = SHIPPED.replace("    mode: treat\n", "    mode: treat\n    max_diff_lines: 300\n");
+        let config = Config::parse(&ok, Path::new(CONFIG_PATH), None).unwrap();
+        assert_eq!(config.stage("treat").unwrap().config.max_diff_lines, Some(300));
+        assert_eq!(config.diagnosing_stage().unwrap().name, "diagnose");
+        let on_review = SHIPPED.replace("    mode: code\n", "    mode: code\n    max_diff_lines: 300\n");
+        let err = errors_of(&on_review);
+        assert!(
+            err.0.iter().any(|e| e.path == "stages.code-review.max_diff_lines" && e.message.contains("code mode")),
+            "{err}"
+        );
+        let zero = SHIPPED.replace("    mode: treat\n", "    mode: treat\n    max_diff_lines: 0\n");
+        assert!(errors_of(&zero).to_string().contains("must be 1 or more"));
     }
 
     #[test]

@@ -67,6 +67,11 @@ pub struct Visit {
     /// agent ended. A stage that doesn't treat must leave this empty.
     #[serde(default)]
     pub changed: Vec<String>,
+    /// How many lines a treating run changed (added plus removed) against
+    /// the commit it started at, as ward counted them; what the stage's
+    /// `max_diff_lines` is checked against. 0 for the other stages.
+    #[serde(default)]
+    pub diff_lines: u64,
     /// What it wrote to `$WARD_NOTES`, read back from the folder.
     #[serde(skip)]
     pub notes: AgentText,
@@ -176,6 +181,7 @@ mod tests {
             usage: Some(Usage { cost_usd: Some(0.25), input_tokens: 10, ..Usage::default() }),
             commit: Some("0123abc".into()),
             changed: vec!["src/lib.rs".into()],
+            diff_lines: 3,
             notes: AgentText::Missing,
             stderr_tail: String::new(),
         }
