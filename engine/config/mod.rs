@@ -16,12 +16,14 @@ use serde::{Deserialize, Deserializer};
 use crate::forge::{LabelSpec, Permission};
 
 pub mod agents;
+mod capacity;
 mod departments;
 mod emulator;
 mod locate;
 mod pipeline;
 pub mod schema;
 
+pub use capacity::CapacityConfig;
 pub use departments::*;
 pub use emulator::{
     EmulatorConfig, HttpProbe, Probe, ReadinessConfig, SeedConfig, render_expose, validate as emulator_validate,
@@ -115,6 +117,11 @@ pub struct Config {
     /// `ward:follow-up`, at most 10 per patient. See [`FollowUpConfig`].
     #[serde(default)]
     pub follow_ups: FollowUpConfig,
+    /// How many agents run at once (`max_concurrent`, with a stage's own
+    /// cap besides) and where a patient beyond it waits. Default: no cap.
+    /// See [`CapacityConfig`].
+    #[serde(default)]
+    pub capacity: CapacityConfig,
 }
 
 fn default_engine_account() -> String {
@@ -277,6 +284,7 @@ impl Config {
         }
         p.extend(self.ci.validate());
         p.extend(self.follow_ups.validate(self));
+        p.extend(self.capacity.validate(self));
         // Reachability: every stage must be reachable from admission.
         let reached = self.reachable_labels();
         for stage in self.stages() {

@@ -241,6 +241,11 @@ pub struct StageConfig {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub max_diff_lines: Option<u64>,
+    /// The most runs of this stage at once (within `capacity.max_concurrent`);
+    /// a patient beyond it rests at `capacity.queued_label`. Default: no limit.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_concurrent: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

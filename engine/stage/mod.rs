@@ -20,6 +20,7 @@
 //! never a crash; notes are in the chart before any label moves.
 
 mod approve;
+mod capacity;
 mod guard;
 mod judge;
 mod prepare;
@@ -58,7 +59,9 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let span = info_span!("stage", repo = %h.forge.describe(), issue = patient.issue.number.0, stage = patient.stage.name, run = %patient.run);
     let mut workspace = None;
     let result = rounds(h, &patient, req, &mut workspace).instrument(span).await;
-    teardown(h, workspace, result).await
+    let result = teardown(h, workspace, result).await;
+    capacity::free(h, &patient).await;
+    result
 }
 
 /// Prepare, treat, judge, record.
@@ -77,6 +80,10 @@ async fn rounds(
         },
         false => None,
     };
+    // The cap on agents at once: beyond it, the patient waits for a slot.
+    if let Some(queued) = capacity::take(h, patient).await? {
+        return Ok(queued);
+    }
     let prepared = prepare::prepare(h, patient, audit, workspace).await?;
     crate::fault::point("after-prepare");
     let visit = treat::treat(h, patient, &prepared, req.agent_command.clone(), workspace.as_ref()).await?;
