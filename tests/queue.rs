@@ -134,3 +134,70 @@ async fn a_crashed_runs_slot_expires_and_the_queue_moves_on() {
     assert_eq!(issue.labels, ["ward:admit"], "the queued patient went back to its stage");
     assert_eq!(take(2, "r2", expired).await, Take::Granted);
 }
+
+/// In treatment each patient adds `file-<issue>.txt`; the stand-in otherwise.
+const FILE_AGENT: &str = r#"ward=$1
+if [ "$WARD_MODE" = treat ]; then echo "patient $WARD_ISSUE" > "file-$WARD_ISSUE.txt"; fi
+exec "$ward" stand-in
+"#;
+
+/// The merge queue: discharge enqueues; `ward run`'s drain integrates the
+/// first patient (its check passes alone) and merges it, then the second,
+/// whose check fails only combined with the first: it goes back to
+/// treatment with the output and the first patient named, unmerged.
+#[tokio::test]
+async fn the_merge_queue_merges_what_passes_and_sends_back_what_breaks_only_combined() {
+    use support::rules::{git_init, hospital, label_of, settle};
+    use ward::forge::{IssueNumber, NewIssue, PullState};
+    let s = Sandbox::new();
+    s.write("agent.sh", FILE_AGENT);
+    let script = s.root().join("agent.sh").display().to_string();
+    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
+    s.edit_config(
+        "  ward:lockdown:",
+        "  ward:merge-queue:    { color: \"ededed\", description: \"Audited; waiting for the merge queue\" }\n  ward:lockdown:",
+    );
+    let check = "if [ -e file-1.txt ] && [ -e file-2.txt ]; then echo 'file-1 and file-2 together break the build' >&2; exit 1; fi";
+    s.edit_config(
+        "\ndecomposition:\n",
+        &format!(
+            "\nintegration:\n  command: [\"sh\", \"-c\", {}]\n\ndecomposition:\n",
+            serde_json::to_string(check).unwrap()
+        ),
+    );
+    git_init(s.root());
+    let (h, forge) = hospital(&s, "reporter");
+    for n in [1, 2] {
+        forge
+            .admit(NewIssue {
+                title: format!("Patient {n}"),
+                body: "Add a file.".into(),
+                labels: vec!["ward:admit".into()],
+            })
+            .unwrap();
+        let results = settle(&h, &forge, IssueNumber(n), 30).await;
+        assert_eq!(label_of(&forge, n), "ward:merge-queue", "#{n} is enqueued, not merged: {results:#?}");
+        assert_eq!(forge.read_pull(n).unwrap().pull.unwrap().state, PullState::Open);
+    }
+    let drained = ward::runner::drain(&h, &forge, 40, &mut |_, _| {}).await.unwrap();
+    assert_eq!(drained.integrated.len(), 2, "{:#?}", drained.integrated);
+    assert!(drained.integrated[0].starts_with("#1 integrated and merged"), "{:#?}", drained.integrated);
+    assert!(
+        drained.integrated[1].contains("#2 failed the integration check combined with #1"),
+        "{:#?}",
+        drained.integrated
+    );
+    assert_eq!(label_of(&forge, 1), "ward:discharged");
+    assert_eq!(forge.read_pull(1).unwrap().pull.unwrap().state, PullState::Merged);
+    assert_ne!(forge.read_pull(2).unwrap().pull.unwrap().state, PullState::Merged, "#2 is not merged");
+    let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(2))).unwrap();
+    assert!(chart.contains("Integration failed") && chart.contains("combined with: #1"), "{chart}");
+    assert!(chart.contains("file-1 and file-2 together break the build"), "the output is quoted:\n{chart}");
+    let files = std::process::Command::new("git")
+        .args(["-C", s.root().to_str().unwrap(), "ls-tree", "-r", "--name-only", "HEAD"])
+        .output()
+        .unwrap();
+    let files = String::from_utf8_lossy(&files.stdout);
+    assert!(files.contains("file-1.txt") && !files.contains("file-2.txt"), "{files}");
+    assert!(!s.root().join(".ward/integration").read_dir().is_ok_and(|mut d| d.next().is_some()), "worktrees reaped");
+}

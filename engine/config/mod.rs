@@ -19,6 +19,7 @@ pub mod agents;
 mod capacity;
 mod departments;
 mod emulator;
+mod integration;
 mod locate;
 mod pipeline;
 pub mod schema;
@@ -28,6 +29,7 @@ pub use departments::*;
 pub use emulator::{
     EmulatorConfig, HttpProbe, Probe, ReadinessConfig, SeedConfig, render_expose, validate as emulator_validate,
 };
+pub use integration::IntegrationConfig;
 pub use locate::locate;
 pub use pipeline::*;
 
@@ -122,6 +124,11 @@ pub struct Config {
     /// See [`CapacityConfig`].
     #[serde(default)]
     pub capacity: CapacityConfig,
+    /// The merge queue's integration check. With it, discharge enqueues
+    /// instead of merging, and `ward run` (local forge) runs the queue.
+    /// Default: none (discharge merges). See [`IntegrationConfig`].
+    #[serde(default)]
+    pub integration: Option<IntegrationConfig>,
 }
 
 fn default_engine_account() -> String {
@@ -285,6 +292,9 @@ impl Config {
         p.extend(self.ci.validate());
         p.extend(self.follow_ups.validate(self));
         p.extend(self.capacity.validate(self));
+        if let Some(i) = &self.integration {
+            p.extend(i.validate(self));
+        }
         // Reachability: every stage must be reachable from admission.
         let reached = self.reachable_labels();
         for stage in self.stages() {

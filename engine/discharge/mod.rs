@@ -3,6 +3,7 @@
 //! released). The discharge stage and a chief's approval both end here.
 
 pub mod audit;
+pub mod queue;
 
 use anyhow::Context;
 

@@ -331,4 +331,10 @@ pub trait Forge: Send + Sync {
     /// `head_sha` (the commit the audit checked): a commit pushed after the
     /// audit makes the merge fail instead of landing unaudited.
     async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()>;
+
+    /// Whether ward's own merge queue runs on this forge (`ward run` on the
+    /// local forge); elsewhere discharge merges directly.
+    fn runs_merge_queue(&self) -> bool {
+        false
+    }
 }

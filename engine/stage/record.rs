@@ -165,7 +165,14 @@ async fn accept(
         match approval::after_audit(&h.config, &prepared.chart, checklist.passed()) {
             AfterAudit::Merge => {
                 let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
-                crate::discharge::merge(&*h.forge, pull).await?;
+                // With an integration check, the merge queue merges.
+                match crate::discharge::queue::active(&*h.forge, &h.config) {
+                    Some(integration) => {
+                        crate::discharge::queue::enqueue(&*h.forge, number, pull, h.now()).await?;
+                        label_out = integration.queued_label.clone();
+                    }
+                    None => crate::discharge::merge(&*h.forge, pull).await?,
+                }
             }
             AfterAudit::AwaitChief(label) => label_out = label,
             AfterAudit::SendBack => anyhow::bail!("the audit failed but the outcome is `{outcome}`"),

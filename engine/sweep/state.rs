@@ -35,6 +35,48 @@ pub struct SweepState {
     /// ward.yml; see [`super::slots`]). Left out of the file when empty.
     #[serde(default, skip_serializing_if = "Capacity::is_empty")]
     pub capacity: Capacity,
+    /// Audited patients waiting to be integrated and merged, in order
+    /// (`integration` in ward.yml; see `discharge/queue.rs`).
+    #[serde(default, skip_serializing_if = "MergeQueue::is_empty")]
+    pub merge_queue: MergeQueue,
+}
+
+/// The merge queue: who waits, and whom it merged lately (named when a
+/// later patient fails combined with them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeQueue {
+    #[serde(default)]
+    pub waiting: Vec<QueueEntry>,
+    /// Newest last, at most [`MergeQueue::KEEP`].
+    #[serde(default)]
+    pub merged: Vec<MergedEntry>,
+}
+
+impl MergeQueue {
+    pub const KEEP: usize = 50;
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty() && self.merged.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueEntry {
+    pub issue: IssueNumber,
+    pub pull: u64,
+    /// The audited head: exactly this is integrated and merged.
+    pub head: String,
+    pub since: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergedEntry {
+    pub issue: IssueNumber,
+    /// The patient's head commit that was merged.
+    pub head: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
