@@ -201,3 +201,48 @@ async fn the_merge_queue_merges_what_passes_and_sends_back_what_breaks_only_comb
     assert!(files.contains("file-1.txt") && !files.contains("file-2.txt"), "{files}");
     assert!(!s.root().join(".ward/integration").read_dir().is_ok_and(|mut d| d.next().is_some()), "worktrees reaped");
 }
+
+/// In treatment each patient writes its own line into the same new file.
+const SAME_FILE_AGENT: &str = r#"ward=$1
+if [ "$WARD_MODE" = treat ]; then echo "patient $WARD_ISSUE was here" > shared.txt; fi
+exec "$ward" stand-in
+"#;
+
+/// Two patients change the same file: the first merges, the second's
+/// conflict goes back to treatment with the conflicting versions and the
+/// first patient's plan in its chart (which the fellow's prompt carries),
+/// and is not merged.
+#[tokio::test]
+async fn a_conflict_in_the_merge_queue_goes_back_with_the_hunks_and_the_other_plan() {
+    use support::rules::{git_init, hospital, label_of, settle};
+    use ward::forge::{IssueNumber, NewIssue, PullState};
+    let s = Sandbox::new();
+    s.write("agent.sh", SAME_FILE_AGENT);
+    let script = s.root().join("agent.sh").display().to_string();
+    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
+    s.edit_config(
+        "  ward:lockdown:",
+        "  ward:merge-queue:    { color: \"ededed\", description: \"Audited; waiting for the merge queue\" }\n  ward:lockdown:",
+    );
+    s.edit_config("\ndecomposition:\n", "\nintegration:\n  command: [\"true\"]\n\ndecomposition:\n");
+    git_init(s.root());
+    let (h, forge) = hospital(&s, "reporter");
+    for n in [1, 2] {
+        let new = NewIssue { title: format!("Patient {n}"), body: "Sign.".into(), labels: vec!["ward:admit".into()] };
+        forge.admit(new).unwrap();
+        settle(&h, &forge, IssueNumber(n), 30).await;
+        assert_eq!(label_of(&forge, n), "ward:merge-queue");
+    }
+    let drained = ward::runner::drain(&h, &forge, 40, &mut |_, _| {}).await.unwrap();
+    assert!(drained.integrated[0].starts_with("#1 integrated and merged"), "{:#?}", drained.integrated);
+    assert!(
+        drained.integrated[1].contains("#2 conflicts with the base (combined with #1)"),
+        "{:#?}",
+        drained.integrated
+    );
+    assert_ne!(forge.read_pull(2).unwrap().pull.unwrap().state, PullState::Merged);
+    let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(2))).unwrap();
+    assert!(chart.contains("Integration conflict") && chart.contains("`shared.txt`"), "{chart}");
+    assert!(chart.contains("patient 1 was here") && chart.contains("patient 2 was here"), "both sides:\n{chart}");
+    assert!(chart.contains("The plan of #1, merged before this patient"), "{chart}");
+}

@@ -132,6 +132,7 @@ enum Checked {
     Conflict {
         base: String,
         files: Vec<String>,
+        hunks: String,
     },
 }
 
@@ -146,7 +147,7 @@ async fn integrate(
     let (repo_path, base_branch, head) = (repository.to_path_buf(), pull.base_branch.clone(), pull.head_sha.clone());
     let combined = tokio::task::spawn_blocking(move || combine(&repo_path, &base_branch, &head)).await??;
     let (base, tested) = match combined {
-        Combined::Conflict { base, files } => return Ok(Checked::Conflict { base, files }),
+        Combined::Conflict { base, files, hunks } => return Ok(Checked::Conflict { base, files, hunks }),
         Combined::Commit { base, tested } => (base, tested),
     };
     let dir = repository.join(".ward/integration").join(run);
@@ -168,7 +169,7 @@ async fn integrate(
 
 enum Combined {
     Commit { base: String, tested: String },
-    Conflict { base: String, files: Vec<String> },
+    Conflict { base: String, files: Vec<String>, hunks: String },
 }
 
 /// The head merged into the base's tip: the head itself when the base is
@@ -188,20 +189,65 @@ fn combine(repository: &Path, base_branch: &str, head: &str) -> anyhow::Result<C
     let base_commit = repo.find_commit(base)?;
     let mut index = repo.merge_commits(&base_commit, &head_commit, None)?;
     if index.has_conflicts() {
-        let mut files: Vec<String> = index
-            .conflicts()?
-            .filter_map(Result::ok)
-            .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+        let conflicts: Vec<git2::IndexConflict> = index.conflicts()?.filter_map(Result::ok).collect();
+        let mut files: Vec<String> = conflicts
+            .iter()
+            .filter_map(|c| c.our.as_ref().or(c.their.as_ref()).or(c.ancestor.as_ref()))
             .map(|e| String::from_utf8_lossy(&e.path).into_owned())
             .collect();
         files.dedup();
-        return Ok(Combined::Conflict { base: base.to_string(), files });
+        let hunks = conflicts.iter().map(|c| conflict_hunks(&repo, c)).collect::<Vec<_>>().join("\n");
+        return Ok(Combined::Conflict { base: base.to_string(), files, hunks });
     }
     let tree = repo.find_tree(index.write_tree_to(&repo)?)?;
     let who = git2::Signature::now("ward merge queue", "merge-queue@ward.invalid")?;
     let message = format!("ward: integration of {head} into {base_branch} at {base}");
     let tested = repo.commit(None, &who, &who, &message, &tree, &[&base_commit, &head_commit])?;
     Ok(Combined::Commit { base: base.to_string(), tested: tested.to_string() })
+}
+
+/// How many lines of one conflicting file the note quotes.
+const HUNK_LINES: usize = 60;
+
+/// One conflicting file as the fellow needs it: the conflicting hunks with
+/// git's markers (the base's side first), or, when the file has no common
+/// ancestor (both added it), both versions.
+fn conflict_hunks(repo: &Repository, c: &git2::IndexConflict) -> String {
+    let path = |e: &git2::IndexEntry| String::from_utf8_lossy(&e.path).into_owned();
+    let blob = |e: &git2::IndexEntry| {
+        repo.find_blob(e.id).map(|b| String::from_utf8_lossy(b.content()).into_owned()).unwrap_or_default()
+    };
+    let head = |text: &str| text.lines().take(HUNK_LINES).collect::<Vec<_>>().join("\n");
+    match (&c.ancestor, &c.our, &c.their) {
+        (Some(a), Some(o), Some(t)) => {
+            let merged = repo
+                .merge_file_from_index(a, o, t, None)
+                .map(|m| String::from_utf8_lossy(m.content()).into_owned())
+                .unwrap_or_default();
+            let mut inside = false;
+            let lines: Vec<&str> = merged
+                .lines()
+                .filter(|l| {
+                    let keep = inside || l.starts_with("<<<<<<<");
+                    inside = keep && !l.starts_with(">>>>>>>");
+                    keep
+                })
+                .take(HUNK_LINES)
+                .collect();
+            format!("--- {} (<<<<<<< the base, >>>>>>> this branch)\n{}", path(o), lines.join("\n"))
+        }
+        (_, Some(o), Some(t)) => format!(
+            "--- {} in the base:\n{}\n--- {} on this branch:\n{}",
+            path(o),
+            head(&blob(o)),
+            path(t),
+            head(&blob(t))
+        ),
+        (_, Some(e), None) | (_, None, Some(e)) => {
+            format!("--- {}: changed on one side, deleted on the other", path(e))
+        }
+        _ => String::new(),
+    }
 }
 
 /// Runs the check in `dir` with a scrubbed environment and a time limit;
@@ -319,17 +365,39 @@ async fn record(
             back_to_treatment(forge, config, issue, meta, body).await?;
             Ok(format!("{} failed the integration check combined with {with}: back to treatment", entry.issue))
         }
-        Checked::Conflict { base, files } => {
+        Checked::Conflict { base, files, hunks } => {
+            let plans = merged_plans(forge, config, &combined_with(repository, &entry.head, merged)).await;
             let body = format!(
                 "Integration conflict: the audited head {} does not merge into the base {base}, combined with: \
-                 {with}. Conflicting files: {}.",
+                 {with}. Conflicting files: {}. Resolve the conflict on this branch (merge the base into it), \
+                 keeping what both plans intend; the resolution goes through code review like any change.\n\n\
+                 The conflicting hunks:\n\n{}{plans}",
                 entry.head,
-                files.iter().map(|f| format!("`{}`", f.escape_debug())).collect::<Vec<_>>().join(", ")
+                files.iter().map(|f| format!("`{}`", f.escape_debug())).collect::<Vec<_>>().join(", "),
+                crate::untrusted::fence(&crate::untrusted::cut(&hunks, 6000, "the hunks"), "text")
             );
             back_to_treatment(forge, config, issue, meta, body).await?;
             Ok(format!("{} conflicts with the base (combined with {with}): back to treatment", entry.issue))
         }
     }
+}
+
+/// The treatment plans of the merged patients a conflict was combined
+/// with, each fenced (agent text), for the fellow who resolves it.
+async fn merged_plans(forge: &dyn Forge, config: &Config, with: &[IssueNumber]) -> String {
+    let sentinels = crate::chart::Sentinels::new(&config.sentinel_prefix);
+    let mut out = String::new();
+    for n in with {
+        let Ok(Some(chart)) = forge.read_chart(*n).await else { continue };
+        let Ok(notes) = sentinels.parse_chart(&chart.text) else { continue };
+        let plan = notes.iter().rfind(|n| matches!(n.kind, NoteKind::TreatmentPlan | NoteKind::RevisedPlan));
+        if let Some(plan) = plan {
+            let text = crate::untrusted::cut(&plan.body, 3000, "the plan");
+            let fenced = crate::untrusted::fence(&text, "markdown");
+            out.push_str(&format!("\n\nThe plan of {n}, merged before this patient:\n\n{fenced}"));
+        }
+    }
+    out
 }
 
 /// Back to the treating stage with what went wrong; `audit-failed`, so the
