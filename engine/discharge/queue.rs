@@ -14,7 +14,7 @@
 //! runs the queue through `ward run`; on GitHub nothing runs it yet (see
 //! docs/architecture.md), so discharge merges directly there.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 
 use anyhow::Context;
@@ -150,7 +150,13 @@ async fn integrate(
         Combined::Conflict { base, files, hunks } => return Ok(Checked::Conflict { base, files, hunks }),
         Combined::Commit { base, tested } => (base, tested),
     };
-    let dir = repository.join(".ward/integration").join(run);
+    let parent = repository.join(".ward/integration");
+    // Checkouts a crashed `ward run` left (one runner at a time holds the
+    // lock, so none is in use) go before a new one is made.
+    for stale in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+        remove_worktree(repository, &stale.path());
+    }
+    let dir = parent.join(run);
     let add = crate::workspace::git::run(
         {
             let mut c = crate::workspace::git::local(repository);
@@ -281,7 +287,7 @@ async fn run_check(dir: &Path, integration: &IntegrationConfig) -> anyhow::Resul
     Ok((out.status.success(), tail))
 }
 
-fn remove_worktree(repository: &Path, dir: &PathBuf) {
+fn remove_worktree(repository: &Path, dir: &Path) {
     let mut c = crate::workspace::git::local(repository);
     c.args(["worktree", "remove", "--force"]).arg(dir);
     if crate::workspace::git::run(c, "worktree remove", None).is_err() {
