@@ -738,6 +738,28 @@ mod tests {
     }
 
     #[test]
+    fn a_cap_or_a_merge_queue_needs_its_resting_label_declared() {
+        let capped = format!("{SHIPPED}\ncapacity:\n  max_concurrent: 2\n");
+        let err = errors_of(&capped);
+        assert!(
+            err.0.iter().any(|e| e.path == "capacity.queued_label" && e.message.contains("`ward:queued`")),
+            "{err}"
+        );
+        let declared = capped
+            .replace("  ward:lockdown:", "  ward:queued: { color: \"ededed\", description: \"q\" }\n  ward:lockdown:");
+        let config = Config::parse(&declared, Path::new(CONFIG_PATH), None).unwrap();
+        assert!(config.capacity.capped(&config));
+        let shipped = Config::parse(SHIPPED, Path::new(CONFIG_PATH), None).unwrap();
+        assert!(!shipped.capacity.capped(&shipped), "no cap by default");
+        let zero = declared.replace("max_concurrent: 2", "max_concurrent: 0");
+        assert!(errors_of(&zero).to_string().contains("must be 1 or more"));
+        let queue = format!("{SHIPPED}\nintegration:\n  command: []\n");
+        let err = errors_of(&queue);
+        assert!(err.0.iter().any(|e| e.path == "integration.command"), "{err}");
+        assert!(err.0.iter().any(|e| e.path == "integration.queued_label"), "{err}");
+    }
+
+    #[test]
     fn an_unknown_note_kind_is_refused_at_its_line() {
         let text = SHIPPED.replace("writes: [DISCHARGE_CHECKLIST]", "writes: [DISCHARGE_CHECKLST]");
         let err = errors_of(&text);
