@@ -32,6 +32,8 @@ pub struct Drained {
     pub stopped: Option<String>,
     /// Where each open patient is afterwards, one sentence each.
     pub patients: Vec<String>,
+    /// What the merge queue did, one sentence per patient it took.
+    pub integrated: Vec<String>,
 }
 
 /// The most stage runs one patient may take in one drain by default: the
@@ -64,7 +66,17 @@ pub async fn drain(
     loop {
         let queue = forge.dispatches()?;
         let done = forge.consumed()?.min(queue.len());
-        let Some(entry) = queue.get(done) else { break };
+        let Some(entry) = queue.get(done) else {
+            // Nothing dispatched: the merge queue takes its next patient
+            // (a patient it sends back is dispatched, and the loop goes on).
+            match crate::discharge::queue::process_next(&*h.forge, &h.config, &h.root, h.now()).await? {
+                Some(done) => {
+                    out.integrated.push(done.line);
+                    continue;
+                }
+                None => break,
+            }
+        };
         let count = per_patient.entry(entry.issue).or_default();
         if *count >= limit {
             out.stopped = Some(format!(

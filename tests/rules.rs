@@ -819,3 +819,56 @@ async fn a_follow_up_filed_before_a_crash_is_found_by_its_marker_and_not_filed_a
     assert!(chart.contains(&format!("- {}: the README's example", early.number)), "{chart}");
     assert!(chart.contains("- #4: greet.sh has no test"), "{chart}");
 }
+
+/// The first treatment writes a 60-line file; after the refusal sent the
+/// patient back to diagnosis, the second stays small. The stand-in otherwise.
+const LARGE_THEN_SMALL_AGENT: &str = r#"ward=$1
+here=$(dirname "$0")
+if [ "$WARD_MODE" = treat ]; then
+  if [ ! -e "$here/treated-once" ]; then
+    : > "$here/treated-once"
+    i=0
+    while [ $i -lt 60 ]; do echo "line $i" >> big.txt; i=$((i + 1)); done
+  else
+    echo "one line" > small.txt
+  fi
+fi
+exec "$ward" stand-in
+"#;
+
+/// `max_diff_lines`: a treatment that changed more lines than its stage
+/// allows is refused with the count, nothing of it is kept, and the patient
+/// goes back to diagnosis; a smaller treatment after a new plan is
+/// discharged.
+#[tokio::test]
+async fn a_treatment_over_max_diff_lines_goes_back_to_diagnosis() {
+    let sandbox = Sandbox::new();
+    sandbox.write("agent.sh", LARGE_THEN_SMALL_AGENT);
+    let script = sandbox.root().join("agent.sh").display().to_string();
+    sandbox.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
+    sandbox.edit_config("    mode: treat\n", "    mode: treat\n    max_diff_lines: 40\n");
+    git_init(sandbox.root());
+    let (h, forge) = hospital(&sandbox, "reporter");
+    forge
+        .admit(NewIssue { title: "Greet".into(), body: "Say hello.".into(), labels: vec!["ward:admit".into()] })
+        .unwrap();
+    let results = settle(&h, &forge, IssueNumber(1), 30).await;
+    let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(1))).unwrap_or_default();
+    assert_eq!(label_of(&forge, 1), "ward:discharged", "{results:#?}\n{chart}");
+    let refused = results
+        .iter()
+        .position(|(_, r)| matches!(r, StageResult::Refused { to: Some(to), .. } if to == "ward:diagnose"))
+        .unwrap_or_else(|| panic!("no treatment was sent back to diagnosis: {results:#?}"));
+    assert!(refused > 0, "{results:#?}");
+    assert!(chart.contains("Rule: max-diff-lines"), "{chart}");
+    assert!(chart.contains("the treatment changed 6"), "the count is in the REFUSAL:\n{chart}");
+    assert!(chart.contains("over the limit of 40 lines"), "{chart}");
+    let plans = chart.matches("<!-- WARD:TREATMENT_PLAN").count();
+    assert!(plans >= 2, "diagnosis planned again after the refusal:\n{chart}");
+    let merged = std::process::Command::new("git")
+        .args(["-C", sandbox.root().to_str().unwrap(), "ls-tree", "-r", "--name-only", "HEAD"])
+        .output()
+        .unwrap();
+    let files = String::from_utf8_lossy(&merged.stdout);
+    assert!(files.contains("small.txt") && !files.contains("big.txt"), "only the small change merged:\n{files}");
+}

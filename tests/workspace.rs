@@ -437,11 +437,14 @@ async fn a_runs_changes_are_listed_and_can_be_thrown_away_entirely() {
     std::fs::create_dir_all(path.join(".ward")).unwrap();
     std::fs::write(path.join(".ward/notes.md"), "n\n").unwrap();
     assert_eq!(ws.changed_paths().await.unwrap(), vec!["README.md", "new.rs", "src/lib.rs"]);
+    // Two lines each for the rewritten files, one for the new file.
+    assert_eq!(ws.diff_lines().await.unwrap(), 5);
     ws.discard().await.unwrap();
     assert_eq!(repo.rev("ward/issue-24").unwrap(), start, "the agent's commit is gone too");
     assert_eq!(std::fs::read_to_string(path.join("README.md")).unwrap(), "hello\n");
     assert!(!path.join("new.rs").exists() && !path.join("target").exists());
     assert!(ws.changed_paths().await.unwrap().is_empty());
+    assert_eq!(ws.diff_lines().await.unwrap(), 0);
     ws.release().await.unwrap();
     assert_no_worktrees(&repo);
 }

@@ -612,7 +612,10 @@ async fn run_queue(cli: &Cli, forge: LocalForge, max_runs: Option<usize>) -> any
         Err(e) => println!("{issue} failed: {e:#}"),
     })
     .await?;
-    if drained.runs == 0 {
+    for line in &drained.integrated {
+        println!("merge queue: {line}");
+    }
+    if drained.runs == 0 && drained.integrated.is_empty() {
         println!("nothing queued");
     }
     for line in &drained.patients {

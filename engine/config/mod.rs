@@ -16,16 +16,20 @@ use serde::{Deserialize, Deserializer};
 use crate::forge::{LabelSpec, Permission};
 
 pub mod agents;
+mod capacity;
 mod departments;
 mod emulator;
+mod integration;
 mod locate;
 mod pipeline;
 pub mod schema;
 
+pub use capacity::CapacityConfig;
 pub use departments::*;
 pub use emulator::{
     EmulatorConfig, HttpProbe, Probe, ReadinessConfig, SeedConfig, render_expose, validate as emulator_validate,
 };
+pub use integration::IntegrationConfig;
 pub use locate::locate;
 pub use pipeline::*;
 
@@ -124,6 +128,16 @@ pub struct Config {
     /// Default: `ward:hold`, write permission. See [`CommandsConfig`].
     #[serde(default)]
     pub commands: CommandsConfig,
+    /// How many agents run at once (`max_concurrent`, with a stage's own
+    /// cap besides) and where a patient beyond it waits. Default: no cap.
+    /// See [`CapacityConfig`].
+    #[serde(default)]
+    pub capacity: CapacityConfig,
+    /// The merge queue's integration check. With it, discharge enqueues
+    /// instead of merging, and `ward run` (local forge) runs the queue.
+    /// Default: none (discharge merges). See [`IntegrationConfig`].
+    #[serde(default)]
+    pub integration: Option<IntegrationConfig>,
 }
 
 fn default_engine_account() -> String {
@@ -286,6 +300,10 @@ impl Config {
         }
         p.extend(self.ci.validate());
         p.extend(self.follow_ups.validate(self));
+        p.extend(self.capacity.validate(self));
+        if let Some(i) = &self.integration {
+            p.extend(i.validate(self));
+        }
         // Reachability: every stage must be reachable from admission.
         let reached = self.reachable_labels();
         for stage in self.stages() {
@@ -433,6 +451,12 @@ impl Config {
 
     pub fn stage_by_label(&self, label: &str) -> Option<Stage<'_>> {
         self.stages.0.iter().find(|(_, s)| s.label == label).map(|(name, config)| Stage { name, config })
+    }
+
+    /// The stage that diagnoses and plans, where a treatment too large to
+    /// review goes back to split its plan.
+    pub fn diagnosing_stage(&self) -> Option<Stage<'_>> {
+        self.stages().find(|s| s.config.mode == Some(Mode::Diagnose))
     }
 
     pub fn stages(&self) -> impl Iterator<Item = Stage<'_>> {
@@ -705,6 +729,44 @@ mod tests {
         assert!(err.0.iter().any(|e| e.path.ends_with(".mode") && e.message.contains("exactly one")), "{err}");
         let no_treat = SHIPPED.replace("    mode: treat\n", "    mode: diagnose\n");
         assert!(errors_of(&no_treat).0.iter().any(|e| e.message.contains("`mode: treat`")));
+    }
+
+    #[test]
+    fn max_diff_lines_limits_a_treatment_only() {
+        let ok = SHIPPED.replace("    mode: treat\n", "    mode: treat\n    max_diff_lines: 300\n");
+        let config = Config::parse(&ok, Path::new(CONFIG_PATH), None).unwrap();
+        assert_eq!(config.stage("treat").unwrap().config.max_diff_lines, Some(300));
+        assert_eq!(config.diagnosing_stage().unwrap().name, "diagnose");
+        let on_review = SHIPPED.replace("    mode: code\n", "    mode: code\n    max_diff_lines: 300\n");
+        let err = errors_of(&on_review);
+        assert!(
+            err.0.iter().any(|e| e.path == "stages.code-review.max_diff_lines" && e.message.contains("code mode")),
+            "{err}"
+        );
+        let zero = SHIPPED.replace("    mode: treat\n", "    mode: treat\n    max_diff_lines: 0\n");
+        assert!(errors_of(&zero).to_string().contains("must be 1 or more"));
+    }
+
+    #[test]
+    fn a_cap_or_a_merge_queue_needs_its_resting_label_declared() {
+        let capped = format!("{SHIPPED}\ncapacity:\n  max_concurrent: 2\n");
+        let err = errors_of(&capped);
+        assert!(
+            err.0.iter().any(|e| e.path == "capacity.queued_label" && e.message.contains("`ward:queued`")),
+            "{err}"
+        );
+        let declared = capped
+            .replace("  ward:lockdown:", "  ward:queued: { color: \"ededed\", description: \"q\" }\n  ward:lockdown:");
+        let config = Config::parse(&declared, Path::new(CONFIG_PATH), None).unwrap();
+        assert!(config.capacity.capped(&config));
+        let shipped = Config::parse(SHIPPED, Path::new(CONFIG_PATH), None).unwrap();
+        assert!(!shipped.capacity.capped(&shipped), "no cap by default");
+        let zero = declared.replace("max_concurrent: 2", "max_concurrent: 0");
+        assert!(errors_of(&zero).to_string().contains("must be 1 or more"));
+        let queue = format!("{SHIPPED}\nintegration:\n  command: []\n");
+        let err = errors_of(&queue);
+        assert!(err.0.iter().any(|e| e.path == "integration.command"), "{err}");
+        assert!(err.0.iter().any(|e| e.path == "integration.queued_label"), "{err}");
     }
 
     #[test]

@@ -234,6 +234,18 @@ pub struct StageConfig {
     /// This stage's emulator, replacing the top-level one. Default: the top-level one.
     #[serde(default)]
     pub emulator: Option<EmulatorConfig>,
+    /// A treating stage only: the most lines one run may change (added plus
+    /// removed, counted by ward against the commit the run started at). A
+    /// larger change is refused and the patient goes back to the diagnosing
+    /// stage to split its plan. Default: no limit.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_diff_lines: Option<u64>,
+    /// The most runs of this stage at once (within `capacity.max_concurrent`);
+    /// a patient beyond it rests at `capacity.queued_label`. Default: no limit.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_concurrent: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -580,6 +592,31 @@ pub(super) fn validate_stage(config: &super::Config, stage: Stage<'_>) -> Vec<(S
     }
     if let Some(e) = &s.emulator {
         p.extend(super::emulator::validate(e, &format!("{path}.emulator")));
+    }
+    p.extend(validate_max_diff_lines(config, stage));
+    p
+}
+
+/// `max_diff_lines` limits a treatment, and a refused one goes back to the
+/// stage that diagnoses, so the pipeline must have one.
+fn validate_max_diff_lines(config: &super::Config, stage: Stage<'_>) -> Vec<(String, String)> {
+    let Some(max) = stage.config.max_diff_lines else { return Vec::new() };
+    let path = format!("stages.{}.max_diff_lines", stage.name);
+    let mut p = Vec::new();
+    if max == 0 {
+        p.push((path.clone(), "must be 1 or more (leave it out for no limit)".into()));
+    }
+    if !stage.mode().treats() {
+        p.push((
+            path.clone(),
+            format!("only a treating stage changes code; stage `{}` is {} mode", stage.name, stage.mode()),
+        ));
+    }
+    if config.diagnosing_stage().is_none() {
+        p.push((
+            path,
+            "a change over the limit goes back to the stage that diagnoses, and no stage has `mode: diagnose`".into(),
+        ));
     }
     p
 }

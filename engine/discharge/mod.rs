@@ -3,7 +3,10 @@
 //! released). The discharge stage and a chief's approval both end here.
 
 pub mod audit;
+pub mod queue;
 pub mod review;
+
+use anyhow::Context;
 
 use crate::chart::Note;
 use crate::config::Config;

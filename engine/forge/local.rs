@@ -581,6 +581,10 @@ impl Forge for LocalForge {
         }
     }
 
+    fn runs_merge_queue(&self) -> bool {
+        self.repository.is_some()
+    }
+
     async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()> {
         let action = || format!("merge pull request {pull} at {head_sha}");
         let record = self.read_pull(pull)?;

@@ -422,6 +422,12 @@ pub trait Forge: Send + Sync {
     /// Asks `users` (logins) and `teams` (slugs) to review pull request
     /// `pull`. Locally: recorded on the pull request.
     async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()>;
+
+    /// Whether ward's own merge queue runs on this forge (`ward run` on the
+    /// local forge); elsewhere discharge merges directly.
+    fn runs_merge_queue(&self) -> bool {
+        false
+    }
 }
 
 /// A reaction ward puts on a person's command.

@@ -11,6 +11,12 @@
 //!   counts, and the patient's merge waits for a person (human approval
 //!   mode for that patient, [`super::approval::human_approval`]).
 //!
+//! - A treatment stays small enough to review with confidence: a stage's
+//!   `max_diff_lines` bounds the lines one run changes (added plus removed,
+//!   counted by ward against the commit the run started at). A larger change
+//!   is discarded and the patient goes back to the diagnosing stage, where
+//!   the plan is split.
+//!
 //! The paths are what ward read from the worktree after the agent ended
 //! (`Workspace::changed_paths`), never what the agent says it changed.
 
@@ -21,6 +27,7 @@ use crate::config::{BUILT_IN_PROTECTED, Config, Stage};
 
 pub const READ_ONLY: &str = "no-change-outside-treatment";
 pub const PROTECTED: &str = "protected-paths";
+pub const TOO_LARGE: &str = "max-diff-lines";
 
 /// How many paths a refusal names before it says how many more.
 const NAMED: usize = 20;
@@ -43,6 +50,40 @@ pub fn read_only(stage: Stage<'_>, changed: &[String]) -> Verdict {
         "Read the code and write notes only; changes to the code belong to the treating stage, after an approved \
          plan.",
         Route::Stay,
+    ))
+}
+
+/// A treatment within its stage's `max_diff_lines`; a larger one goes back
+/// to diagnosis to split the plan.
+pub fn small_enough(config: &Config, stage: Stage<'_>, diff_lines: u64) -> Verdict {
+    let Some(max) = stage.config.max_diff_lines.filter(|_| stage.mode().treats()) else { return Ok(()) };
+    if diff_lines <= max {
+        return Ok(());
+    }
+    // Config validation makes sure a stage diagnoses; the chiefs otherwise.
+    let (to, help) = match config.diagnosing_stage() {
+        Some(d) => (
+            d.config.label.clone(),
+            format!(
+                "Stage `{}` splits the plan: a revised plan whose first part changes at most {max} lines, the rest \
+                 named as later steps (follow-up issues, or children of this patient); the plan is reviewed again \
+                 before treatment.",
+                d.name
+            ),
+        ),
+        None => (config.chief_label().to_string(), "A chief splits this patient by hand.".to_string()),
+    };
+    Err(Refusal::new(
+        TOO_LARGE,
+        format!(
+            "the treatment changed {} against the commit the run started at, over the limit of {max} lines \
+             (`stages.{}.max_diff_lines`) for a change reviewed with confidence. Its changes were discarded; \
+             nothing of this run is committed.",
+            count(diff_lines as usize, "line"),
+            stage.name
+        ),
+        help,
+        Route::To(to),
     ))
 }
 
@@ -246,6 +287,23 @@ mod tests {
         assert!(protected(&c, treat, unreviewed, &changed).is_err());
         // A file the plan names does not cover its neighbours.
         assert!(protected(&c, treat, &chart, &paths(&[".github/workflows/ward-stage.yml"])).is_err());
+    }
+
+    #[test]
+    fn a_treatment_over_its_line_limit_goes_back_to_diagnosis() {
+        let mut c = config();
+        let treat = c.stage("treat").unwrap();
+        assert_eq!(small_enough(&c, treat, 10_000), Ok(()), "no limit by default");
+        c.stages.0.iter_mut().find(|(n, _)| n == "treat").unwrap().1.max_diff_lines = Some(40);
+        let treat = c.stage("treat").unwrap();
+        assert_eq!(small_enough(&c, treat, 40), Ok(()));
+        let err = small_enough(&c, treat, 41).unwrap_err();
+        assert_eq!(err.rule, TOO_LARGE);
+        assert_eq!(err.route, Route::To("ward:diagnose".into()));
+        assert!(err.reason.contains("changed 41 lines") && err.reason.contains("limit of 40 lines"), "{}", err.reason);
+        assert!(err.help.contains("Stage `diagnose` splits the plan"), "{}", err.help);
+        // Other stages are never measured.
+        assert_eq!(small_enough(&c, c.stage("code-review").unwrap(), 10_000), Ok(()));
     }
 
     #[test]

@@ -67,7 +67,13 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
         patient.engine_note(h, NoteKind::DischargeChecklist, body),
         patient.engine_note(h, NoteKind::Outcome, outcome.to_string()),
     ];
-    let (to, moved) = if checklist.passed() {
+    let queue = crate::discharge::queue::active(&*h.forge, &h.config).filter(|_| checklist.passed());
+    let (to, moved) = if let (Some(integration), Ok(pull)) = (queue, facts.pull.as_ref()) {
+        // With an integration check, the merge queue merges.
+        crate::discharge::queue::enqueue(&*h.forge, number, pull, h.now()).await?;
+        let to = integration.queued_label.clone();
+        (to.clone(), transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to)).await?)
+    } else if checklist.passed() {
         let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
         if crate::discharge::merge(&*h.forge, pull).await? == crate::discharge::Merge::HeadMoved {
             anyhow::bail!(

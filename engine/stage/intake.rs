@@ -91,6 +91,7 @@ pub fn take_in(h: &Hospital, patient: &Patient<'_>, from: &Path) -> anyhow::Resu
     match bundle::take_in(bundle_file, &start, &expect) {
         Ok(intake) => {
             visit.changed = intake.changed.clone();
+            visit.diff_lines = intake.diff_lines;
             visit.commit = (intake.head != intake.start).then(|| intake.head.clone());
             Ok(Taken::Visit(Box::new(visit), Some(intake)))
         }

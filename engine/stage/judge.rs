@@ -97,6 +97,10 @@ pub async fn judge(
         Err(refusal) if refusal.route == Route::Stay => return Ok(Judgment::Invalid { reason: refusal.to_string() }),
         Err(refusal) => return Ok(Judgment::TurnedBack(refusal)),
     }
+    // A change too large to review goes back to diagnosis to split the plan.
+    if let Err(refusal) = rules::changes::small_enough(&h.config, patient.stage, visit.diff_lines) {
+        return Ok(Judgment::TurnedBack(refusal));
+    }
     // A treatment that changed the rules the agents are judged by goes to
     // the chiefs, unless the approved plan listed the paths.
     let protected = match rules::changes::protected(&h.config, patient.stage, &prepared.chart, &visit.changed) {

@@ -25,6 +25,7 @@
 //! never a crash; notes are in the chart before any label moves.
 
 mod approve;
+mod capacity;
 mod guard;
 mod intake;
 mod judge;
@@ -73,9 +74,13 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let result = rounds(h, &patient, req, &mut workspace).instrument(span).await;
     let result = teardown(h, workspace, result).await;
     write_report(&patient, &result);
-    // The visit job writes nothing: the record job tells the patient's comment.
+    // The visit job writes nothing: the record job tells the patient's
+    // comment. A slot of the cap is the one-process run's (see `rounds`).
     if req.phase.writes() {
         Bedside::of(h, &patient).tell(h, &result).await;
+    }
+    if req.phase == Phase::Whole {
+        capacity::free(h, &patient).await;
     }
     result
 }
@@ -189,6 +194,14 @@ async fn rounds(
         },
         _ => None,
     };
+    // The cap on agents at once: beyond it, the patient waits for a slot.
+    // Taking a slot writes, before the agent: one process only (`ward
+    // stage`, `ward run`); the two GitHub jobs leave it to Actions.
+    if req.phase == Phase::Whole
+        && let Some(queued) = capacity::take(h, patient).await?
+    {
+        return Ok(queued);
+    }
     let prepared = prepare::prepare(h, patient, audit, workspace, &req.phase).await?;
     crate::fault::point("after-prepare");
     let (visit, committed, refused) = match taken {

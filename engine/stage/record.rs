@@ -187,11 +187,20 @@ async fn accept(
         match approval::after_audit(&h.config, &prepared.chart, checklist.passed()) {
             AfterAudit::Merge => {
                 let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
-                if crate::discharge::merge(&*h.forge, pull).await? == crate::discharge::Merge::HeadMoved {
-                    // A commit pushed while the nurse worked: not merged; the
-                    // patient waits, and the wake-up or sweep audits the new head.
-                    label_out = h.config.discharge.pending_label.clone();
-                    after.push(patient.engine_note(h, NoteKind::Waiting, head_moved_body(pull, facts)));
+                // With an integration check, the merge queue merges.
+                match crate::discharge::queue::active(&*h.forge, &h.config) {
+                    Some(integration) => {
+                        crate::discharge::queue::enqueue(&*h.forge, number, pull, h.now()).await?;
+                        label_out = integration.queued_label.clone();
+                    }
+                    None => {
+                        if crate::discharge::merge(&*h.forge, pull).await? == crate::discharge::Merge::HeadMoved {
+                            // A commit pushed while the nurse worked: not merged; the
+                            // patient waits, and the wake-up or sweep audits the new head.
+                            label_out = h.config.discharge.pending_label.clone();
+                            after.push(patient.engine_note(h, NoteKind::Waiting, head_moved_body(pull, facts)));
+                        }
+                    }
                 }
             }
             AfterAudit::AwaitChief(label) => label_out = label,

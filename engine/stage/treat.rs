@@ -87,6 +87,15 @@ pub async fn treat(
         })?,
         None => Vec::new(),
     };
+    let diff_lines = match slot {
+        Some(ws) if stage.mode().treats() && !changed.is_empty() => ws.diff_lines().await.with_context(|| {
+            format!(
+                "could not count the lines the agent changed in the worktree of issue {}, stage `{}`",
+                patient.issue.number, stage.name
+            )
+        })?,
+        _ => 0,
+    };
     let visit = Visit {
         issue: patient.issue.number,
         stage: stage.name.into(),
@@ -99,6 +108,7 @@ pub async fn treat(
         commit: None,
         changed,
         start: slot.map(|ws| ws.start().to_string()),
+        diff_lines,
         notes: Default::default(),
         stderr_tail: String::new(),
     };

@@ -74,6 +74,11 @@ pub struct Visit {
     /// the record job accepts only when it is what it expects.
     #[serde(default)]
     pub start: Option<String>,
+    /// How many lines a treating run changed (added plus removed) against
+    /// the commit it started at, as ward counted them; what the stage's
+    /// `max_diff_lines` is checked against. 0 for the other stages.
+    #[serde(default)]
+    pub diff_lines: u64,
     /// What it wrote to `$WARD_NOTES`, read back from the folder.
     #[serde(skip)]
     pub notes: AgentText,
@@ -219,6 +224,7 @@ mod tests {
             commit: Some("0123abc".into()),
             changed: vec!["src/lib.rs".into()],
             start: None,
+            diff_lines: 3,
             notes: AgentText::Missing,
             stderr_tail: String::new(),
         }

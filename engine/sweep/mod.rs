@@ -45,6 +45,7 @@ use crate::lockdown;
 use crate::transfer::{Decision, Move, transfer_with};
 
 pub mod reap;
+pub mod slots;
 mod state;
 mod verdicts;
 
@@ -405,6 +406,7 @@ impl Walk<'_> {
         report.cursor = state.cursor;
         state.watch = watch;
         self.wake_waiting(&mut report).await;
+        self.start_queued(&mut report).await;
         // Families a crash left half released: blocked children whose
         // dependencies are all discharged, parents whose children all are.
         match crate::family::repair(self.forge, self.config, &self.run, self.now).await {
@@ -432,6 +434,22 @@ impl Walk<'_> {
             match self.forge.dispatch_stage(issue.number, pending).await {
                 Ok(()) => report.woken.push(issue.number),
                 Err(e) => report.problems.push(format!("{}: could not send a look: {e}", issue.number)),
+            }
+        }
+    }
+
+    /// The backstop of the agent cap: slots a crashed run held have expired
+    /// with no run left to free them, so queued patients that fit start
+    /// here (oldest first, within `max_actions`).
+    async fn start_queued(&self, report: &mut SweepReport) {
+        if !self.config.capacity.capped(self.config) {
+            return;
+        }
+        while report.actions.len() + report.woken.len() < self.config.departments.sweep.max_actions {
+            match slots::free(self.forge, self.config, None, self.now).await {
+                Ok(Some(issue)) => report.woken.push(issue),
+                Ok(None) => return,
+                Err(e) => return report.problems.push(format!("could not start the queued patients: {e:#}")),
             }
         }
     }

@@ -31,6 +31,52 @@ pub struct SweepState {
     pub base_red_since: Option<DateTime<Utc>>,
     #[serde(default)]
     pub agent: AgentHealth,
+    /// The agent slots and the patients queued for one (`capacity` in
+    /// ward.yml; see [`super::slots`]). Left out of the file when empty.
+    #[serde(default, skip_serializing_if = "Capacity::is_empty")]
+    pub capacity: Capacity,
+    /// Audited patients waiting to be integrated and merged, in order
+    /// (`integration` in ward.yml; see `discharge/queue.rs`).
+    #[serde(default, skip_serializing_if = "MergeQueue::is_empty")]
+    pub merge_queue: MergeQueue,
+}
+
+/// The merge queue: who waits, and whom it merged lately (named when a
+/// later patient fails combined with them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeQueue {
+    #[serde(default)]
+    pub waiting: Vec<QueueEntry>,
+    /// Newest last, at most [`MergeQueue::KEEP`].
+    #[serde(default)]
+    pub merged: Vec<MergedEntry>,
+}
+
+impl MergeQueue {
+    pub const KEEP: usize = 50;
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty() && self.merged.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueEntry {
+    pub issue: IssueNumber,
+    pub pull: u64,
+    /// The audited head: exactly this is integrated and merged.
+    pub head: String,
+    pub since: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergedEntry {
+    pub issue: IssueNumber,
+    /// The patient's head commit that was merged.
+    pub head: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,6 +109,60 @@ pub struct AgentRun {
     pub run: String,
     pub ok: bool,
     pub at: DateTime<Utc>,
+}
+
+/// The agent slots in use (see [`super::slots`]) and the patients waiting for one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capacity {
+    /// Runs holding a slot, by run id.
+    #[serde(default)]
+    pub running: BTreeMap<String, Slot>,
+    /// Patients resting at the queued label, oldest first.
+    #[serde(default)]
+    pub queued: Vec<Queued>,
+}
+
+impl Capacity {
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty() && self.queued.is_empty()
+    }
+
+    pub(super) fn drop_expired(&mut self, now: DateTime<Utc>) {
+        self.running.retain(|_, slot| slot.expires > now);
+    }
+
+    /// Why a run of `stage` would not fit now, or `None` when it fits.
+    pub(super) fn full(&self, config: &crate::config::Config, stage: crate::config::Stage<'_>) -> Option<String> {
+        let all = self.running.len();
+        if let Some(max) = config.capacity.max_concurrent
+            && all >= max as usize
+        {
+            return Some(format!("{all} agents run now, the most `capacity.max_concurrent` allows ({max})"));
+        }
+        let max = stage.config.max_concurrent?;
+        let here = self.running.values().filter(|s| s.stage == stage.name).count();
+        (here >= max as usize).then(|| {
+            format!("{here} agents run stage `{}` now, the most its `max_concurrent` allows ({max})", stage.name)
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Slot {
+    pub issue: IssueNumber,
+    pub stage: String,
+    pub expires: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Queued {
+    pub issue: IssueNumber,
+    /// The stage label the patient goes back to when it starts.
+    pub label: String,
+    pub since: DateTime<Utc>,
 }
 
 const STATE_MARK: &str = "<!-- ward-sweep-state v1 -->";

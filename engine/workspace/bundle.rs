@@ -58,6 +58,9 @@ pub struct Intake {
     pub head: String,
     /// The files the visit's commits changed against `start`.
     pub changed: Vec<String>,
+    /// The lines they changed (added plus removed; a binary file one), as
+    /// ward counts them from the commits: what `max_diff_lines` checks.
+    pub diff_lines: u64,
     /// The push replaces the remote branch (a restart from the base).
     pub force: bool,
 }
@@ -132,8 +135,8 @@ pub fn take_in(
     if count.parse::<usize>().unwrap_or(usize::MAX) > MAX_COMMITS {
         return refuse(format!("the visit adds {count} commits, over the limit of {MAX_COMMITS}"));
     }
-    let changed = too_large_or_changed(&bare, claimed_start, &head)?;
-    Ok(Intake { _scratch: scratch, bare, start: claimed_start.to_string(), head, changed, force })
+    let (changed, diff_lines) = too_large_or_changed(&bare, claimed_start, &head)?;
+    Ok(Intake { _scratch: scratch, bare, start: claimed_start.to_string(), head, changed, diff_lines, force })
 }
 
 /// Checks the bundle's size and refs, and fetches it: its head.
@@ -172,8 +175,9 @@ fn fetch_bundle(file: &Path, bare: &Path, scratch: &Path, branch: &str) -> std::
     Ok(git::text(head, "rev-parse")?)
 }
 
-/// The paths changed from `start` to `head`; a file over [`MAX_FILE_BYTES`] refuses.
-fn too_large_or_changed(bare: &Path, start: &str, head: &str) -> std::result::Result<Vec<String>, BundleError> {
+/// The paths changed from `start` to `head` and the lines they changed; a
+/// file over [`MAX_FILE_BYTES`] refuses.
+fn too_large_or_changed(bare: &Path, start: &str, head: &str) -> std::result::Result<(Vec<String>, u64), BundleError> {
     let gerr = |e: git2::Error| WorktreeError::Git { op: "read", object: "the visit's commits".into(), source: e };
     let repo = git2::Repository::open_bare(bare).map_err(gerr)?;
     let tree = |rev: &str| repo.revparse_single(rev).and_then(|o| o.peel_to_tree());
@@ -181,7 +185,8 @@ fn too_large_or_changed(bare: &Path, start: &str, head: &str) -> std::result::Re
     let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), None).map_err(gerr)?;
     let odb = repo.odb().map_err(gerr)?;
     let mut changed = Vec::new();
-    for delta in diff.deltas() {
+    let mut lines = 0u64;
+    for (idx, delta) in diff.deltas().enumerate() {
         let file = delta.new_file();
         let path =
             file.path().or(delta.old_file().path()).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
@@ -195,10 +200,17 @@ fn too_large_or_changed(bare: &Path, start: &str, head: &str) -> std::result::Re
             )));
         }
         changed.push(path);
+        lines += match git2::Patch::from_diff(&diff, idx).map_err(gerr)? {
+            Some(patch) if !patch.delta().flags().contains(git2::DiffFlags::BINARY) => {
+                let (_, added, removed) = patch.line_stats().map_err(gerr)?;
+                (added + removed) as u64
+            }
+            _ => 1,
+        };
     }
     changed.sort();
     changed.dedup();
-    Ok(changed)
+    Ok((changed, lines))
 }
 
 /// Pushes the visit's head to `branch` from the record repository.
@@ -258,11 +270,13 @@ mod tests {
     fn a_visits_commits_are_taken_in_and_pushed_from_a_fresh_repository() {
         let (dir, remote, work, start) = setup();
         commit(&work, "b.txt", b"b\n");
+        commit(&work, "c.txt", b"1\n2\n3\n");
         let file = dir.path().join(BUNDLE_FILE);
         let co = Checkout::new(&work.join(".git"), &work);
         assert!(create(&co, "ward/issue-1", &start, &file).unwrap());
         let intake = take_in(Some(&file), &start, &expect(&remote)).unwrap();
-        assert_eq!(intake.changed, ["b.txt"]);
+        assert_eq!(intake.changed, ["b.txt", "c.txt"]);
+        assert_eq!(intake.diff_lines, 4, "counted from the commits, never from the visit's own claim");
         assert_eq!(intake.head, sh(&work, &["rev-parse", "HEAD"]));
         assert!(!intake.force);
         push(&intake, remote.to_str().unwrap(), "ward/issue-1", None).unwrap();

@@ -760,6 +760,15 @@ impl Workspace {
         blocking(move || worktree::changed_since(&git::Checkout::new(&wt.metadata, &wt.path), &wt.start, &state)).await
     }
 
+    /// How many lines this run changed against the commit it started at
+    /// (added plus removed), however it changed them; see
+    /// [`worktree::diff_lines_since`].
+    pub async fn diff_lines(&self) -> Result<u64, WorkspaceError> {
+        let (wt, state) = (self.worktree.clone(), self.state_paths.clone());
+        blocking(move || worktree::diff_lines_since(&git::Checkout::new(&wt.metadata, &wt.path), &wt.start, &state))
+            .await
+    }
+
     /// Throws away everything this run did: the branch back at the commit
     /// the run started at (the agent's own commits included), the checkout
     /// clean. What [`Workspace::commit_leftovers`] made is discarded too.

@@ -977,6 +977,48 @@ pub fn changed_since(co: &Checkout, start: &str, state_paths: &[String]) -> Resu
     Ok(paths.into_iter().collect())
 }
 
+/// How many lines the checkout changed since `start` (added plus removed,
+/// committed, staged, left or untracked), read with git2 and not from the
+/// agent: what `max_diff_lines` is measured by. Ward's own folders and
+/// ignored files are left out, as in [`changed_since`]; a binary file counts
+/// as one line (it has no lines, but it is a change).
+pub fn diff_lines_since(co: &Checkout, start: &str, state_paths: &[String]) -> Result<u64> {
+    let object = co.work_tree.display().to_string();
+    let repo = Repository::open(&co.git_dir).map_err(git("open the checkout", &object))?;
+    repo.set_workdir(&co.work_tree, false).map_err(git("open the checkout", &object))?;
+    let tree = repo
+        .revparse_single(start)
+        .and_then(|o| o.peel_to_tree())
+        .map_err(git("read the commit the run started at", start))?;
+    let mut opts = git2::DiffOptions::new();
+    opts.include_untracked(true).recurse_untracked_dirs(true).show_untracked_content(true);
+    let diff = repo
+        .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
+        .map_err(git("diff the checkout", &object))?;
+    let ours = |path: &Path| {
+        state_paths.iter().any(|p| {
+            let p = p.trim_matches('/');
+            !p.is_empty() && path.starts_with(p)
+        })
+    };
+    let mut lines = 0u64;
+    for (idx, delta) in diff.deltas().enumerate() {
+        let path = delta.new_file().path().or_else(|| delta.old_file().path());
+        if path.is_some_and(ours) {
+            continue;
+        }
+        let patch = git2::Patch::from_diff(&diff, idx).map_err(git("diff the checkout", &object))?;
+        lines += match patch {
+            Some(patch) if !patch.delta().flags().contains(git2::DiffFlags::BINARY) => {
+                let (_, added, removed) = patch.line_stats().map_err(git("count the lines of", &object))?;
+                (added + removed) as u64
+            }
+            _ => 1,
+        };
+    }
+    Ok(lines)
+}
+
 /// The checkout and its branch back at `commit`, everything else cleaned
 /// out (ignored files too when `ignored`; never ward's own folders).
 pub fn reset_to(co: &Checkout, commit: &str, ignored: bool, state_paths: &[String]) -> Result<()> {

@@ -1,0 +1,71 @@
+//! The cap on agents at once (`capacity` in ward.yml), at the stage's
+//! edge: a run takes a slot before its workspace and agent start, and a
+//! patient beyond the cap rests at the queued label with a WAITING note
+//! saying why. Whatever way the run ends, its slot is freed and the oldest
+//! queued patient that fits is started ([`crate::sweep::slots`]).
+
+use tracing::{info, warn};
+
+use super::guard::Patient;
+use super::result::{StageResult, Transition};
+use crate::chart::{NoteKind, Seen};
+use crate::hospital::Hospital;
+use crate::sweep::slots::{self, Take};
+use crate::transfer::{Move, transfer};
+
+/// Takes a slot for this run; `Some` when the patient was queued instead
+/// (the run ends there, no agent started).
+pub async fn take(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<Option<StageResult>> {
+    if !h.config.capacity.capped(&h.config) {
+        return Ok(None);
+    }
+    let number = patient.issue.number;
+    let why = match slots::take(&*h.forge, &h.config, number, patient.stage, &patient.run, h.now()).await? {
+        Take::Granted => return Ok(None),
+        Take::Full(why) => why,
+    };
+    let queued = h.config.capacity.queued_label.clone();
+    info!(%why, "queued for an agent slot");
+    let body = format!(
+        "Queued at `{queued}` before stage `{}`: {why}. No agent ran. The run that frees a slot starts the oldest \
+         queued patient (the charge nurse's sweep does too, once a crashed run's slot expired); this patient \
+         goes back to `{}` then.",
+        patient.stage.name, patient.label_in
+    );
+    let note = patient.engine_note(h, NoteKind::Waiting, body);
+    let seen = Seen::Read(patient.stored.clone());
+    let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, vec![note], Move::To(queued.clone())).await?;
+    let total = patient.started.elapsed();
+    Ok(Some(StageResult::Moved(Transition {
+        issue: number,
+        stage: patient.stage.name.into(),
+        role: crate::chart::ENGINE_ROLE.into(),
+        run: patient.run.clone(),
+        outcome: "queued".into(),
+        from: patient.label_in.clone(),
+        to: queued,
+        dispatched: moved.dispatched,
+        total_ms: total.as_millis(),
+        agent_ms: 0,
+        engine_us: total.as_micros(),
+        artifacts: patient.folder.clone(),
+    })))
+}
+
+/// Frees this run's slot and starts the next queued patient. A failure is
+/// logged, not the run's: the slot then expires, and the sweep starts the
+/// queue.
+pub async fn free(h: &Hospital, patient: &Patient<'_>) {
+    if !h.config.capacity.capped(&h.config) {
+        return;
+    }
+    match slots::free(&*h.forge, &h.config, Some(&patient.run), h.now()).await {
+        Ok(Some(next)) => info!(next = next.0, "an agent slot freed; the oldest queued patient starts"),
+        Ok(None) => {}
+        Err(e) => warn!(
+            "could not free the agent slot of run {} (issue {}): {e:#}; it expires by itself and the sweep starts \
+             the queue",
+            patient.run, patient.issue.number
+        ),
+    }
+}
