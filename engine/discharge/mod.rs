@@ -4,8 +4,6 @@
 
 pub mod audit;
 
-use anyhow::Context;
-
 use crate::chart::Note;
 use crate::config::Config;
 use crate::forge::{Forge, Issue, PullRequest, PullState};
@@ -16,10 +14,20 @@ pub async fn merge(forge: &dyn Forge, pull: &PullRequest) -> anyhow::Result<()> 
     if pull.state == PullState::Merged {
         return Ok(());
     }
-    forge
-        .merge_pull_request(pull.number, &pull.head_sha)
-        .await
-        .with_context(|| format!("could not merge pull request #{} at the audited head {}", pull.number, pull.head_sha))
+    let Err(refused) = forge.merge_pull_request(pull.number, &pull.head_sha).await else { return Ok(()) };
+    // A merge whose answer was lost (a reset, a 502 after it landed) is
+    // refused when retried: the pull request is merged already. Merged at
+    // the audited head, it is this merge.
+    if let Ok(Some(now)) = forge.pull_request_for_branch(&pull.head_branch).await
+        && now.number == pull.number
+        && now.state == PullState::Merged
+        && now.head_sha == pull.head_sha
+    {
+        tracing::info!(pull = pull.number, "the merge had landed; its answer was lost");
+        return Ok(());
+    }
+    Err(anyhow::Error::new(refused)
+        .context(format!("could not merge pull request #{} at the audited head {}", pull.number, pull.head_sha)))
 }
 
 /// Writes `notes`, labels the patient discharged (keeping labels that are

@@ -15,6 +15,9 @@
 //!   result is sealed as a [`visit::Visit`].
 //! - [`judge`]: the hospital's rules over the visit; decides, writes nothing.
 //! - [`record`]: the notes and the move, through [`crate::transfer`].
+//! - [`resume`]: a run that finds an earlier run's OUTCOME recorded but
+//!   its move not made completes that move; the agent never runs twice
+//!   for one recorded visit.
 //!
 //! A failed guard or an invalid run is a chart note and a defined result,
 //! never a crash; notes are in the chart before any label moves.
@@ -25,6 +28,7 @@ mod judge;
 mod prepare;
 mod record;
 mod result;
+mod resume;
 mod treat;
 pub mod visit;
 mod waiting;
@@ -55,6 +59,12 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         guard::Admitted::Stage(patient) => patient,
     };
     crate::fault::point("after-guard");
+    // A run whose visit is already recorded is not run again: its move is completed.
+    if let Some(unmoved) = resume::unmoved(h, &patient).await?
+        && let Some(result) = resume::complete(h, &patient, unmoved).await?
+    {
+        return Ok(result);
+    }
     let span = info_span!("stage", repo = %h.forge.describe(), issue = patient.issue.number.0, stage = patient.stage.name, run = %patient.run);
     let mut workspace = None;
     let result = rounds(h, &patient, req, &mut workspace).instrument(span).await;
