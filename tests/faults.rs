@@ -173,9 +173,10 @@ async fn patient(seed: u64, template: &Path) -> Result<Ran, String> {
                 let label = payload["label"].as_str().unwrap_or_default().to_string();
                 trigger(TriggerKind::RepositoryDispatch, n, Some(&label), ENGINE)
             }
-            None if labels.iter().any(|l| l == "ward:discharged") || labels.iter().any(|l| RESTING.contains(&&**l)) => {
-                break;
-            }
+            // Discharged means closed too: a discharged patient left open
+            // (its close failed) waits for the sweep, as it would on GitHub.
+            None if labels.iter().any(|l| l == "ward:discharged") && !gh.state().issue(n).open => break,
+            None if labels.iter().any(|l| RESTING.contains(&&**l)) => break,
             None if labels.iter().any(|l| l == "ward:awaiting-review") => {
                 // CI and the review arrive: their events wake the patient.
                 let head = review_and_ci(&gh, n, &mut reviewed);

@@ -14,7 +14,10 @@ pub async fn merge(forge: &dyn Forge, pull: &PullRequest) -> anyhow::Result<()> 
     if pull.state == PullState::Merged {
         return Ok(());
     }
-    let Err(refused) = forge.merge_pull_request(pull.number, &pull.head_sha).await else { return Ok(()) };
+    let Err(refused) = forge.merge_pull_request(pull.number, &pull.head_sha).await else {
+        crate::fault::point("after-merge");
+        return Ok(());
+    };
     // A merge whose answer was lost (a reset, a 502 after it landed) is
     // refused when retried: the pull request is merged already. Merged at
     // the audited head, it is this merge.

@@ -43,8 +43,11 @@ pub async fn unmoved(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<Opti
         return Ok(None);
     }
     let events = h.forge.label_events(patient.issue.number).await?;
+    // Whole seconds: the chart keeps a note's time to the second, a label
+    // event may be finer; a label put on in the outcome's own second was
+    // put on before it (the move comes after the outcome).
     let again = |e: &crate::forge::LabelEvent| e.label == patient.label_in && e.action == LabelAction::Added;
-    if events.iter().any(|e| again(e) && e.at > last.meta.at) {
+    if events.iter().any(|e| again(e) && e.at.timestamp() > last.meta.at.timestamp()) {
         return Ok(None);
     }
     Ok(Some(Unmoved { run: last.meta.run.clone(), outcome, to }))
