@@ -18,7 +18,8 @@
 //! total retry wait within the bound of the faults that fired. A failing
 //! schedule names its seed: `WARD_FAULT_SEED=<seed> cargo test --test
 //! faults` replays it alone. `WARD_FAULT_SCHEDULES=<n>` sets how many run
-//! (the default is in [`DEFAULT_SCHEDULES`]; `.ci/faults` runs 1,000).
+//! (the default is in [`DEFAULT_SCHEDULES`]; `.ci/faults` runs 1,000),
+//! from seed `WARD_FAULT_FROM` (1).
 
 mod support;
 
@@ -295,7 +296,10 @@ fn seeds() -> Vec<u64> {
     let var = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u64>().ok());
     match var("WARD_FAULT_SEED") {
         Some(seed) => vec![seed],
-        None => (1..=var("WARD_FAULT_SCHEDULES").unwrap_or(DEFAULT_SCHEDULES)).collect(),
+        None => {
+            let from = var("WARD_FAULT_FROM").unwrap_or(1);
+            (from..from + var("WARD_FAULT_SCHEDULES").unwrap_or(DEFAULT_SCHEDULES)).collect()
+        }
     }
 }
 
