@@ -216,8 +216,16 @@ fn explain(gh: &FakeGitHub, n: u64, schedule: &Schedule, why: String) -> String 
     let s = gh.state();
     let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap_or_default();
     let notes = Sentinels::default().parse_chart(&chart).unwrap_or_default();
-    let notes: Vec<String> =
-        notes.iter().map(|n| format!("  {} {} {} {}", n.meta.run, n.meta.stage, n.meta.role, n.kind)).collect();
+    // The engine's verdicts say why a patient went where it went: shown whole.
+    let verdict =
+        |n: &Note| n.meta.role == "engine" && ["DISCHARGE_CHECKLIST", "REFUSAL"].contains(&&*n.kind.to_string());
+    let notes: Vec<String> = notes
+        .iter()
+        .map(|n| {
+            let body = if verdict(n) { format!("\n{}", n.body.trim()) } else { String::new() };
+            format!("  {} {} {} {}{body}", n.meta.run, n.meta.stage, n.meta.role, n.kind)
+        })
+        .collect();
     let fired: Vec<String> = schedule.fired.iter().map(|(i, route, f)| format!("  #{i} {route}: {f:?}")).collect();
     format!("{why}\n faults:\n{}\n chart:\n{}", fired.join("\n"), notes.join("\n"))
 }
