@@ -257,10 +257,10 @@ async fn sweep_api_calls_are_pages_plus_a_few_per_stalled_patient() {
     let pages = counting.of("open_issues_with_label (pages)");
     assert_eq!(
         pages,
-        3 + 6 + 1 + 2 + 1,
+        3 + 6 + 1 + 2 + 1 + 1,
         "3 pages of treat, one page for each other stage label, one for `ward:lockdown`, one each for \
          `ward:blocked` and `ward:waiting` (families left half released), one for `ward:awaiting-review` \
-         (patients waiting for CI or a review)"
+         (patients waiting for CI or a review), one for `ward:discharged` (a close that failed)"
     );
     let others = counting.total() - pages;
     // state: read+write to lock, read+write to release; ci_status;
@@ -287,8 +287,9 @@ async fn a_patient_whose_label_is_already_old_is_due_in_the_first_sweep() {
     assert_eq!(r.due, 3, "and looks at nobody else: {r}");
     let pages = counting.of("open_issues_with_label (pages)");
     // Treat's 3 pages, one per other stage label, `ward:lockdown`, the two
-    // family labels and `ward:awaiting-review`.
-    assert_eq!(pages, 3 + 6 + 1 + 2 + 1, "{:?}", counting.calls.lock().unwrap());
+    // family labels, `ward:awaiting-review` and `ward:discharged` (open
+    // discharged patients whose close failed).
+    assert_eq!(pages, 3 + 6 + 1 + 2 + 1 + 1, "{:?}", counting.calls.lock().unwrap());
     // The floor: the state's lock and release (read + write each) and the
     // base branch's CI, then per stalled patient its label events and
     // chart (to judge), a re-read (it may have moved on since the

@@ -1948,3 +1948,53 @@ async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pul
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 13: a discharge killed right after its merge landed (the fault
+/// point `after-merge`: the OUTCOME is in the chart, the patient has not
+/// moved). The next delivery completes the move (stage/resume.rs): the
+/// nurse does not run again, nothing is merged twice, every note once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discharge_killed_after_its_merge_is_completed_without_a_second_nurse() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_git_repo(&gh);
+    let env = git_env(&gh, repo.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("alice", "triage");
+        s.add_issue("Login fails", "empty password", "alice", &["ward:admit"])
+    };
+    let ran = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "alice"), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let mut handled = 0;
+    let discharge = loop {
+        let client_payload = gh.state().dispatches[handled]["client_payload"].clone();
+        handled += 1;
+        if client_payload["label"] == "ward:discharge" {
+            break client_payload;
+        }
+        let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&client_payload), &env).await;
+        assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    };
+    people_review_and_ci_passes(&gh, n);
+    let mut killed = env.clone();
+    killed.push(("WARD_FAULT", "after-merge"));
+    let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&discharge), &killed).await;
+    assert_eq!(ran.code, ward::fault::EXIT_CODE, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(gh.state().pulls.values().all(|p| p.merged), "the merge landed");
+    assert_eq!(gh.state().labels_of(n), strings(&["ward:discharge"]), "the patient did not move");
+
+    // The repeated delivery (or the sweep's re-trigger) completes the move.
+    let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&discharge), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:discharged"]));
+    assert!(!s.issue(n).open);
+    assert_eq!(s.log.iter().filter(|e| e.key() == "PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge").count(), 1);
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    let notes = Sentinels::default().parse_chart(&chart).unwrap();
+    let outcomes: Vec<&str> = notes.iter().filter(|n| n.kind == "OUTCOME").map(|n| n.meta.stage.as_str()).collect();
+    assert_eq!(outcomes, ["admit", "diagnose", "plan-review", "treat", "code-review", "discharge"], "{chart}");
+    let nurse = notes.iter().filter(|n| n.kind == "DISCHARGE_CHECKLIST" && n.meta.role == "discharge-nurse").count();
+    assert_eq!(nurse, 1, "the nurse ran once: {chart}");
+}

@@ -6,8 +6,6 @@ pub mod audit;
 pub mod queue;
 pub mod review;
 
-use anyhow::Context;
-
 use crate::chart::Note;
 use crate::config::Config;
 use crate::forge::{Forge, ForgeError, Issue, PullRequest, PullState};
@@ -29,10 +27,27 @@ pub async fn merge(forge: &dyn Forge, pull: &PullRequest) -> anyhow::Result<Merg
     if pull.state == PullState::Merged {
         return Ok(Merge::Merged);
     }
-    match forge.merge_pull_request(pull.number, &pull.head_sha).await {
-        Ok(()) => Ok(Merge::Merged),
-        Err(ForgeError::HeadMoved { .. }) => Ok(Merge::HeadMoved),
-        Err(e) => Err(anyhow::Error::new(e)
+    let refused = match forge.merge_pull_request(pull.number, &pull.head_sha).await {
+        Ok(()) => {
+            crate::fault::point("after-merge");
+            return Ok(Merge::Merged);
+        }
+        Err(e) => e,
+    };
+    // A merge whose answer was lost (a reset, a 502 after it landed) is
+    // refused when retried: the pull request is merged already. Merged at
+    // the audited head, it is this merge.
+    if let Ok(Some(now)) = forge.pull_request_for_branch(&pull.head_branch).await
+        && now.number == pull.number
+        && now.state == PullState::Merged
+        && now.head_sha == pull.head_sha
+    {
+        tracing::info!(pull = pull.number, "the merge had landed; its answer was lost");
+        return Ok(Merge::Merged);
+    }
+    match refused {
+        ForgeError::HeadMoved { .. } => Ok(Merge::HeadMoved),
+        e => Err(anyhow::Error::new(e)
             .context(format!("could not merge pull request #{} at the audited head {}", pull.number, pull.head_sha))),
     }
 }

@@ -20,6 +20,9 @@
 //!   result is sealed as a [`visit::Visit`].
 //! - [`judge`]: the hospital's rules over the visit; decides, writes nothing.
 //! - [`record`]: the notes and the move, through [`crate::transfer`].
+//! - [`resume`]: a run that finds an earlier run's OUTCOME recorded but
+//!   its move not made completes that move; the agent never runs twice
+//!   for one recorded visit.
 //!
 //! A failed guard or an invalid run is a chart note and a defined result,
 //! never a crash; notes are in the chart before any label moves.
@@ -33,6 +36,7 @@ pub mod local;
 mod prepare;
 mod record;
 mod result;
+mod resume;
 mod seal;
 mod treat;
 pub mod visit;
@@ -69,6 +73,17 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         guard::Admitted::Stage(patient) => patient,
     };
     crate::fault::point("after-guard");
+    // A run whose visit is already recorded is not run again: its move is completed.
+    // Completing it writes: the visit job leaves it to the record job.
+    if let Some(unmoved) = resume::unmoved(h, &patient).await? {
+        if !req.phase.writes() {
+            let reason = format!("{} has a recorded visit whose move the record job completes", patient.issue.number);
+            return Ok(StageResult::NoOp { issue: patient.issue.number, reason });
+        }
+        if let Some(result) = resume::complete(h, &patient, unmoved).await? {
+            return Ok(result);
+        }
+    }
     let span = info_span!("stage", repo = %h.forge.describe(), issue = patient.issue.number.0, stage = patient.stage.name, run = %patient.run);
     let mut workspace = None;
     let result = rounds(h, &patient, req, &mut workspace).instrument(span).await;

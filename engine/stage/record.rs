@@ -242,7 +242,11 @@ async fn accept(
 /// Files the follow-ups the chart's notes name and charts what was filed.
 /// Filing is a service to people, not a step of the patient's treatment:
 /// a failure is logged and the next valid run of the patient files them.
-async fn file_follow_ups(h: &Hospital, patient: &Patient<'_>, stored: Option<StoredChart>) -> Option<StoredChart> {
+pub(super) async fn file_follow_ups(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    stored: Option<StoredChart>,
+) -> Option<StoredChart> {
     let number = patient.issue.number;
     let filed = async {
         let Some(chart) = &stored else { return Ok(None) };

@@ -135,6 +135,8 @@ pub struct SweepReport {
     /// Patients waiting for CI or a review, sent a look (the backstop for
     /// a lost wake-up event).
     pub woken: Vec<IssueNumber>,
+    /// Discharged patients a failed close left open, closed now.
+    pub closed: Vec<IssueNumber>,
     /// True when a cap stopped the sweep before every due patient was seen.
     pub capped: bool,
     pub cursor: u64,
@@ -153,6 +155,7 @@ impl SweepReport {
             reaped: Vec::new(),
             released: Vec::new(),
             woken: Vec::new(),
+            closed: Vec::new(),
             capped: false,
             cursor: 0,
         }
@@ -197,6 +200,9 @@ impl fmt::Display for SweepReport {
         }
         for n in &self.woken {
             writeln!(f, "- {n}: waits for CI or a review; sent a look")?;
+        }
+        for n in &self.closed {
+            writeln!(f, "- {n}: labeled discharged but still open (its close failed); closed")?;
         }
         Ok(())
     }
@@ -407,6 +413,7 @@ impl Walk<'_> {
         state.watch = watch;
         self.wake_waiting(&mut report).await;
         self.start_queued(&mut report).await;
+        self.close_discharged(&mut report).await;
         // Families a crash left half released: blocked children whose
         // dependencies are all discharged, parents whose children all are.
         match crate::family::repair(self.forge, self.config, &self.run, self.now).await {
@@ -450,6 +457,25 @@ impl Walk<'_> {
                 Ok(Some(issue)) => report.woken.push(issue),
                 Ok(None) => return,
                 Err(e) => return report.problems.push(format!("could not start the queued patients: {e:#}")),
+            }
+        }
+    }
+
+    /// A discharge labels first, then closes: a close that failed after
+    /// its retries leaves a discharged patient open, and no stage runs for
+    /// a resting label. The sweep closes it (one listing page, one close each).
+    async fn close_discharged(&self, report: &mut SweepReport) {
+        let discharged = &self.config.discharge.discharged_label;
+        let open = match self.forge.open_issues_with_label(discharged).await {
+            Ok(list) => list,
+            Err(e) => return report.problems.push(format!("could not list the open issues at `{discharged}`: {e}")),
+        };
+        for issue in open {
+            match self.forge.close_issue(issue.number).await {
+                Ok(()) => report.closed.push(issue.number),
+                Err(e) => {
+                    report.problems.push(format!("{}: could not close the discharged patient: {e}", issue.number))
+                }
             }
         }
     }

@@ -97,6 +97,11 @@ fn needs(method: &str, rest: &str) -> (&'static str, bool) {
     (scope, write)
 }
 
+/// `METHOD /template` of a request, as faults and call counts key it.
+pub(super) fn route_key(method: &Method, path: &str) -> Option<String> {
+    route(method, path).map(|(template, _)| format!("{method} {template}"))
+}
+
 fn route(method: &Method, path: &str) -> Option<(&'static str, BTreeMap<&'static str, String>)> {
     let got: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     'routes: for (m, template) in ROUTES {
@@ -294,6 +299,7 @@ impl State {
                     ("x-ratelimit-reset", reset(secs)),
                 ],
             ),
+            FaultKind::ShaMissing422 => error(422, "Invalid request.\n\n\"sha\" wasn't supplied."),
             FaultKind::LostAnswer(_) => return None,
             FaultKind::ConcurrentWrite { branch, text } => {
                 // A route without a file (a merge): a file of its own, so the branch moves.

@@ -19,6 +19,10 @@
 //!   with `Retry-After` or without (secondary limit), 429, rate-limit
 //!   exhaustion, a write that lands but whose answer is lost, and a
 //!   concurrent writer on a contents path.
+//! - A seeded fault schedule ([`Schedule`], schedule.rs) decides per
+//!   request number which API request gets a fault (5xx, 403/429 with
+//!   `Retry-After`, a connection reset before or after the request took
+//!   effect, a 409/422 sha conflict, a slow answer), for tests/faults.rs.
 //!
 //! GitHub's rules it keeps (each has a test in `tests/workflows.rs` or
 //! `tests/github.rs` that would fail were the fake lenient):
@@ -93,6 +97,7 @@ pub mod git;
 mod graphql;
 mod handlers;
 mod releases;
+mod schedule;
 mod settings;
 mod state;
 
@@ -112,6 +117,8 @@ use ward::forge::retry::RetryPolicy;
 
 #[allow(unused_imports)]
 pub use events::{WorkflowRunFacts, webhook};
+#[allow(unused_imports)]
+pub use schedule::{Injected, Schedule};
 pub use state::*;
 
 pub const OWNER: &str = "octo";
@@ -226,14 +233,43 @@ impl Drop for FakeGitHub {
     }
 }
 
+/// An answer withheld: hyper closes the connection, as a reset would.
+#[derive(Debug)]
+struct ConnectionReset;
+
+impl std::fmt::Display for ConnectionReset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("injected fault: connection reset")
+    }
+}
+
+impl std::error::Error for ConnectionReset {}
+
 async fn serve(
     state: Arc<Mutex<State>>,
     req: Request<hyper::body::Incoming>,
-) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+) -> Result<Response<Full<Bytes>>, ConnectionReset> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     if parts.uri.path().starts_with(&format!("/{OWNER}/{REPO}.git/")) {
         return Ok(serve_git(state, &parts, &body).await);
+    }
+    // A seeded schedule (schedule.rs) may slow the answer or reset the connection.
+    let plan = schedule::plan(&mut state.lock().unwrap_or_else(|p| p.into_inner()), &parts.method, parts.uri.path());
+    match plan {
+        schedule::Plan::Answer { delay } if !delay.is_zero() => tokio::time::sleep(delay).await,
+        schedule::Plan::Answer { .. } => {}
+        schedule::Plan::Reset { handle: false } => return Err(ConnectionReset),
+        schedule::Plan::Reset { handle: true } => {
+            let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+            // The request takes effect; its answer never leaves.
+            if releases::handle(&mut state, &parts.method, &parts.uri, &parts.headers).is_none()
+                && settings::handle(&mut state, &parts.method, &parts.uri, &parts.headers, &body).is_none()
+            {
+                state.handle(&parts.method, &parts.uri, &parts.headers, &body);
+            }
+            return Err(ConnectionReset);
+        }
     }
     let answer = {
         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());

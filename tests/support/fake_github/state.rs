@@ -296,6 +296,9 @@ pub enum FaultKind {
     /// the request's path on `branch` with `text` (its sha changes), so the
     /// request meets a real conflict.
     ConcurrentWrite { branch: String, text: String },
+    /// 422 "sha wasn't supplied": a contents write without a sha met a
+    /// file another writer created first.
+    ShaMissing422,
 }
 
 #[derive(Debug, Clone)]
@@ -381,6 +384,8 @@ pub struct State {
     pub git_log: Vec<GitExchange>,
     pub unknown: Vec<String>,
     pub faults: Vec<Fault>,
+    /// A seeded fault schedule over every API request (schedule.rs).
+    pub schedule: Option<super::schedule::Schedule>,
     pub(super) next_id: u64,
     /// The path of the request being answered (for `Link` headers).
     pub(super) current_path: String,
@@ -433,6 +438,7 @@ impl State {
             git_log: Vec::new(),
             unknown: Vec::new(),
             faults: Vec::new(),
+            schedule: None,
             next_id: 1000,
             current_path: String::new(),
             actor: ENGINE.into(),
