@@ -199,7 +199,7 @@ async fn patient(seed: u64, template: &Path) -> Result<Ran, String> {
         if trigger.label.as_deref() == Some("ward:discharge") {
             review_and_ci(&gh, n, &mut reviewed);
         }
-        match actions::stage_from_event(&h, &trigger).await {
+        match actions::stage_from_event(&h, &trigger, ward::stage::Phase::Whole).await {
             Ok(actions::EventRun::Ran(result)) if result.is_failure() => failed_runs += 1,
             Ok(_) => {}
             Err(_) => failed_runs += 1,

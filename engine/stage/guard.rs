@@ -322,7 +322,13 @@ impl Gate<'_> {
         let note = Note { kind: NoteKind::Refusal, meta, body: refusal.note_body() };
         let to = Move::from(&refusal.route);
         if !self.writes {
-            return Ok(StageResult::Refused { issue: self.issue.number, stage, reason: refusal.to_string(), to: None, locked: false });
+            return Ok(StageResult::Refused {
+                issue: self.issue.number,
+                stage,
+                reason: refusal.to_string(),
+                to: None,
+                locked: false,
+            });
         }
         let seen = self.seen();
         let moved = transfer(&*h.forge, &h.config, &self.issue, seen, vec![note], to.clone()).await?;

@@ -296,7 +296,13 @@ async fn propose(h: &Hospital, patient: &Patient<'_>, ws: &Workspace) -> anyhow:
 
 /// The pull request of a pushed treatment (or, by the push, updated), and its CI.
 /// `changed`: the files the treatment changed, whose CODEOWNERS review it.
-async fn open_pull(h: &Hospital, patient: &Patient<'_>, branch: &str, base: &str, changed: &[String]) -> anyhow::Result<()> {
+async fn open_pull(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    branch: &str,
+    base: &str,
+    changed: &[String],
+) -> anyhow::Result<()> {
     let number = patient.issue.number;
     let new = crate::forge::NewPullRequest {
         head_branch: branch.to_string(),

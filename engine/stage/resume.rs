@@ -72,7 +72,7 @@ pub async fn complete(h: &Hospital, patient: &Patient<'_>, unmoved: Unmoved) -> 
     let moved = if to == *discharged {
         // The merge may not have happened: audit again (a commit may have
         // landed since), merge what passes, as the run would have.
-        let facts = audit::gather(&*h.forge, &audit::patient_branch(number)).await;
+        let facts = audit::gather(&*h.forge, &audit::patient_branch(number), h.config.approve_permission).await;
         let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
         match approval::after_audit(&h.config, &patient.chart, checklist.passed()) {
             AfterAudit::SendBack => return Ok(None),
@@ -82,10 +82,20 @@ pub async fn complete(h: &Hospital, patient: &Patient<'_>, unmoved: Unmoved) -> 
             }
             AfterAudit::Merge => {
                 let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
-                crate::discharge::merge(&*h.forge, pull).await?;
-                let issue = &patient.issue;
-                let run = &unmoved.run;
-                crate::discharge::discharge(&*h.forge, &h.config, issue, seen, Vec::new(), run, h.now()).await?.0
+                if let Some(integration) = crate::discharge::queue::active(&*h.forge, &h.config) {
+                    // With an integration check, the merge queue merges.
+                    crate::discharge::queue::enqueue(&*h.forge, number, pull, h.now()).await?;
+                    to = integration.queued_label.clone();
+                    transfer(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), Move::To(to.clone())).await?
+                } else {
+                    // A head that moved since: the stage runs and audits it.
+                    if crate::discharge::merge(&*h.forge, pull).await? == crate::discharge::Merge::HeadMoved {
+                        return Ok(None);
+                    }
+                    let issue = &patient.issue;
+                    let run = &unmoved.run;
+                    crate::discharge::discharge(&*h.forge, &h.config, issue, seen, Vec::new(), run, h.now()).await?.0
+                }
             }
         }
     } else {
