@@ -300,7 +300,7 @@ pub fn summary_for(
                 ("engine".into(), Duration::from_millis(engine as u64)),
             ];
         }
-        StageResult::NoOp { issue, reason } => {
+        StageResult::NoOp { issue, reason } | StageResult::Deferred { issue, reason } => {
             s.issue = *issue;
             s.stage = "none".into();
             s.label_in = "—".into();
@@ -375,6 +375,14 @@ fn report_summary(summary: &RunSummary) -> anyhow::Result<Option<String>> {
             .with_context(|| format!("could not write the step outputs to {path}"))?;
     }
     Ok(summary.error.as_ref().map(|e| error_annotation(&format!("ward: {} of {}", summary.stage, summary.issue), e)))
+}
+
+/// The visit job's step output `record`: whether its record job has
+/// anything to record (`ward-stage.yml` skips the record job otherwise).
+pub fn visit_output(record: bool) -> anyhow::Result<()> {
+    let Some(path) = std::env::var("GITHUB_OUTPUT").ok().filter(|v| !v.is_empty()) else { return Ok(()) };
+    append_step_summary(Path::new(&path), &format!("record={record}\n"))
+        .with_context(|| format!("could not write the step output `record` to {path}"))
 }
 
 /// The step outputs of a run (`$GITHUB_OUTPUT` lines): `issue`, `stage`

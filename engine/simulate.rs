@@ -359,7 +359,7 @@ pub async fn drive_with(
                 scripted,
                 detail: None,
             }),
-            StageResult::NoOp { .. } => break,
+            StageResult::NoOp { .. } | StageResult::Deferred { .. } => break,
             StageResult::Refused { stage, reason, to, .. } => steps.push(Step {
                 stage,
                 role,

@@ -1231,12 +1231,14 @@ async fn ward_starts_ci_on_the_treatment_branch_waits_for_it_and_a_maintainers_r
         calls,
         ["GET /repos/{owner}/{repo}/collaborators/{username}/permission", "POST /graphql"]
             .into_iter()
-            .map(|k| (k.to_string(), 2))
+            .map(|k| (k.to_string(), 1))
             .collect(),
-        "a wake-up that finds nothing new: two calls in the visit job, two in the record job"
+        "a wake-up that finds nothing new: two calls, in the visit job; its record job is skipped"
     );
-    let triage_wake = stage_runs[7].job("record").step("stage").log.clone();
-    assert!(triage_wake.contains("neither passes nor blocks"), "{triage_wake}");
+    let triage_wake = &stage_runs[7];
+    let look = triage_wake.job("visit").step("visit").log.clone();
+    assert!(look.contains("neither passes nor blocks"), "{look}");
+    assert_eq!(triage_wake.job("record").conclusion.as_deref(), Some("skipped"), "nothing to record");
     let final_audit = checklists(&gh, n).pop().unwrap();
     assert!(final_audit.contains("`tia` approved (triage)"), "listed, not counted: {final_audit}");
 }
@@ -2039,7 +2041,7 @@ async fn commands_from_a_writer_hold_resume_and_retry_and_from_a_reader_do_nothi
         s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
     };
     let mut runner = Runner::new(&gh);
-    runner.job_takes("ward-stage.yml", "stage", 5 * MINUTE);
+    runner.job_takes("ward-stage.yml", "visit", 5 * MINUTE);
     let ids = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     for (at, who, text) in

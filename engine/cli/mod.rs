@@ -535,6 +535,18 @@ async fn stage_from_event(
     let run = crate::actions::stage_from_event(h, trigger, phase).await.map_err(|e| {
         if e.is::<crate::actions::GuardError>() { anyhow::Error::new(BadInput(e.to_string())) } else { e }
     })?;
+    // The visit job tells its record job whether there is anything to
+    // record: nothing when the event was not for a stage, or when the look
+    // found nothing to do (the record job would find the same, and a
+    // wake-up that finds nothing new costs only the visit job's reads).
+    let record = match &run {
+        EventRun::Ignored(_) | EventRun::Sweep => false,
+        EventRun::Refused { .. } => true,
+        EventRun::Ran(result) => !matches!(**result, crate::stage::StageResult::NoOp { .. }),
+    };
+    if visit {
+        crate::actions::visit_output(record)?;
+    }
     let result = match run {
         EventRun::Ignored(reason) => {
             println!("nothing to do: {}", shown(&reason));
@@ -660,6 +672,7 @@ pub fn describe_result(result: &StageResult) -> String {
             t.issue, t.stage, t.role, t.outcome, t.to, t.total_ms, t.agent_ms, t.run
         ),
         StageResult::NoOp { reason, .. } => format!("nothing to do: {reason}"),
+        StageResult::Deferred { reason, .. } => format!("for the record job: {reason}"),
         StageResult::Refused { issue, stage, reason, to, .. } => format!(
             "{issue} {stage} refused: {reason}{}",
             to.as_ref().map(|t| format!(" (sent to {t})")).unwrap_or_default()

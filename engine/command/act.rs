@@ -154,7 +154,9 @@ async fn approve(h: &Hospital, event: &CommentEvent, issue: &Issue) -> anyhow::R
             Acted::Done(format!("approved, but the audit taken again failed: back to `{}` (the chart says why).", t.to))
         }
         StageResult::Refused { reason, .. } => Acted::Declined(format!("not approved: {reason}")),
-        StageResult::NoOp { reason, .. } => Acted::Declined(format!("nothing to approve: {reason}")),
+        StageResult::NoOp { reason, .. } | StageResult::Deferred { reason, .. } => {
+            Acted::Declined(format!("nothing to approve: {reason}"))
+        }
         StageResult::Invalid { reason, .. } => Acted::Declined(format!("not approved: {reason}")),
     };
     let (text, reaction) = match &acted {

@@ -168,7 +168,7 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
     // The visit job runs no approval: it is the record job's (no agent).
     if !writes && matches!(gate.asked, Asked::Approval { .. }) {
         let reason = format!("a chief's approval of {number} runs no agent; the record job audits and merges");
-        return Ok(Admitted::Stop(StageResult::NoOp { issue: number, reason }));
+        return Ok(Admitted::Stop(StageResult::Deferred { issue: number, reason }));
     }
     gate.chart()?;
     let chart = gate.chart.take().expect("just parsed");
@@ -197,7 +197,7 @@ impl Gate<'_> {
     async fn check(&mut self, guard: Guard) -> anyhow::Result<Option<StageResult>> {
         let stop = self.check_writing(guard).await?;
         match stop {
-            Some(StageResult::Refused { reason, .. }) if !self.writes => Ok(Some(StageResult::NoOp {
+            Some(StageResult::Refused { reason, .. }) if !self.writes => Ok(Some(StageResult::Deferred {
                 issue: self.issue.number,
                 reason: format!("no agent runs: {reason}; the record job writes why"),
             })),

@@ -78,7 +78,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     if let Some(unmoved) = resume::unmoved(h, &patient).await? {
         if !req.phase.writes() {
             let reason = format!("{} has a recorded visit whose move the record job completes", patient.issue.number);
-            return Ok(StageResult::NoOp { issue: patient.issue.number, reason });
+            return Ok(StageResult::Deferred { issue: patient.issue.number, reason });
         }
         if let Some(result) = resume::complete(h, &patient, unmoved).await? {
             return Ok(result);
@@ -140,7 +140,7 @@ impl Bedside {
                 self.label_in,
                 Some(format!("**Last run:** `{stage}` run `{run}` was invalid; the chart's REFUSAL note says why.")),
             ),
-            Ok(StageResult::NoOp { .. }) | Err(_) => return,
+            Ok(StageResult::NoOp { .. } | StageResult::Deferred { .. }) | Err(_) => return,
         };
         // The run wrote since the guard read the chart: a first comment's
         // note reads it again rather than fail a compare-and-swap.

@@ -93,6 +93,11 @@ pub enum StageResult {
     /// Nothing to do (label already gone, issue closed, resting label,
     /// another run in progress). Exit 0.
     NoOp { issue: IssueNumber, reason: String },
+    /// The visit job stopped without an agent because what comes next
+    /// writes (a refusal, a lockdown note, the audit before the nurse, an
+    /// approval, a resumed move), or it sealed an agent's visit: the record
+    /// job decides and writes. Exit 0. Only `Phase::Visit` gives it.
+    Deferred { issue: IssueNumber, reason: String },
     /// A guard or a rule refused the run; a note in the chart says why and
     /// what to do, and the label went where the rule sends it (or stayed).
     /// `locked`: the refusal is a lockdown's (nothing moves until it lifts).
@@ -117,7 +122,7 @@ impl StageResult {
     /// The exit code every command gives this result (README, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
-            StageResult::Moved(_) | StageResult::NoOp { .. } => EXIT_OK,
+            StageResult::Moved(_) | StageResult::NoOp { .. } | StageResult::Deferred { .. } => EXIT_OK,
             StageResult::Invalid { .. } => EXIT_FAILED,
             StageResult::Refused { locked: true, .. } => EXIT_LOCKED,
             StageResult::Refused { .. } => EXIT_REFUSED,
@@ -128,6 +133,7 @@ impl StageResult {
         match self {
             StageResult::Moved(t) => t.issue,
             StageResult::NoOp { issue, .. }
+            | StageResult::Deferred { issue, .. }
             | StageResult::Refused { issue, .. }
             | StageResult::Invalid { issue, .. } => *issue,
         }

@@ -32,7 +32,7 @@ pub async fn seal(
         None => false,
     };
     info!(out = %out.display(), bundled, "visit sealed");
-    Ok(StageResult::NoOp {
+    Ok(StageResult::Deferred {
         issue: number,
         reason: format!(
             "the visit of stage `{}` (run {}) is sealed in {}{}; the record job judges and records it",

@@ -46,7 +46,7 @@ pub async fn before_nurse(h: &Hospital, patient: &Patient<'_>, writes: bool) -> 
     if !writes && !nurse {
         let reason =
             format!("the audit before the nurse of {} runs no agent; the record job writes it", patient.issue.number);
-        return Ok(BeforeNurse::Done(StageResult::NoOp { issue: patient.issue.number, reason }));
+        return Ok(BeforeNurse::Done(StageResult::Deferred { issue: patient.issue.number, reason }));
     }
     match (checklist.verdict(), treat) {
         (Verdict::Waiting, _) => wait(h, patient, &facts, &checklist).await.map(BeforeNurse::Done),
