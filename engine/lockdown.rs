@@ -11,8 +11,9 @@
 //! Who can do what, and why that is acceptable: anyone who may label issues
 //! (triage) can open a lockdown, since a false alarm only stops work. Lifting
 //! through ward needs maintain; closing the issue in GitHub's interface needs
-//! only triage, which ward cannot prevent, so the issue's footer names who
-//! declared it and the closing stays visible in the issue's history.
+//! only triage, which ward cannot prevent: the charge nurse's sweep reopens
+//! a lockdown closed by someone below maintain, with a comment saying so
+//! ([`reopen_closed_below_maintain`]).
 
 use std::fmt;
 
@@ -168,6 +169,46 @@ pub async fn lift(forge: &dyn Forge, actor: &str, now: DateTime<Utc>) -> Result<
         closed.push(n);
     }
     Ok(closed)
+}
+
+/// How far back the sweep looks for lockdowns closed by hand: a day, many
+/// sweeps' worth, so a lockdown closed between two sweeps is always seen.
+pub const CLOSED_LOOKBACK: chrono::Duration = chrono::Duration::hours(24);
+
+/// Lockdown issues closed by someone below maintain (GitHub lets anyone
+/// with triage close an issue; lifting a lockdown needs maintain): each
+/// is reopened with a comment saying who closed it and who may lift it.
+/// Closed by ward's own account (`ward lockdown off`, which checked the
+/// permission) or by a maintainer: left closed. Returns those reopened.
+pub async fn reopen_closed_below_maintain(
+    forge: &dyn Forge,
+    now: DateTime<Utc>,
+) -> Result<Vec<IssueNumber>, LockdownError> {
+    let closed = forge
+        .closed_issues_with_label(LOCKDOWN_LABEL, now - CLOSED_LOOKBACK)
+        .await
+        .map_err(forge_err(format!("list the closed issues labeled `{LOCKDOWN_LABEL}`")))?;
+    let mut reopened = Vec::new();
+    for issue in closed {
+        let Some(who) = issue.closed_by.filter(|w| !w.eq_ignore_ascii_case(forge.engine_account())) else {
+            continue;
+        };
+        let has = forge.permission(&who).await.map_err(forge_err(format!("read the permission of `{who}`")))?;
+        if has >= Permission::Maintain {
+            continue;
+        }
+        let n = issue.number;
+        let body = format!(
+            "Reopened by ward: @{who} closed this lockdown with {} permission, and lifting a lockdown needs \
+             maintain. Stages stay stopped. A maintainer lifts it with `ward lockdown off` (or by closing this \
+             issue).",
+            format!("{has:?}").to_lowercase()
+        );
+        forge.reopen_issue(n).await.map_err(forge_err(format!("reopen the lockdown issue {n}")))?;
+        forge.add_comment(n, &body).await.map_err(forge_err(format!("comment on the lockdown issue {n}")))?;
+        reopened.push(n);
+    }
+    Ok(reopened)
 }
 
 /// After a lift: re-triggers every open patient that waited, that is whose

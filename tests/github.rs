@@ -380,6 +380,47 @@ async fn the_sweep_state_of_30000_watched_patients_is_read_whole() {
     assert_eq!(ward::sweep::load_state(&forge).await.unwrap().cursor, 7);
 }
 
+/// Infection control: GitHub lets anyone with triage close an issue, and
+/// lifting a lockdown needs maintain. The sweep reopens a lockdown a
+/// triager closed, with a comment saying who closed it and who may lift
+/// it, and stages stay stopped; one a maintainer closed stays closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lockdown_closed_by_someone_who_may_not_lift_it_is_reopened_by_the_sweep() {
+    let gh = FakeGitHub::start().await;
+    let (by_triager, by_maintainer) = {
+        let mut s = gh.state();
+        s.add_collaborator("tia", "triage");
+        s.add_collaborator("maya", "maintain");
+        let a = s.add_issue("Docker down", "Docker host down\n\n---\nDeclared by @maria", ENGINE, &["ward:lockdown"]);
+        let b = s.add_issue("CI down", "CI red\n\n---\nDeclared by @maria", ENGINE, &["ward:lockdown"]);
+        s.close(a, "tia");
+        s.close(b, "maya");
+        (a, b)
+    };
+    let forge = gh.forge();
+    ward::sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+    let now = DateTime::parse_from_rfc3339(EPOCH).unwrap().with_timezone(&Utc) + chrono::Duration::hours(1);
+    let report = ward::sweep::sweep(&forge, &config(), now, &ward::sweep::Facilities::default(), None).await.unwrap();
+    assert_eq!(report.reopened, [IssueNumber(by_triager)], "{report}");
+    {
+        let s = gh.state();
+        assert!(s.issue(by_triager).open, "reopened: the lockdown is in force again");
+        assert!(!s.issue(by_maintainer).open, "a maintainer may lift it");
+        let said: Vec<&str> = s.comments.iter().filter(|c| c.issue == by_triager).map(|c| c.body.as_str()).collect();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].contains("@tia closed this lockdown with triage permission"), "{}", said[0]);
+        assert!(said[0].contains("needs maintain"), "{}", said[0]);
+    }
+    let active = ward::lockdown::active_lockdown(&forge).await.unwrap();
+    assert_eq!(active.map(|l| l.issue), Some(IssueNumber(by_triager)), "stages stay stopped");
+    // The next sweep finds nothing more to reopen (the triager's close is
+    // undone, the maintainer's stands).
+    let again = ward::sweep::sweep(&forge, &config(), now + chrono::Duration::minutes(15), &Default::default(), None)
+        .await
+        .unwrap();
+    assert!(again.reopened.is_empty(), "{again}");
+}
+
 /// The charge nurse on GitHub: a stalled patient costs one GraphQL look
 /// (the issue as it is now, its chart and label events), the SWEEP note and
 /// the re-trigger (the dispatch): three calls beyond what a sweep with

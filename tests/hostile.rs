@@ -22,9 +22,9 @@
 //! | edits to every protected path                       | `edit.sh` in treatment, one run per path     |
 //! | a precedent appended under ward's identity          | `ward precedents check` on such a commit     |
 //! | an issue edited after admission (prompt injection)  | `prompt.sh`: the prompts before and after re-admission |
-//! | fsmonitor / insteadOf planted before a fetch        | not yet (needs the bare-repository fetch)    |
+//! | fsmonitor / insteadOf planted before a fetch        | tests/workspace.rs `fetch_runs_nothing_the_agent_planted_*` |
 //! | `::stop-commands::` and fake annotations            | `commands.sh`: local forge; the Actions runner (tests/workflows.rs) |
-//! | a forged worktree marker; a foreign container       | not yet (needs the reapers' ownership)       |
+//! | a forged worktree marker; a foreign container       | tests/workspace.rs `the_reaper_removes_only_what_ward_recorded_*`, `the_container_reaper_removes_only_this_installations_*` |
 //! | a 5 MB note; a note over the per-note limit         | `notes.sh big`: local forge                  |
 //! | a 100k-deep YAML note                               | unit tests (rules/decomposition.rs, untrusted.rs) |
 //! | control characters in notes                         | `notes.sh controls`: local forge             |
@@ -33,7 +33,8 @@
 //! | an agent holding the visit job's token              | `steal.sh` through the two jobs: its label and push get 403 |
 //! | a bundle with another ref, a huge file, a moved start | refused with a sentence (workspace/bundle.rs tests; `huge.sh` through the two jobs) |
 //! | a visit whose label moved while the agent ran       | dropped, nothing written (tests/workflows.rs) |
-//! | the token attacks above through the two jobs        | not yet (the visit job holds only a read token) |
+//! | the token attacks above through the two jobs        | not re-run in the visit job: it holds only a read token (`steal.sh` shows what that token can do) |
+//! | a lockdown issue closed by a triager                | reopened by the sweep (tests/github.rs `a_lockdown_closed_by_someone_*`) |
 //!
 //! `hold.sh` is not an attack: it holds a stage open while the test looks
 //! at ward from outside.

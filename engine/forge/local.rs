@@ -437,6 +437,26 @@ impl Forge for LocalForge {
         self.update(number, |rec| rec.issue.state = IssueState::Closed)
     }
 
+    async fn reopen_issue(&self, number: IssueNumber) -> ForgeResult<()> {
+        self.update(number, |rec| rec.issue.state = IssueState::Open)
+    }
+
+    /// Locally only ward closes issues (nobody else has a hand on the
+    /// folder's records), so who closed them is not kept: `None`.
+    async fn closed_issues_with_label(
+        &self,
+        label: &str,
+        _since: chrono::DateTime<chrono::Utc>,
+    ) -> ForgeResult<Vec<super::ClosedIssue>> {
+        Ok(self
+            .all_issues()
+            .await?
+            .into_iter()
+            .filter(|i| i.state == IssueState::Closed && i.labels.iter().any(|l| l == label))
+            .map(|i| super::ClosedIssue { number: i.number, closed_by: None })
+            .collect())
+    }
+
     async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()> {
         self.replace_labels(number, labels, true)
     }

@@ -78,6 +78,13 @@ pub struct LabelEvent {
     pub at: DateTime<Utc>,
 }
 
+/// A closed issue and who closed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClosedIssue {
+    pub number: IssueNumber,
+    pub closed_by: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comment {
     pub id: u64,
@@ -341,6 +348,11 @@ pub trait Forge: Send + Sync {
     /// Every issue, open or closed, for reports.
     async fn all_issues(&self) -> ForgeResult<Vec<Issue>>;
     async fn close_issue(&self, number: IssueNumber) -> ForgeResult<()>;
+    async fn reopen_issue(&self, number: IssueNumber) -> ForgeResult<()>;
+    /// Closed issues carrying `label`, closed (or otherwise updated) since
+    /// `since`, with who closed them (infection control checks who closed a
+    /// lockdown). `closed_by` is `None` where the forge does not say.
+    async fn closed_issues_with_label(&self, label: &str, since: DateTime<Utc>) -> ForgeResult<Vec<ClosedIssue>>;
 
     /// Replace the issue's labels with `labels` in one write.
     async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()>;

@@ -137,6 +137,8 @@ pub struct SweepReport {
     pub woken: Vec<IssueNumber>,
     /// Discharged patients a failed close left open, closed now.
     pub closed: Vec<IssueNumber>,
+    /// Lockdown issues closed by someone below maintain, reopened now.
+    pub reopened: Vec<IssueNumber>,
     /// True when a cap stopped the sweep before every due patient was seen.
     pub capped: bool,
     pub cursor: u64,
@@ -156,6 +158,7 @@ impl SweepReport {
             released: Vec::new(),
             woken: Vec::new(),
             closed: Vec::new(),
+            reopened: Vec::new(),
             capped: false,
             cursor: 0,
         }
@@ -203,6 +206,9 @@ impl fmt::Display for SweepReport {
         }
         for n in &self.closed {
             writeln!(f, "- {n}: labeled discharged but still open (its close failed); closed")?;
+        }
+        for n in &self.reopened {
+            writeln!(f, "- {n}: a lockdown closed by someone who may not lift it; reopened")?;
         }
         Ok(())
     }
@@ -507,6 +513,11 @@ impl Walk<'_> {
                 Vec::new()
             }
         };
+        // A lockdown closed by someone who may not lift it is in force again.
+        match lockdown::reopen_closed_below_maintain(self.forge, self.now).await {
+            Ok(reopened) => report.reopened = reopened,
+            Err(e) => report.problems.push(format!("could not check who closed the lockdowns: {e}")),
+        }
         let active = lockdown::active_lockdown(self.forge).await?;
         if let Some(l) = active {
             return Ok(Some(SweepOutcome::Lockdown { issue: l.issue, reason: l.reason, declared_now: false }));

@@ -237,6 +237,18 @@ impl<F: Forge> Forge for Counting<F> {
         self.count("close_issue");
         self.inner.close_issue(number).await
     }
+    async fn reopen_issue(&self, number: IssueNumber) -> ForgeResult<()> {
+        self.count("reopen_issue");
+        self.inner.reopen_issue(number).await
+    }
+    async fn closed_issues_with_label(
+        &self,
+        label: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> ForgeResult<Vec<ward::forge::ClosedIssue>> {
+        self.count("closed_issues_with_label");
+        self.inner.closed_issues_with_label(label, since).await
+    }
     async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()> {
         self.count("set_labels");
         self.inner.set_labels(number, labels).await
@@ -351,6 +363,16 @@ impl Forge for Shared {
     }
     async fn close_issue(&self, n: IssueNumber) -> ForgeResult<()> {
         self.0.close_issue(n).await
+    }
+    async fn reopen_issue(&self, n: IssueNumber) -> ForgeResult<()> {
+        self.0.reopen_issue(n).await
+    }
+    async fn closed_issues_with_label(
+        &self,
+        label: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> ForgeResult<Vec<ward::forge::ClosedIssue>> {
+        self.0.closed_issues_with_label(label, since).await
     }
     async fn set_labels(&self, n: IssueNumber, labels: &[String]) -> ForgeResult<()> {
         self.0.set_labels(n, labels).await

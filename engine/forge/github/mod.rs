@@ -386,6 +386,36 @@ impl Forge for GitHubForge {
         convert::<WireIssue, Issue>(wires, &action)
     }
 
+    async fn reopen_issue(&self, number: IssueNumber) -> ForgeResult<()> {
+        let action = format!("reopen issue {number} of {}", self.settings.repo);
+        let mut call = self.call(Method::PATCH, &format!("/issues/{}", number.0), action, Access::IssuesWrite);
+        call.body = Some(json!({ "state": "open" }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    /// The listing (one call) says nothing of who closed an issue; each
+    /// issue's own read does (`closed_by`), one call per closed issue.
+    async fn closed_issues_with_label(
+        &self,
+        label: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> ForgeResult<Vec<crate::forge::ClosedIssue>> {
+        let action = format!("list closed issues labeled `{label}` in {}", self.settings.repo);
+        let since = since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let rest = format!("/issues?state=closed&labels={}&since={since}&per_page=100", percent(label));
+        let items = self.get_all(self.call(Method::GET, &rest, action.clone(), Access::IssuesRead), array).await?;
+        let mut closed = Vec::new();
+        for item in items.iter().filter(|i| i.get("pull_request").is_none()) {
+            let Some(n) = item.get("number").and_then(Value::as_u64) else { continue };
+            let read = format!("read who closed issue #{n}");
+            let call = self.call(Method::GET, &format!("/issues/{n}"), read.clone(), Access::IssuesRead);
+            let issue: Value = self.send_ok(&call).await?.json(&read)?;
+            let closed_by = issue.pointer("/closed_by/login").and_then(Value::as_str).map(str::to_string);
+            closed.push(crate::forge::ClosedIssue { number: IssueNumber(n), closed_by });
+        }
+        Ok(closed)
+    }
+
     async fn close_issue(&self, number: IssueNumber) -> ForgeResult<()> {
         let action = format!("close issue {number} of {}", self.settings.repo);
         let mut call = self.call(Method::PATCH, &format!("/issues/{}", number.0), action, Access::IssuesWrite);

@@ -480,7 +480,10 @@ impl State {
         v["created_at"] = json!(i.created_at);
         v["updated_at"] = json!(i.closed_at.as_ref().unwrap_or(&i.created_at));
         v["closed_at"] = json!(i.closed_at);
-        v["closed_by"] = Value::Null;
+        v["closed_by"] = match &i.closed_by {
+            Some(who) if !i.open => self.user_json(who),
+            _ => Value::Null,
+        };
         v["comments"] = json!(self.comments.iter().filter(|c| c.issue == i.number).count());
         v["labels"] = Value::Array(
             i.labels.iter().filter_map(|n| self.labels.get(&n.to_lowercase())).map(|l| self.label_json(l)).collect(),
@@ -501,6 +504,11 @@ impl State {
                 _ => true,
             })
             .filter(|i| wanted.iter().all(|w| w.is_empty() || i.labels.iter().any(|l| l.to_lowercase() == *w)))
+            // `since`: only issues updated at or after it (here: closed or created).
+            .filter(|i| match q.get("since") {
+                Some(since) => i.closed_at.as_ref().unwrap_or(&i.created_at).as_str() >= since.as_str(),
+                None => true,
+            })
             .collect::<Vec<_>>();
         self.page_by(items.len(), q, |start, end| items[start..end].iter().map(|i| self.issue_json(i)).collect())
     }
@@ -557,6 +565,7 @@ impl State {
                 let i = self.issues.get_mut(&n).unwrap();
                 i.open = true;
                 i.closed_at = None;
+                i.closed_by = None;
                 let payload = self.issue_payload("reopened", n, None);
                 self.deliver("issues", payload, &actor);
             }

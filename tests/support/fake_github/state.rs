@@ -20,6 +20,8 @@ pub struct FakeIssue {
     pub labels: Vec<String>,
     pub created_at: String,
     pub closed_at: Option<String>,
+    /// Who closed it (GitHub's `closed_by`), while it is closed.
+    pub closed_by: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -550,6 +552,7 @@ impl State {
                 labels: Vec::new(),
                 created_at,
                 closed_at: None,
+                closed_by: None,
             },
         );
         let payload = self.issue_payload("opened", number, None);
@@ -662,6 +665,7 @@ impl State {
         {
             i.open = false;
             i.closed_at = Some(at);
+            i.closed_by = Some(by.to_string());
             let payload = self.issue_payload("closed", number, None);
             self.deliver("issues", payload, by);
         }
