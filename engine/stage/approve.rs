@@ -6,7 +6,7 @@
 use tracing::{info, warn};
 
 use super::guard::Patient;
-use super::result::{StageResult, Transition};
+use super::result::StageResult;
 use crate::chart::{NoteKind, Seen};
 use crate::config::AUDIT_FAILED;
 use crate::discharge::audit;
@@ -94,19 +94,5 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
         let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(back.clone())).await?;
         (back, moved)
     };
-    let total = patient.started.elapsed();
-    Ok(StageResult::Moved(Transition {
-        issue: number,
-        stage: stage.name.into(),
-        role: crate::chart::ENGINE_ROLE.into(),
-        run: patient.run.clone(),
-        outcome: outcome.into(),
-        from: patient.label_in.clone(),
-        to,
-        dispatched: moved.dispatched,
-        total_ms: total.as_millis(),
-        agent_ms: 0,
-        engine_us: total.as_micros(),
-        artifacts: patient.folder.clone(),
-    }))
+    Ok(StageResult::Moved(patient.moved_by_engine(outcome, to, moved.dispatched)))
 }

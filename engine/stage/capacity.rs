@@ -7,7 +7,7 @@
 use tracing::{info, warn};
 
 use super::guard::Patient;
-use super::result::{StageResult, Transition};
+use super::result::StageResult;
 use crate::chart::{NoteKind, Seen};
 use crate::hospital::Hospital;
 use crate::sweep::slots::{self, Take};
@@ -35,21 +35,7 @@ pub async fn take(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<Option<
     let note = patient.engine_note(h, NoteKind::Waiting, body);
     let seen = Seen::Read(patient.stored.clone());
     let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, vec![note], Move::To(queued.clone())).await?;
-    let total = patient.started.elapsed();
-    Ok(Some(StageResult::Moved(Transition {
-        issue: number,
-        stage: patient.stage.name.into(),
-        role: crate::chart::ENGINE_ROLE.into(),
-        run: patient.run.clone(),
-        outcome: "queued".into(),
-        from: patient.label_in.clone(),
-        to: queued,
-        dispatched: moved.dispatched,
-        total_ms: total.as_millis(),
-        agent_ms: 0,
-        engine_us: total.as_micros(),
-        artifacts: patient.folder.clone(),
-    })))
+    Ok(Some(StageResult::Moved(patient.moved_by_engine("queued", queued, moved.dispatched))))
 }
 
 /// Frees this run's slot and starts the next queued patient. A failure is

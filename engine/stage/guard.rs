@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::Context;
 use tracing::warn;
 
-use super::result::{StageRequest, StageResult};
+use super::result::{StageRequest, StageResult, Transition};
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
 use crate::config::Stage;
 use crate::forge::{Issue, IssueNumber, IssueState, StoredChart};
@@ -47,6 +47,26 @@ impl Patient<'_> {
     pub fn note(&self, h: &Hospital, kind: NoteKind, role: &str, body: String) -> Note {
         let meta = NoteMeta { run: self.run.clone(), stage: self.stage.name.into(), role: role.into(), at: h.now() };
         Note { kind, meta, body }
+    }
+
+    /// The engine moved this patient in this run, without an agent (a wait,
+    /// a queue, a send-back, an approval): the run's transition.
+    pub fn moved_by_engine(&self, outcome: &str, to: String, dispatched: bool) -> Transition {
+        let total = self.started.elapsed();
+        Transition {
+            issue: self.issue.number,
+            stage: self.stage.name.into(),
+            role: ENGINE_ROLE.into(),
+            run: self.run.clone(),
+            outcome: outcome.into(),
+            from: self.label_in.clone(),
+            to,
+            dispatched,
+            total_ms: total.as_millis(),
+            agent_ms: 0,
+            engine_us: total.as_micros(),
+            artifacts: self.folder.clone(),
+        }
     }
 }
 

@@ -101,21 +101,9 @@ pub async fn complete(h: &Hospital, patient: &Patient<'_>, unmoved: Unmoved) -> 
     } else {
         transfer(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), Move::To(to.clone())).await?
     };
-    let total = patient.started.elapsed();
-    Ok(Some(StageResult::Moved(Transition {
-        issue: number,
-        stage: stage.name.into(),
-        role: stage.config.role.clone(),
-        run: unmoved.run,
-        outcome: unmoved.outcome,
-        from: patient.label_in.clone(),
-        to,
-        dispatched: moved.dispatched,
-        total_ms: total.as_millis(),
-        agent_ms: 0,
-        engine_us: total.as_micros(),
-        artifacts: patient.folder.clone(),
-    })))
+    // The move of the recorded run: its role and run, not this one's.
+    let by_engine = patient.moved_by_engine(&unmoved.outcome, to, moved.dispatched);
+    Ok(Some(StageResult::Moved(Transition { role: stage.config.role.clone(), run: unmoved.run, ..by_engine })))
 }
 
 fn recorded<'c>(chart: &'c [Note], run: &str, kind: NoteKind) -> Option<&'c Note> {

@@ -12,7 +12,7 @@
 use tracing::info;
 
 use super::guard::Patient;
-use super::result::{StageResult, Transition};
+use super::result::StageResult;
 use super::wake::ci_fingerprint;
 use crate::chart::{NoteKind, Seen};
 use crate::config::{AUDIT_FAILED, Mode};
@@ -94,7 +94,7 @@ async fn wait(
     let seen = Seen::Read(patient.stored.clone());
     let to = if patient.label_in == pending { Move::Stay } else { Move::To(pending.clone()) };
     let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, vec![note], to).await?;
-    Ok(moved_result(patient, "waiting", pending, moved.dispatched))
+    Ok(StageResult::Moved(patient.moved_by_engine("waiting", pending, moved.dispatched)))
 }
 
 /// Red CI, or changes requested by a person whose review counts: back to
@@ -119,23 +119,5 @@ async fn back_to_treatment(
     ];
     let seen = Seen::Read(patient.stored.clone());
     let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(treat.clone())).await?;
-    Ok(moved_result(patient, AUDIT_FAILED, treat, moved.dispatched))
-}
-
-fn moved_result(patient: &Patient<'_>, outcome: &str, to: String, dispatched: bool) -> StageResult {
-    let total = patient.started.elapsed();
-    StageResult::Moved(Transition {
-        issue: patient.issue.number,
-        stage: patient.stage.name.into(),
-        role: crate::chart::ENGINE_ROLE.into(),
-        run: patient.run.clone(),
-        outcome: outcome.into(),
-        from: patient.label_in.clone(),
-        to,
-        dispatched,
-        total_ms: total.as_millis(),
-        agent_ms: 0,
-        engine_us: total.as_micros(),
-        artifacts: patient.folder.clone(),
-    })
+    Ok(StageResult::Moved(patient.moved_by_engine(AUDIT_FAILED, treat, moved.dispatched)))
 }
