@@ -300,27 +300,11 @@ pub fn fetch_branch(git_dir: &Path, remote_url: &str, branch: &str, token: Optio
     }
     let target = format!("refs/remotes/origin/{branch}");
     let refspec = format!("+refs/heads/{branch}:{target}");
-    let mut cmd = remote(&scratch.0);
-    cmd.arg("--git-dir").arg(&bare);
     // Keep what arrives as one pack (to copy whole), and never ask the
     // borrowed repository for its refs (that would run git in it).
-    for setting in ["fetch.unpackLimit=1", "transfer.unpackLimit=1", "core.alternateRefsCommand=true"] {
-        cmd.args(["-c", setting]);
-    }
-    cmd.args([
-        "fetch",
-        "--quiet",
-        "--no-tags",
-        "--no-write-fetch-head",
-        "--no-recurse-submodules",
-        remote_url,
-        &refspec,
-    ]);
-    authorize(&mut cmd, remote_url, token);
-    match run(cmd, "fetch", token) {
-        Ok(_) => {}
-        Err(WorktreeError::Cli { stderr, .. }) if stderr.contains("couldn't find remote ref") => return Ok(false),
-        Err(e) => return Err(e.for_branch(branch)),
+    let settings = ["fetch.unpackLimit=1", "transfer.unpackLimit=1", "core.alternateRefsCommand=true"];
+    if !fetch_in_bare(&bare, &scratch.0, remote_url, branch, &refspec, &settings, token)? {
+        return Ok(false);
     }
     let fetched = git2::Repository::open_bare(&bare).map_err(git_err("open", bare.display().to_string()))?;
     let head = fetched.find_reference(&target).ok().and_then(|r| r.target()).ok_or_else(|| WorktreeError::Cli {
@@ -349,9 +333,27 @@ pub fn fetch_into(
     target: &str,
     token: Option<&str>,
 ) -> Result<bool> {
+    let refspec = format!("+refs/heads/{branch}:{target}");
+    fetch_in_bare(bare, scratch, remote_url, branch, &refspec, &[], token)
+}
+
+/// The one token-carrying fetch: `refspec` of `remote_url` into the bare
+/// repository `bare` ward made in `scratch`, with a clean environment and
+/// `settings` (`-c`); `false` when the remote has no `branch`.
+fn fetch_in_bare(
+    bare: &Path,
+    scratch: &Path,
+    remote_url: &str,
+    branch: &str,
+    refspec: &str,
+    settings: &[&str],
+    token: Option<&str>,
+) -> Result<bool> {
     let mut cmd = remote(scratch);
     cmd.arg("--git-dir").arg(bare);
-    let refspec = format!("+refs/heads/{branch}:{target}");
+    for setting in settings {
+        cmd.args(["-c", setting]);
+    }
     cmd.args([
         "fetch",
         "--quiet",
@@ -359,7 +361,7 @@ pub fn fetch_into(
         "--no-write-fetch-head",
         "--no-recurse-submodules",
         remote_url,
-        &refspec,
+        refspec,
     ]);
     authorize(&mut cmd, remote_url, token);
     match run(cmd, "fetch", token) {
