@@ -14,54 +14,12 @@ use ward::chart::{Note, NoteMeta, Sentinels};
 use ward::forge::IssueNumber;
 use ward::precedent::PrecedentLog;
 
+#[path = "support/mod.rs"]
+mod support;
+use support::{Lcg, emit, emit_ms, log_text, percentile, vocabulary};
+
 const ENTRIES: usize = 10_000;
 const NOTES: usize = 10_000;
-
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        self.0 >> 33
-    }
-    /// Skewed towards low indices, like word frequencies.
-    fn word<'a>(&mut self, vocab: &'a [String]) -> &'a str {
-        let a = self.next() as usize % vocab.len();
-        let b = self.next() as usize % vocab.len();
-        &vocab[a.min(b)]
-    }
-    fn sentence(&mut self, vocab: &[String], words: usize) -> String {
-        (0..words).map(|_| self.word(vocab)).collect::<Vec<_>>().join(" ")
-    }
-}
-
-fn vocabulary() -> Vec<String> {
-    let syllables = ["ca", "che", "ten", "ant", "mi", "gra", "tion", "test", "flak", "y", "api", "lo", "gin", "dep"];
-    let mut out = Vec::new();
-    for a in syllables {
-        for b in syllables {
-            for c in ["", "s", "er", "ing"] {
-                out.push(format!("{a}{b}{c}"));
-            }
-        }
-    }
-    out
-}
-
-fn log_text(rng: &mut Lcg, vocab: &[String]) -> String {
-    let mut text = String::with_capacity(ENTRIES * 300);
-    for i in 1..=ENTRIES {
-        let tags = format!("[{}, {}]", rng.word(vocab), rng.word(vocab));
-        text.push_str(&format!(
-            "- id: P-{i:04}\n  date: 2026-01-{:02}\n  chief: chief{}\n  tags: {tags}\n  question: {}?\n  decision: {}.\n",
-            i % 28 + 1,
-            i % 7,
-            rng.sentence(vocab, 14),
-            rng.sentence(vocab, 20),
-        ));
-    }
-    text
-}
 
 fn chart_text(rng: &mut Lcg, vocab: &[String]) -> String {
     let kinds = ["TRIAGE", "TREATMENT_PLAN", "PLAN_REVIEW", "TREATMENT_NOTE", "CODE_REVIEW", "OUTCOME"];
@@ -88,27 +46,24 @@ fn chart_text(rng: &mut Lcg, vocab: &[String]) -> String {
     Sentinels::default().append(IssueNumber(1), None, &notes).expect("chart renders").expect("notes added")
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-fn time<T>(runs: usize, mut f: impl FnMut(usize) -> T) -> Duration {
-    let samples = (0..runs)
+/// Sorted samples of `runs` timed calls.
+fn time<T>(runs: usize, mut f: impl FnMut(usize) -> T) -> Vec<Duration> {
+    let mut samples: Vec<Duration> = (0..runs)
         .map(|i| {
             let start = Instant::now();
             std::hint::black_box(f(i));
             start.elapsed()
         })
         .collect();
-    median(samples)
+    samples.sort();
+    samples
 }
 
 fn main() -> ExitCode {
     let vocab = vocabulary();
     let mut rng = Lcg(42);
 
-    let log = log_text(&mut rng, &vocab);
+    let log = log_text(&mut rng, &vocab, ENTRIES);
     let parse_log = time(5, |_| PrecedentLog::parse(&log, Path::new("log.yaml")).expect("log parses"));
     let parsed = PrecedentLog::parse(&log, Path::new("log.yaml")).expect("log parses");
     let queries: Vec<String> = (0..101).map(|_| rng.sentence(&vocab, 40)).collect();
@@ -119,7 +74,16 @@ fn main() -> ExitCode {
     let parse_chart = time(21, |_| sentinels.parse_chart(&chart).expect("chart parses").len());
     assert_eq!(sentinels.parse_chart(&chart).unwrap().len(), NOTES);
 
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let ms = support::ms;
+    emit_ms("rules/precedent-log-parse-10k", &parse_log, None);
+    let target = |bench: &str, sorted: &[Duration], target_ms: f64| {
+        let median = ms(percentile(sorted, 0.5));
+        emit(bench, "ms", median, ms(percentile(sorted, 0.95)), None, Some(median / target_ms));
+    };
+    target("rules/precedent-lookup-10k", &lookup, 20.0);
+    target("rules/chart-parse-10k-notes", &parse_chart, 50.0);
+    let (parse_log, lookup, parse_chart) =
+        (percentile(&parse_log, 0.5), percentile(&lookup, 0.5), percentile(&parse_chart, 0.5));
     println!("precedent log parse, {ENTRIES} entries ({} KB): median {:.2} ms", log.len() / 1024, ms(parse_log));
     println!("precedent lookup, {ENTRIES} entries, 40-word query, top 3: median {:.3} ms (target < 20 ms)", ms(lookup));
     println!(
