@@ -137,7 +137,7 @@ impl PromptContext {
             chart: select_notes(chart, stage.mode()),
             chart_file: None,
             handoff: pending_handoff(chart),
-            precedents: found.iter().map(PrecedentContext::from_match).collect(),
+            precedents: found.iter().map(|m| PrecedentContext::from_match(m, &config.precedents.log)).collect(),
             workspace,
             sentinel: sentinels.prefix().into(),
             notes_file: "$WARD_NOTES".into(),
@@ -159,16 +159,18 @@ impl NoteContext {
 }
 
 impl PrecedentContext {
-    pub fn from_match(m: &Match<'_>) -> Self {
+    /// A precedent found, its long fields cut with a pointer to `log`.
+    pub fn from_match(m: &Match<'_>, log: &Path) -> Self {
         let p = m.entry;
+        let see = format!("see {}", log.display());
         Self {
             id: p.id.clone(),
             date: p.date.clone(),
             chief: p.chief.clone(),
             tags: p.tags.clone(),
-            question: cut(&p.question, PRECEDENT_BUDGET, "see precedents/log.yaml"),
-            decision: cut(&p.decision, PRECEDENT_BUDGET, "see precedents/log.yaml"),
-            rationale: p.rationale.as_deref().map(|r| cut(r, PRECEDENT_BUDGET, "see precedents/log.yaml")),
+            question: cut(&p.question, PRECEDENT_BUDGET, &see),
+            decision: cut(&p.decision, PRECEDENT_BUDGET, &see),
+            rationale: p.rationale.as_deref().map(|r| cut(r, PRECEDENT_BUDGET, &see)),
             score: (m.score * 100.0).round() / 100.0,
         }
     }

@@ -24,7 +24,7 @@ use crate::untrusted::shown;
 #[derive(Debug, Parser)]
 #[command(name = "ward", version, about = "Runs coding agents through a teaching-hospital pipeline on GitHub issues")]
 pub struct Cli {
-    /// Repository root: .github/ward.yml, roles/, skills/, precedents/.
+    /// Repository root: .github/ward.yml, and roles/, skills/, precedents/ where its `paths:` puts them.
     #[arg(long, global = true, env = "WARD_ROOT", default_value = ".")]
     pub root: PathBuf,
     /// Where issues live. Default: github inside GitHub Actions, else local.
