@@ -303,6 +303,7 @@ impl Config {
         p.extend(self.validate_labels());
         p.extend(self.stages().flat_map(|s| pipeline::validate_stage(self, s)));
         p.extend(self.roles.iter().flat_map(|(name, role)| pipeline::validate_role(name, role, root)));
+        p.extend(self.roles.iter().filter_map(|(name, role)| self.paths.role_outside(name, &role.prompt)));
         p.extend(pipeline::validate_modes(self));
         p.extend(self.validate_resting_labels());
         p.extend(self.departments.validate(self));

@@ -102,6 +102,25 @@ impl PathsConfig {
         }
     }
 
+    /// A role's template outside the roles' folder, as (`roles.<name>.prompt`,
+    /// what to do): it would be neither protected as a folder nor counted in
+    /// the pipeline version with the other roles.
+    pub fn role_outside(&self, name: &str, prompt: &std::path::Path) -> Option<(String, String)> {
+        let dir = self.roles_dir();
+        let prompt = prompt.to_string_lossy().replace('\\', "/");
+        let inside = prompt.strip_prefix("./").unwrap_or(&prompt).strip_prefix(&format!("{dir}/"));
+        if inside.is_some_and(|rest| !rest.is_empty()) || problem(&self.roles).is_some() {
+            return None;
+        }
+        Some((
+            format!("roles.{name}.prompt"),
+            format!(
+                "`{prompt}` is outside `paths.roles` (`{dir}/`), where ward protects and versions the roles; move \
+                 the template into `{dir}/`, or point `paths.roles` at its folder"
+            ),
+        ))
+    }
+
     /// Every problem as (`paths.<key>`, what is wrong and what to do).
     pub fn validate(&self) -> Vec<(String, String)> {
         let mut p = Vec::new();
@@ -225,7 +244,15 @@ mod tests {
             assert!(errors[0].starts_with(&want), "{value}: {} does not start with {want}", errors[0]);
             assert!(errors[0].contains(says), "{value}: {}", errors[0]);
         }
-        assert!(with("  roles: .github/ward/roles/\n").is_empty());
+        let outside = with("  roles: .github/ward/roles/\n");
+        assert_eq!(outside.len(), 4, "every role's template is still in roles/: {outside:?}");
+        assert!(
+            outside[0].contains(
+                "roles.planner.prompt: `roles/planner.md` is outside `paths.roles` (`.github/ward/roles/`), where ward \
+                 protects and versions the roles; move the template into `.github/ward/roles/`"
+            ),
+            "{outside:?}"
+        );
         let unknown = with("  templates: x/\n");
         assert!(unknown[0].contains("unknown field `templates`"), "{unknown:?}");
     }
