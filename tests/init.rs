@@ -71,7 +71,10 @@ fn init_refuses_a_folder_of_the_repositorys_own_and_writes_nothing() {
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("roles already exists and is not ward's (it holds `webserver`)"), "{err}");
-    assert!(err.contains("Rename or move your folder"), "{err}");
+    assert!(
+        err.contains("Rename or move your folder, or give ward a place of its own with `ward init --into"),
+        "{err}"
+    );
     assert!(!dir.path().join(".github").exists() && !dir.path().join("skills").exists(), "nothing written");
     assert_eq!(std::fs::read_dir(dir.path().join("roles")).unwrap().count(), 1);
 }
