@@ -319,8 +319,13 @@ struct Sample {
 const GUARD_TEST: &str = r#"[ -z "$1" ]"#;
 /// The check it adds to the check script.
 const CHECK_NAME: &str = "refuses_empty_name";
-/// The skill a plan review holds a plan to.
-const PLAN_FORMAT: &str = "skills/plan-format.md";
+/// The skill a plan review holds a plan to, in the skills' folder.
+const PLAN_FORMAT: &str = "plan-format.md";
+
+/// Where the worktree's pipeline keeps [`PLAN_FORMAT`] (ward.yml's `paths.skills`).
+fn plan_format(worktree: &Path) -> String {
+    format!("{}/{PLAN_FORMAT}", crate::config::PathsConfig::read(worktree).skills_dir())
+}
 
 impl Sample {
     fn find(env: &StandInEnv) -> Self {
@@ -545,8 +550,9 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
                     "## Findings\nThe diagnosis follows from the reproduction{}; files and tests are named; the risk is stated{}.\n\n\
                      ## Verdict\napprove",
                     cited.as_ref().map(|(_, line)| format!(" ({line} reads as the plan says)")).unwrap_or_default(),
-                    read_inside(&env.worktree, PLAN_FORMAT)
-                        .map(|_| format!("; every section `{PLAN_FORMAT}` asks for is there"))
+                    Some(plan_format(&env.worktree))
+                        .filter(|skill| read_inside(&env.worktree, skill).is_some())
+                        .map(|skill| format!("; every section `{skill}` asks for is there"))
                         .unwrap_or_default()
                 ),
             )],

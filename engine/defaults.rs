@@ -63,18 +63,51 @@ pub fn files() -> Vec<(String, &'static str)> {
     out
 }
 
-/// Writes the defaults under `root`, refusing to overwrite a file that
-/// already exists (nothing is lost) or to write into a folder of the
-/// repository's own (an Ansible `roles/`). `base_branch` in ward.yml is
-/// the repository's default branch ([`default_branch`]).
+/// Writes the defaults under `root` in the top-level layout; see [`install_into`].
 pub fn install(root: &Path) -> anyhow::Result<Vec<String>> {
-    let files = files();
+    install_into(root, None)
+}
+
+/// The commented example of `paths:` in the shipped ward.yml, which
+/// `ward init --into DIR` replaces with DIR's section.
+const PATHS_EXAMPLE: &str = "\
+# paths:
+#   roles: .github/ward/roles/
+#   skills: .github/ward/skills/
+#   precedents: .github/ward/precedents/
+";
+
+/// Writes the defaults under `root`, refusing to overwrite a file that
+/// already exists (nothing is lost, and a second run with the same `into`
+/// changes nothing) or to write into a folder of the repository's own (an
+/// Ansible `roles/`). With `into` (a folder relative to `root`, as
+/// `ward init --into` takes it), roles, skills and the precedent log go
+/// under it and ward.yml's `paths` (and its role templates and log) say so;
+/// ward.yml, its schema and the local forge's `charts/` stay where they
+/// are. `base_branch` in ward.yml is the repository's default branch
+/// ([`default_branch`]).
+pub fn install_into(root: &Path, into: Option<&str>) -> anyhow::Result<Vec<String>> {
+    let into = match into {
+        None => None,
+        Some(raw) => match crate::config::PathsConfig::folder_problem(raw) {
+            Some(problem) => anyhow::bail!("--into: {problem}"),
+            None => Some(crate::config::PathsConfig::under(raw)),
+        },
+    };
+    let files = files_under(into.as_ref());
     if let Some((path, _)) = files.iter().find(|(p, _)| root.join(p).exists()) {
         anyhow::bail!("{} already exists; ward will not overwrite an installation", root.join(path).display());
     }
-    refuse_foreign_folders(root, &files)?;
+    let folders: Vec<String> = match &into {
+        None => FOLDERS.iter().map(|f| f.to_string()).collect(),
+        Some(paths) => paths.folders().into_iter().map(|(_, f)| f).chain(["charts".to_string()]).collect(),
+    };
+    refuse_foreign_folders(root, &files, &folders, into.is_some())?;
     let branch = default_branch(root).map_or("main".to_string(), |(b, _)| b);
-    let pipeline = PIPELINE.replacen("      base_branch: main\n", &format!("      base_branch: {branch}\n"), 1);
+    let mut pipeline = PIPELINE.replacen("      base_branch: main\n", &format!("      base_branch: {branch}\n"), 1);
+    if let Some(paths) = &into {
+        pipeline = place(&pipeline, paths)?;
+    }
     for (path, text) in &files {
         let text = if path == crate::config::CONFIG_PATH { pipeline.as_str() } else { text };
         let dest = root.join(path);
@@ -90,24 +123,60 @@ pub fn install(root: &Path) -> anyhow::Result<Vec<String>> {
     Ok(written)
 }
 
+/// Every default file, with roles, skills and the precedent log where `paths` puts them.
+fn files_under(paths: Option<&crate::config::PathsConfig>) -> Vec<(String, &'static str)> {
+    let Some(paths) = paths else { return files() };
+    let mut out: Vec<(String, &'static str)> = files()
+        .into_iter()
+        .map(|(path, text)| {
+            let moved = paths
+                .folders()
+                .into_iter()
+                .find_map(|(key, folder)| path.strip_prefix(&format!("{key}/")).map(|rest| format!("{folder}/{rest}")));
+            (moved.unwrap_or(path), text)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The shipped ward.yml with `paths:` written, and the role templates and
+/// the precedent log named where `paths` puts them.
+fn place(pipeline: &str, paths: &crate::config::PathsConfig) -> anyhow::Result<String> {
+    let (roles, precedents) = (paths.roles_dir(), paths.precedents_dir());
+    let section =
+        format!("paths:\n  roles: {roles}/\n  skills: {}/\n  precedents: {precedents}/\n", paths.skills_dir());
+    anyhow::ensure!(pipeline.contains(PATHS_EXAMPLE), "the shipped ward.yml has no `paths:` example to replace");
+    let text = pipeline
+        .replacen(PATHS_EXAMPLE, &section, 1)
+        .replace("    prompt: roles/", &format!("    prompt: {roles}/"))
+        .replace("  log: precedents/log.yaml\n", &format!("  log: {precedents}/log.yaml\n"));
+    Ok(text)
+}
+
 /// The folders ward installs into at the top of the repository.
 const FOLDERS: &[&str] = &["roles", "skills", "precedents", "charts"];
 
 /// Refuses a folder ward would write into that exists and holds anything
 /// that is not one of ward's own files: it is the repository's.
-fn refuse_foreign_folders(root: &Path, files: &[(String, &str)]) -> anyhow::Result<()> {
-    for folder in FOLDERS {
+fn refuse_foreign_folders(root: &Path, files: &[(String, &str)], folders: &[String], into: bool) -> anyhow::Result<()> {
+    for folder in folders {
         let Ok(entries) = std::fs::read_dir(root.join(folder)) else { continue };
         let ours = |name: &str| files.iter().any(|(p, _)| p.strip_prefix(&format!("{folder}/")) == Some(name));
         let mut foreign: Vec<String> =
             entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| !ours(n)).collect();
         foreign.sort();
         if let Some(first) = foreign.first() {
+            let elsewhere = if folder == "charts" {
+                " (the local forge keeps its charts in charts/ at the top, wherever the rest goes)"
+            } else if into {
+                ", or give `--into` a folder of ward's own"
+            } else {
+                ", or give ward a place of its own with `ward init --into .github/ward/`"
+            };
             anyhow::bail!(
-                "{} already exists and is not ward's (it holds `{first}`{}); ward installs its {folder}/ at the top \
-                 of the repository and will not mix its files into yours. Rename or move your folder, or install \
-                 ward in a repository without one (a place of its own for ward's files, `ward init --into`, is \
-                 not built yet)",
+                "{} already exists and is not ward's (it holds `{first}`{}); ward will not mix its files into yours. \
+                 Rename or move your folder{elsewhere}",
                 root.join(folder).display(),
                 if foreign.len() > 1 { format!(" and {} more", foreign.len() - 1) } else { String::new() }
             );

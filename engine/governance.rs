@@ -5,7 +5,8 @@
 //! reverted.
 //!
 //! The pipeline version is a hash of what decides an agent's behaviour:
-//! `.github/ward.yml`, `roles/` and `skills/`, by content. A commit that
+//! `.github/ward.yml`, `roles/` and `skills/` (where ward.yml's `paths`
+//! puts them), by content. A commit that
 //! touches nothing of them keeps the version; one that changes a word of a
 //! role changes it. It is written into every run's ADMISSION note; the
 //! other notes of a run carry the run id, so each note has a version.
@@ -37,9 +38,14 @@ pub fn admission_line(version: &str) -> String {
 /// cannot be read counts by its path and the error's kind, so the version
 /// still changes when it does.
 pub fn version(root: &Path) -> String {
+    version_with(root, &crate::config::PathsConfig::read(root))
+}
+
+/// [`version`] with the roles and skills where `paths` puts them.
+pub fn version_with(root: &Path, paths: &crate::config::PathsConfig) -> String {
     let mut files = vec![".github/ward.yml".to_string()];
-    for dir in ["roles", "skills"] {
-        collect(root, Path::new(dir), &mut files);
+    for dir in [paths.roles_dir(), paths.skills_dir()] {
+        collect(root, Path::new(&dir), &mut files);
     }
     files.sort();
     let mut h = Sha256::new();
@@ -159,6 +165,26 @@ mod tests {
         assert_ne!(second, first, "a new role file is a new pipeline");
         std::fs::write(root.join("roles/fellow.md"), "Fix it well.\n").unwrap();
         assert_ne!(version(root), second, "so is a changed word");
+    }
+
+    #[test]
+    fn the_version_follows_the_roles_and_skills_where_ward_yml_puts_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in [".github", ".github/ward/skills", "roles"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(
+            root.join(".github/ward.yml"),
+            "version: 1\npaths:\n  roles: .github/ward/roles/\n  skills: .github/ward/skills/\n",
+        )
+        .unwrap();
+        std::fs::write(root.join(".github/ward/skills/x.md"), "Be brief.\n").unwrap();
+        let first = version(root);
+        std::fs::write(root.join("roles/site.yml"), "- hosts: all\n").unwrap();
+        assert_eq!(version(root), first, "the repository's own roles/ is not the pipeline once ward's live elsewhere");
+        std::fs::write(root.join(".github/ward/skills/x.md"), "Be briefer.\n").unwrap();
+        assert_ne!(version(root), first, "a changed skill where ward.yml puts the skills is a new pipeline");
     }
 
     #[test]

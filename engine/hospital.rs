@@ -21,7 +21,8 @@ use crate::workspace::WorkspacePlan;
 
 /// What every stage run of one repository shares.
 pub struct Hospital {
-    /// The repository root: `.github/ward.yml`, `roles/`, `skills/`, `precedents/`.
+    /// The repository root: `.github/ward.yml`, and `roles/`, `skills/`,
+    /// `precedents/` where ward.yml's `paths` puts them.
     pub root: PathBuf,
     pub config: Config,
     pub forge: Arc<dyn Forge>,
@@ -50,11 +51,12 @@ impl Hospital {
     pub fn load(root: &Path, forge: Arc<dyn Forge>) -> anyhow::Result<Self> {
         let config = Config::load(root)?;
         let precedents = PrecedentLog::load(&root.join(&config.precedents.log))?;
+        let pipeline_version = crate::governance::version_with(root, &config.paths);
         let ward_exe = std::env::current_exe().context("could not find the ward binary itself")?;
         Ok(Self {
             root: root.to_path_buf(),
             sentinels: Sentinels::new(&config.sentinel_prefix),
-            prompts: Prompts::new(root),
+            prompts: Prompts::for_config(root, &config),
             config,
             forge,
             precedents,
@@ -70,7 +72,7 @@ impl Hospital {
             ward_exe,
             clock: system_clock(),
             workspace: WorkspacePlan::detect(root, |k| std::env::var(k).ok()),
-            pipeline_version: crate::governance::version(root),
+            pipeline_version,
         })
     }
 

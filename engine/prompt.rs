@@ -137,7 +137,7 @@ impl PromptContext {
             chart: select_notes(chart, stage.mode()),
             chart_file: None,
             handoff: pending_handoff(chart),
-            precedents: found.iter().map(PrecedentContext::from_match).collect(),
+            precedents: found.iter().map(|m| PrecedentContext::from_match(m, &config.precedents.log)).collect(),
             workspace,
             sentinel: sentinels.prefix().into(),
             notes_file: "$WARD_NOTES".into(),
@@ -159,16 +159,18 @@ impl NoteContext {
 }
 
 impl PrecedentContext {
-    pub fn from_match(m: &Match<'_>) -> Self {
+    /// A precedent found, its long fields cut with a pointer to `log`.
+    pub fn from_match(m: &Match<'_>, log: &Path) -> Self {
         let p = m.entry;
+        let see = format!("see {}", log.display());
         Self {
             id: p.id.clone(),
             date: p.date.clone(),
             chief: p.chief.clone(),
             tags: p.tags.clone(),
-            question: cut(&p.question, PRECEDENT_BUDGET, "see precedents/log.yaml"),
-            decision: cut(&p.decision, PRECEDENT_BUDGET, "see precedents/log.yaml"),
-            rationale: p.rationale.as_deref().map(|r| cut(r, PRECEDENT_BUDGET, "see precedents/log.yaml")),
+            question: cut(&p.question, PRECEDENT_BUDGET, &see),
+            decision: cut(&p.decision, PRECEDENT_BUDGET, &see),
+            rationale: p.rationale.as_deref().map(|r| cut(r, PRECEDENT_BUDGET, &see)),
             score: (m.score * 100.0).round() / 100.0,
         }
     }
@@ -395,18 +397,35 @@ pub fn pending_handoff(chart: &[Note]) -> Option<NoteContext> {
     chart.iter().rfind(|n| n.kind == NoteKind::IpassHandoff).map(NoteContext::from_note)
 }
 
-/// The template environment over one repository's `roles/` and `skills/`.
+/// The template environment over one repository's roles and skills.
 pub struct Prompts {
     env: Environment<'static>,
     root: PathBuf,
 }
 
 impl Prompts {
+    /// Templates under `root` in the default layout (top-level `skills/`).
     pub fn new(root: &Path) -> Self {
+        Self::with_paths(root, &crate::config::PathsConfig::default())
+    }
+
+    /// Templates under `root` where ward.yml's `paths` puts them: a template
+    /// is named from the repository's top, except that `skills/x.md` (what
+    /// the shipped roles include) is read from `paths.skills`. Names that
+    /// leave `root` are refused by minijinja's path loader.
+    pub fn for_config(root: &Path, config: &Config) -> Self {
+        Self::with_paths(root, &config.paths)
+    }
+
+    fn with_paths(root: &Path, paths: &crate::config::PathsConfig) -> Self {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_keep_trailing_newline(true);
-        env.set_loader(minijinja::path_loader(root));
+        let (top, skills) = (root.to_path_buf(), root.join(paths.skills_dir()));
+        env.set_loader(move |name| match name.strip_prefix("skills/") {
+            Some(skill) => load_inside(&skills, skill),
+            None => load_inside(&top, name),
+        });
         env.add_filter("fenced", |text: String, info: Option<String>| fence(&text, info.as_deref().unwrap_or("")));
         Self { env, root: root.to_path_buf() }
     }
@@ -466,6 +485,28 @@ impl Prompts {
         }
         errors.dedup_by(|a, b| a.to_string() == b.to_string());
         errors
+    }
+}
+
+/// The template `name` under `base`: `/`-separated plain segments only (a
+/// hidden folder such as `.github/` is one; `..`, `.`, an empty segment or
+/// a backslash is never read). A missing file is no template.
+fn load_inside(base: &Path, name: &str) -> Result<Option<String>, minijinja::Error> {
+    let mut path = base.to_path_buf();
+    for segment in name.split('/') {
+        if matches!(segment, "" | "." | "..") || segment.contains('\\') {
+            return Ok(None);
+        }
+        path.push(segment);
+    }
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => Ok(None),
+        Err(e) => Err(minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            format!("could not read template {}", path.display()),
+        )
+        .with_source(e)),
     }
 }
 
@@ -633,7 +674,36 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("roles")).unwrap();
         std::fs::write(dir.path().join("roles/x.md"), "line one\n{{ issue.nope }}\n").unwrap();
         let prompts = Prompts::new(dir.path());
-        let ctx = PromptContext {
+        let err = prompts.render(Path::new("roles/x.md"), &bare_context()).unwrap_err();
+        let PromptError::Render { template, line, message } = err;
+        assert_eq!((template.as_str(), line), ("roles/x.md", 2));
+        assert!(message.contains("undefined"), "{message}");
+    }
+
+    #[test]
+    fn a_role_includes_skills_from_where_paths_puts_them_and_nothing_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in [".github/ward/roles", ".github/ward/skills", "skills"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join(".github/ward/roles/x.md"), "Role.\n{% include \"skills/s.md\" %}").unwrap();
+        std::fs::write(root.join(".github/ward/skills/s.md"), "The skill where ward.yml puts it.\n").unwrap();
+        std::fs::write(root.join("skills/s.md"), "The repository's own skills/ folder.\n").unwrap();
+        let paths = crate::config::PathsConfig::under(".github/ward/");
+        let prompts = Prompts::with_paths(root, &paths);
+        let out = prompts.render(Path::new(".github/ward/roles/x.md"), &bare_context()).unwrap();
+        assert_eq!(out, "Role.\nThe skill where ward.yml puts it.\n");
+        let default = Prompts::new(root).render(Path::new(".github/ward/roles/x.md"), &bare_context()).unwrap();
+        assert_eq!(default, "Role.\nThe repository's own skills/ folder.\n", "the default layout reads skills/");
+        std::fs::write(root.join("outside.md"), "secret\n").unwrap();
+        std::fs::write(root.join(".github/ward/roles/y.md"), "{% include \"skills/../../../outside.md\" %}").unwrap();
+        let err = prompts.render(Path::new(".github/ward/roles/y.md"), &bare_context()).unwrap_err();
+        assert!(err.to_string().contains("not found"), "{err}");
+    }
+
+    fn bare_context() -> PromptContext {
+        PromptContext {
             issue: IssueContext { number: 1, author: "a".into(), fenced: "f".into() },
             stage: StageContext {
                 name: "s".into(),
@@ -652,10 +722,6 @@ mod tests {
             workspace: WorkspaceContext { path: ".".into(), branch: "b".into(), base: "main".into(), env: vec![] },
             sentinel: "WARD".into(),
             notes_file: "$WARD_NOTES".into(),
-        };
-        let err = prompts.render(Path::new("roles/x.md"), &ctx).unwrap_err();
-        let PromptError::Render { template, line, message } = err;
-        assert_eq!((template.as_str(), line), ("roles/x.md", 2));
-        assert!(message.contains("undefined"), "{message}");
+        }
     }
 }

@@ -88,6 +88,33 @@ async fn a_sound_installation_passes_and_doctor_changes_nothing() {
     answers_conform(&fake);
 }
 
+/// ward's files in a place of their own (`paths:`), which the shipped
+/// pipeline workflow's `paths:` filter does not cover: its pull requests
+/// would merge unchecked, and doctor says which files and what to add.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_workflow_that_misses_where_wards_files_live_is_named() {
+    let (s, fake) = sound().await;
+    std::fs::create_dir_all(s.root().join("ops/ward")).unwrap();
+    for dir in ["roles", "skills", "precedents"] {
+        std::fs::rename(s.root().join(dir), s.root().join("ops/ward").join(dir)).unwrap();
+    }
+    let text = s
+        .read(".github/ward.yml")
+        .replace("prompt: roles/", "prompt: ops/ward/roles/")
+        .replace("log: precedents/log.yaml", "log: ops/ward/precedents/log.yaml");
+    let paths = "paths:\n  roles: ops/ward/roles/\n  skills: ops/ward/skills/\n  precedents: ops/ward/precedents/\n";
+    s.write(".github/ward.yml", &format!("{text}\n{paths}"));
+    let line = only_failure(&doctor(&s, &fake, &[]), "workflow paths");
+    assert!(
+        line.contains(
+            "a pull request that changes `ops/ward/roles/x.md`, `ops/ward/skills/x.md`, `ops/ward/precedents/log.yaml` \
+             does not start `.github/workflows/ward-pipeline.yml`"
+        ),
+        "{line}"
+    );
+    assert!(line.contains("add \"ops/ward/roles/**\", \"ops/ward/skills/**\", \"ops/ward/precedents/**\""), "{line}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_workflow_is_named() {
     let (s, fake) = sound().await;

@@ -20,6 +20,7 @@
 //! | a ward.yml whose `agent.pass_env` names a token     | refused by the config check (no agent runs)  |
 //! | edits in every stage that doesn't treat             | `edit.sh`: planner, diagnosis, reviews, nurse |
 //! | edits to every protected path                       | `edit.sh` in treatment, one run per path     |
+//! | edits to the rules where `ward init --into` put them | `edit.sh` in treatment, one run per path     |
 //! | a precedent appended under ward's identity          | `ward precedents check` on such a commit     |
 //! | an issue edited after admission (prompt injection)  | `prompt.sh`: the prompts before and after re-admission |
 //! | fsmonitor / insteadOf planted before a fetch        | tests/workspace.rs `fetch_runs_nothing_the_agent_planted_*` |
@@ -394,6 +395,52 @@ fn a_treatment_that_edits_a_protected_path_goes_to_the_chiefs() {
         assert!(!held.contains("hostile") && !held.contains("ward:"), "{path}: the branch kept it:\n{held}");
         s.assert_no_canary(&out);
     }
+}
+
+/// The same attack on an installation in a place of its own (`ward init
+/// --into`), in a repository whose top-level `roles/` is Ansible's: ward's
+/// roles, skills and precedent log are protected where ward.yml's `paths`
+/// puts them (inside `.github/` or not), and the repository's own `roles/`
+/// is code a treatment may change.
+#[test]
+fn a_treatment_that_edits_the_rules_where_init_into_put_them_goes_to_the_chiefs() {
+    let ansible = |repo: &std::path::Path| {
+        std::fs::create_dir_all(repo.join("roles/webserver/tasks")).unwrap();
+        std::fs::write(repo.join("roles/webserver/tasks/main.yml"), "- name: nginx\n").unwrap();
+    };
+    for (into, path) in [
+        (".github/ward/", ".github/ward/roles/fellow.md"),
+        ("ward/", "ward/roles/fellow.md"),
+        ("ward/", "ward/skills/plan-format.md"),
+        ("ward/", "ward/precedents/log.yaml"),
+    ] {
+        let s = Sandbox::installed(&["--into", into], ansible);
+        s.agent("edit", &["treat", path], &[]);
+        s.stage_until("ward:treat");
+        let out = s.stage(&[]);
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let loot = s.loot();
+        assert!(loot.contains(&format!("edited {path} in treat")), "the attack did not run:\n{loot}");
+        assert_eq!(out.status.code(), Some(4), "{path}: refused with a note, not a failure:\n{stdout}\n{stderr}");
+        assert_eq!(s.labels(1), ["ward:chief"], "{path}:\n{stdout}");
+        let chart = s.chart(1);
+        assert!(
+            chart.contains("protected-paths") && chart.contains(&format!("`{path}`")),
+            "{path}: the REFUSAL names it:\n{chart}"
+        );
+        let held = branch_holds(&s, &[path]);
+        assert!(!held.contains("hostile") && !held.contains("ward:"), "{path}: the branch kept it:\n{held}");
+        s.assert_no_canary(&out);
+    }
+    // The repository's own roles/ is not ward's: a treatment of it counts.
+    let s = Sandbox::installed(&["--into", "ward/"], ansible);
+    let path = "roles/webserver/tasks/main.yml";
+    s.agent("edit", &["treat", path], &[]);
+    s.stage_until("ward:treat");
+    let out = s.stage(&[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(s.labels(1), ["ward:code-review"], "{}", s.chart(1));
+    assert!(branch_holds(&s, &[path]).contains(&format!("{path} holds the hostile edit")));
 }
 
 /// ward's own commit identity is the engine's to `ward precedents check`:

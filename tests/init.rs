@@ -71,7 +71,153 @@ fn init_refuses_a_folder_of_the_repositorys_own_and_writes_nothing() {
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("roles already exists and is not ward's (it holds `webserver`)"), "{err}");
-    assert!(err.contains("Rename or move your folder"), "{err}");
+    assert!(
+        err.contains("Rename or move your folder, or give ward a place of its own with `ward init --into"),
+        "{err}"
+    );
     assert!(!dir.path().join(".github").exists() && !dir.path().join("skills").exists(), "nothing written");
     assert_eq!(std::fs::read_dir(dir.path().join("roles")).unwrap().count(), 1);
+}
+
+fn ward(dir: &Path, args: &[&str]) -> Output {
+    Command::new(support::ward_bin())
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("USER", "tester")
+        .output()
+        .unwrap()
+}
+
+fn ward_ok(dir: &Path, args: &[&str]) -> String {
+    let out = ward(dir, args);
+    assert!(out.status.success(), "ward {args:?}: {}\n{}", stdout(&out), stderr(&out));
+    stdout(&out)
+}
+
+/// Every file under `dir` (outside `.git`) with its contents, sorted.
+fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_name() == ".git" {
+                continue;
+            }
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.push((rel, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// A repository whose `roles/` is Ansible's: `ward init --into .github/ward/`
+/// puts ward's roles, skills and precedent log there, leaves `roles/` alone,
+/// and a patient goes through every stage on the local forge with the
+/// stand-in, its prompts carrying the skills included from the new place,
+/// to a merged `main`. A second `--into` run writes nothing.
+#[test]
+fn init_into_a_folder_of_wards_own_runs_a_patient_to_discharge() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    git(root, &["init", "-q", "-b", "main"]);
+    std::fs::create_dir_all(root.join("roles/webserver/tasks")).unwrap();
+    std::fs::write(root.join("roles/webserver/tasks/main.yml"), "- name: nginx\n").unwrap();
+    std::fs::write(root.join("app.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::write(root.join("CHANGELOG.md"), "# Changes\n").unwrap();
+
+    let said = ward_ok(root, &["init", "--into", ".github/ward/"]);
+    assert!(said.contains("base branch: `main`"), "{said}");
+    for file in
+        [".github/ward/roles/fellow.md", ".github/ward/skills/plan-format.md", ".github/ward/precedents/log.yaml"]
+    {
+        assert!(root.join(file).is_file(), "{file} was not written");
+    }
+    for top in ["skills", "precedents"] {
+        assert!(!root.join(top).exists(), "{top}/ was written at the top");
+    }
+    assert_eq!(std::fs::read_dir(root.join("roles")).unwrap().count(), 1, "roles/ is the repository's alone");
+    assert_eq!(std::fs::read_to_string(root.join("roles/webserver/tasks/main.yml")).unwrap(), "- name: nginx\n");
+    let text = std::fs::read_to_string(root.join(".github/ward.yml")).unwrap();
+    assert!(
+        text.contains(
+            "\npaths:\n  roles: .github/ward/roles/\n  skills: .github/ward/skills/\n  precedents: .github/ward/precedents/\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("    prompt: .github/ward/roles/fellow.md\n"), "{text}");
+    assert!(text.contains("  log: .github/ward/precedents/log.yaml\n"), "{text}");
+    let check = ward_ok(root, &["config", "check"]);
+    assert!(check.contains("every role renders"), "{check}");
+    let doctor = stdout(&ward(root, &["doctor"]));
+    assert!(doctor.contains("11 skills in .github/ward/skills/"), "{doctor}");
+    assert!(doctor.contains("entries in .github/ward/precedents/log.yaml"), "{doctor}");
+
+    // A second run with the same folder refuses and changes nothing.
+    let before = tree(root);
+    let again = ward(root, &["init", "--into", ".github/ward/"]);
+    assert_eq!(again.status.code(), Some(1), "{}", stdout(&again));
+    assert!(stderr(&again).contains("already exists; ward will not overwrite an installation"), "{}", stderr(&again));
+    assert!(tree(root) == before, "a second `ward init --into` changed files");
+
+    // A patient through every stage, with a local CI and a person's review.
+    std::fs::write(root.join(".github/ward.yml"), format!("{text}\nci:\n  command: \"test -f app.sh\"\n")).unwrap();
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-qm", "the app and ward"]);
+    ward_ok(root, &["admit", "--title", "app.sh prints hi", "--body", "`app.sh` should greet by name"]);
+    let out = ward_ok(root, &["run"]);
+    assert!(out.contains("rests at `ward:awaiting-review`"), "{out}");
+    ward_ok(root, &["review", "1", "--approve"]);
+    let out = ward_ok(root, &["run"]);
+    assert!(out.contains("discharged -> ward:discharged"), "{out}");
+
+    // The prompts carried the skills, included from .github/ward/skills/.
+    let plan_format = std::fs::read_to_string(root.join(".github/ward/skills/plan-format.md")).unwrap();
+    let skill_line = plan_format.lines().find(|l| l.len() > 30).expect("the skill has a line to look for");
+    let runs = root.join(".ward/runs/1");
+    let prompts: Vec<String> = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .filter_map(|run| std::fs::read_to_string(run.path().join("prompt.md")).ok())
+        .collect();
+    assert!(prompts.len() >= 5, "{} prompts", prompts.len());
+    assert!(prompts.iter().any(|p| p.contains(skill_line)), "no prompt carried `{skill_line}`");
+    let chart = std::fs::read_to_string(root.join("charts/1.md")).unwrap();
+    assert!(chart.contains("`.github/ward/skills/plan-format.md` asks for is there"), "{chart}");
+    assert_eq!(std::fs::read_to_string(root.join("roles/webserver/tasks/main.yml")).unwrap(), "- name: nginx\n");
+}
+
+#[test]
+fn init_into_refuses_a_folder_that_is_not_wards_and_a_place_outside_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    git(root, &["init", "-q", "-b", "main"]);
+    std::fs::create_dir_all(root.join("ops/skills")).unwrap();
+    std::fs::write(root.join("ops/skills/deploy.md"), "ours\n").unwrap();
+    let out = ward(root, &["init", "--into", "ops"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("ops/skills already exists and is not ward's (it holds `deploy.md`)"), "{err}");
+    assert!(err.contains("give `--into` a folder of ward's own"), "{err}");
+    assert!(!root.join(".github").exists() && !root.join("ops/roles").exists(), "nothing written");
+    for (into, says) in [
+        ("../elsewhere", "leaves the repository (`..`)"),
+        ("/etc/ward", "is absolute"),
+        (".ward/pipeline", "is under `.ward/`"),
+        (".", "is the repository's top"),
+    ] {
+        let out = ward(root, &["init", "--into", into]);
+        assert_eq!(out.status.code(), Some(1), "{into}");
+        let err = stderr(&out);
+        assert!(err.contains(&format!("--into: `{into}` {says}")), "{into}: {err}");
+        assert!(!root.join(".github").exists(), "{into}: nothing written");
+    }
 }

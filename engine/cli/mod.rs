@@ -24,7 +24,7 @@ use crate::untrusted::shown;
 #[derive(Debug, Parser)]
 #[command(name = "ward", version, about = "Runs coding agents through a teaching-hospital pipeline on GitHub issues")]
 pub struct Cli {
-    /// Repository root: .github/ward.yml, roles/, skills/, precedents/.
+    /// Repository root: .github/ward.yml, and roles/, skills/, precedents/ where its `paths:` puts them.
     #[arg(long, global = true, env = "WARD_ROOT", default_value = ".")]
     pub root: PathBuf,
     /// Where issues live. Default: github inside GitHub Actions, else local.
@@ -206,7 +206,14 @@ pub enum Command {
         now: Option<String>,
     },
     /// Write the default pipeline, roles, skills and precedent log into --root.
-    Init,
+    Init {
+        /// Put roles, skills and the precedent log under this folder
+        /// (relative to the repository's top, e.g. `.github/ward/`) instead
+        /// of the top-level `roles/`, `skills/`, `precedents/`; ward.yml's
+        /// `paths:` says where they are.
+        #[arg(long, value_name = "DIR")]
+        into: Option<String>,
+    },
     /// Check the installation: ward.yml, roles, the agent, Docker; with
     /// `--forge github` also the workflows, their permissions, the token,
     /// labels, the charts branch and the repository's settings. One line
@@ -473,8 +480,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let out = departments::ReportOutput { html, post: *post, json: *json };
             departments::report(&*forge, &config, since, out, now).await
         }
-        Command::Init => {
-            let written = crate::defaults::install(&cli.root)?;
+        Command::Init { into } => {
+            let written = crate::defaults::install_into(&cli.root, into.as_deref())?;
             println!("wrote {} files under {}; next: `ward config check`", written.len(), cli.root.display());
             match crate::defaults::default_branch(&cli.root) {
                 Some((branch, from)) => println!("base branch: `{branch}` (from {from})"),
@@ -711,7 +718,8 @@ async fn doctor(cli: &Cli, fix: bool) -> anyhow::Result<ExitCode> {
 
 fn config_check(root: &Path) -> anyhow::Result<ExitCode> {
     let config = load_config(root)?;
-    let mut problems: Vec<String> = Prompts::new(root).check(&config).iter().map(|e| e.to_string()).collect();
+    let mut problems: Vec<String> =
+        Prompts::for_config(root, &config).check(&config).iter().map(|e| e.to_string()).collect();
     if let Err(e) = PrecedentLog::load(&root.join(&config.precedents.log)) {
         problems.push(e.to_string());
     }

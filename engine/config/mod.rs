@@ -21,6 +21,7 @@ mod departments;
 mod emulator;
 mod integration;
 mod locate;
+mod paths;
 mod pipeline;
 pub mod schema;
 
@@ -31,6 +32,7 @@ pub use emulator::{
 };
 pub use integration::IntegrationConfig;
 pub use locate::locate;
+pub use paths::PathsConfig;
 pub use pipeline::*;
 
 /// Where the pipeline lives, relative to the repository root.
@@ -80,8 +82,9 @@ pub struct Config {
     pub human_approval: bool,
     /// Paths (relative to the repository's top; a folder ends with `/`)
     /// a treatment may not change without a chief, beyond the built-in
-    /// `.github/`, `roles/`, `skills/`, `precedents/` and the precedent log:
-    /// the rules the agents are judged by. Default: none.
+    /// `.github/`, the folders of `paths` (`roles/`, `skills/`,
+    /// `precedents/`), the role templates and the precedent log: the rules
+    /// the agents are judged by. Default: none.
     #[serde(default)]
     pub protected_paths: Vec<String>,
     /// The coding agent: a preset, a command, or both. See [`AgentConfig`].
@@ -92,7 +95,14 @@ pub struct Config {
     pub stages: IndexedStages,
     /// Roles by name.
     pub roles: BTreeMap<String, RoleConfig>,
-    /// Precedent lookup. Default: top 3 from `precedents/log.yaml`.
+    /// Where ward's own files live, relative to the repository's top:
+    /// the roles, the skills and the precedent log's folders. Default the
+    /// top-level `roles/`, `skills/`, `precedents/`; `ward init --into DIR`
+    /// writes DIR's. See [`PathsConfig`].
+    #[serde(default)]
+    pub paths: PathsConfig,
+    /// Precedent lookup. Default: top 3 from `log.yaml` in `paths.precedents`
+    /// (`precedents/log.yaml`).
     #[serde(default)]
     pub precedents: PrecedentConfig,
     /// Bounds and labels of the planner's decompositions. Default:
@@ -267,6 +277,7 @@ impl Config {
             }])
         })?;
         let mut config = config;
+        config.place_precedent_log(text);
         let mut problems = config.resolve_modes();
         problems.extend(agents::resolve(&mut config, preset));
         if problems.is_empty() {
@@ -292,6 +303,7 @@ impl Config {
         p.extend(self.validate_labels());
         p.extend(self.stages().flat_map(|s| pipeline::validate_stage(self, s)));
         p.extend(self.roles.iter().flat_map(|(name, role)| pipeline::validate_role(name, role, root)));
+        p.extend(self.roles.iter().filter_map(|(name, role)| self.paths.role_outside(name, &role.prompt)));
         p.extend(pipeline::validate_modes(self));
         p.extend(self.validate_resting_labels());
         p.extend(self.departments.validate(self));
@@ -333,6 +345,7 @@ impl Config {
         }
         p.extend(pipeline::validate_agent(&self.agent));
         p.extend(pipeline::validate_protected_paths(&self.protected_paths));
+        p.extend(self.paths.validate());
         let d = &self.decomposition;
         if !(1..=5).contains(&d.max_depth) {
             p.push(("decomposition.max_depth".into(), format!("{} is out of range; use 1 to 5", d.max_depth)));
@@ -408,6 +421,27 @@ impl Config {
             }
         }
         p
+    }
+
+    /// A precedent log ward.yml does not place is `log.yaml` in
+    /// `paths.precedents` (`precedents/log.yaml` by default).
+    fn place_precedent_log(&mut self, text: &str) {
+        let value: Option<serde_yaml::Value> = serde_yaml::from_str(text).ok();
+        let given = value.as_ref().and_then(|v| v.get("precedents")).and_then(|p| p.get("log")).is_some();
+        if !given {
+            self.precedents.log = std::path::Path::new(&self.paths.precedents_dir()).join("log.yaml");
+        }
+    }
+
+    /// What a treatment never changes without a chief, whatever else
+    /// ward.yml says: `.github/` (the workflows and ward.yml), the folders
+    /// of `paths`, every role's template and the precedent log.
+    pub fn built_in_protected(&self) -> Vec<String> {
+        let mut out: Vec<String> = pipeline::BUILT_IN_PROTECTED.iter().map(|s| s.to_string()).collect();
+        out.extend(self.paths.protected());
+        out.extend(self.roles.values().map(|r| r.prompt.to_string_lossy().replace('\\', "/")));
+        out.push(self.precedents.log.to_string_lossy().replace('\\', "/"));
+        out
     }
 
     /// Gives every stage its mode: its own, else its name when that is a

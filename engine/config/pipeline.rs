@@ -260,7 +260,8 @@ pub struct RoleConfig {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrecedentConfig {
-    /// Default `precedents/log.yaml`.
+    /// The log's file, relative to the repository's top. Default `log.yaml`
+    /// in `paths.precedents` (`precedents/log.yaml`).
     #[serde(default = "default_precedent_log")]
     pub log: PathBuf,
     /// How many ranked precedents go into a prompt. Default 3.
@@ -275,8 +276,9 @@ impl Default for PrecedentConfig {
 }
 
 /// What a treatment never changes without a chief, whatever ward.yml says:
-/// the workflows and ward.yml, the role prompts, the skills, the precedents.
-pub const BUILT_IN_PROTECTED: &[&str] = &[".github/", "roles/", "skills/", "precedents/"];
+/// the workflows and ward.yml. The roles, skills and precedents are
+/// protected where `paths` puts them ([`super::Config::built_in_protected`]).
+pub const BUILT_IN_PROTECTED: &[&str] = &[".github/"];
 
 /// `protected_paths`: each a plain relative path inside the repository (a
 /// prefix, not a pattern), so that what it covers is obvious.

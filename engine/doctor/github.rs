@@ -1,7 +1,7 @@
 //! The checks of the repository on GitHub. Reads only, except what `--fix`
 //! sets up: the labels and the charts branch.
 
-use super::workflows::{differences, dispatchable, excess_permissions, missing_permissions, shipped};
+use super::workflows::{differences, dispatchable, excess_permissions, missing_permissions, shipped, unfiltered};
 use super::{Check, Report};
 use crate::config::{Config, DispatchMode};
 use crate::forge::Forge;
@@ -25,7 +25,7 @@ pub async fn github(forge: &GitHubForge, config: &Config, fix: bool) -> Report {
         }
     };
     report.0.push(token(forge, &branch).await);
-    report.0.extend(installed_workflows(forge).await);
+    report.0.extend(installed_workflows(forge, config).await);
     report.0.push(labels(forge, config, fix).await);
     report.0.push(charts_branch(forge, fix).await);
     report.0.push(pull_requests(forge, config).await);
@@ -54,8 +54,9 @@ async fn token(forge: &GitHubForge, branch: &str) -> Check {
     )
 }
 
-/// Each workflow ward ships: present, not outdated, its jobs' permissions.
-async fn installed_workflows(forge: &GitHubForge) -> Vec<Check> {
+/// Each workflow ward ships: present, not outdated, its jobs' permissions;
+/// the pipeline's check started by changes to ward's files where they are.
+async fn installed_workflows(forge: &GitHubForge, config: &Config) -> Vec<Check> {
     let mut out = Vec::new();
     for (name, text) in shipped() {
         let path = format!(".github/workflows/{name}");
@@ -80,6 +81,9 @@ async fn installed_workflows(forge: &GitHubForge) -> Vec<Check> {
             ),
             Err(e) => Check::fail(format!("workflow {name}"), format!("`{path}` {e}"), copy),
         });
+        if name == PIPELINE_WORKFLOW {
+            out.push(pipeline_paths(&path, &installed, config));
+        }
         // The job that runs the agent holds no write permission.
         for (job, excess) in excess_permissions(text, &installed).unwrap_or_default() {
             let name = format!("read-only {name}/{job}");
@@ -105,6 +109,41 @@ async fn installed_workflows(forge: &GitHubForge) -> Vec<Check> {
         }
     }
     out
+}
+
+/// The workflow that checks a pull request changing the pipeline.
+const PIPELINE_WORKFLOW: &str = "ward-pipeline.yml";
+
+/// ward-pipeline.yml's `paths:` filter covers ward.yml, the roles, the
+/// skills and the precedent log where ward.yml's `paths` puts them: else a
+/// pull request that changes them is merged unchecked.
+fn pipeline_paths(path: &str, installed: &str, config: &Config) -> Check {
+    let name = "workflow paths";
+    let folder = |dir: String, file: &str| format!("{dir}/{file}");
+    let files = [
+        crate::config::CONFIG_PATH.to_string(),
+        folder(config.paths.roles_dir(), "x.md"),
+        folder(config.paths.skills_dir(), "x.md"),
+        config.precedents.log.to_string_lossy().replace('\\', "/"),
+    ];
+    match unfiltered(installed, &files) {
+        Ok(missed) if missed.is_empty() => Check::ok(
+            name,
+            format!("`{path}` checks pull requests that change ward.yml, the roles, skills and precedents"),
+        ),
+        Ok(missed) => {
+            let named = missed.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");
+            let globs = [config.paths.roles_dir(), config.paths.skills_dir(), config.paths.precedents_dir()]
+                .map(|d| format!("\"{d}/**\""))
+                .join(", ");
+            Check::fail(
+                name,
+                format!("a pull request that changes {named} does not start `{path}`, so it is merged unchecked"),
+                format!("add {globs} to `on.pull_request.paths` in `{path}` (ward.yml's `paths` puts them there)"),
+            )
+        }
+        Err(e) => Check::fail(name, format!("`{path}` {e}"), "fix the workflow's YAML"),
+    }
 }
 
 async fn labels(forge: &GitHubForge, config: &Config, fix: bool) -> Check {

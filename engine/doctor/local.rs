@@ -44,20 +44,25 @@ pub async fn local(root: &Path, path: &str, fix: bool) -> (Report, Option<Config
 /// Roles render, skills are there, the precedent log reads.
 fn files(root: &Path, config: &Config) -> Vec<Check> {
     let mut out = Vec::new();
-    let problems = Prompts::new(root).check(config);
+    let problems = Prompts::for_config(root, config).check(config);
     out.push(match problems.first() {
         None => Check::ok("roles", format!("{} role templates render", config.roles.len())),
         Some(p) => {
             Check::fail("roles", p.to_string(), "fix the template, or restore it with `ward init` in a scratch folder")
         }
     });
-    let skills = std::fs::read_dir(root.join("skills"))
+    let dir = config.paths.skills_dir();
+    let skills = std::fs::read_dir(root.join(&dir))
         .map(|d| d.filter_map(Result::ok).filter(|e| e.path().extension().is_some_and(|x| x == "md")).count())
         .unwrap_or(0);
     out.push(if skills > 0 {
-        Check::ok("skills", format!("{skills} skills in skills/"))
+        Check::ok("skills", format!("{skills} skills in {dir}/"))
     } else {
-        Check::fail("skills", "skills/ has no skill", "restore skills/ (`ward init` writes the default ones)")
+        Check::fail(
+            "skills",
+            format!("{dir}/ has no skill"),
+            format!("restore {dir}/ (`ward init` in a scratch folder writes the default ones; `paths.skills` in ward.yml says where they live)"),
+        )
     });
     let log = root.join(&config.precedents.log);
     out.push(match PrecedentLog::load(&log) {

@@ -247,6 +247,67 @@ fn action_args(command: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Which of `files` (paths from the repository's top) a change to would
+/// not start the workflow `installed` on `pull_request`: its `paths:`
+/// filter, as GitHub reads it (`*` within a folder, `**` across folders,
+/// `?` one character, a `!pattern` excluding what earlier ones matched;
+/// the last pattern that matches decides). A workflow without the event
+/// misses them all; one without a filter misses none.
+pub fn unfiltered(installed: &str, files: &[String]) -> Result<Vec<String>, String> {
+    let workflow = parse(installed)?;
+    let Some(settings) = triggers(&workflow).remove("pull_request") else { return Ok(files.to_vec()) };
+    let patterns = str_list(key(&settings, "paths"));
+    if patterns.is_empty() {
+        return Ok(Vec::new());
+    }
+    let started = |file: &str| {
+        patterns.iter().fold(false, |on, p| match p.strip_prefix('!') {
+            Some(negated) if glob(negated, file) => false,
+            None if glob(p, file) => true,
+            _ => on,
+        })
+    };
+    Ok(files.iter().filter(|f| !started(f)).cloned().collect())
+}
+
+/// Whether the path filter pattern `pattern` matches `path`.
+fn glob(pattern: &str, path: &str) -> bool {
+    let (p, s): (Vec<char>, Vec<char>) = (pattern.chars().collect(), path.chars().collect());
+    // Positions in `path` the pattern's prefix can have reached.
+    let mut at = vec![false; s.len() + 1];
+    at[0] = true;
+    let mut i = 0;
+    while i < p.len() {
+        let mut next = vec![false; s.len() + 1];
+        let any_depth = p[i] == '*' && p.get(i + 1) == Some(&'*');
+        for j in (0..=s.len()).filter(|&j| at[j]) {
+            match p[i] {
+                '*' => {
+                    next[j] = true;
+                    let mut k = j;
+                    while k < s.len() && (any_depth || s[k] != '/') {
+                        k += 1;
+                        next[k] = true;
+                    }
+                }
+                '?' => {
+                    if j < s.len() && s[j] != '/' {
+                        next[j + 1] = true;
+                    }
+                }
+                c => {
+                    if j < s.len() && s[j] == c {
+                        next[j + 1] = true;
+                    }
+                }
+            }
+        }
+        at = next;
+        i += if any_depth { 2 } else { 1 };
+    }
+    at[s.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,5 +355,24 @@ mod tests {
         assert!(dispatchable("on: [push, workflow_dispatch]").unwrap());
         assert!(dispatchable("on:\n  workflow_dispatch: {}\n").unwrap());
         assert!(!dispatchable("on: push").unwrap());
+    }
+
+    #[test]
+    fn a_path_filter_starts_the_pipeline_check_for_wards_files_where_they_are() {
+        let shipped: &str = shipped().into_iter().find(|(n, _)| *n == "ward-pipeline.yml").unwrap().1;
+        let files = |dir: &str| -> Vec<String> {
+            [".github/ward.yml".to_string()]
+                .into_iter()
+                .chain(["roles/fellow.md", "skills/x.md", "precedents/log.yaml"].map(|f| format!("{dir}{f}")))
+                .collect()
+        };
+        assert_eq!(unfiltered(shipped, &files("")).unwrap(), Vec::<String>::new());
+        assert_eq!(unfiltered(shipped, &files(".github/ward/")).unwrap(), Vec::<String>::new());
+        assert_eq!(unfiltered(shipped, &files("ops/ward/")).unwrap(), files("ops/ward/")[1..].to_vec());
+        let own = "on:\n  pull_request:\n    paths: [\"ops/**\", \"!ops/ward/precedents/*\", \"*.yml\"]\n";
+        assert_eq!(unfiltered(own, &files("ops/ward/")).unwrap(), [".github/ward.yml", "ops/ward/precedents/log.yaml"]);
+        assert!(unfiltered("on: [pull_request]\n", &files("x/")).unwrap().is_empty(), "no filter: every change");
+        assert_eq!(unfiltered("on: [push]\n", &files("")).unwrap().len(), 4, "not started by pull requests");
+        assert!(glob("a/*/c?.md", "a/b/c1.md") && !glob("a/*/c.md", "a/b/d/c.md") && glob("**/c.md", "a/b/c.md"));
     }
 }

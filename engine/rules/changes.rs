@@ -5,7 +5,8 @@
 //!   its changes are discarded and nothing of it is committed.
 //! - A treatment never changes the rules it is judged by on its own: the
 //!   workflows and ward.yml (`.github/`), `roles/`, `skills/`,
-//!   `precedents/`, the precedent log and the paths ward.yml lists under
+//!   `precedents/` (or wherever ward.yml's `paths` puts them), the role
+//!   templates, the precedent log and the paths ward.yml lists under
 //!   `protected_paths`. A change there goes to the chiefs, unless the
 //!   approved plan lists the paths under `## Files to change`; then the run
 //!   counts, and the patient's merge waits for a person (human approval
@@ -23,7 +24,7 @@
 use super::plan_gate::{PlanStatus, plan_status};
 use super::{Refusal, Route, Verdict, sections};
 use crate::chart::Note;
-use crate::config::{BUILT_IN_PROTECTED, Config, Stage};
+use crate::config::{Config, Stage};
 
 pub const READ_ONLY: &str = "no-change-outside-treatment";
 pub const PROTECTED: &str = "protected-paths";
@@ -101,13 +102,7 @@ pub enum Protection {
 /// the agents are judged by. Case is ignored: on a case-insensitive checkout
 /// `.GitHub/` is `.github/`.
 pub fn is_protected(config: &Config, path: &str) -> bool {
-    let log = config.precedents.log.to_string_lossy();
-    BUILT_IN_PROTECTED
-        .iter()
-        .copied()
-        .chain(config.protected_paths.iter().map(String::as_str))
-        .chain(std::iter::once(log.as_ref()))
-        .any(|entry| covers(entry, path))
+    config.built_in_protected().iter().chain(config.protected_paths.iter()).any(|entry| covers(entry, path))
 }
 
 /// A treatment's changes against the protected paths.
@@ -251,6 +246,15 @@ mod tests {
         assert!(!is_protected(&c, "Makefile.old"));
         c.precedents.log = "docs/decisions.yaml".into();
         assert!(is_protected(&c, "docs/decisions.yaml"), "the precedent log wherever it lives");
+        c.paths.roles = "ward/roles/".into();
+        c.paths.skills = "ward/skills".into();
+        c.paths.precedents = "ward/precedents/".into();
+        for p in ["ward/roles/fellow.md", "ward/skills/x.md", "ward/precedents/log.yaml", "roles/fellow.md"] {
+            assert!(is_protected(&c, p), "{p}: the folders where `paths` puts them, and the role templates named");
+        }
+        for p in ["roles/site.yml", "skills/x.md", "precedents/other.yaml", "ward/README.md"] {
+            assert!(!is_protected(&c, p), "{p}: the repository's own folders once ward's live elsewhere");
+        }
     }
 
     #[test]

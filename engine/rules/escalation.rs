@@ -128,7 +128,10 @@ pub fn after(input: &RunInput<'_>) -> Verdict {
                 list(&unknown),
                 input.precedents.entries.len()
             ),
-            "Cite only precedents that exist in `precedents/log.yaml`; never invent one.",
+            format!(
+                "Cite only precedents that exist in `{}`; never invent one.",
+                input.config.precedents.log.display()
+            ),
             Route::Stay,
         ));
     }

@@ -131,6 +131,12 @@ pub struct Sandbox {
 
 impl Sandbox {
     pub fn new() -> Self {
+        Self::installed(&[], |_| {})
+    }
+
+    /// A sandbox whose repository `prepare` fills first, then `ward init`
+    /// with `init_args` installs ward into.
+    pub fn installed(init_args: &[&str], prepare: impl FnOnce(&Path)) -> Self {
         let dir = tempfile::tempdir().expect("a temporary folder");
         let root = dir.path();
         let (repo, home, runner_temp, agents) =
@@ -156,7 +162,10 @@ impl Sandbox {
         s.give_to_user(s.dir.path());
 
         s.git(&["init", "-q", "-b", "main"]);
-        check(s.ward_cmd(&["init"], &[]).output().unwrap(), "ward init");
+        prepare(&s.repo);
+        s.give_to_user(&s.repo);
+        let init: Vec<&str> = std::iter::once("init").chain(init_args.iter().copied()).collect();
+        check(s.ward_cmd(&init, &[]).output().unwrap(), "ward init");
         std::fs::write(s.repo.join(".gitignore"), "/.ward\n").unwrap();
         s.give_to_user(&s.repo);
         s.git(&["add", "-A"]);
