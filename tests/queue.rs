@@ -213,9 +213,9 @@ exec "$ward" stand-in
 "#;
 
 /// Two patients change the same file: the first merges, the second's
-/// conflict goes back to treatment with the conflicting versions and the
-/// first patient's plan in its chart (which the fellow's prompt carries),
-/// and is not merged.
+/// conflict goes to the resolving stage with the conflicting versions and
+/// the first patient's plan in its chart (which the fellow's prompt
+/// carries), and is not merged by the queue.
 #[tokio::test]
 async fn a_conflict_in_the_merge_queue_goes_back_with_the_hunks_and_the_other_plan() {
     use support::rules::{git_init, hospital, label_of, settle};
@@ -240,7 +240,7 @@ async fn a_conflict_in_the_merge_queue_goes_back_with_the_hunks_and_the_other_pl
     let drained = ward::runner::drain(&h, &forge, 40, &mut |_, _| {}).await.unwrap();
     assert!(drained.integrated[0].starts_with("#1 integrated and merged"), "{:#?}", drained.integrated);
     assert!(
-        drained.integrated[1].contains("#2 conflicts with the base (combined with #1)"),
+        drained.integrated[1].contains("#2 conflicts with the base (combined with #1): to resolve"),
         "{:#?}",
         drained.integrated
     );
