@@ -599,7 +599,7 @@ mod tests {
             Ok(Check::Decided(Admission::Run { issue: IssueNumber(4), label: Some("ward:treat".into()) }))
         );
         t.stage = Some("surgery".into());
-        insta::assert_snapshot!(check_trigger(&t, &c).unwrap_err(), @"stage `surgery` asked for by the workflow_dispatch of #4 is not in .github/ward.yml (stages: admit, diagnose, plan-review, treat, consult, code-review, discharge)");
+        insta::assert_snapshot!(check_trigger(&t, &c).unwrap_err(), @"stage `surgery` asked for by the workflow_dispatch of #4 is not in .github/ward.yml (stages: admit, diagnose, plan-review, treat, consult, code-review, discharge, resolve)");
         let sweep = Trigger {
             kind: TriggerKind::Schedule,
             issue: None,

@@ -12,6 +12,10 @@
 //! something to check. Its fellow fixes a shell entry point test first (the
 //! check fails before the fix, passes after) and its code review runs the
 //! check on the head, as a real agent would run the repository's tests.
+//! An issue that spells out its steps (`side_by_side`: "Add `L` to `P`
+//! after `A`.", "Record the output of `C` in `P`.") is treated by them; in
+//! the resolving stage, or sent back by the merge queue, its fellow rebases
+//! onto the base with a real `git rebase`, keeping both sides' additions.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -21,6 +25,8 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use crate::chart::NoteKind;
+
+mod side_by_side;
 
 /// Everything one agent run needs.
 #[derive(Debug, Clone)]
@@ -541,7 +547,10 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
                 ),
             )],
         ),
-        "diagnose" => visit("plan-posted", vec![diagnosis_plan(cited.as_ref(), &sample)]),
+        "diagnose" => match side_by_side::issue_recipes(env).as_slice() {
+            [] => visit("plan-posted", vec![diagnosis_plan(cited.as_ref(), &sample)]),
+            recipes => visit("plan-posted", vec![side_by_side::plan(recipes)]),
+        },
         "plan" => visit(
             "approve",
             vec![note(
@@ -557,6 +566,10 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
                 ),
             )],
         ),
+        "treat" if !side_by_side::issue_recipes(env).is_empty() => {
+            side_by_side::treat(env, &side_by_side::issue_recipes(env))?
+        }
+        "resolve" => side_by_side::resolve(env),
         "treat" => {
             let (changes, tests) = treat(env, &sample)?;
             let head = commit_all(&env.worktree, &format!("Treat #{issue}: validate the entry point's input"))
@@ -594,7 +607,8 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
             )],
         ),
         "code" => {
-            let (outcome, note) = code_review(env, &sample);
+            let recipes = !side_by_side::issue_recipes(env).is_empty();
+            let (outcome, note) = if recipes { side_by_side::review(env) } else { code_review(env, &sample) };
             visit(outcome, vec![note])
         }
         "discharge" => visit(
@@ -607,7 +621,7 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
         other => {
             return Err(format!(
                 "the stand-in agent knows the modes of the default pipeline (triage, diagnose, plan, treat, \
-                 consult, code, discharge), not `{other}` of stage `{}`; script this stage in a scenario",
+                 resolve, consult, code, discharge), not `{other}` of stage `{}`; script this stage in a scenario",
                 env.stage
             ));
         }

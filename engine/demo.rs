@@ -13,6 +13,8 @@ use crate::forge::local::LocalForge;
 use crate::hospital::Hospital;
 use crate::simulate::{self, Trace};
 
+pub mod swarm;
+
 const SAMPLE_TITLE: &str = "greet prints \"Hello, !\" when the name is empty";
 const SAMPLE_BODY: &str = "Running `./greet.sh \"\"` prints `Hello, !`.\n\n\
 Expected: a clear error on stderr and exit code 2, like other bad input.\n";

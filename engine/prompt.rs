@@ -287,6 +287,9 @@ fn kinds_for(mode: Mode) -> &'static [NoteKind] {
         Mode::Diagnose => &[Triage, Decomposition, PlanReview, IpassHandoff, IpassReadback, Escalation, Groundedness],
         Mode::Plan => &[Triage, PlanReview, IpassReadback, Escalation],
         Mode::Treat => &[TreatmentNote, CodeReview, IpassHandoff, IpassReadback, Groundedness],
+        // The queue's conflict (a DISCHARGE_CHECKLIST quoting the hunks and
+        // the merged patient's plan) beside the patient's own approved plan.
+        Mode::Resolve => &[DischargeChecklist, TreatmentNote, CodeReview, IpassReadback, Groundedness],
         Mode::Consult => &[TreatmentNote, CodeReview, IpassHandoff, IpassReadback, Escalation],
         Mode::Code => &[TreatmentNote, CodeReview, DischargeChecklist, IpassReadback],
         Mode::Discharge => &[TreatmentNote, CodeReview, DischargeChecklist, Groundedness],

@@ -34,6 +34,8 @@ pub struct Drained {
     pub patients: Vec<String>,
     /// What the merge queue did, one sentence per patient it took.
     pub integrated: Vec<String>,
+    /// For each of `integrated`, how many stage runs came before it.
+    pub integrated_after: Vec<usize>,
 }
 
 /// The most stage runs one patient may take in one drain by default: the
@@ -71,7 +73,17 @@ pub async fn drain(
             // (a patient it sends back is dispatched, and the loop goes on).
             match crate::discharge::queue::process_next(&*h.forge, &h.config, &h.root, h.now()).await? {
                 Some(done) => {
+                    // A merged patient takes its worktree along, as a
+                    // discharge in a stage run does.
+                    if done.merged
+                        && let Some(plan) = h.workspace_plan()?
+                    {
+                        plan.release(&h.root, done.issue.0).await.with_context(|| {
+                            format!("{} was merged, but its worktree could not be removed", done.issue)
+                        })?;
+                    }
                     out.integrated.push(done.line);
+                    out.integrated_after.push(out.runs);
                     continue;
                 }
                 None => break,

@@ -257,7 +257,7 @@ async fn sweep_api_calls_are_pages_plus_a_few_per_stalled_patient() {
     let pages = counting.of("open_issues_with_label (pages)");
     assert_eq!(
         pages,
-        3 + 6 + 1 + 2 + 1 + 1,
+        3 + 7 + 1 + 2 + 1 + 1,
         "3 pages of treat, one page for each other stage label, one for `ward:lockdown`, one each for \
          `ward:blocked` and `ward:waiting` (families left half released), one for `ward:awaiting-review` \
          (patients waiting for CI or a review), one for `ward:discharged` (a close that failed)"
@@ -291,7 +291,7 @@ async fn a_patient_whose_label_is_already_old_is_due_in_the_first_sweep() {
     // Treat's 3 pages, one per other stage label, `ward:lockdown`, the two
     // family labels, `ward:awaiting-review` and `ward:discharged` (open
     // discharged patients whose close failed).
-    assert_eq!(pages, 3 + 6 + 1 + 2 + 1 + 1, "{:?}", counting.calls.lock().unwrap());
+    assert_eq!(pages, 3 + 7 + 1 + 2 + 1 + 1, "{:?}", counting.calls.lock().unwrap());
     // The floor: the state's lock and release (read + write each) and the
     // base branch's CI, the lockdowns closed lately (infection control
     // reopens one closed by someone who may not lift it), then per

@@ -213,9 +213,9 @@ exec "$ward" stand-in
 "#;
 
 /// Two patients change the same file: the first merges, the second's
-/// conflict goes back to treatment with the conflicting versions and the
-/// first patient's plan in its chart (which the fellow's prompt carries),
-/// and is not merged.
+/// conflict goes to the resolving stage with the conflicting versions and
+/// the first patient's plan in its chart (which the fellow's prompt
+/// carries), and is not merged by the queue.
 #[tokio::test]
 async fn a_conflict_in_the_merge_queue_goes_back_with_the_hunks_and_the_other_plan() {
     use support::rules::{git_init, hospital, label_of, settle};
@@ -240,7 +240,7 @@ async fn a_conflict_in_the_merge_queue_goes_back_with_the_hunks_and_the_other_pl
     let drained = ward::runner::drain(&h, &forge, 40, &mut |_, _| {}).await.unwrap();
     assert!(drained.integrated[0].starts_with("#1 integrated and merged"), "{:#?}", drained.integrated);
     assert!(
-        drained.integrated[1].contains("#2 conflicts with the base (combined with #1)"),
+        drained.integrated[1].contains("#2 conflicts with the base (combined with #1): to resolve"),
         "{:#?}",
         drained.integrated
     );
@@ -249,4 +249,45 @@ async fn a_conflict_in_the_merge_queue_goes_back_with_the_hunks_and_the_other_pl
     assert!(chart.contains("Integration conflict") && chart.contains("`shared.txt`"), "{chart}");
     assert!(chart.contains("patient 1 was here") && chart.contains("patient 2 was here"), "both sides:\n{chart}");
     assert!(chart.contains("The plan of #1, merged before this patient"), "{chart}");
+}
+
+/// A pipeline without a resolving stage still gives a conflict an owner:
+/// the treating stage, with the same note.
+#[tokio::test]
+async fn without_a_resolve_stage_a_conflict_goes_back_to_treatment() {
+    use support::rules::{git_init, hospital, label_of, settle};
+    use ward::forge::{IssueNumber, NewIssue};
+    let s = Sandbox::new();
+    s.write("agent.sh", SAME_FILE_AGENT);
+    let script = s.root().join("agent.sh").display().to_string();
+    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
+    let text = s.read(".github/ward.yml");
+    let start = text.find("  # The merge queue (`integration:`) sends").expect("the resolve stage");
+    let end = text[start..].find("\nroles:").map(|e| start + e).unwrap();
+    s.edit_config(&text[start..end], "");
+    s.edit_config(
+        "  ward:lockdown:",
+        "  ward:merge-queue:    { color: \"ededed\", description: \"Audited; waiting for the merge queue\" }\n  ward:lockdown:",
+    );
+    s.edit_config("\ndecomposition:\n", "\nintegration:\n  command: [\"true\"]\n\ndecomposition:\n");
+    git_init(s.root());
+    let (h, forge) = hospital(&s, "reporter");
+    assert!(h.config.resolving_stage().is_none());
+    for n in [1, 2] {
+        let new = NewIssue { title: format!("Patient {n}"), body: "Sign.".into(), labels: vec!["ward:admit".into()] };
+        forge.admit(new).unwrap();
+        settle(&h, &forge, IssueNumber(n), 30).await;
+        assert_eq!(label_of(&forge, n), "ward:merge-queue");
+    }
+    let drained = ward::runner::drain(&h, &forge, 40, &mut |_, _| {}).await.unwrap();
+    assert!(
+        drained.integrated[1].contains("#2 conflicts with the base (combined with #1): to treatment"),
+        "{:#?}",
+        drained.integrated
+    );
+    let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(2))).unwrap();
+    let conflict = chart.find("Integration conflict").expect("the conflict note");
+    // The treating stage ran on it after the conflict (the drain goes on).
+    assert!(chart[conflict..].contains("<!-- WARD:TREATMENT_NOTE run="), "{chart}");
+    assert!(chart[conflict..].contains("stage=treat role=fellow"), "{chart}");
 }

@@ -50,6 +50,10 @@ pub enum Command {
         /// Folder for the demo repository (new or empty). Default: a fresh temporary folder.
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Three patients at once through `ward run` and the merge queue: a conflict resolved and
+        /// reviewed, a failure only in combination sent back and fixed.
+        #[arg(long)]
+        swarm: bool,
     },
     /// Run scripted scenarios over the local forge; exit 1 when expectations fail.
     Simulate {
@@ -357,12 +361,17 @@ fn load_config(root: &Path) -> anyhow::Result<Config> {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
-        Command::Demo { dir } => {
+        Command::Demo { dir, swarm } => {
             let dir = match dir {
                 Some(d) => d.clone(),
                 None => tempdir_path("ward-demo")?,
             };
             let exe = std::env::current_exe().context("could not find the ward binary itself")?;
+            if *swarm {
+                let run = crate::demo::swarm::run(&dir, &exe).await?;
+                print!("{}", crate::demo::swarm::render(&run));
+                return Ok(if run.all_discharged { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+            }
             let run = crate::demo::run(&dir, &exe).await?;
             print!("{}", crate::demo::render(&run));
             Ok(if run.discharged { ExitCode::SUCCESS } else { ExitCode::FAILURE })

@@ -474,6 +474,10 @@ impl Config {
             }
             if let Some(stage) = self.stage_by_label(label) {
                 queue.extend(stage.config.outcomes.values().map(String::as_str));
+                // The merge queue, after the audit, sends a conflict to the resolving stage.
+                if stage.mode().audits() {
+                    queue.extend(self.resolving_stage().map(|s| s.config.label.as_str()));
+                }
             }
         }
         seen
@@ -491,6 +495,12 @@ impl Config {
     /// review goes back to split its plan.
     pub fn diagnosing_stage(&self) -> Option<Stage<'_>> {
         self.stages().find(|s| s.config.mode == Some(Mode::Diagnose))
+    }
+
+    /// The stage where the merge queue sends a patient whose branch
+    /// conflicts with the base (the treating stage when there is none).
+    pub fn resolving_stage(&self) -> Option<Stage<'_>> {
+        self.stages().find(|s| s.config.mode == Some(Mode::Resolve))
     }
 
     pub fn stages(&self) -> impl Iterator<Item = Stage<'_>> {

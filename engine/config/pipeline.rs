@@ -29,6 +29,10 @@ pub enum Mode {
     /// The fellow implements the approved plan: its commits are pushed and
     /// a pull request is opened.
     Treat,
+    /// The fellow resolves a merge conflict the queue found: the branch
+    /// rebased onto the current base, keeping what both plans intend. Its
+    /// commits are pushed like a treatment's and go through code review.
+    Resolve,
     /// The review attending takes over a stuck fellow's handoff.
     Consult,
     /// The review attending reviews the change.
@@ -38,8 +42,16 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: &'static [Mode] =
-        &[Mode::Triage, Mode::Diagnose, Mode::Plan, Mode::Treat, Mode::Consult, Mode::Code, Mode::Discharge];
+    pub const ALL: &'static [Mode] = &[
+        Mode::Triage,
+        Mode::Diagnose,
+        Mode::Plan,
+        Mode::Treat,
+        Mode::Resolve,
+        Mode::Consult,
+        Mode::Code,
+        Mode::Discharge,
+    ];
 
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -47,15 +59,17 @@ impl Mode {
             Mode::Diagnose => "diagnose",
             Mode::Plan => "plan",
             Mode::Treat => "treat",
+            Mode::Resolve => "resolve",
             Mode::Consult => "consult",
             Mode::Code => "code",
             Mode::Discharge => "discharge",
         }
     }
 
-    /// A treating stage's changes are committed, pushed and proposed.
+    /// A treating stage's changes are committed, pushed and proposed (a
+    /// conflict's resolution too).
     pub const fn treats(self) -> bool {
-        matches!(self, Mode::Treat)
+        matches!(self, Mode::Treat | Mode::Resolve)
     }
 
     /// The stage that audits the reviews and merges.
@@ -608,10 +622,10 @@ fn validate_max_diff_lines(config: &super::Config, stage: Stage<'_>) -> Vec<(Str
     if max == 0 {
         p.push((path.clone(), "must be 1 or more (leave it out for no limit)".into()));
     }
-    if !stage.mode().treats() {
+    if stage.mode() != Mode::Treat {
         p.push((
             path.clone(),
-            format!("only a treating stage changes code; stage `{}` is {} mode", stage.name, stage.mode()),
+            format!("only a `mode: treat` stage's diff is limited; stage `{}` is {} mode", stage.name, stage.mode()),
         ));
     }
     if config.diagnosing_stage().is_none() {
@@ -681,7 +695,7 @@ pub(super) fn validate_modes(config: &super::Config) -> Vec<(String, String)> {
             p.push((path, format!("the auditing stage needs an `{AUDIT_FAILED}` outcome: where a failed audit goes")));
         }
     }
-    if !config.stages().any(|s| s.mode().treats()) {
+    if !config.stages().any(|s| s.mode() == Mode::Treat) {
         p.push(("stages".into(), "no stage has `mode: treat`: no stage could change the code".into()));
     }
     p

@@ -4,9 +4,12 @@
 //! it merges the branch into the current base in a fresh checkout, runs the
 //! integration check there, and merges the pull request only when the
 //! check passed and the base is still the one it checked. A failed check
-//! or a conflict sends the patient back to treatment with the output (or
-//! the conflicting files) and the patients it was combined with: those the
-//! queue merged that the branch had not seen.
+//! sends the patient back to treatment with the output and the patients it
+//! was combined with: those the queue merged that the branch had not seen.
+//! A conflict goes to the resolving stage (`mode: resolve`; treatment when
+//! the pipeline has none) with the conflicting hunks and the plans of the
+//! patients merged before it; the fellow rebases the branch, and the
+//! resolution goes through code review, the audit and the queue again.
 //!
 //! The queue's state lives in the sweep's state slot (compare-and-swap on
 //! both forges). An entry leaves the queue only after its outcome was
@@ -62,6 +65,8 @@ pub async fn enqueue(
 pub struct Processed {
     pub issue: IssueNumber,
     pub line: String,
+    /// The patient was merged and discharged: its worktree can go.
+    pub merged: bool,
 }
 
 /// Integrates the first patient in the queue in `repository` and records
@@ -96,7 +101,8 @@ pub async fn process_next(
     })
     .await?
     .ok();
-    Ok(Some(Processed { issue: entry.issue, line }))
+    let merged = forge.issue(entry.issue).await?.labels.contains(&config.discharge.discharged_label);
+    Ok(Some(Processed { issue: entry.issue, line, merged }))
 }
 
 /// The head moved since the audit (or the pull request is gone): audited again.
@@ -368,22 +374,29 @@ async fn record(
                 entry.head,
                 crate::untrusted::fence(&output, "text")
             );
-            back_to_treatment(forge, config, issue, meta, body).await?;
+            send_back(forge, config, issue, meta, body, treating_label(config)?).await?;
             Ok(format!("{} failed the integration check combined with {with}: back to treatment", entry.issue))
         }
         Checked::Conflict { base, files, hunks } => {
             let plans = merged_plans(forge, config, &combined_with(repository, &entry.head, merged)).await;
             let body = format!(
                 "Integration conflict: the audited head {} does not merge into the base {base}, combined with: \
-                 {with}. Conflicting files: {}. Resolve the conflict on this branch (merge the base into it), \
-                 keeping what both plans intend; the resolution goes through code review like any change.\n\n\
+                 {with}. Conflicting files: {}. Resolve the conflict on this branch: rebase it onto `{}`, keeping \
+                 what both plans intend; the resolution goes through code review like any change.\n\n\
                  The conflicting hunks:\n\n{}{plans}",
                 entry.head,
                 files.iter().map(|f| format!("`{}`", f.escape_debug())).collect::<Vec<_>>().join(", "),
+                pull.base_branch,
                 crate::untrusted::fence(&crate::untrusted::cut(&hunks, 6000, "the hunks"), "text")
             );
-            back_to_treatment(forge, config, issue, meta, body).await?;
-            Ok(format!("{} conflicts with the base (combined with {with}): back to treatment", entry.issue))
+            // The resolving stage owns a conflict; a pipeline without one
+            // sends it back to treatment.
+            let (to, stage) = match config.resolving_stage() {
+                Some(r) => (r.config.label.clone(), r.name),
+                None => (treating_label(config)?, "treatment"),
+            };
+            send_back(forge, config, issue, meta, body, to).await?;
+            Ok(format!("{} conflicts with the base (combined with {with}): to {stage}", entry.issue))
         }
     }
 }
@@ -406,24 +419,29 @@ async fn merged_plans(forge: &dyn Forge, config: &Config, with: &[IssueNumber]) 
     out
 }
 
-/// Back to the treating stage with what went wrong; `audit-failed`, so the
-/// send-back limit counts it.
-async fn back_to_treatment(
+/// The treating stage's label, where a failed integration goes.
+fn treating_label(config: &Config) -> anyhow::Result<String> {
+    config
+        .stages()
+        .find(|s| s.mode() == Mode::Treat)
+        .map(|s| s.config.label.clone())
+        .context("the pipeline has no treating stage")
+}
+
+/// Back to `to` (the treating or the resolving stage) with what went
+/// wrong; `audit-failed`, so the send-back limit counts it.
+async fn send_back(
     forge: &dyn Forge,
     config: &Config,
     issue: &Issue,
     meta: NoteMeta,
     body: String,
+    to: String,
 ) -> anyhow::Result<()> {
-    let treat = config
-        .stages()
-        .find(|s| s.mode() == Mode::Treat)
-        .map(|s| s.config.label.clone())
-        .context("the pipeline has no treating stage")?;
     let notes = vec![
         Note { kind: NoteKind::DischargeChecklist, meta: meta.clone(), body },
         Note { kind: NoteKind::Outcome, meta, body: AUDIT_FAILED.into() },
     ];
-    transfer(forge, config, issue, Seen::NotRead, notes, Move::To(treat)).await?;
+    transfer(forge, config, issue, Seen::NotRead, notes, Move::To(to)).await?;
     Ok(())
 }

@@ -57,7 +57,9 @@ pub fn read_only(stage: Stage<'_>, changed: &[String]) -> Verdict {
 /// A treatment within its stage's `max_diff_lines`; a larger one goes back
 /// to diagnosis to split the plan.
 pub fn small_enough(config: &Config, stage: Stage<'_>, diff_lines: u64) -> Verdict {
-    let Some(max) = stage.config.max_diff_lines.filter(|_| stage.mode().treats()) else { return Ok(()) };
+    let Some(max) = stage.config.max_diff_lines.filter(|_| stage.mode() == crate::config::Mode::Treat) else {
+        return Ok(());
+    };
     if diff_lines <= max {
         return Ok(());
     }

@@ -783,17 +783,18 @@ impl Workspace {
         Ok(())
     }
 
-    /// Pushes the task branch (forced after a `restart` reset it). `false`
-    /// when there is nothing to push: the branch is still at the base.
+    /// Pushes the task branch (forced after a `restart` reset it, or when
+    /// the run rebased it: its head no longer descends from where the run
+    /// started). `false` when there is nothing to push: the branch is still
+    /// at the base.
     pub async fn push(&self, target: &PushTarget) -> Result<bool, WorkspaceError> {
-        let (repo, branch, base, force) =
+        let (repo, branch, base, reset) =
             (self.repo.clone(), self.branch.name.clone(), self.branch.base.clone(), self.branch.reset);
-        let target = target.clone();
+        let (target, start) = (target.clone(), self.worktree.start.clone());
         blocking(move || {
             let git = GitRepo::open(&repo)?;
-            if git.branch_head(&branch)?.is_none_or(|head| head == base) {
-                return Ok(false);
-            }
+            let Some(head) = git.branch_head(&branch)?.filter(|head| *head != base) else { return Ok(false) };
+            let force = reset || !git.descends_from(&head, &start);
             git::push_branch(git.git_dir(), &target.url, &branch, target.token.as_deref(), force)?;
             Ok(true)
         })

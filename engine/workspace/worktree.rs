@@ -209,6 +209,15 @@ impl GitRepo {
         Ok(branch.and_then(|b| b.get().target()).map(|o| o.to_string()))
     }
 
+    /// `head` is `start` or has it in its history (a run that only added
+    /// commits); `false` after a rebase, or when either cannot be read.
+    pub fn descends_from(&self, head: &str, start: &str) -> bool {
+        match (git2::Oid::from_str(head), git2::Oid::from_str(start)) {
+            (Ok(h), Ok(s)) => h == s || self.repo.graph_descendant_of(h, s).unwrap_or(false),
+            _ => false,
+        }
+    }
+
     /// The base branch's commit: `refs/heads/<base>`, else `refs/remotes/origin/<base>`.
     fn base_commit(&self, base: &str) -> Result<git2::Commit<'_>> {
         for refname in [format!("refs/heads/{base}"), format!("refs/remotes/origin/{base}")] {
