@@ -70,7 +70,8 @@ pub struct DataContext {
 
 impl DataContext {
     pub fn new(sentinels: &Sentinels, view: &crate::workspace::DataView) -> Self {
-        let text = crate::untrusted::escape_controls(&sentinels.escape(&view.diff.text)).into_owned();
+        let text = sentinels.escape(view.diff.text.trim_end_matches('\n'));
+        let text = crate::untrusted::escape_controls(&text).into_owned();
         Self {
             commit: view.commit.clone(),
             added: view.diff.added,
