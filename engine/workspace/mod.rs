@@ -46,6 +46,8 @@ pub enum WorkspaceError {
     Worktree(#[from] WorktreeError),
     #[error(transparent)]
     Emulator(#[from] EmulatorError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     #[error("{first}; putting the checkout back failed too: {cleanup}")]
     CleanupAfter { first: Box<WorkspaceError>, cleanup: Box<WorkspaceError> },
     #[error("the workspace of issue #{issue}, run {run} was not cleaned up: {}", problems.join("; "))]
@@ -622,6 +624,53 @@ impl WorkspaceReport {
     /// The workspace's share of the stage's time: setup, commit, teardown.
     pub fn engine_ms(&self) -> u64 {
         self.up_ms + self.commit_ms + self.down_ms
+    }
+}
+
+/// A fresh emulator for one check outside a patient's stage (the merge
+/// queue's integration check): owned, labelled and reaped like a stage's
+/// (this installation, this repository, `ward.expires`), seeded in
+/// `workdir`, its diagnostics in the ward home's run folder.
+pub struct CheckEmulator {
+    docker: Docker,
+    emulator: Emulator,
+    artifacts: PathBuf,
+}
+
+impl CheckEmulator {
+    pub async fn start(
+        repository: &Path,
+        config: &EmulatorConfig,
+        issue: u64,
+        run: &str,
+        workdir: &Path,
+        expires_after: Duration,
+    ) -> Result<Self, WorkspaceError> {
+        let plan = WorkspacePlan::detect_for_reaping(repository, |k| std::env::var(k).ok())?.ok_or_else(|| {
+            PlanError::Unreadable { root: repository.to_path_buf(), message: "it is in no git repository".into() }
+        })?;
+        let owner = Owner {
+            run: run.into(),
+            issue,
+            stage: "merge-queue".into(),
+            expires: Utc::now() + chrono::Duration::from_std(expires_after).unwrap_or(chrono::Duration::hours(2)),
+            repository: plan.repository.clone(),
+            installation: installation_id(&plan.home)?,
+        };
+        let artifacts = artifacts_dir(&plan.home, issue, run);
+        let docker = Docker::connect(plan.docker_socket.as_deref()).await?;
+        let emulator = emulator::start(&docker, config, &owner, workdir, &artifacts, &Cancel::new()).await?;
+        Ok(Self { docker, emulator, artifacts })
+    }
+
+    /// The rendered `expose` variables, for the check's environment.
+    pub fn vars(&self) -> &std::collections::BTreeMap<String, String> {
+        &self.emulator.vars
+    }
+
+    /// Diagnostics, removal, verification.
+    pub async fn stop(self) -> Result<Teardown, WorkspaceError> {
+        Ok(emulator::stop(&self.docker, &self.emulator.id, &self.emulator.name, &self.artifacts).await?)
     }
 }
 
