@@ -2155,3 +2155,70 @@ async fn a_treatments_data_reaches_code_review_and_its_prompt() {
         assert_no_containers(&[r.as_str()]);
     }
 }
+
+/// The consult's `restart` through the stage runs: the next treatment
+/// starts at the base with the seed's data, its checkpoints dropped.
+#[tokio::test]
+async fn a_consults_restart_returns_the_branch_and_the_data_to_the_base() {
+    use ward::forge::Forge;
+    let tmp = tempfile::tempdir().unwrap();
+    let section = format!(
+        "\nemulator:\n  image: {}\n  ports: [8081, 8082]\n  ready: {{ http: {{ port: 8082, path: /ready }}, time_limit: 10s }}\n  expose:\n    DOCSTORE_ENDPOINT: \"http://127.0.0.1:{{{{ ports[8081] }}}}\"\n",
+        docstore_image()
+    );
+    let (root, git_home, forge, h) = stage_repo(tmp.path(), &section);
+    let issue = forge
+        .admit(ward::forge::NewIssue { title: "fix it".into(), body: "b".into(), labels: vec!["ward:treat".into()] })
+        .unwrap();
+    support::seed_approved_plan(&h, issue.number).await;
+    let runs = [run_id("restart-treat"), run_id("restart-consult"), run_id("restart-again")];
+    let _janitor = DockerJanitor(runs.to_vec());
+    let docstore = docstore_bin().display().to_string();
+    let seen = tmp.path().join("seen");
+    let treat = format!(
+        "{docstore} put fleet vehicles fleet-1 SEA '{{}}' >/dev/null && echo fixed > fix.txt && exec {{ward}} stand-in"
+    );
+    let script = tmp.path().join("consult.yaml");
+    std::fs::write(
+        &script,
+        "outcome: restart\nnotes:\n  - kind: IPASS_READBACK\n    body: |\n      ## Illness severity\n      Stable.\n\n      ## Patient summary\n      The branch went wrong.\n\n      ## Action list\n      Start again from the base.\n\n      ## Situation awareness and contingency\n      If it fails again, replan.\n\n      ## Synthesis by receiver\n      Restart.\n\n      ## What I will do\n      Restart the treatment from the base.\n",
+    )
+    .unwrap();
+    let consult = format!("exec {{ward}} stand-in --script {}", script.display());
+    let again = format!(
+        "git rev-parse HEAD > {0}.head; {docstore} get fleet vehicles fleet-1 SEA > {0}.doc 2>&1; exec {{ward}} stand-in",
+        seen.display()
+    );
+    for (i, (run, script)) in [(&runs[0], treat), (&runs[1], consult), (&runs[2], again)].into_iter().enumerate() {
+        if i == 1 {
+            forge.set_labels(issue.number, &["ward:consult".into()]).await.unwrap();
+        }
+        let req = ward::stage::StageRequest {
+            issue: issue.number,
+            label: None,
+            agent_command: Some(vec!["sh".into(), "-c".into(), script]),
+            run_id: Some(run.clone()),
+            wake: None,
+            phase: ward::stage::Phase::Whole,
+            approver: None,
+        };
+        let result = ward::stage::run_stage(&h, &req).await.unwrap();
+        let ward::stage::StageResult::Moved(t) = &result else { panic!("{result:?}") };
+        if i == 0 {
+            let report: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(t.artifacts.join("report.json")).unwrap()).unwrap();
+            assert!(report["data"]["saved"].is_string(), "the treatment's data was checkpointed: {report}");
+        }
+        if i == 1 {
+            assert_eq!((t.outcome.as_str(), t.to.as_str()), ("restart", "ward:treat"), "{t:?}");
+        }
+    }
+    let main = run(git(&root, &git_home).args(["rev-parse", "main"]));
+    let head = std::fs::read_to_string(seen.with_extension("head")).unwrap();
+    assert_eq!(head.trim(), main.trim(), "the restarted treatment starts at the base");
+    let doc = std::fs::read_to_string(seen.with_extension("doc")).unwrap();
+    assert!(doc.contains("HTTP 404"), "the restarted treatment starts from the seed: {doc}");
+    for r in &runs {
+        assert_no_containers(&[r.as_str()]);
+    }
+}
