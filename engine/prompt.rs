@@ -42,8 +42,45 @@ pub struct PromptContext {
     pub handoff: Option<NoteContext>,
     pub precedents: Vec<PrecedentContext>,
     pub workspace: WorkspaceContext,
+    /// What the treatment did to the emulator's data, for the code
+    /// reviewer, when its emulator started from a checkpoint.
+    pub data: Option<DataContext>,
     pub sentinel: String,
     pub notes_file: String,
+}
+
+/// The most of a data diff a prompt carries.
+pub const DATA_DIFF_BUDGET: usize = 8 * 1024;
+
+/// The data diff between the seed and the checkpoint the emulator started
+/// from. Its lines are the agent's data: fenced, sentinels neutralised,
+/// control characters escaped; never instructions.
+#[derive(Debug, Clone, Serialize)]
+pub struct DataContext {
+    /// The commit the checkpoint belongs to.
+    pub commit: String,
+    pub added: usize,
+    pub removed: usize,
+    /// Whether the seed's export was kept (else the diff is against no data).
+    pub seed_kept: bool,
+    /// Whether lines were left out to stay within [`DATA_DIFF_BUDGET`].
+    pub truncated: bool,
+    pub fenced: String,
+}
+
+impl DataContext {
+    pub fn new(sentinels: &Sentinels, view: &crate::workspace::DataView) -> Self {
+        let text = sentinels.escape(view.diff.text.trim_end_matches('\n'));
+        let text = crate::untrusted::escape_controls(&text).into_owned();
+        Self {
+            commit: view.commit.clone(),
+            added: view.diff.added,
+            removed: view.diff.removed,
+            seed_kept: view.seed_kept,
+            truncated: view.diff.truncated,
+            fenced: fence(&text, "diff"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -139,6 +176,7 @@ impl PromptContext {
             handoff: pending_handoff(chart),
             precedents: found.iter().map(|m| PrecedentContext::from_match(m, &config.precedents.log)).collect(),
             workspace,
+            data: None,
             sentinel: sentinels.prefix().into(),
             notes_file: "$WARD_NOTES".into(),
         }
@@ -723,6 +761,7 @@ mod tests {
             handoff: None,
             precedents: vec![],
             workspace: WorkspaceContext { path: ".".into(), branch: "b".into(), base: "main".into(), env: vec![] },
+            data: None,
             sentinel: "WARD".into(),
             notes_file: "$WARD_NOTES".into(),
         }

@@ -291,3 +291,53 @@ async fn without_a_resolve_stage_a_conflict_goes_back_to_treatment() {
     assert!(chart[conflict..].contains("<!-- WARD:TREATMENT_NOTE run="), "{chart}");
     assert!(chart[conflict..].contains("stage=treat role=fellow"), "{chart}");
 }
+
+/// `integration.emulator`: each check gets a fresh emulator, its variables
+/// in the check's environment; the check writes and reads back through it,
+/// and the container is gone after.
+#[tokio::test]
+async fn the_integration_check_runs_with_a_fresh_emulator_removed_after() {
+    use support::rules::{git_init, hospital, label_of, settle};
+    use support::workspace::{docstore_bin, docstore_image, run_docker};
+    use ward::forge::{IssueNumber, NewIssue, PullState};
+    let s = Sandbox::new();
+    s.write("agent.sh", FILE_AGENT);
+    let script = s.root().join("agent.sh").display().to_string();
+    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
+    s.edit_config(
+        "  ward:lockdown:",
+        "  ward:merge-queue:    { color: \"ededed\", description: \"Audited; waiting for the merge queue\" }\n  ward:lockdown:",
+    );
+    let docstore = docstore_bin().display().to_string();
+    let check = format!(
+        "{docstore} put itest runs r1 pk '{{\"ok\":true}}' >/dev/null && {docstore} get itest runs r1 pk && echo \"checked at $DOCSTORE_ENDPOINT\""
+    );
+    s.edit_config(
+        "\ndecomposition:\n",
+        &format!(
+            "\nintegration:\n  command: [\"sh\", \"-c\", {}]\n  emulator:\n    image: {}\n    ports: [8081, 8082]\n    ready: {{ http: {{ port: 8082, path: /ready }}, time_limit: 10s }}\n    expose:\n      DOCSTORE_ENDPOINT: \"http://127.0.0.1:{{{{ ports[8081] }}}}\"\n\ndecomposition:\n",
+            serde_json::to_string(&check).unwrap(),
+            docstore_image()
+        ),
+    );
+    git_init(s.root());
+    let (h, forge) = hospital(&s, "reporter");
+    forge
+        .admit(NewIssue { title: "Patient 1".into(), body: "Add a file.".into(), labels: vec!["ward:admit".into()] })
+        .unwrap();
+    let results = settle(&h, &forge, IssueNumber(1), 30).await;
+    assert_eq!(label_of(&forge, 1), "ward:merge-queue", "{results:#?}");
+    let drained = ward::runner::drain(&h, &forge, 40, &mut |_, _| {}).await.unwrap();
+    assert!(drained.integrated[0].starts_with("#1 integrated and merged"), "{:#?}", drained.integrated);
+    assert_eq!(forge.read_pull(1).unwrap().pull.unwrap().state, PullState::Merged);
+    let git_dir = s.root().join(".git").canonicalize().unwrap().display().to_string();
+    let left = run_docker(&[
+        "ps",
+        "-aq",
+        "--filter",
+        "label=ward.stage=merge-queue",
+        "--filter",
+        &format!("label=ward.repository={git_dir}"),
+    ]);
+    assert!(left.trim().is_empty(), "the check's emulator is removed: {left}");
+}

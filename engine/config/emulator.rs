@@ -14,7 +14,15 @@
 //!     time_limit: 2m
 //!   expose:                            # what the agent (and only the agent) receives
 //!     COSMOS_ENDPOINT: "http://127.0.0.1:{{ ports[8081] }}"
+//!   checkpoint:                        # optional; run inside the container
+//!     export: ["/docstore", "export"]  # prints the data on stdout
+//!     import: ["/docstore", "import"]  # reads it back on stdin
+//!     time_limit: 1m
+//!     keep: 7d
 //! ```
+//!
+//! An image named `ward-docstore:<tag>` (the test document store) has a
+//! built-in `checkpoint` section: [`EmulatorConfig::checkpoint`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -48,6 +56,57 @@ pub struct EmulatorConfig {
     /// over `ports` (container port -> host port) and `host` (`127.0.0.1`).
     #[serde(default)]
     pub expose: BTreeMap<String, String>,
+    /// How ward saves the emulator's data at the end of a treatment and
+    /// loads it into the patient's next stage instead of the seed. Default:
+    /// none (every stage starts from the seed), except the built-in one of
+    /// the `ward-docstore` test image.
+    #[serde(default)]
+    pub checkpoint: Option<CheckpointConfig>,
+}
+
+/// Checkpoints of the emulator's data. Both commands run inside the
+/// emulator's container (the tool that reads the data lives with it, and
+/// nothing of the agent's worktree runs), with the container's `env` and
+/// the `expose` variables rendered as seen from inside it (a container
+/// port is itself, the host `127.0.0.1`).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Prints the whole data on stdout, the same data the same way each
+    /// time (sorted): the code reviewer's data diff compares two exports
+    /// line by line.
+    pub export: Vec<String>,
+    /// Reads an export on stdin into the fresh, ready emulator.
+    pub import: Vec<String>,
+    /// Wall-clock limit of one export or import. Default 1m.
+    #[serde(default = "default_checkpoint_limit", deserialize_with = "de_duration")]
+    #[schemars(schema_with = "super::schema::duration")]
+    pub time_limit: Duration,
+    /// A checkpoint the patient has not replaced is reaped after this
+    /// (and all of them when the patient is discharged). Default 7d.
+    #[serde(default = "default_checkpoint_keep", deserialize_with = "de_duration")]
+    #[schemars(schema_with = "super::schema::duration")]
+    pub keep: Duration,
+}
+
+/// The image whose checkpoint section is built in.
+pub const DOCSTORE_IMAGE: &str = "ward-docstore";
+
+impl EmulatorConfig {
+    /// The `checkpoint` section, or the built-in one of the `ward-docstore`
+    /// test image (its `/docstore export` and `/docstore import`).
+    pub fn checkpoint(&self) -> Option<CheckpointConfig> {
+        if let Some(c) = &self.checkpoint {
+            return Some(c.clone());
+        }
+        let name = self.image.rsplit('/').next().unwrap_or_default();
+        (name.split(':').next() == Some(DOCSTORE_IMAGE)).then(|| CheckpointConfig {
+            export: vec!["/docstore".into(), "export".into()],
+            import: vec!["/docstore".into(), "import".into()],
+            time_limit: default_checkpoint_limit(),
+            keep: default_checkpoint_keep(),
+        })
+    }
 }
 
 /// Exactly one of `http`, `tcp`, `log`.
@@ -115,6 +174,12 @@ fn default_ready_limit() -> Duration {
 }
 fn default_seed_limit() -> Duration {
     Duration::from_secs(120)
+}
+fn default_checkpoint_limit() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_checkpoint_keep() -> Duration {
+    Duration::from_secs(7 * 24 * 60 * 60)
 }
 fn default_probe_path() -> String {
     "/".into()
@@ -204,6 +269,18 @@ pub fn validate(e: &EmulatorConfig, path: &str) -> Vec<(String, String)> {
             p.push((format!("{path}.seed.time_limit"), "must be longer than zero".into()));
         }
     }
+    if let Some(c) = &e.checkpoint {
+        for (field, command) in [("export", &c.export), ("import", &c.import)] {
+            if command.first().is_none_or(|c| c.trim().is_empty()) {
+                p.push((format!("{path}.checkpoint.{field}"), "must name a program in the container".into()));
+            }
+        }
+        for (field, d) in [("time_limit", c.time_limit), ("keep", c.keep)] {
+            if d.is_zero() {
+                p.push((format!("{path}.checkpoint.{field}"), "must be longer than zero".into()));
+            }
+        }
+    }
     for name in e.expose.keys() {
         if !is_env_name(name) {
             p.push((format!("{path}.expose.{name}"), format!("`{name}` is not an environment variable name")));
@@ -271,6 +348,22 @@ expose:
         let e = parse(&GOOD.replace("http: { port: 8082, path: /ready }", "tcp: 8081, log: ready"));
         let p = validate(&e, "emulator");
         assert!(p.iter().any(|(path, m)| path == "emulator.ready" && m.contains("exactly one")), "{p:?}");
+    }
+
+    #[test]
+    fn the_docstore_image_has_a_built_in_checkpoint_and_others_none() {
+        let e = parse(GOOD);
+        let c = e.checkpoint().expect("ward-docstore has a built-in checkpoint");
+        assert_eq!(c.export, vec!["/docstore", "export"]);
+        let other = parse(&GOOD.replace("ward-docstore:test", "registry.local/cosmos:1"));
+        assert_eq!(other.checkpoint(), None);
+        let mut mine = parse(&format!("{GOOD}checkpoint: {{ export: [dump], import: [load], time_limit: 0s }}\n"));
+        assert_eq!(mine.checkpoint().unwrap().export, vec!["dump"]);
+        let p = validate(&mine, "emulator");
+        assert!(p.iter().any(|(path, _)| path == "emulator.checkpoint.time_limit"), "{p:?}");
+        mine.checkpoint.as_mut().unwrap().import.clear();
+        let p = validate(&mine, "emulator");
+        assert!(p.iter().any(|(path, _)| path == "emulator.checkpoint.import"), "{p:?}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::{Config, de_duration};
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IntegrationConfig {
     /// The integration check: an argument vector run in a fresh checkout of
@@ -24,6 +24,11 @@ pub struct IntegrationConfig {
     /// `ward:merge-queue`; it must be declared under `labels`.
     #[serde(default = "default_queued_label")]
     pub queued_label: String,
+    /// A fresh emulator for each check (the `emulator` section's shape):
+    /// its exposed variables are in the check's environment, and it is
+    /// removed, verified, after the check. Default: none.
+    #[serde(default)]
+    pub emulator: Option<super::EmulatorConfig>,
 }
 
 fn default_time_limit() -> Duration {
@@ -42,6 +47,9 @@ impl IntegrationConfig {
         }
         if self.time_limit.is_zero() {
             p.push(("integration.time_limit".into(), "must be longer than zero".into()));
+        }
+        if let Some(e) = &self.emulator {
+            p.extend(super::emulator::validate(e, "integration.emulator"));
         }
         let label = &self.queued_label;
         if !config.labels.contains_key(label) {

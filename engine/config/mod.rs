@@ -28,7 +28,8 @@ pub mod schema;
 pub use capacity::CapacityConfig;
 pub use departments::*;
 pub use emulator::{
-    EmulatorConfig, HttpProbe, Probe, ReadinessConfig, SeedConfig, render_expose, validate as emulator_validate,
+    CheckpointConfig, EmulatorConfig, HttpProbe, Probe, ReadinessConfig, SeedConfig, render_expose,
+    validate as emulator_validate,
 };
 pub use integration::IntegrationConfig;
 pub use locate::locate;

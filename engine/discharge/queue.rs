@@ -90,7 +90,7 @@ pub async fn process_next(
         }
         None => back_to_discharge(forge, config, &issue, &entry, meta("merge-queue")).await?,
         Some(pull) => {
-            let checked = integrate(repository, &pull, integration, &run).await?;
+            let checked = integrate(repository, &pull, integration, &run, entry.issue.0).await?;
             record(forge, config, &issue, &entry, &pull, checked, (repository, &state.merge_queue.merged), &run, now)
                 .await?
         }
@@ -149,6 +149,7 @@ async fn integrate(
     pull: &PullRequest,
     integration: &IntegrationConfig,
     run: &str,
+    issue: u64,
 ) -> anyhow::Result<Checked> {
     let (repo_path, base_branch, head) = (repository.to_path_buf(), pull.base_branch.clone(), pull.head_sha.clone());
     let combined = tokio::task::spawn_blocking(move || combine(&repo_path, &base_branch, &head)).await??;
@@ -173,8 +174,29 @@ async fn integrate(
         None,
     );
     add.with_context(|| format!("could not check out the integration of {tested} in {}", dir.display()))?;
-    let result = run_check(&dir, integration).await;
+    // A fresh emulator for the check, when configured: removed after it.
+    let emulator = match &integration.emulator {
+        Some(config) => {
+            let expires = integration.time_limit + std::time::Duration::from_secs(15 * 60);
+            let started = crate::workspace::CheckEmulator::start(repository, config, issue, run, &dir, expires).await;
+            match started {
+                Ok(em) => Some(em),
+                Err(e) => {
+                    remove_worktree(repository, &dir);
+                    return Err(anyhow::Error::new(e).context("could not start the integration check's emulator"));
+                }
+            }
+        }
+        None => None,
+    };
+    let vars = emulator.as_ref().map(|e| e.vars().clone()).unwrap_or_default();
+    let result = run_check(&dir, integration, &vars).await;
+    let stopped = match emulator {
+        Some(em) => em.stop().await.map(|_| ()),
+        None => Ok(()),
+    };
     remove_worktree(repository, &dir);
+    stopped.context("the integration check's emulator was not removed")?;
     let (ok, output) = result?;
     Ok(if ok { Checked::Passed { base, tested } } else { Checked::Failed { base, output } })
 }
@@ -262,9 +284,13 @@ fn conflict_hunks(repo: &Repository, c: &git2::IndexConflict) -> String {
     }
 }
 
-/// Runs the check in `dir` with a scrubbed environment and a time limit;
-/// (passed, the tail of its output).
-async fn run_check(dir: &Path, integration: &IntegrationConfig) -> anyhow::Result<(bool, String)> {
+/// Runs the check in `dir` with a scrubbed environment (and `vars`, its
+/// emulator's) and a time limit; (passed, the tail of its output).
+async fn run_check(
+    dir: &Path,
+    integration: &IntegrationConfig,
+    vars: &std::collections::BTreeMap<String, String>,
+) -> anyhow::Result<(bool, String)> {
     let (program, args) = integration.command.split_first().context("the integration command is empty")?;
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args).current_dir(dir).env_clear().kill_on_drop(true);
@@ -273,7 +299,7 @@ async fn run_check(dir: &Path, integration: &IntegrationConfig) -> anyhow::Resul
             cmd.env(name, v);
         }
     }
-    cmd.env("WARD_INTEGRATION", "1").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.envs(vars).env("WARD_INTEGRATION", "1").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => return Ok((false, format!("could not start the integration check `{program}`: {e}"))),

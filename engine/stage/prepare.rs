@@ -93,6 +93,7 @@ pub async fn prepare(
         wreq.emulator = h.config.emulator_for(stage.name).cloned();
         wreq.expires_after = stage.config.time_limit + stage.config.stall_after;
         wreq.restart = chart.iter().rfind(|n| n.kind == NoteKind::Outcome).is_some_and(|n| n.body.trim() == "restart");
+        wreq.checkpoints = true;
         let ws = Workspace::up(wreq, &Cancel::process()?)
             .await
             .with_context(|| format!("could not bring up the workspace of issue {number}, stage `{}`", stage.name))?;
@@ -118,6 +119,12 @@ pub async fn prepare(
     let whole: String = chart.iter().map(|n| h.sentinels.render_note(n)).collect();
     std::fs::write(&chart_file, whole).with_context(|| format!("could not write {}", chart_file.display()))?;
     ctx.chart_file = Some(chart_file.display().to_string());
+    // The code reviewer sees what the change did to the data.
+    if stage.mode() == crate::config::Mode::Code
+        && let Some(view) = slot.as_ref().and_then(|w| w.data_view(crate::prompt::DATA_DIFF_BUDGET))
+    {
+        ctx.data = Some(crate::prompt::DataContext::new(&h.sentinels, &view));
+    }
     let role = h.config.role(&stage.config.role).context("a validated config names a known role")?;
     let prompt = h.prompts.render(&role.prompt, &ctx)?;
     let prompt_file = patient.folder.join(PROMPT_FILE);

@@ -144,6 +144,14 @@ async fn accept(
         // The one place ward commits what an agent left: a treating
         // stage's accepted run (keep_or_discard threw away the rest).
         ws.commit_leftovers().await?;
+        // The data the treatment left, for the patient's next stages. A
+        // failed export keeps the change: the next stage starts from the
+        // checkpoint before (or the seed), and the report says why.
+        match ws.checkpoint().await {
+            Ok(Some(saved)) => info!(checkpoint = %saved.display(), "the emulator's data was checkpointed"),
+            Ok(None) => {}
+            Err(e) => warn!("{e}"),
+        }
         propose(h, patient, ws).await?;
         super::local::propose(h, patient, ws).await?;
     }

@@ -35,6 +35,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::Cancel;
 use crate::config::{EmulatorConfig, Probe, render_expose};
 
+/// The most an exec's stdout may hold (an emulator's export).
+pub const MAX_EXEC_OUTPUT: usize = 64 << 20;
+
 /// Where bollard looks when `DOCKER_HOST` is not set.
 pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
 
@@ -205,6 +208,103 @@ impl Docker {
             Err(e) if is_not_found(&e) => Ok(()),
             Err(e) => Err(EmulatorError::Api { op: "remove container", object: id.into(), message: message(&e) }),
         }
+    }
+
+    /// Runs `cmd` inside the running container `id` with `env`, `stdin`
+    /// written to it (then closed), within `limit`. Its stdout is kept up
+    /// to [`MAX_EXEC_OUTPUT`] (more is an error), the end of its stderr for
+    /// the message. A non-zero exit is an error naming the command.
+    pub async fn exec(
+        &self,
+        id: &str,
+        cmd: &[String],
+        env: &[String],
+        stdin: Option<&[u8]>,
+        limit: Duration,
+    ) -> Result<Vec<u8>> {
+        use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+        let shown = cmd.join(" ");
+        let api = |op: &'static str| {
+            let object = format!("`{shown}` in container {id}");
+            move |e: BollardError| EmulatorError::Api { op, object, message: message(&e) }
+        };
+        let opts = CreateExecOptions {
+            cmd: Some(cmd.to_vec()),
+            env: Some(env.to_vec()),
+            attach_stdin: Some(stdin.is_some()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            ..Default::default()
+        };
+        let exec = self.api.create_exec(id, opts).await.map_err(api("create an exec of"))?.id;
+        let run = async {
+            let start = StartExecOptions { detach: false, tty: false, output_capacity: None };
+            let StartExecResults::Attached { mut output, mut input } =
+                self.api.start_exec(&exec, Some(start)).await.map_err(api("start"))?
+            else {
+                return Err(EmulatorError::Api {
+                    op: "attach to",
+                    object: format!("`{shown}`"),
+                    message: "detached".into(),
+                });
+            };
+            let feed = async move {
+                match stdin {
+                    Some(data) => {
+                        input.write_all(data).await?;
+                        input.shutdown().await
+                    }
+                    None => Ok(()),
+                }
+            };
+            let read = async {
+                let (mut out, mut err) = (Vec::new(), Vec::new());
+                while let Some(chunk) = output.next().await {
+                    match chunk.map_err(api("read the output of"))? {
+                        bollard::container::LogOutput::StdOut { message } => out.extend_from_slice(&message),
+                        bollard::container::LogOutput::StdErr { message } => err.extend_from_slice(&message),
+                        _ => {}
+                    }
+                    if out.len() > MAX_EXEC_OUTPUT {
+                        return Err(EmulatorError::Api {
+                            op: "read the output of",
+                            object: format!("`{shown}`"),
+                            message: format!("it printed more than {} MiB", MAX_EXEC_OUTPUT >> 20),
+                        });
+                    }
+                }
+                Ok((out, err))
+            };
+            let (fed, read) = tokio::join!(feed, read);
+            let (out, err) = read?;
+            fed.map_err(|e| EmulatorError::Api {
+                op: "write the input of",
+                object: format!("`{shown}`"),
+                message: e.to_string(),
+            })?;
+            Ok::<_, EmulatorError>((out, err))
+        };
+        let (out, err) = tokio::time::timeout(limit, run).await.map_err(|_| EmulatorError::Api {
+            op: "finish",
+            object: format!("`{shown}` in container {id}"),
+            message: format!("killed after {}", humantime::format_duration(limit)),
+        })??;
+        let code = self.api.inspect_exec(&exec).await.map_err(api("inspect the exec of"))?.exit_code;
+        if code != Some(0) {
+            let err = String::from_utf8_lossy(&err);
+            let tail: Vec<&str> = err.lines().rev().take(3).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(EmulatorError::Api {
+                op: "run",
+                object: format!("`{shown}` in container {id}"),
+                message: format!(
+                    "exit code {}: {}",
+                    code.map_or("unknown".into(), |c| c.to_string()),
+                    crate::untrusted::shown(&tail.join(" / "))
+                ),
+            });
+        }
+        Ok(out)
     }
 
     /// Containers (running or not) carrying `label=value`: (id, name, labels).

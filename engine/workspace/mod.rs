@@ -17,6 +17,7 @@
 //! workspace's own setup, commit and teardown times.
 
 pub mod bundle;
+pub mod checkpoint;
 pub mod ci;
 pub mod emulator;
 mod errors;
@@ -37,7 +38,7 @@ use self::worktree::{
     CommitIdentity, GitRepo, Head, Layout, Original, PatientLock, PatientRequest, TaskBranch, Worktree,
     WorktreeCleanup, WorktreeError,
 };
-use crate::config::EmulatorConfig;
+use crate::config::{CheckpointConfig, EmulatorConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
@@ -45,12 +46,20 @@ pub enum WorkspaceError {
     Worktree(#[from] WorktreeError),
     #[error(transparent)]
     Emulator(#[from] EmulatorError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     #[error("{first}; putting the checkout back failed too: {cleanup}")]
     CleanupAfter { first: Box<WorkspaceError>, cleanup: Box<WorkspaceError> },
     #[error("the workspace of issue #{issue}, run {run} was not cleaned up: {}", problems.join("; "))]
     Teardown { issue: u64, run: String, problems: Vec<String> },
     #[error("cancelled by a signal before the workspace of issue #{issue} came up; nothing was created")]
     Cancelled { issue: u64 },
+    #[error(
+        "could not {op} the checkpoint {}: {message}; to start from the seed instead, remove it with its \
+         `.json` marker, or give the patient the `restart` outcome",
+        path.display()
+    )]
+    Checkpoint { path: PathBuf, op: &'static str, message: String },
     #[error("a git task panicked or was cancelled: {0}")]
     Join(String),
     #[error("could not {op} {}: {source}", path.display())]
@@ -338,6 +347,7 @@ impl WorkspacePlan {
             run: run.into(),
             restart: false,
             emulator: None,
+            checkpoints: false,
             docker_socket: self.docker_socket.clone(),
             expires_after: Duration::from_secs(2 * 60 * 60),
             identity: self.identity.clone(),
@@ -426,6 +436,11 @@ pub struct WorkspaceRequest {
     /// Reset `ward/issue-<n>` to the base first (the `restart` outcome).
     pub restart: bool,
     pub emulator: Option<EmulatorConfig>,
+    /// Use the patient's checkpoints ([`checkpoint`]) when the emulator has
+    /// a checkpoint section: start from the latest one on the branch (a
+    /// `restart` drops them first), else from the seed, whose export is
+    /// kept; [`Workspace::checkpoint`] saves one. Stage runs set it.
+    pub checkpoints: bool,
     /// Docker socket; `None` is `DOCKER_HOST` or the default.
     pub docker_socket: Option<String>,
     /// Containers carry `ward.expires` = now + this (the reaper's TTL).
@@ -473,8 +488,52 @@ pub struct Workspace {
     state_paths: Vec<String>,
     submodules: bool,
     hold: Hold,
+    /// The patient's checkpoints, when the request used them.
+    checkpoints: Option<checkpoint::Store>,
+    /// The emulator's data: how it was checkpointed and where it started.
+    data: Option<Data>,
+    data_report: DataReport,
     up_ms: u64,
     commit_ms: u64,
+}
+
+/// The emulator's data of a run that uses checkpoints.
+struct Data {
+    config: CheckpointConfig,
+    /// The export the run started from (the checkpoint loaded, or the
+    /// seed's); `None` when the seed's export failed.
+    start: Option<Vec<u8>>,
+    /// The checkpoint it was loaded from; `None`: the seed.
+    from: Option<checkpoint::Marker>,
+    /// [`inside_env`].
+    env: Vec<String>,
+}
+
+/// What the run did with checkpoints, in `report.json`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DataReport {
+    /// The checkpoint the emulator started from (its `.data` file); `None`: the seed.
+    pub loaded: Option<PathBuf>,
+    /// The commit that checkpoint belongs to.
+    pub loaded_commit: Option<String>,
+    /// Checkpoints dropped at the start (a `restart`) or at discharge.
+    pub dropped: Vec<String>,
+    /// The checkpoint this run saved.
+    pub saved: Option<PathBuf>,
+    /// What went wrong with an export (the run went on).
+    pub problems: Vec<String>,
+}
+
+/// The code reviewer's view of the data: the checkpoint its emulator
+/// started from against the seed's export.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DataView {
+    /// The commit of the checkpoint.
+    pub commit: String,
+    /// Whether the seed's export was there to compare with (else the diff
+    /// is against no data at all).
+    pub seed_kept: bool,
+    pub diff: checkpoint::DataDiff,
 }
 
 /// What became of the checkout at the end of a stage.
@@ -503,6 +562,8 @@ pub struct WorkspaceReport {
     pub emulator_cleanup_verified: bool,
     pub readiness_ms: Option<u64>,
     pub seed: Option<emulator::SeedResult>,
+    /// Checkpoints: what the emulator started from, what was saved.
+    pub data: DataReport,
     /// Setup: the checkout (created, or reset and cleaned) and the emulator.
     pub up_ms: u64,
     /// The leftovers commit.
@@ -564,6 +625,62 @@ impl WorkspaceReport {
     pub fn engine_ms(&self) -> u64 {
         self.up_ms + self.commit_ms + self.down_ms
     }
+}
+
+/// A fresh emulator for one check outside a patient's stage (the merge
+/// queue's integration check): owned, labelled and reaped like a stage's
+/// (this installation, this repository, `ward.expires`), seeded in
+/// `workdir`, its diagnostics in the ward home's run folder.
+pub struct CheckEmulator {
+    docker: Docker,
+    emulator: Emulator,
+    artifacts: PathBuf,
+}
+
+impl CheckEmulator {
+    pub async fn start(
+        repository: &Path,
+        config: &EmulatorConfig,
+        issue: u64,
+        run: &str,
+        workdir: &Path,
+        expires_after: Duration,
+    ) -> Result<Self, WorkspaceError> {
+        let plan = WorkspacePlan::detect_for_reaping(repository, |k| std::env::var(k).ok())?.ok_or_else(|| {
+            PlanError::Unreadable { root: repository.to_path_buf(), message: "it is in no git repository".into() }
+        })?;
+        let owner = Owner {
+            run: run.into(),
+            issue,
+            stage: "merge-queue".into(),
+            expires: Utc::now() + chrono::Duration::from_std(expires_after).unwrap_or(chrono::Duration::hours(2)),
+            repository: plan.repository.clone(),
+            installation: installation_id(&plan.home)?,
+        };
+        let artifacts = artifacts_dir(&plan.home, issue, run);
+        let docker = Docker::connect(plan.docker_socket.as_deref()).await?;
+        let emulator = emulator::start(&docker, config, &owner, workdir, &artifacts, &Cancel::new()).await?;
+        Ok(Self { docker, emulator, artifacts })
+    }
+
+    /// The rendered `expose` variables, for the check's environment.
+    pub fn vars(&self) -> &std::collections::BTreeMap<String, String> {
+        &self.emulator.vars
+    }
+
+    /// Diagnostics, removal, verification.
+    pub async fn stop(self) -> Result<Teardown, WorkspaceError> {
+        Ok(emulator::stop(&self.docker, &self.emulator.id, &self.emulator.name, &self.artifacts).await?)
+    }
+}
+
+/// The emulator's variables as seen from inside its container, for its
+/// checkpoint commands: `env`, and `expose` rendered with each container
+/// port as itself (the host there is the container).
+pub fn inside_env(config: &EmulatorConfig) -> Vec<String> {
+    let ports: std::collections::BTreeMap<u16, u16> = config.ports.iter().map(|p| (*p, *p)).collect();
+    let exposed = crate::config::render_expose(&config.expose, &ports).unwrap_or_default();
+    config.env.iter().chain(exposed.iter()).map(|(k, v)| format!("{k}={v}")).collect()
 }
 
 /// The artifacts folder of one run.
@@ -654,10 +771,33 @@ impl Workspace {
             state_paths: req.state_paths.clone(),
             submodules,
             hold,
+            checkpoints: None,
+            data: None,
+            data_report: DataReport::default(),
             up_ms: 0,
             commit_ms: 0,
         };
+        // The patient's checkpoints: dropped on a restart, the latest on the
+        // branch chosen (its emulator then starts without the seed).
+        let checkpointing = req.emulator.as_ref().and_then(EmulatorConfig::checkpoint).filter(|_| req.checkpoints);
+        let mut latest = None;
+        if req.checkpoints {
+            match ws.open_checkpoints(&req, checkpointing.is_some()).await {
+                Ok(found) => latest = found,
+                Err(first) => {
+                    return Err(match ws.put_back().await {
+                        Ok(_) => first,
+                        Err(c) => WorkspaceError::CleanupAfter { first: Box::new(first), cleanup: Box::new(c) },
+                    });
+                }
+            }
+        }
         if let Some(config) = &req.emulator {
+            let mut config = config.clone();
+            if latest.is_some() {
+                config.seed = None;
+            }
+            let config = &config;
             let started = async {
                 let owner = Owner {
                     run: req.run.clone(),
@@ -681,6 +821,15 @@ impl Workspace {
                 Ok((docker, em)) => {
                     ws.docker = Some(docker);
                     ws.emulator = Some(em);
+                    if let Some(checkpointing) = checkpointing
+                        && let Err(first) = ws.load_data(checkpointing, config, latest).await
+                    {
+                        // The emulator is this run's: taken down with the checkout put back.
+                        return Err(match ws.finish(false).await {
+                            Ok(_) => first,
+                            Err(c) => WorkspaceError::CleanupAfter { first: Box::new(first), cleanup: Box::new(c) },
+                        });
+                    }
                 }
                 Err(first) => {
                     return Err(match ws.put_back().await {
@@ -692,6 +841,122 @@ impl Workspace {
         }
         ws.up_ms = started.elapsed().as_millis() as u64;
         Ok(ws)
+    }
+
+    /// The patient's checkpoint store: every checkpoint dropped on a
+    /// restart; the newest on the branch (when `choose`).
+    async fn open_checkpoints(
+        &mut self,
+        req: &WorkspaceRequest,
+        choose: bool,
+    ) -> Result<Option<checkpoint::Checkpoint>, WorkspaceError> {
+        let owner = checkpoint::Owner { repository: req.repository.clone(), installation: installation_id(&req.home)? };
+        let (repo, home, issue, restart, head) =
+            (req.repo.clone(), req.home.clone(), req.issue, req.restart, self.worktree.start.clone());
+        let (store, dropped, latest) = blocking(move || {
+            let git = GitRepo::open(&repo)?;
+            let store = checkpoint::Store::new(&Layout::new(&home, &git)?.checkpoints, owner);
+            let dropped = if restart { store.drop_patient(issue)? } else { Vec::new() };
+            let latest = if choose { store.latest(&git, issue, &head, Utc::now()) } else { None };
+            Ok((store, dropped, latest))
+        })
+        .await?;
+        self.checkpoints = Some(store);
+        self.data_report.dropped = dropped;
+        Ok(latest)
+    }
+
+    /// The emulator's data at the start: the chosen checkpoint imported,
+    /// or (started from the seed) the seed's export kept as the data
+    /// diff's left side. A checkpoint that does not import is an error; an
+    /// export that fails is a problem in the report, and the run goes on.
+    async fn load_data(
+        &mut self,
+        config: CheckpointConfig,
+        emulator: &EmulatorConfig,
+        latest: Option<checkpoint::Checkpoint>,
+    ) -> Result<(), WorkspaceError> {
+        let (Some(docker), Some(em), Some(store)) = (&self.docker, &self.emulator, &self.checkpoints) else {
+            return Ok(());
+        };
+        let env = inside_env(emulator);
+        match latest {
+            Some(cp) => {
+                docker.exec(&em.id, &config.import, &env, Some(&cp.data), config.time_limit).await.map_err(|e| {
+                    WorkspaceError::Checkpoint { path: cp.path.clone(), op: "load", message: e.to_string() }
+                })?;
+                self.data_report.loaded = Some(cp.path);
+                self.data_report.loaded_commit = cp.marker.commit.clone();
+                self.data = Some(Data { config, start: Some(cp.data), from: Some(cp.marker), env });
+            }
+            None => {
+                let exported = docker.exec(&em.id, &config.export, &env, None, config.time_limit).await;
+                let start = match exported {
+                    Ok(out) => match store.save(self.issue, None, &self.run, &self.stage, config.keep, &out) {
+                        Ok(_) => Some(out),
+                        Err(e) => {
+                            self.data_report.problems.push(format!("the seed's export was not kept: {e}"));
+                            Some(out)
+                        }
+                    },
+                    Err(e) => {
+                        self.data_report.problems.push(format!("the seed's export failed: {e}"));
+                        None
+                    }
+                };
+                self.data = Some(Data { config, start, from: None, env });
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of an accepted treatment: the emulator's data exported and,
+    /// when it differs from what the run started from, saved as a
+    /// checkpoint of the branch's head commit. `None` when nothing was
+    /// saved (no checkpointing, or the data did not change).
+    pub async fn checkpoint(&mut self) -> Result<Option<PathBuf>, WorkspaceError> {
+        let saved = self.save_checkpoint().await;
+        if let Err(e) = &saved {
+            self.data_report.problems.push(e.to_string());
+        }
+        saved
+    }
+
+    async fn save_checkpoint(&mut self) -> Result<Option<PathBuf>, WorkspaceError> {
+        let (Some(docker), Some(em), Some(store), Some(data)) =
+            (&self.docker, &self.emulator, &self.checkpoints, &self.data)
+        else {
+            return Ok(None);
+        };
+        let c = &data.config;
+        let fail = |op, message: String| WorkspaceError::Checkpoint { path: store.patient(self.issue), op, message };
+        let out = docker
+            .exec(&em.id, &c.export, &data.env, None, c.time_limit)
+            .await
+            .map_err(|e| fail("export the emulator's data into", e.to_string()))?;
+        if data.start.as_deref() == Some(out.as_slice()) {
+            return Ok(None);
+        }
+        let (repo, branch) = (self.repo.clone(), self.branch.name.clone());
+        let head = blocking(move || GitRepo::open(&repo)?.branch_head(&branch)).await?;
+        let head = head.ok_or_else(|| fail("find the branch head for", format!("`{}` is gone", self.branch.name)))?;
+        let saved = store
+            .save(self.issue, Some(&head), &self.run, &self.stage, c.keep, &out)
+            .map_err(|e| fail("save", e.to_string()))?;
+        self.data_report.saved = Some(saved.clone());
+        Ok(Some(saved))
+    }
+
+    /// For the code reviewer: what the data the emulator started from (a
+    /// checkpoint) changed against the seed's export, at most `max` bytes
+    /// of lines. `None` when the run started from the seed.
+    pub fn data_view(&self, max: usize) -> Option<DataView> {
+        let data = self.data.as_ref()?;
+        let commit = data.from.as_ref()?.commit.clone()?;
+        let seed = self.checkpoints.as_ref().and_then(|s| s.seed(self.issue));
+        let after = data.start.as_deref().unwrap_or_default();
+        let diff = checkpoint::diff(seed.as_ref().map_or(&[][..], |s| &s.data), after, max);
+        Some(DataView { commit, seed_kept: seed.is_some(), diff })
     }
 
     /// Variables for the agent's environment (and nothing else's):
@@ -794,7 +1059,7 @@ impl Workspace {
         blocking(move || {
             let git = GitRepo::open(&repo)?;
             let Some(head) = git.branch_head(&branch)?.filter(|head| *head != base) else { return Ok(false) };
-            let force = reset || !git.descends_from(&head, &start);
+            let force = reset || !git.is_ancestor(&start, &head);
             git::push_branch(git.git_dir(), &target.url, &branch, target.token.as_deref(), force)?;
             Ok(true)
         })
@@ -879,6 +1144,13 @@ impl Workspace {
             // Dropping the hold releases the patient's lock.
             _ => {}
         }
+        // A patient who leaves takes its checkpoints along.
+        if release && let Some(store) = &self.checkpoints {
+            match store.drop_patient(self.issue) {
+                Ok(dropped) => self.data_report.dropped.extend(dropped),
+                Err(e) => problems.push(format!("the checkpoints of #{} were not removed: {e}", self.issue)),
+            }
+        }
         if !problems.is_empty() {
             return Err(WorkspaceError::Teardown { issue: self.issue, run: self.run, problems });
         }
@@ -893,6 +1165,7 @@ impl Workspace {
             emulator_cleanup_verified: containers.iter().all(|c| c.removed_verified),
             readiness_ms: self.emulator.as_ref().map(|e| e.ready_ms),
             seed: self.emulator.as_ref().and_then(|e| e.seed.clone()),
+            data: self.data_report,
             containers,
             up_ms: self.up_ms,
             commit_ms: self.commit_ms,
@@ -905,7 +1178,8 @@ impl Workspace {
 /// The charge nurse's reaper over workspaces. Removes containers past their
 /// `ward.expires` that carry both this installation's id and this
 /// repository (a container of another installation or repository is never
-/// touched, whatever its labels say); patient worktrees ward has records
+/// touched, whatever its labels say); checkpoints of this installation and
+/// repository past their expiry or of `closed` issues; patient worktrees ward has records
 /// of that no run holds and that are half-made, of `closed` issues, or
 /// unused for longer than `idle` (see [`worktree::reap_patients`]); and
 /// `ward/issue-<n>` branches of `closed` issues that are merged into the
@@ -929,14 +1203,18 @@ pub async fn reap(
         Err(e) => lines.push(format!("containers not checked: {e}")),
     }
     let (root, home, closed, base) = (root.to_path_buf(), plan.home.clone(), closed.to_vec(), plan.base.clone());
-    let report = blocking(move || {
+    let owner = checkpoint::Owner { repository: plan.repository.clone(), installation: installation_id(&plan.home)? };
+    let (report, checkpoints) = blocking(move || {
         let git = GitRepo::open(&root)?;
         let layout = Layout::new(&home, &git)?;
         // A detached HEAD names no base: the default branch then.
         let base = if base.is_empty() { git.default_branch_guess().unwrap_or_default() } else { base };
-        worktree::reap_patients(&git, &layout, idle, now, &closed, &base)
+        let report = worktree::reap_patients(&git, &layout, idle, now, &closed, &base)?;
+        let checkpoints = checkpoint::Store::new(&layout.checkpoints, owner).reap(now, &closed)?;
+        Ok((report, checkpoints))
     })
     .await?;
+    lines.extend(checkpoints);
     lines.extend(report.removed_worktrees.into_iter().map(|(w, why)| format!("worktree `{w}` ({why})")));
     lines.extend(report.deleted_branches.into_iter().map(|b| format!("branch `{b}` (its issue is closed)")));
     lines.extend(

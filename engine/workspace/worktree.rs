@@ -209,13 +209,14 @@ impl GitRepo {
         Ok(branch.and_then(|b| b.get().target()).map(|o| o.to_string()))
     }
 
-    /// `head` is `start` or has it in its history (a run that only added
-    /// commits); `false` after a rebase, or when either cannot be read.
-    pub fn descends_from(&self, head: &str, start: &str) -> bool {
-        match (git2::Oid::from_str(head), git2::Oid::from_str(start)) {
-            (Ok(h), Ok(s)) => h == s || self.repo.graph_descendant_of(h, s).unwrap_or(false),
-            _ => false,
+    /// Whether `ancestor` is `of` or one of its ancestors. A commit the
+    /// repository does not have (an id from elsewhere) is neither.
+    pub fn is_ancestor(&self, ancestor: &str, of: &str) -> bool {
+        let (Ok(a), Ok(b)) = (git2::Oid::from_str(ancestor), git2::Oid::from_str(of)) else { return false };
+        if self.repo.find_commit(a).is_err() || self.repo.find_commit(b).is_err() {
+            return false;
         }
+        a == b || self.repo.graph_descendant_of(b, a).unwrap_or(false)
     }
 
     /// The base branch's commit: `refs/heads/<base>`, else `refs/remotes/origin/<base>`.
@@ -379,6 +380,9 @@ pub struct Layout {
     pub worktrees: PathBuf,
     /// `<home>/state/<repo>`: ownership records and locks.
     pub state: PathBuf,
+    /// `<home>/checkpoints/<repo>`: the patients' emulator data
+    /// ([`super::checkpoint`]), the only folder ward removes them from.
+    pub checkpoints: PathBuf,
     /// The repository's common git folder, canonical.
     pub git_dir: PathBuf,
     /// How long [`Layout::lock`] waits for another holder of a patient.
@@ -439,14 +443,15 @@ impl Layout {
             .unwrap_or_default();
         let key = format!("{}-{hash}", name.trim_start_matches('.'));
         let mut out = Vec::new();
-        for kind in ["worktrees", "state"] {
+        for kind in ["worktrees", "state", "checkpoints"] {
             let dir = home.join(kind).join(&key);
             std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
             out.push(dir.canonicalize().map_err(io_err("resolve", &dir))?);
         }
-        let state = out.pop().expect("two folders");
-        let worktrees = out.pop().expect("two folders");
-        Ok(Self { worktrees, state, git_dir, lock_wait: LOCK_WAIT })
+        let checkpoints = out.pop().expect("three folders");
+        let state = out.pop().expect("three folders");
+        let worktrees = out.pop().expect("three folders");
+        Ok(Self { worktrees, state, checkpoints, git_dir, lock_wait: LOCK_WAIT })
     }
 
     /// The patient's worktree folder.

@@ -192,6 +192,7 @@ impl TestRepo {
             run: run.into(),
             restart: false,
             emulator: None,
+            checkpoints: false,
             docker_socket: None,
             expires_after: Duration::from_secs(3600),
             identity: identity(),

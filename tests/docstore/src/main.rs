@@ -8,7 +8,8 @@
 //!   (default 0) has passed, 503 before; `DOCSTORE_NEVER_READY=1` keeps it 503.
 //! - documents are addressed by database, container, id and partition key:
 //!   `PUT|GET|DELETE /dbs/{db}/colls/{coll}/docs/{id}` with header
-//!   `x-partition-key: {pk}`; `GET /dbs/{db}/colls/{coll}/docs` lists ids.
+//!   `x-partition-key: {pk}`; `GET /dbs/{db}/colls/{coll}/docs` lists ids;
+//!   `GET /export` gives every document, one line each, sorted (below).
 //! - every stored document has an ETag (`"<n>"`, from one counter), returned
 //!   on reads and writes; `If-Match: <etag>` makes a write conditional (412 on
 //!   a stale or missing document), `If-None-Match: *` makes it create-only.
@@ -19,6 +20,10 @@
 //! - `docstore put DB COLL ID PK BODY [IF_MATCH]` prints the new ETag;
 //! - `docstore get DB COLL ID PK` prints `ETAG<TAB>BODY`;
 //! - `docstore seed FILE`: one document per line, `DB<TAB>COLL<TAB>ID<TAB>PK<TAB>BODY`.
+//! - `docstore export`: every document on stdout, one line each in the seed
+//!   file's order of fields, sorted, with `\`, tab, newline and carriage
+//!   return escaped as `\\`, `\t`, `\n`, `\r` (ward's checkpoints);
+//! - `docstore import`: reads such lines on stdin into the store.
 //!
 //! Exit codes: 0 success, 1 HTTP status other than 2xx (printed), 2 usage or I/O error.
 
@@ -120,7 +125,45 @@ fn error(status: u16, message: &str) -> Response {
     Response { status, etag: None, body: format!("{{\"error\":\"{}\"}}", message.replace('"', "'")) }
 }
 
+/// A field of an export line: no tab or line break left unescaped.
+fn escape(field: &str) -> String {
+    field.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n").replace('\r', "\\r")
+}
+
+fn unescape(field: &str) -> String {
+    let mut out = String::new();
+    let mut chars = field.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+fn export(store: &Store) -> String {
+    let mut out = String::new();
+    for ((db, coll, pk, id), (_, body)) in &store.docs {
+        let fields = [db, coll, id, pk, body].map(|f| escape(f));
+        out.push_str(&fields.join("\t"));
+        out.push('\n');
+    }
+    out
+}
+
 fn handle(store: &Mutex<Store>, req: &Request) -> Response {
+    if req.path == "/export" && req.method == "GET" {
+        let store = store.lock().unwrap_or_else(|e| e.into_inner());
+        return Response { status: 200, etag: None, body: export(&store) };
+    }
     let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
     let (db, coll, id) = match segments.as_slice() {
         ["dbs", db, "colls", coll, "docs"] => (*db, *coll, None),
@@ -297,7 +340,38 @@ fn run(args: &[String]) -> Result<u8, String> {
             println!("seeded from {file}");
             Ok(0)
         }
-        _ => Err("usage: docstore [serve] | put DB COLL ID PK BODY [IF_MATCH] | get DB COLL ID PK | seed FILE".into()),
+        ["export"] => {
+            let (status, _, resp) = http("GET", "/export", None, None, "")?;
+            if status != 200 {
+                eprintln!("docstore export: HTTP {status} {resp}");
+                return Ok(1);
+            }
+            std::io::stdout().write_all(resp.as_bytes()).map_err(|e| format!("write the export: {e}"))?;
+            Ok(0)
+        }
+        ["import"] => {
+            let mut text = String::new();
+            std::io::stdin().read_to_string(&mut text).map_err(|e| format!("read the import on stdin: {e}"))?;
+            let mut count = 0;
+            for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.is_empty()) {
+                let f: Vec<String> = line.split('\t').map(unescape).collect();
+                let [db, coll, id, pk, body] = f.as_slice() else {
+                    return Err(format!("line {}: expected DB, COLL, ID, PK, BODY separated by tabs", n + 1));
+                };
+                let (status, _, resp) = http("PUT", &doc_path(db, coll, id), Some(pk), None, body)?;
+                if !(200..300).contains(&status) {
+                    eprintln!("line {}: HTTP {status} {resp}", n + 1);
+                    return Ok(1);
+                }
+                count += 1;
+            }
+            println!("imported {count} documents");
+            Ok(0)
+        }
+        _ => Err(
+            "usage: docstore [serve] | put DB COLL ID PK BODY [IF_MATCH] | get DB COLL ID PK | seed FILE | export | import"
+                .into(),
+        ),
     }
 }
 

@@ -1,0 +1,365 @@
+//! Checkpoints: a patient's emulator data saved at the end of a treatment,
+//! tied to the branch's head commit, so that the patient's next stage
+//! starts from it instead of the seed (and the code reviewer sees what the
+//! change did to the data).
+//!
+//! They live in a folder ward owns, `<home>/checkpoints/<repo>/issue-<n>/`
+//! (never in the agent's worktree, never named in its environment). Each
+//! is two files: `<name>.data`, the export as the emulator's `export`
+//! command printed it, and `<name>.json`, its [`Marker`]: who made it
+//! (installation, repository, issue, run, stage), the commit, when it
+//! expires, and the data's size and SHA-256, checked before it is used.
+//! The data is written first, the marker last, each through a rename: a
+//! checkpoint without a marker is half-made and never used. `seed.*` is the
+//! export taken right after the seed (the data diff's left side).
+//!
+//! A stage starts from the newest checkpoint whose commit is the branch's
+//! head or one of its ancestors: after a `restart` (the branch back at the
+//! base) the treatment's checkpoints are dropped, and one of a commit the
+//! branch no longer has would never be chosen anyway. The reaper removes
+//! expired checkpoints and those of closed patients; discharge removes the
+//! patient's. Only files with a marker of this installation and repository,
+//! and the half-made files ward's own names leave, are ever removed.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::errors::{Result, io_err};
+use super::worktree::GitRepo;
+
+/// What a marker says; `kind` is always `ward-checkpoint`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Marker {
+    pub kind: String,
+    pub issue: u64,
+    /// The branch head the data belongs to; `None` for the seed's export.
+    pub commit: Option<String>,
+    pub run: String,
+    pub stage: String,
+    pub created_at: DateTime<Utc>,
+    pub expires: DateTime<Utc>,
+    pub repository: String,
+    pub installation: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+const KIND: &str = "ward-checkpoint";
+const SEED: &str = "seed";
+
+/// One checkpoint read back whole, its data verified against its marker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub marker: Marker,
+    pub data: Vec<u8>,
+    /// The `.data` file.
+    pub path: PathBuf,
+}
+
+/// Whose checkpoints these are: only markers that say so are read or removed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Owner {
+    pub repository: String,
+    pub installation: String,
+}
+
+/// One repository's checkpoints under the ward home
+/// ([`super::worktree::Layout::checkpoints`]).
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+    owner: Owner,
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `data` at `path` through a temporary file and a rename.
+fn write_whole(path: &Path, data: &[u8]) -> Result<()> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".tmp-{}-{name}", std::process::id()));
+    std::fs::write(&tmp, data).map_err(io_err("write", &tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err("write", path))
+}
+
+impl Store {
+    pub fn new(dir: &Path, owner: Owner) -> Self {
+        Self { dir: dir.to_path_buf(), owner }
+    }
+
+    /// The patient's folder.
+    pub fn patient(&self, issue: u64) -> PathBuf {
+        self.dir.join(format!("issue-{issue}"))
+    }
+
+    /// Saves `data` for `issue` at `commit` (`None`: the seed's export,
+    /// replacing the last one). Returns the `.data` file.
+    pub fn save(
+        &self,
+        issue: u64,
+        commit: Option<&str>,
+        run: &str,
+        stage: &str,
+        keep: std::time::Duration,
+        data: &[u8],
+    ) -> Result<PathBuf> {
+        let dir = self.patient(issue);
+        std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        let now = Utc::now();
+        let name = match commit {
+            None => SEED.to_string(),
+            Some(c) => format!("{}-{}", now.timestamp_millis(), &c[..c.len().min(12)]),
+        };
+        let marker = Marker {
+            kind: KIND.into(),
+            issue,
+            commit: commit.map(str::to_string),
+            run: run.into(),
+            stage: stage.into(),
+            created_at: now,
+            expires: now + chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::days(7)),
+            repository: self.owner.repository.clone(),
+            installation: self.owner.installation.clone(),
+            bytes: data.len() as u64,
+            sha256: sha256_hex(data),
+        };
+        let path = dir.join(format!("{name}.data"));
+        write_whole(&path, data)?;
+        let text = serde_json::to_string_pretty(&marker).unwrap_or_default() + "\n";
+        write_whole(&dir.join(format!("{name}.json")), text.as_bytes())?;
+        Ok(path)
+    }
+
+    /// The patient's markers that are ours, with their `.data` paths.
+    fn markers(&self, issue: u64) -> Vec<(Marker, PathBuf, PathBuf)> {
+        let dir = self.patient(issue);
+        let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+        entries
+            .flatten()
+            .filter_map(|e| {
+                let path = e.path();
+                let name = path.file_name()?.to_str()?.strip_suffix(".json")?.to_string();
+                if name.starts_with('.') {
+                    return None;
+                }
+                let marker: Marker = serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?;
+                let ours = marker.kind == KIND
+                    && marker.issue == issue
+                    && marker.repository == self.owner.repository
+                    && marker.installation == self.owner.installation;
+                ours.then(|| (marker, dir.join(format!("{name}.data")), path))
+            })
+            .collect()
+    }
+
+    fn read(marker: Marker, path: PathBuf) -> Option<Checkpoint> {
+        let data = std::fs::read(&path).ok()?;
+        let intact = data.len() as u64 == marker.bytes && sha256_hex(&data) == marker.sha256;
+        if !intact {
+            tracing::warn!("checkpoint {} does not match its marker; it is not used", path.display());
+            return None;
+        }
+        Some(Checkpoint { marker, data, path })
+    }
+
+    /// The newest unexpired checkpoint of `issue` whose commit is `head` or
+    /// an ancestor of it, read and verified.
+    pub fn latest(&self, git: &GitRepo, issue: u64, head: &str, now: DateTime<Utc>) -> Option<Checkpoint> {
+        let mut found: Vec<_> = self
+            .markers(issue)
+            .into_iter()
+            .filter(|(m, _, _)| m.expires > now)
+            .filter(|(m, _, _)| m.commit.as_deref().is_some_and(|c| git.is_ancestor(c, head)))
+            .collect();
+        found.sort_by_key(|(m, _, _)| std::cmp::Reverse(m.created_at));
+        found.into_iter().find_map(|(m, data, _)| Self::read(m, data))
+    }
+
+    /// The seed's export, if one is kept and intact.
+    pub fn seed(&self, issue: u64) -> Option<Checkpoint> {
+        self.markers(issue)
+            .into_iter()
+            .find(|(m, _, _)| m.commit.is_none())
+            .and_then(|(m, data, _)| Self::read(m, data))
+    }
+
+    /// Removes every checkpoint of `issue` (a restart, a discharge): the
+    /// names of the `.data` files removed.
+    pub fn drop_patient(&self, issue: u64) -> Result<Vec<String>> {
+        let mut removed = Vec::new();
+        for (_, data, marker) in self.markers(issue) {
+            removed.push(remove_pair(&data, &marker)?);
+        }
+        remove_half_made(&self.patient(issue), None)?;
+        let _ = std::fs::remove_dir(self.patient(issue));
+        Ok(removed)
+    }
+
+    /// The reaper's part: checkpoints past their `expires`, and every
+    /// checkpoint of the `closed` issues. One line each.
+    pub fn reap(&self, now: DateTime<Utc>, closed: &[u64]) -> Result<Vec<String>> {
+        let mut lines = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Ok(lines) };
+        let mut issues: Vec<u64> =
+            entries.flatten().filter_map(|e| e.file_name().to_str()?.strip_prefix("issue-")?.parse().ok()).collect();
+        issues.sort_unstable();
+        for issue in issues {
+            if closed.contains(&issue) {
+                for name in self.drop_patient(issue)? {
+                    lines.push(format!("checkpoint `{name}` of #{issue} (its issue is closed)"));
+                }
+                continue;
+            }
+            for (m, data, marker) in self.markers(issue) {
+                if m.expires <= now {
+                    let name = remove_pair(&data, &marker)?;
+                    lines.push(format!("checkpoint `{name}` of #{issue} (past its expiry)"));
+                }
+            }
+            // A run killed mid-write leaves a temporary file; an hour on, nobody writes it.
+            remove_half_made(&self.patient(issue), Some(now - chrono::Duration::hours(1)))?;
+        }
+        Ok(lines)
+    }
+}
+
+/// Removes a checkpoint's data (when there) and then its marker, and checks
+/// both are gone; returns the data file's name.
+fn remove_pair(data: &Path, marker: &Path) -> Result<String> {
+    for path in [data, marker] {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove", path)(e)),
+        }
+        if path.exists() {
+            return Err(io_err("remove", path)(std::io::Error::other("still there after removal")));
+        }
+    }
+    Ok(data.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+}
+
+/// The temporary files [`write_whole`] leaves when killed (`.tmp-*`), older
+/// than `before` (all of them when `None`).
+fn remove_half_made(dir: &Path, before: Option<DateTime<Utc>>) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with(".tmp-") {
+            continue;
+        }
+        let old = match (before, e.metadata().and_then(|m| m.modified())) {
+            (None, _) => true,
+            (Some(before), Ok(t)) => DateTime::<Utc>::from(t) < before,
+            (Some(_), Err(_)) => false,
+        };
+        if old {
+            let path = e.path();
+            std::fs::remove_file(&path).map_err(io_err("remove", &path))?;
+        }
+    }
+    Ok(())
+}
+
+/// What changed between two exports, line by line: the lines only in
+/// `before` (`-`) and only in `after` (`+`), each as many times as it is
+/// missing from the other side, sorted by their text so a changed record's
+/// two lines stand together (exports are sorted by key).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DataDiff {
+    pub removed: usize,
+    pub added: usize,
+    /// `- line` and `+ line`, at most `max` bytes of them; `truncated` says
+    /// whether more were left out.
+    pub text: String,
+    pub truncated: bool,
+}
+
+pub fn diff(before: &[u8], after: &[u8], max: usize) -> DataDiff {
+    use std::collections::BTreeMap;
+    let (before, after) = (String::from_utf8_lossy(before), String::from_utf8_lossy(after));
+    let mut count: BTreeMap<&str, i64> = BTreeMap::new();
+    for l in before.lines() {
+        *count.entry(l).or_default() -= 1;
+    }
+    for l in after.lines() {
+        *count.entry(l).or_default() += 1;
+    }
+    let (mut removed, mut added, mut text, mut truncated) = (0, 0, String::new(), false);
+    for (line, n) in count {
+        let (sign, times) = if n < 0 { ('-', -n) } else { ('+', n) };
+        for _ in 0..times {
+            if sign == '-' {
+                removed += 1;
+            } else {
+                added += 1;
+            }
+            let entry = format!("{sign} {line}\n");
+            if text.len() + entry.len() > max {
+                truncated = true;
+            } else if !truncated {
+                text.push_str(&entry);
+            }
+        }
+    }
+    DataDiff { removed, added, text, truncated }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> Owner {
+        Owner { repository: "/r/.git".into(), installation: "i1".into() }
+    }
+
+    #[test]
+    fn a_diff_pairs_changed_records_and_counts_what_it_leaves_out() {
+        let before = b"db\tc\t1\tp\t{\"n\":1}\ndb\tc\t2\tp\t{\"n\":2}\n";
+        let after = b"db\tc\t1\tp\t{\"n\":1}\ndb\tc\t2\tp\t{\"n\":3}\ndb\tc\t3\tp\t{}\n";
+        let d = diff(before, after, 1024);
+        assert_eq!((d.removed, d.added, d.truncated), (1, 2, false));
+        assert_eq!(d.text, "- db\tc\t2\tp\t{\"n\":2}\n+ db\tc\t2\tp\t{\"n\":3}\n+ db\tc\t3\tp\t{}\n");
+        let d = diff(before, after, 25);
+        assert_eq!((d.removed, d.added, d.truncated, d.text.as_str()), (1, 2, true, "- db\tc\t2\tp\t{\"n\":2}\n"));
+        assert_eq!(diff(before, before, 10).text, "");
+    }
+
+    #[test]
+    fn markers_of_another_installation_and_tampered_data_are_never_used() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::new(tmp.path(), owner());
+        let seed = store.save(3, None, "r1", "treat", std::time::Duration::from_secs(60), b"a\n").unwrap();
+        assert_eq!(store.seed(3).unwrap().data, b"a\n");
+        let theirs = Store::new(tmp.path(), Owner { installation: "i2".into(), ..owner() });
+        assert!(theirs.seed(3).is_none(), "another installation's checkpoint is not ours");
+        assert!(theirs.drop_patient(3).unwrap().is_empty());
+        assert!(seed.exists());
+        std::fs::write(&seed, b"b\n").unwrap();
+        assert!(store.seed(3).is_none(), "data that no longer matches its marker is not used");
+        assert_eq!(store.drop_patient(3).unwrap(), vec!["seed.data".to_string()]);
+        assert!(!store.patient(3).exists());
+    }
+
+    #[test]
+    fn the_reaper_takes_expired_checkpoints_and_closed_patients() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::new(tmp.path(), owner());
+        let day = std::time::Duration::from_secs(86_400);
+        store.save(1, Some("aaaa"), "r", "treat", day, b"x").unwrap();
+        store.save(2, Some("bbbb"), "r", "treat", day, b"y").unwrap();
+        store.save(2, None, "r", "treat", std::time::Duration::from_secs(1), b"s").unwrap();
+        std::fs::write(store.patient(2).join(".tmp-9-half.data"), b"h").unwrap();
+        let now = Utc::now() + chrono::Duration::hours(2);
+        let lines = store.reap(now, &[1]).unwrap();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("#1 (its issue is closed)"), "{lines:?}");
+        assert!(lines[1].contains("seed.data") && lines[1].contains("expiry"), "{lines:?}");
+        assert!(!store.patient(1).exists());
+        assert!(!store.patient(2).join(".tmp-9-half.data").exists(), "half-made files an hour old go too");
+        assert_eq!(store.markers(2).len(), 1, "the unexpired checkpoint stays");
+    }
+}
