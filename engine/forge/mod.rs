@@ -264,8 +264,10 @@ pub struct PatientLook {
     pub label_events: Vec<LabelEvent>,
 }
 
-/// The facts of a pull request the discharge audit reads, each one read or
-/// why not (one GraphQL query on GitHub).
+/// The facts of a pull request the discharge audit reads (one GraphQL query
+/// on GitHub). A fact the forge could not read is no field here but the
+/// read's error ([`Forge::pull_facts`] fails): an `Err` below is a fact that
+/// was read and cannot pass (a pull request without a head commit).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PullFacts {
     pub pull: PullRequest,
@@ -484,16 +486,15 @@ pub async fn patient_by_parts<F: Forge + ?Sized>(
 /// without GraphQL).
 pub async fn pull_facts_by_parts<F: Forge + ?Sized>(forge: &F, branch: &str) -> ForgeResult<Option<PullFacts>> {
     let Some(pull) = forge.pull_request_for_branch(branch).await? else { return Ok(None) };
-    let text = |e: ForgeError| e.to_string();
     let number = pull.number;
     let head = pull.head_sha.trim().to_string();
-    let reviews = forge.reviews(number).await.map_err(text);
-    let unresolved_threads = forge.unresolved_review_threads(number).await.map_err(text);
-    let commits = forge.pull_request_commits(number).await.map_err(text);
+    let reviews = Ok(forge.reviews(number).await?);
+    let unresolved_threads = Ok(forge.unresolved_review_threads(number).await?);
+    let commits = Ok(forge.pull_request_commits(number).await?);
     let ci = if head.is_empty() {
         Err(format!("pull request #{number} reports no head commit"))
     } else {
-        forge.ci_status(&head).await.map_err(text)
+        Ok(forge.ci_status(&head).await?)
     };
     Ok(Some(PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push: Default::default() }))
 }

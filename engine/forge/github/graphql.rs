@@ -473,8 +473,9 @@ impl GitHubForge {
         self.facts_of(p, &action).await.map(Some)
     }
 
+    /// The facts of one pull request; a part read over REST (a page cut)
+    /// that fails fails the whole read: a fact not read is no verdict.
     async fn facts_of(&self, p: GqlPull, action: &str) -> ForgeResult<PullFacts> {
-        let text = |e: ForgeError| e.to_string();
         let state = match p.state.as_str() {
             "OPEN" => PullState::Open,
             "MERGED" => PullState::Merged,
@@ -509,12 +510,12 @@ impl GitHubForge {
             }
             Ok(out)
         } else {
-            self.reviews(number).await.map_err(text)
+            Ok(self.reviews(number).await?)
         };
         let unresolved_threads = if p.review_threads.whole() {
             Ok(p.review_threads.nodes.iter().filter(|t| !t.is_resolved).count())
         } else {
-            self.unresolved_review_threads(number).await.map_err(text)
+            Ok(self.unresolved_review_threads(number).await?)
         };
         let commits = if p.commits.whole() {
             Ok(p.commits
@@ -527,7 +528,7 @@ impl GitHubForge {
                 })
                 .collect())
         } else {
-            self.pull_request_commits(number).await.map_err(text)
+            Ok(self.pull_request_commits(number).await?)
         };
         let head = pull.head_sha.trim().to_string();
         let ci = match p.head.nodes.into_iter().next() {
@@ -542,10 +543,10 @@ impl GitHubForge {
                     checks.retain(|c| c.is_status || !c.name.starts_with(OWN_CHECK_PREFIX));
                     Ok(fold_ci(&checks))
                 }
-                Some(_) => self.ci_status(&head).await.map_err(text),
+                Some(_) => Ok(self.ci_status(&head).await?),
             },
             // The last commit listed is not the head (a push between): REST on the head.
-            _ => self.ci_status(&head).await.map_err(text),
+            _ => Ok(self.ci_status(&head).await?),
         };
         Ok(PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push })
     }
