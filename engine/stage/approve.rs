@@ -87,7 +87,7 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
             );
         }
         let (moved, family) =
-            crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, notes, &patient.run, h.now())
+            crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, notes, &patient.run, h.now(), None)
                 .await?;
         info!(?family, "merged after approval");
         (d.discharged_label.clone(), moved)

@@ -96,7 +96,9 @@ pub async fn complete(h: &Hospital, patient: &Patient<'_>, unmoved: Unmoved) -> 
                     }
                     let issue = &patient.issue;
                     let run = &unmoved.run;
-                    crate::discharge::discharge(&*h.forge, &h.config, issue, seen, Vec::new(), run, h.now()).await?.0
+                    crate::discharge::discharge(&*h.forge, &h.config, issue, seen, Vec::new(), run, h.now(), None)
+                        .await?
+                        .0
                 }
             }
         }

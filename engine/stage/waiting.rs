@@ -19,7 +19,7 @@ use crate::config::{AUDIT_FAILED, Mode};
 use crate::discharge::audit;
 use crate::hospital::Hospital;
 use crate::rules::discharge_audit::{self, AuditFacts, Checklist, Verdict};
-use crate::transfer::{Move, transfer};
+use crate::transfer::Move;
 
 /// What the audit before the nurse decided.
 #[allow(clippy::large_enum_variant)] // made once per discharge run
@@ -105,7 +105,7 @@ async fn wait(
     let note = patient.engine_note(h, NoteKind::Waiting, body);
     let seen = Seen::Read(patient.stored.clone());
     let to = if patient.label_in == pending { Move::Stay } else { Move::To(pending.clone()) };
-    let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, vec![note], to).await?;
+    let moved = patient.transfer(h, seen, vec![note], to).await?;
     Ok(StageResult::Moved(patient.moved_by_engine("waiting", pending, moved.dispatched)))
 }
 
@@ -130,6 +130,6 @@ async fn back_to_treatment(
         patient.engine_note(h, NoteKind::Outcome, AUDIT_FAILED.into()),
     ];
     let seen = Seen::Read(patient.stored.clone());
-    let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(treat.clone())).await?;
+    let moved = patient.transfer(h, seen, notes, Move::To(treat.clone())).await?;
     Ok(StageResult::Moved(patient.moved_by_engine(AUDIT_FAILED, treat, moved.dispatched)))
 }
