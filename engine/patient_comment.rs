@@ -16,7 +16,7 @@ use crate::forge::{Forge, IssueNumber};
 use crate::untrusted;
 
 /// The line every patient's comment starts with (people and tests find it by it).
-pub const HEADING: &str = "**ward** · the patient's comment";
+pub const HEADING: &str = crate::forge::PATIENT_COMMENT_MARKER;
 
 /// Where this run happens, for links: `GITHUB_SERVER_URL`,
 /// `GITHUB_REPOSITORY`, `GITHUB_RUN_ID` in a workflow run; nothing locally.
@@ -42,6 +42,12 @@ impl Links {
         };
         Self { repository, run }
     }
+}
+
+/// The PATIENT_COMMENT note that charts comment `id`.
+pub fn charted(meta: NoteMeta, id: u64) -> Note {
+    let meta = NoteMeta { role: ENGINE_ROLE.into(), ..meta };
+    Note { kind: NoteKind::PatientComment, meta, body: format!("The patient's comment.\nComment: {id}") }
 }
 
 /// The comment's id as the chart keeps it.
@@ -127,6 +133,9 @@ pub struct Update<'a> {
     pub seen: Seen,
     pub meta: NoteMeta,
     pub answer: Option<&'a str>,
+    /// The comment's id as the caller's read found it (GitHub's GraphQL
+    /// read finds it by its marker; the chart may have no note of it).
+    pub known: Option<u64>,
 }
 
 /// Creates or edits the patient's comment. Never fails: a comment that
@@ -140,12 +149,18 @@ pub async fn update(forge: &dyn Forge, config: &Config, u: Update<'_>) {
 }
 
 async fn write(forge: &dyn Forge, config: &Config, u: Update<'_>, text: &str) -> anyhow::Result<()> {
-    if let Some(id) = comment_id(u.notes) {
+    let mut known = u.known.or_else(|| comment_id(u.notes));
+    if known.is_none() && forge.finds_patient_comment() {
+        known = forge.find_patient_comment(u.number).await?;
+    }
+    if let Some(id) = known {
         return Ok(forge.edit_comment(u.number, id, text).await?);
     }
     let id = forge.post_comment(u.number, text).await?;
-    let meta = NoteMeta { role: ENGINE_ROLE.into(), ..u.meta };
-    let note = Note { kind: NoteKind::PatientComment, meta, body: format!("The patient's comment.\nComment: {id}") };
+    if forge.finds_patient_comment() {
+        return Ok(());
+    }
+    let note = charted(u.meta, id);
     chart::append(forge, &Sentinels::new(&config.sentinel_prefix), u.number, u.seen, &[note]).await?;
     Ok(())
 }

@@ -9,10 +9,14 @@
 //!    ward label replaced by the destination, every other label kept; a
 //!    patient sent to the discharged label is also closed;
 //! 3. the next stage, through one rule ([`Config::dispatches`]).
+//!
+//! A stage's move also writes the patient's comment ([`Tell`]) between 2
+//! and 3: with the labels in one request where the forge can (GitHub: one
+//! GraphQL mutation), so the comment costs no call of its own.
 
 use crate::chart::{self, ChartStoreError, ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen, Sentinels};
 use crate::config::Config;
-use crate::forge::{Forge, ForgeError, Issue, IssueNumber, StoredChart};
+use crate::forge::{CommentWrite, Forge, ForgeError, Issue, IssueNumber, Relabel, RelabelError, StoredChart};
 
 /// Where a patient goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +71,21 @@ pub enum TransferError {
     Dispatch { issue: IssueNumber, label: String, cause: ForgeError },
 }
 
+/// The patient's comment, written with a move: after the notes, with the
+/// labels, before the next stage starts.
+pub struct Tell<'a> {
+    /// Its id, when the read found it or the chart says.
+    pub comment: Option<u64>,
+    /// Its text, from the chart as written and the ward label the patient
+    /// is at after the move.
+    pub render: &'a (dyn Fn(&[Note], Option<&str>) -> String + Sync),
+    /// The PATIENT_COMMENT note that charts a new comment's id, where the
+    /// forge does not find the comment by its marker.
+    pub charted: &'a (dyn Fn(u64) -> Note + Sync),
+    /// Set once the comment is written.
+    pub told: &'a std::sync::atomic::AtomicBool,
+}
+
 /// Writes `notes` to the patient's chart, then moves it as `to` says.
 /// `seen` is the chart as this run last read it (a stale copy costs a
 /// re-read, never a lost note).
@@ -78,12 +97,21 @@ pub async fn transfer(
     notes: Vec<Note>,
     to: Move,
 ) -> Result<Moved, TransferError> {
-    let decided = transfer_with(forge, config, patient, seen, move |_| Decision {
-        notes: notes.clone(),
-        to: to.clone(),
-        value: (),
-    });
-    Ok(decided.await?.1)
+    transfer_telling(forge, config, patient, seen, notes, to, None).await
+}
+
+/// [`transfer`] that also writes the patient's comment, with the labels.
+pub async fn transfer_telling(
+    forge: &dyn Forge,
+    config: &Config,
+    patient: &Issue,
+    seen: Seen,
+    notes: Vec<Note>,
+    to: Move,
+    tell: Option<&Tell<'_>>,
+) -> Result<Moved, TransferError> {
+    let decide = move |_: &[Note]| Decision { notes: notes.clone(), to: to.clone(), value: () };
+    Ok(moving(forge, config, patient, seen, decide, tell).await?.1)
 }
 
 /// [`transfer`] where the notes and the move are decided on the chart as
@@ -94,7 +122,18 @@ pub async fn transfer_with<T>(
     config: &Config,
     patient: &Issue,
     seen: Seen,
+    decide: impl FnMut(&[Note]) -> Decision<T>,
+) -> Result<(T, Moved), TransferError> {
+    moving(forge, config, patient, seen, decide, None).await
+}
+
+async fn moving<T>(
+    forge: &dyn Forge,
+    config: &Config,
+    patient: &Issue,
+    seen: Seen,
     mut decide: impl FnMut(&[Note]) -> Decision<T>,
+    tell: Option<&Tell<'_>>,
 ) -> Result<(T, Moved), TransferError> {
     let number = patient.number;
     let sentinels = Sentinels::new(&config.sentinel_prefix);
@@ -115,22 +154,30 @@ pub async fn transfer_with<T>(
         Move::To(label) => (Some(label.clone()), !patient.labels.contains(label)),
         Move::Rerun | Move::Stay => (current, false),
     };
-    if let Move::To(label) = &to {
-        let labels = config.labels_at(&patient.labels, label);
-        if !same_set(&labels, &patient.labels) {
-            forge.set_labels(number, &labels).await.map_err(|cause| TransferError::Labels {
-                issue: number,
-                label: label.clone(),
-                cause,
-            })?;
+    let relabel = match &to {
+        Move::To(label) => Some(config.labels_at(&patient.labels, label)).filter(|l| !same_set(l, &patient.labels)),
+        Move::Rerun | Move::Stay => None,
+    };
+    let labels_error = |cause| TransferError::Labels { issue: number, label: at.clone().unwrap_or_default(), cause };
+    let mut chart = chart;
+    match (tell, &relabel) {
+        (Some(tell), _) => {
+            let relabel = relabel.as_deref().map(|to| Relabel { from: &patient.labels, to });
+            chart = comment_with_labels(forge, &sentinels, number, chart, relabel, at.as_deref(), tell)
+                .await
+                .map_err(labels_error)?;
         }
-        if *label == config.discharge.discharged_label {
-            forge.close_issue(number).await.map_err(|cause| TransferError::Close {
-                issue: number,
-                label: label.clone(),
-                cause,
-            })?;
-        }
+        (None, Some(labels)) => forge.set_labels(number, labels).await.map_err(labels_error)?,
+        (None, None) => {}
+    }
+    if let Move::To(label) = &to
+        && *label == config.discharge.discharged_label
+    {
+        forge.close_issue(number).await.map_err(|cause| TransferError::Close {
+            issue: number,
+            label: label.clone(),
+            cause,
+        })?;
     }
     crate::fault::point("after-labels");
     // A patient moved to where it already is starts nothing; a rerun does.
@@ -147,6 +194,49 @@ pub async fn transfer_with<T>(
         })?;
     }
     Ok((value, Moved { at, dispatched, chart }))
+}
+
+/// The labels (when they change) and the patient's comment, in one
+/// request where the forge can; a comment created where the forge does not
+/// find it by its marker is charted (a PATIENT_COMMENT note). Only a
+/// failed label write fails the move: a comment that fails alone is a
+/// warning. Returns the chart as stored after.
+async fn comment_with_labels(
+    forge: &dyn Forge,
+    sentinels: &Sentinels,
+    number: IssueNumber,
+    chart: Option<StoredChart>,
+    relabel: Option<Relabel<'_>>,
+    at: Option<&str>,
+    tell: &Tell<'_>,
+) -> Result<Option<StoredChart>, ForgeError> {
+    let notes = match &chart {
+        Some(c) => sentinels.parse_chart(&c.text).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let text = (tell.render)(&notes, at);
+    let write = match tell.comment {
+        Some(id) => CommentWrite::Edit { id, body: &text },
+        None => CommentWrite::Create { body: &text },
+    };
+    let created = match forge.relabel_and_comment(number, relabel, write).await {
+        Ok(created) => created,
+        Err(RelabelError::Labels(cause)) => return Err(cause),
+        Err(RelabelError::Comment(e)) => {
+            tracing::warn!(issue = number.0, error = %e, "could not update the patient's comment (the move is made)");
+            return Ok(chart);
+        }
+    };
+    tell.told.store(true, std::sync::atomic::Ordering::Relaxed);
+    let Some(id) = created.filter(|_| !forge.finds_patient_comment()) else { return Ok(chart) };
+    let note = (tell.charted)(id);
+    match chart::append(forge, sentinels, number, Seen::Read(chart.clone()), &[note]).await {
+        Ok(stored) => Ok(stored),
+        Err(e) => {
+            tracing::warn!(issue = number.0, error = %e, "could not chart the patient's comment's id");
+            Ok(chart)
+        }
+    }
 }
 
 /// The line of a COMMAND note that holds (`Hold: ward:treat`: where

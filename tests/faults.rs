@@ -355,3 +355,76 @@ async fn every_fault_schedule_ends_discharged_or_resting_with_every_note_once() 
     );
     assert!(failed.is_empty(), "{} of {} schedules failed:\n{}", failed.len(), seeds.len(), failed.join("\n"));
 }
+
+/// Seed 545's schedule, alone: the discharge audit's one read of the pull
+/// request's facts meets five secondary rate limits in a row and the
+/// retries give up. A fact not read is no verdict: the run fails with
+/// nothing written (no checklist, no `audit-failed`, no nurse), the patient
+/// stays at `ward:discharge`, and the next delivery audits again and
+/// discharges it; the code review never runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audit_read_that_fails_after_its_retries_decides_nothing_and_the_next_run_audits_again() {
+    let template = template();
+    let gh = FakeGitHub::start().await;
+    let repo = tempfile::tempdir().unwrap();
+    let copied = std::process::Command::new("cp").arg("-a").arg(template.path().join(".")).arg(repo.path()).status();
+    assert!(copied.unwrap().success(), "copying the template repository");
+    gh.seed(repo.path());
+    let n = {
+        let mut s = gh.state();
+        s.actions_can_create_pull_requests = true;
+        s.add_collaborator("alice", "triage");
+        s.add_collaborator("maria", "write");
+        s.add_issue("Login fails on empty password", "Steps: submit the empty form.", "alice", &["bug", "ward:admit"])
+    };
+    let h = hospital(&gh, repo.path());
+    let run = |t: Trigger| {
+        let h = &h;
+        async move { actions::stage_from_event(h, &t, ward::stage::Phase::Whole).await }
+    };
+    let ran = run(trigger(TriggerKind::Labeled, n, Some("ward:admit"), "alice")).await;
+    assert!(matches!(ran, Ok(actions::EventRun::Ran(ref r)) if !r.is_failure()), "{ran:?}");
+    let mut handled = 0;
+    let discharge = loop {
+        let payload = gh.state().dispatches[handled]["client_payload"].clone();
+        handled += 1;
+        let label = payload["label"].as_str().unwrap_or_default().to_string();
+        let t = trigger(TriggerKind::RepositoryDispatch, n, Some(&label), ENGINE);
+        if label == "ward:discharge" {
+            break t;
+        }
+        let ran = run(t).await;
+        assert!(matches!(ran, Ok(actions::EventRun::Ran(ref r)) if !r.is_failure()), "{label}: {ran:?}");
+    };
+    review_and_ci(&gh, n, &mut None);
+    let chart_before = gh.state().file(CHARTS, &format!("charts/{n}.md")).unwrap();
+
+    // The stage's read passes; the audit's read (the second GraphQL request)
+    // meets a secondary rate limit on every attempt.
+    let policy = gh.retry_policy();
+    let limit = FaultKind::RetryAfter403(37);
+    gh.state().inject(Fault::new("POST /graphql", 1, policy.attempts as usize, limit));
+    let ran = run(discharge.clone()).await;
+    let failed = match &ran {
+        Err(e) => format!("{e:#}"),
+        Ok(actions::EventRun::Ran(r)) if r.is_failure() => format!("{r:?}"),
+        other => panic!("the run should fail when the audit cannot read its facts: {other:?}"),
+    };
+    assert!(failed.contains("could not read the pull request's facts"), "{failed}");
+    {
+        let s = gh.state();
+        assert_eq!(s.labels_of(n), ["bug", "ward:discharge"], "the patient stays where it was");
+        assert_eq!(s.file(CHARTS, &format!("charts/{n}.md")).unwrap(), chart_before, "nothing is written");
+        assert!(s.pulls.values().all(|p| !p.merged));
+    }
+
+    // The next delivery (or the sweep's re-trigger) audits again.
+    let ran = run(discharge).await;
+    assert!(matches!(ran, Ok(actions::EventRun::Ran(ref r)) if !r.is_failure()), "{ran:?}");
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), ["bug", "ward:discharged"]);
+    let notes = Sentinels::default().parse_chart(&s.file(CHARTS, &format!("charts/{n}.md")).unwrap()).unwrap();
+    let stages: Vec<&str> = notes.iter().filter(|n| n.kind == "OUTCOME").map(|n| n.meta.stage.as_str()).collect();
+    assert_eq!(stages, ["admit", "diagnose", "plan-review", "treat", "code-review", "discharge"]);
+    assert_eq!(notes.iter().filter(|n| n.kind == "CODE_REVIEW").count(), 1, "the code review ran once");
+}

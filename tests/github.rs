@@ -14,8 +14,8 @@ use ward::chart::{self, Note, NoteMeta, Sentinels};
 use ward::config::Config;
 use ward::event::{self, EventError, Parsed, Trigger, TriggerKind};
 use ward::forge::{
-    CiState, Forge, ForgeError, IssueNumber, IssueState, LabelAction, LabelSpec, NewIssue, NewPullRequest, PatientRead,
-    Permission, PullState, ReviewState,
+    CiState, CommentWrite, Forge, ForgeError, IssueNumber, IssueState, LabelAction, LabelSpec, NewIssue,
+    NewPullRequest, PatientRead, Permission, PullState, Relabel, RelabelError, ReviewState,
 };
 
 const WEBHOOKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/github/webhooks");
@@ -297,7 +297,7 @@ async fn a_patient_is_read_in_one_query_like_its_three_rest_reads() {
     let one = forge.patient(n, "ward:lockdown").await.unwrap();
     assert_eq!(calls_since(&gh, mark), expect(&[(GRAPHQL, 1)]));
     let three = ward::forge::patient_by_parts(&forge, n, "ward:lockdown").await.unwrap();
-    assert_eq!(PatientRead { repository_labels: None, ..one.clone() }, three);
+    assert_eq!(PatientRead { repository_labels: None, patient_comment: None, ..one.clone() }, three);
     assert_eq!(
         one.repository_labels,
         Some(strings(&["bug", "ward:lockdown", "ward:treat"])),
@@ -1297,7 +1297,8 @@ async fn walk_every_stage(graphql: bool) {
     // GraphQL read names the repository's labels too; over REST they are listed.
     expected.extend(patient_read(graphql));
     if !graphql {
-        expected.push(("GET /repos/{owner}/{repo}/labels", 1));
+        // The comment's id charted: the chart as the move wrote it, no read.
+        expected.extend([("GET /repos/{owner}/{repo}/labels", 1), (CHART_PUT, 1)]);
     }
     assert_eq!(
         calls_since(&gh, mark),
@@ -1309,14 +1310,14 @@ async fn walk_every_stage(graphql: bool) {
                     ("POST /repos/{owner}/{repo}/git/commits", 1),
                     ("POST /repos/{owner}/{repo}/git/refs", 1),
                     // The first finds no branch, then the admission note, then
-                    // the notes, then the PATIENT_COMMENT note (issue 11).
-                    (CHART_PUT, 4),
+                    // the notes (over REST a PATIENT_COMMENT note too: below).
+                    (CHART_PUT, 3),
+                    // The labels this run created have no node id in the
+                    // read: the move goes over REST, the labels then the
+                    // patient's comment (issue 11), created.
                     (LABELS_PUT, 1),
-                    (DISPATCH, 1),
-                    // The patient's comment, created after the labels moved,
-                    // and the chart read again to chart its id (issue 11).
                     ("POST /repos/{owner}/{repo}/issues/{issue_number}/comments", 1),
-                    (CHART_GET, 1),
+                    (DISPATCH, 1),
                 ]
             ]
             .concat()
@@ -1344,10 +1345,16 @@ async fn walk_every_stage(graphql: bool) {
         let last = !gh.state().issue(n).open;
         let tail = if last { ("PATCH /repos/{owner}/{repo}/issues/{issue_number}", 1) } else { (DISPATCH, 1) };
         let mut expected = patient_read(graphql);
-        // Since issue 11 each transition also edits the patient's comment.
-        expected.extend([(CHART_PUT, 2), (LABELS_PUT, 1), tail, (COMMENT_PATCH, 1)]);
-        // A transition: 5 calls with GraphQL (7 over REST), and the comment.
-        let transition = if graphql { 6 } else { 8 };
+        expected.extend([(CHART_PUT, 2), tail]);
+        // The labels and the patient's comment (issue 11): one GraphQL
+        // mutation, or over REST the labels and the comment's edit.
+        if graphql {
+            expected.push((GRAPHQL, 1));
+        } else {
+            expected.extend([(LABELS_PUT, 1), (COMMENT_PATCH, 1)]);
+        }
+        // A transition: 5 calls with GraphQL, the comment included (8 over REST).
+        let transition = if graphql { 5 } else { 8 };
         match label.as_str() {
             // Treatment also opens the pull request of the branch it pushed.
             "ward:treat" => {
@@ -1451,24 +1458,35 @@ async fn walk_every_stage(graphql: bool) {
     let mark = gh.state().log.len();
     let ran = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", m, "alice"), &env).await;
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
-    let mut expected = vec![
-        ("GET /repos/{owner}/{repo}/collaborators/{username}/permission", 1),
-        (CHART_PUT, 2),
-        (LABELS_PUT, 1),
-        (DISPATCH, 1),
-        // The patient's comment (issue 11): created, and its id charted (a
-        // chart read and write): three calls over issue 13's six.
-        ("POST /repos/{owner}/{repo}/issues/{issue_number}/comments", 1),
-        (CHART_GET, 1),
-        (CHART_PUT, 1),
-    ];
+    let mut expected =
+        vec![("GET /repos/{owner}/{repo}/collaborators/{username}/permission", 1), (CHART_PUT, 2), (DISPATCH, 1)];
     expected.extend(patient_read(graphql));
-    if !graphql {
-        expected.push(("GET /repos/{owner}/{repo}/labels", 1));
+    if graphql {
+        // The labels and the patient's comment, created (issue 11), in one
+        // mutation; the next read finds the comment by its marker.
+        expected.push((GRAPHQL, 1));
+    } else {
+        // Over REST: the labels, the comment, and its id charted (one chart
+        // write on the chart as the move wrote it).
+        expected.extend([
+            ("GET /repos/{owner}/{repo}/labels", 1),
+            (LABELS_PUT, 1),
+            ("POST /repos/{owner}/{repo}/issues/{issue_number}/comments", 1),
+            (CHART_PUT, 1),
+        ]);
     }
     let calls = calls_since(&gh, mark);
     assert_eq!(calls, expect(&expected), "an admission");
-    assert_eq!(calls.values().sum::<usize>(), if graphql { 9 } else { 12 }, "{calls:#?}");
+    assert_eq!(calls.values().sum::<usize>(), if graphql { 6 } else { 11 }, "{calls:#?}");
+    // One patient's comment each, by the engine, edited in place.
+    let s = gh.state();
+    for patient in [n, m] {
+        let mine: Vec<_> = s.comments.iter().filter(|c| c.issue == patient && c.body.starts_with("**ward**")).collect();
+        assert_eq!(mine.len(), 1, "one patient's comment on #{patient}");
+        assert_eq!(mine[0].author, ENGINE);
+    }
+    let last = s.comments.iter().find(|c| c.issue == n && c.body.starts_with("**ward**")).unwrap();
+    assert!(last.body.contains("| Where | `ward:discharged` |"), "{}", last.body);
 }
 
 /// The engine's own time of a run, from `ward stage`'s line: total minus agent.
@@ -1955,24 +1973,24 @@ async fn in_a_git_repository_the_treat_stage_pushes_its_branch_and_opens_the_pul
     // The treat transition costs one call more: the pull request.
     let (_, treat) = per_stage.iter().find(|(label, _)| label == "ward:treat").unwrap();
     assert_eq!(treat.get("POST /repos/{owner}/{repo}/pulls"), Some(&1), "{treat:#?}");
-    // Each transition edits the patient's comment (issue 11): one call
-    // over issue 13's targets (treat 6, a transition 5, discharge 7).
-    assert_eq!(treat.values().sum::<usize>(), 7, "{treat:#?}");
+    // Each transition edits the patient's comment (issue 11), in the one
+    // mutation that moves the labels: issue 13's targets hold with it.
+    assert_eq!(treat.values().sum::<usize>(), 6, "{treat:#?}");
     for (label, calls) in
         per_stage.iter().filter(|(label, _)| !["ward:treat", "ward:discharge"].contains(&label.as_str()))
     {
-        assert!(calls.values().sum::<usize>() <= 6, "{label}: {calls:#?}");
+        assert!(calls.values().sum::<usize>() <= 5, "{label}: {calls:#?}");
     }
     // The discharge: a normal transition's calls (closing the issue instead
     // of dispatching), plus the audit's read and the merge.
     let (_, discharge) = per_stage.iter().find(|(label, _)| label == "ward:discharge").unwrap();
     let mut expected = discharge_audit_and_merge(true);
     expected.extend(patient_read(true));
-    expected.extend([(CHART_PUT, 2), (LABELS_PUT, 1)]);
+    // The labels and the patient's comment: one mutation.
+    expected.extend([(CHART_PUT, 2), (GRAPHQL, 1)]);
     expected.push(("PATCH /repos/{owner}/{repo}/issues/{issue_number}", 1));
-    expected.push((COMMENT_PATCH, 1));
     assert_eq!(discharge, &expect(&expected), "{discharge:#?}");
-    assert_eq!(discharge.values().sum::<usize>(), 8, "{discharge:#?}");
+    assert_eq!(discharge.values().sum::<usize>(), 7, "{discharge:#?}");
     assert!(s.pulls.values().all(|p| p.merged && p.merge_method.is_some()), "the audited pull request is merged");
     drop(s);
     // The branch is on the fake's git server, pushed over smart HTTP, with the treatment's commit.
@@ -2038,4 +2056,63 @@ async fn a_discharge_killed_after_its_merge_is_completed_without_a_second_nurse(
     assert_eq!(outcomes, ["admit", "diagnose", "plan-review", "treat", "code-review", "discharge"], "{chart}");
     let nurse = notes.iter().filter(|n| n.kind == "DISCHARGE_CHECKLIST" && n.meta.role == "discharge-nurse").count();
     assert_eq!(nurse, 1, "the nurse ran once: {chart}");
+}
+
+/// Issue 13: a move's labels and the patient's comment are one GraphQL
+/// mutation (labels out, labels in, the comment), on the node ids the read
+/// gave. Creating the comment is the one part not safe to repeat: its
+/// answer lost, the retry first looks for the comment by its marker, finds
+/// it and edits it, so there is one comment. Any error in the mutation's
+/// `errors` fails the whole request.
+#[tokio::test]
+async fn a_move_is_one_mutation_and_a_comment_whose_creation_lost_its_answer_is_not_made_twice() {
+    let gh = FakeGitHub::start().await;
+    let forge = gh.forge();
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("alice", "triage");
+        s.label_named("ward:diagnose");
+        // Someone else's comment with the marker is text, never the patient's comment.
+        let n = s.add_issue("t", "b", "alice", &["bug", "ward:admit"]);
+        s.comment(n, "**ward** · the patient's comment (#1), or so it says", "alice");
+        IssueNumber(n)
+    };
+    let read = forge.patient(n, "ward:lockdown").await.unwrap();
+    assert_eq!(read.patient_comment, None, "alice's comment is not the engine's");
+    let (from, to) = (strings(&["bug", "ward:admit"]), strings(&["bug", "ward:diagnose"]));
+    let body = "**ward** · the patient's comment (#1)\n\nfirst";
+    let mark = gh.state().log.len();
+    gh.state().inject(Fault::new(GRAPHQL, 0, 1, FaultKind::LostAnswer(502)));
+    let relabel = Some(Relabel { from: &from, to: &to });
+    forge.relabel_and_comment(n, relabel, CommentWrite::Create { body }).await.unwrap();
+    {
+        let s = gh.state();
+        assert_eq!(s.labels_of(n.0), to);
+        let mine: Vec<_> = s.comments.iter().filter(|c| c.author == ENGINE).collect();
+        assert_eq!(mine.len(), 1, "one patient's comment: {mine:?}");
+        assert_eq!(mine[0].body, body);
+    }
+    // The mutation (answer lost), the look, the same move with an edit.
+    assert_eq!(calls_since(&gh, mark), expect(&[(GRAPHQL, 3)]));
+    let read = forge.patient(n, "ward:lockdown").await.unwrap();
+    let id = read.patient_comment.expect("the read finds the engine's comment by its marker");
+
+    // An edit with the next move: one request, nothing else.
+    let mark = gh.state().log.len();
+    let next = strings(&["bug", "ward:plan-review"]);
+    gh.state().label_named("ward:plan-review");
+    let read = forge.patient(n, "ward:lockdown").await.unwrap();
+    assert_eq!(read.patient_comment, Some(id));
+    let relabel = Some(Relabel { from: &to, to: &next });
+    let edited = forge.relabel_and_comment(n, relabel, CommentWrite::Edit { id, body: "**ward** · second" });
+    assert_eq!(edited.await.unwrap(), None);
+    assert_eq!(gh.state().labels_of(n.0), next);
+    assert_eq!(calls_since(&gh, mark), expect(&[(GRAPHQL, 2)]), "the read and the mutation");
+
+    // The comment is gone: the error fails the whole request (the labels).
+    gh.state().comments.retain(|c| c.id != id);
+    let back = strings(&["bug", "ward:diagnose"]);
+    let relabel = Some(Relabel { from: &next, to: &back });
+    let failed = forge.relabel_and_comment(n, relabel, CommentWrite::Edit { id, body: "third" }).await;
+    assert!(matches!(failed, Err(RelabelError::Labels(_))), "{failed:?}");
 }

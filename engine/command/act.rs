@@ -135,6 +135,7 @@ async fn carry_out(
         seen: Seen::Read(moved.chart.clone()),
         meta,
         answer: Some(&answer),
+        known: None,
     };
     patient_comment::update(&*h.forge, &h.config, update).await;
     Ok(acted)
@@ -288,8 +289,15 @@ async fn answer_on_patient(h: &Hospital, issue: &Issue, who: &str, answer: &str)
     let place = h.config.ward_label(&issue.labels);
     let answer = format!("**Last command:** {answer} (asked by `{who}`)");
     let meta = command_meta(h, &h.config, place);
-    let update =
-        Update { number: issue.number, place, notes: &notes, seen: Seen::Read(stored), meta, answer: Some(&answer) };
+    let update = Update {
+        number: issue.number,
+        place,
+        notes: &notes,
+        seen: Seen::Read(stored),
+        meta,
+        answer: Some(&answer),
+        known: None,
+    };
     patient_comment::update(&*h.forge, &h.config, update).await;
     Ok(())
 }

@@ -1,16 +1,19 @@
 //! The I/O half of the discharge audit: gathers the facts from the forge
 //! (the pull request of the patient's branch, its reviews, unresolved
 //! threads, commits and the CI of its head commit) and hands them to the
-//! pure [`crate::rules::discharge_audit::audit`]. A fact the forge cannot
-//! give becomes a ⬜ with the reason, never a pass. Used by `ward audit N`
-//! (dry run) and the discharge stage.
+//! pure [`crate::rules::discharge_audit::audit`]. A fact the forge could not
+//! read (its retries exhausted, a refusal) is an error of the run, never a
+//! verdict: the audit is not taken, nothing is written, and the next
+//! trigger or the charge nurse's sweep audits again. A fact that was read
+//! and is bad (no pull request for the branch, no head commit) is the
+//! checklist's. Used by `ward audit N` (dry run) and the discharge stage.
 
 use crate::chart::{Note, Sentinels};
 use crate::config::Config;
 use std::collections::BTreeMap;
 
 use crate::forge::{Forge, ForgeError, IssueNumber, Permission, PullFacts};
-use crate::rules::discharge_audit::{self, AuditFacts, Checklist, Fact};
+use crate::rules::discharge_audit::{self, AuditFacts, Checklist};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
@@ -25,36 +28,32 @@ pub fn patient_branch(issue: IssueNumber) -> String {
     crate::workspace::worktree::branch_name(issue.0)
 }
 
-fn fact<T>(r: Result<T, ForgeError>) -> Fact<T> {
-    r.map_err(|e| e.to_string())
-}
-
 /// Asks the forge for every fact of the audit of `branch`'s pull request
 /// (one read on GitHub: [`Forge::pull_facts`]): the pull request, its
 /// reviews, threads, commits, the CI of its head, and the permission of
 /// each person whose review would count. A reviewer the forge already said
 /// can push meets a `needed` of write or less without another call; the
-/// others are looked up one call each.
-pub async fn gather(forge: &dyn Forge, branch: &str, needed: Permission) -> AuditFacts {
+/// others are looked up one call each. A read that fails (after the
+/// forge's retries) is the error: a transient failure of GitHub never
+/// becomes a ❔ that sends the patient back.
+pub async fn gather(forge: &dyn Forge, branch: &str, needed: Permission) -> Result<AuditFacts, ForgeError> {
     let engine_account = forge.engine_account().to_string();
-    let read = match forge.pull_facts(branch).await {
-        Ok(Some(read)) => read,
-        Ok(None) => return unreadable(engine_account, format!("no open pull request has head branch `{branch}`")),
-        Err(e) => return unreadable(engine_account, e.to_string()),
+    let Some(read) = forge.pull_facts(branch).await? else {
+        return Ok(no_pull(engine_account, format!("no open pull request has head branch `{branch}`")));
     };
     let PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push } = read;
     let permissions = match &reviews {
         Ok(list) => {
             let logins = discharge_audit::reviewers_to_check(&pull, &engine_account, list);
-            permissions(forge, &logins, &can_push, needed).await
+            Ok(permissions(forge, &logins, &can_push, needed).await?)
         }
         Err(e) => Err(e.clone()),
     };
-    AuditFacts { engine_account, pull: Ok(pull), reviews, unresolved_threads, commits, ci, permissions }
+    Ok(AuditFacts { engine_account, pull: Ok(pull), reviews, unresolved_threads, commits, ci, permissions })
 }
 
-/// Facts of a pull request that could not be read: each says why.
-fn unreadable(engine_account: String, why: String) -> AuditFacts {
+/// The facts when the forge says the branch has no pull request: each says why.
+fn no_pull(engine_account: String, why: String) -> AuditFacts {
     AuditFacts {
         engine_account,
         reviews: Err(why.clone()),
@@ -73,12 +72,12 @@ async fn permissions(
     logins: &[String],
     can_push: &BTreeMap<String, bool>,
     needed: Permission,
-) -> Fact<BTreeMap<String, Permission>> {
+) -> Result<BTreeMap<String, Permission>, ForgeError> {
     let mut out = BTreeMap::new();
     for login in logins {
         let permission = match can_push.get(login) {
             Some(true) if needed <= Permission::Write => Permission::Write,
-            _ => fact(forge.permission(login).await)?,
+            _ => forge.permission(login).await?,
         };
         out.insert(login.clone(), permission);
     }
@@ -99,7 +98,9 @@ pub async fn read_chart(forge: &dyn Forge, config: &Config, issue: IssueNumber) 
 /// The whole audit of one patient, changing nothing: `ward audit N`.
 pub async fn audit_issue(forge: &dyn Forge, config: &Config, issue: IssueNumber) -> Result<Checklist, AuditError> {
     let chart = read_chart(forge, config, issue).await?;
-    let facts = gather(forge, &patient_branch(issue), config.approve_permission).await;
+    let facts = gather(forge, &patient_branch(issue), config.approve_permission)
+        .await
+        .map_err(|cause| AuditError::Forge { issue, cause })?;
     Ok(discharge_audit::audit(config, &chart, &facts))
 }
 

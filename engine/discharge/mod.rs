@@ -9,7 +9,7 @@ pub mod review;
 use crate::chart::Note;
 use crate::config::Config;
 use crate::forge::{Forge, ForgeError, Issue, PullRequest, PullState};
-use crate::transfer::{Move, Moved, transfer};
+use crate::transfer::{Move, Moved};
 
 /// What became of a merge.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +55,7 @@ pub async fn merge(forge: &dyn Forge, pull: &PullRequest) -> anyhow::Result<Merg
 /// Writes `notes`, labels the patient discharged (keeping labels that are
 /// not ward's), closes it, and releases its family. Returns the move and
 /// what else moved.
+#[allow(clippy::too_many_arguments)] // the move's inputs, and the patient's comment written with it
 pub async fn discharge(
     forge: &dyn Forge,
     config: &Config,
@@ -63,9 +64,10 @@ pub async fn discharge(
     notes: Vec<Note>,
     run: &str,
     now: chrono::DateTime<chrono::Utc>,
+    tell: Option<&crate::transfer::Tell<'_>>,
 ) -> anyhow::Result<(Moved, Vec<String>)> {
     let to = Move::To(config.discharge.discharged_label.clone());
-    let moved = transfer(forge, config, patient, seen, notes, to).await?;
+    let moved = crate::transfer::transfer_telling(forge, config, patient, seen, notes, to, tell).await?;
     let after =
         Issue { labels: config.labels_at(&patient.labels, &config.discharge.discharged_label), ..patient.clone() };
     let family = crate::family::release(forge, config, &after, run, now).await?;

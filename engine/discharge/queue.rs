@@ -389,7 +389,7 @@ async fn record(
                 entry.head, pull.number
             );
             let notes = vec![Note { kind: NoteKind::DischargeChecklist, meta, body }];
-            super::discharge(forge, config, issue, Seen::NotRead, notes, run, now).await?;
+            super::discharge(forge, config, issue, Seen::NotRead, notes, run, now, None).await?;
             Ok(format!("{} integrated and merged (checked {tested})", entry.issue))
         }
         Checked::Failed { base, output } => {

@@ -252,6 +252,43 @@ pub struct PatientRead {
     /// The repository's label names, when the read gave them whole (an
     /// admission creates ward's missing labels without listing them again).
     pub repository_labels: Option<Vec<String>>,
+    /// The patient's comment, where the read looks for it (GitHub's GraphQL
+    /// read): the newest comment the token's own account wrote that starts
+    /// with [`PATIENT_COMMENT_MARKER`] (a marker in anyone else's comment is
+    /// never trusted). `None` elsewhere: the chart's PATIENT_COMMENT note says.
+    pub patient_comment: Option<u64>,
+}
+
+/// The line the patient's comment starts with: how a read finds it among
+/// the issue's comments (only in one the engine's account wrote).
+pub const PATIENT_COMMENT_MARKER: &str = "**ward** · the patient's comment";
+
+/// A move's label write: the labels the patient carried and those it
+/// carries after (the whole set).
+#[derive(Debug, Clone, Copy)]
+pub struct Relabel<'a> {
+    pub from: &'a [String],
+    pub to: &'a [String],
+}
+
+/// The patient's comment, written with a move.
+#[derive(Debug, Clone, Copy)]
+pub enum CommentWrite<'a> {
+    /// Replace the body of the comment with this id.
+    Edit { id: u64, body: &'a str },
+    /// No comment yet: create it (once: a retry looks for it first).
+    Create { body: &'a str },
+}
+
+/// Which part of [`Forge::relabel_and_comment`] failed. In one request
+/// (GitHub's GraphQL mutation) any error fails the whole: the labels.
+#[derive(Debug, thiserror::Error)]
+pub enum RelabelError {
+    #[error(transparent)]
+    Labels(ForgeError),
+    /// The labels moved; only the comment failed.
+    #[error(transparent)]
+    Comment(ForgeError),
 }
 
 /// What the charge nurse reads of a due patient: the issue as it is now
@@ -264,8 +301,10 @@ pub struct PatientLook {
     pub label_events: Vec<LabelEvent>,
 }
 
-/// The facts of a pull request the discharge audit reads, each one read or
-/// why not (one GraphQL query on GitHub).
+/// The facts of a pull request the discharge audit reads (one GraphQL query
+/// on GitHub). A fact the forge could not read is no field here but the
+/// read's error ([`Forge::pull_facts`] fails): an `Err` below is a fact that
+/// was read and cannot pass (a pull request without a head commit).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PullFacts {
     pub pull: PullRequest,
@@ -356,6 +395,31 @@ pub trait Forge: Send + Sync {
 
     /// Replace the issue's labels with `labels` in one write.
     async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()>;
+    /// The move's label write (when the labels change) and the patient's
+    /// comment, in this order, in one request where the forge can (GitHub:
+    /// one GraphQL mutation, when the read gave the node ids it needs); by
+    /// default [`Self::set_labels`] then the comment's own call. Returns the
+    /// id of a comment it created.
+    async fn relabel_and_comment(
+        &self,
+        number: IssueNumber,
+        labels: Option<Relabel<'_>>,
+        comment: CommentWrite<'_>,
+    ) -> Result<Option<u64>, RelabelError> {
+        relabel_and_comment_by_parts(self, number, labels, comment).await
+    }
+    /// Whether [`Forge::patient`] finds the patient's comment by its marker
+    /// ([`PatientRead::patient_comment`]): then a new comment's id needs no
+    /// note in the chart.
+    fn finds_patient_comment(&self) -> bool {
+        false
+    }
+    /// The patient's comment as it is now, found by its marker where the
+    /// forge finds it so (one read); `None` elsewhere.
+    async fn find_patient_comment(&self, number: IssueNumber) -> ForgeResult<Option<u64>> {
+        let _ = number;
+        Ok(None)
+    }
     /// Create the labels of `specs` that the repository does not have yet.
     async fn ensure_labels(&self, specs: &[LabelSpec]) -> ForgeResult<()>;
     /// The same, knowing the repository's label names already (`existing`,
@@ -477,23 +541,40 @@ pub async fn patient_by_parts<F: Forge + ?Sized>(
     let issue = forge.issue(number).await?;
     let lockdown = forge.open_issues_with_label(lockdown_label).await?.into_iter().min_by_key(|i| i.number);
     let chart = forge.read_chart(number).await?;
-    Ok(PatientRead { issue, lockdown, chart, repository_labels: None })
+    Ok(PatientRead { issue, lockdown, chart, repository_labels: None, patient_comment: None })
+}
+
+/// [`Forge::relabel_and_comment`] in two calls: the labels, then the
+/// comment (a comment that fails leaves the move made).
+pub async fn relabel_and_comment_by_parts<F: Forge + ?Sized>(
+    forge: &F,
+    number: IssueNumber,
+    labels: Option<Relabel<'_>>,
+    comment: CommentWrite<'_>,
+) -> Result<Option<u64>, RelabelError> {
+    if let Some(labels) = labels {
+        forge.set_labels(number, labels.to).await.map_err(RelabelError::Labels)?;
+    }
+    match comment {
+        CommentWrite::Edit { id, body } => forge.edit_comment(number, id, body).await.map(|()| None),
+        CommentWrite::Create { body } => forge.post_comment(number, body).await.map(Some),
+    }
+    .map_err(RelabelError::Comment)
 }
 
 /// [`Forge::pull_facts`] one read per fact (the local forge, and GitHub
 /// without GraphQL).
 pub async fn pull_facts_by_parts<F: Forge + ?Sized>(forge: &F, branch: &str) -> ForgeResult<Option<PullFacts>> {
     let Some(pull) = forge.pull_request_for_branch(branch).await? else { return Ok(None) };
-    let text = |e: ForgeError| e.to_string();
     let number = pull.number;
     let head = pull.head_sha.trim().to_string();
-    let reviews = forge.reviews(number).await.map_err(text);
-    let unresolved_threads = forge.unresolved_review_threads(number).await.map_err(text);
-    let commits = forge.pull_request_commits(number).await.map_err(text);
+    let reviews = Ok(forge.reviews(number).await?);
+    let unresolved_threads = Ok(forge.unresolved_review_threads(number).await?);
+    let commits = Ok(forge.pull_request_commits(number).await?);
     let ci = if head.is_empty() {
         Err(format!("pull request #{number} reports no head commit"))
     } else {
-        forge.ci_status(&head).await.map_err(text)
+        Ok(forge.ci_status(&head).await?)
     };
     Ok(Some(PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push: Default::default() }))
 }

@@ -58,7 +58,9 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
     let (who, permission) = approver.expect("may_merge checked the approver");
 
     // Audit again: the head may have moved since the audit that passed.
-    let facts = audit::gather(&*h.forge, &audit::patient_branch(number), h.config.approve_permission).await;
+    let facts = audit::gather(&*h.forge, &audit::patient_branch(number), h.config.approve_permission)
+        .await
+        .map_err(|e| super::waiting::unread(number, e))?;
     let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
     let outcome = checklist.outcome();
     let body =
@@ -85,7 +87,7 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
             );
         }
         let (moved, family) =
-            crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, notes, &patient.run, h.now())
+            crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, notes, &patient.run, h.now(), None)
                 .await?;
         info!(?family, "merged after approval");
         (d.discharged_label.clone(), moved)

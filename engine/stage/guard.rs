@@ -19,7 +19,7 @@ use crate::config::Stage;
 use crate::forge::{Issue, IssueNumber, IssueState, StoredChart};
 use crate::hospital::{Hospital, new_run_id, try_lock_issue};
 use crate::rules::{self, GuardInput, Refusal, Route};
-use crate::transfer::{Move, transfer};
+use crate::transfer::{Move, Tell, transfer, transfer_telling};
 
 /// A patient admitted to a run: everything the guard read, and the lock
 /// that keeps other runs off it until this one ends.
@@ -35,10 +35,60 @@ pub struct Patient<'h> {
     /// This run's folder: the prompt, the agent's files, the sealed visit.
     pub folder: PathBuf,
     pub started: Instant,
+    /// The patient's comment: as the read found it, else as the chart says.
+    pub comment: Option<u64>,
+    /// Whether a move of this run wrote the patient's comment already.
+    pub told: std::sync::atomic::AtomicBool,
     _lock: File,
 }
 
+/// The patient's comment's text from the chart and the ward label after a move.
+type Render<'a> = Box<dyn Fn(&[Note], Option<&str>) -> String + Send + Sync + 'a>;
+
+/// What a move needs to write the patient's comment with its labels.
+pub struct Telling<'a> {
+    comment: Option<u64>,
+    render: Render<'a>,
+    charted: Box<dyn Fn(u64) -> Note + Send + Sync + 'a>,
+    told: &'a std::sync::atomic::AtomicBool,
+}
+
+impl Telling<'_> {
+    pub fn tell(&self) -> Tell<'_> {
+        Tell { comment: self.comment, render: &*self.render, charted: &*self.charted, told: self.told }
+    }
+}
+
 impl Patient<'_> {
+    /// What this run's move needs to write the patient's comment.
+    pub fn telling<'a>(&'a self, h: &'a Hospital) -> Telling<'a> {
+        let links = crate::patient_comment::Links::from_env();
+        let number = self.issue.number;
+        let meta =
+            NoteMeta { run: self.run.clone(), stage: self.stage.name.into(), role: ENGINE_ROLE.into(), at: h.now() };
+        Telling {
+            comment: self.comment,
+            render: Box::new(move |notes, place| {
+                crate::patient_comment::render(&h.config, number, place, notes, &links, None)
+            }),
+            charted: Box::new(move |id| crate::patient_comment::charted(meta.clone(), id)),
+            told: &self.told,
+        }
+    }
+
+    /// Moves this patient ([`transfer_telling`]), its comment written with
+    /// the labels.
+    pub async fn transfer(
+        &self,
+        h: &Hospital,
+        seen: Seen,
+        notes: Vec<Note>,
+        to: Move,
+    ) -> Result<crate::transfer::Moved, crate::transfer::TransferError> {
+        let telling = self.telling(h);
+        transfer_telling(&*h.forge, &h.config, &self.issue, seen, notes, to, Some(&telling.tell())).await
+    }
+
     /// A note by the engine in this run.
     pub fn engine_note(&self, h: &Hospital, kind: NoteKind, body: String) -> Note {
         self.note(h, kind, ENGINE_ROLE, body)
@@ -156,6 +206,7 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
         .await
         .with_context(|| format!("could not read issue {number}, its chart and the lockdown"))?;
     let asked = asked(h, req, &read.issue);
+    let found_comment = read.patient_comment;
     // A trigger that names the admission label (a person's label, a
     // re-triggered admission) makes sure ward's labels exist (the record
     // job's: the visit job's token writes nothing).
@@ -199,7 +250,10 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
         Asked::Nothing(_) | Asked::Problem(_) | Asked::Wake { .. } => unreachable!("the guards stop or resolve these"),
     };
     let folder = h.run_folder(number, &gate.run);
+    let comment = found_comment.or_else(|| crate::patient_comment::comment_id(&chart));
     let patient = Patient {
+        comment,
+        told: Default::default(),
         issue: gate.issue,
         stage,
         label_in,

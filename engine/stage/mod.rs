@@ -103,6 +103,10 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
 /// What the patient's comment needs of a run, kept before the run ends.
 struct Bedside {
     number: crate::forge::IssueNumber,
+    /// The comment's id as the read found it (or the chart says).
+    comment: Option<u64>,
+    /// A move of the run wrote it already (with the labels).
+    told: bool,
     label_in: String,
     chart: Vec<crate::chart::Note>,
     meta: crate::chart::NoteMeta,
@@ -116,7 +120,15 @@ impl Bedside {
             role: crate::chart::ENGINE_ROLE.into(),
             at: h.now(),
         };
-        Self { number: p.issue.number, label_in: p.label_in.clone(), chart: p.chart.clone(), meta }
+        let told = p.told.load(std::sync::atomic::Ordering::Relaxed);
+        Self {
+            number: p.issue.number,
+            comment: p.comment,
+            told,
+            label_in: p.label_in.clone(),
+            chart: p.chart.clone(),
+            meta,
+        }
     }
 
     /// After the labels moved: the patient's comment says where the patient
@@ -124,6 +136,9 @@ impl Bedside {
     /// chart as the guard read it, with this run's outcome; a run that
     /// found nothing to do changes nothing (a wake-up stays at 3 calls).
     async fn tell(self, h: &Hospital, result: &anyhow::Result<StageResult>) {
+        if self.told {
+            return;
+        }
         let mut notes = self.chart;
         let (place, line) = match result {
             Ok(StageResult::Moved(t)) => {
@@ -152,6 +167,7 @@ impl Bedside {
             seen,
             meta: self.meta,
             answer: line.as_deref(),
+            known: self.comment,
         };
         crate::patient_comment::update(&*h.forge, &h.config, update).await;
     }

@@ -217,13 +217,15 @@ async fn accept(
     }
     let seen = Seen::Read(stored);
     let moved = if label_out == *discharged {
+        let (run, now) = (&patient.run, h.now());
+        let told = patient.telling(h);
+        let tell = Some(&told.tell());
         let (moved, family) =
-            crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), &patient.run, h.now())
-                .await?;
+            crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), run, now, tell).await?;
         info!(?family, "discharged");
         moved
     } else {
-        transfer(&*h.forge, &h.config, &patient.issue, seen, after, Move::To(label_out.clone())).await?
+        patient.transfer(h, seen, after, Move::To(label_out.clone())).await?
     };
     let total = patient.started.elapsed();
     let agent = std::time::Duration::from_millis(visit.agent_ms);

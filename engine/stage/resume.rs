@@ -72,7 +72,9 @@ pub async fn complete(h: &Hospital, patient: &Patient<'_>, unmoved: Unmoved) -> 
     let moved = if to == *discharged {
         // The merge may not have happened: audit again (a commit may have
         // landed since), merge what passes, as the run would have.
-        let facts = audit::gather(&*h.forge, &audit::patient_branch(number), h.config.approve_permission).await;
+        let facts = audit::gather(&*h.forge, &audit::patient_branch(number), h.config.approve_permission)
+            .await
+            .map_err(|e| super::waiting::unread(number, e))?;
         let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
         match approval::after_audit(&h.config, &patient.chart, checklist.passed()) {
             AfterAudit::SendBack => return Ok(None),
@@ -94,7 +96,9 @@ pub async fn complete(h: &Hospital, patient: &Patient<'_>, unmoved: Unmoved) -> 
                     }
                     let issue = &patient.issue;
                     let run = &unmoved.run;
-                    crate::discharge::discharge(&*h.forge, &h.config, issue, seen, Vec::new(), run, h.now()).await?.0
+                    crate::discharge::discharge(&*h.forge, &h.config, issue, seen, Vec::new(), run, h.now(), None)
+                        .await?
+                        .0
                 }
             }
         }

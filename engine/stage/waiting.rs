@@ -19,7 +19,7 @@ use crate::config::{AUDIT_FAILED, Mode};
 use crate::discharge::audit;
 use crate::hospital::Hospital;
 use crate::rules::discharge_audit::{self, AuditFacts, Checklist, Verdict};
-use crate::transfer::{Move, transfer};
+use crate::transfer::Move;
 
 /// What the audit before the nurse decided.
 #[allow(clippy::large_enum_variant)] // made once per discharge run
@@ -34,8 +34,10 @@ pub enum BeforeNurse {
 /// `writes` is `false` in the visit job: a patient that waits or goes back
 /// runs no agent, and the record job, auditing again, writes why.
 pub async fn before_nurse(h: &Hospital, patient: &Patient<'_>, writes: bool) -> anyhow::Result<BeforeNurse> {
-    let facts =
-        audit::gather(&*h.forge, &audit::patient_branch(patient.issue.number), h.config.approve_permission).await;
+    let number = patient.issue.number;
+    let facts = audit::gather(&*h.forge, &audit::patient_branch(number), h.config.approve_permission)
+        .await
+        .map_err(|e| unread(number, e))?;
     let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
     let treat = h.config.stages().find(|s| s.mode() == Mode::Treat).map(|s| s.config.label.clone());
     let nurse = match (checklist.verdict(), &treat) {
@@ -55,6 +57,16 @@ pub async fn before_nurse(h: &Hospital, patient: &Patient<'_>, writes: bool) -> 
         }
         _ => Ok(BeforeNurse::Nurse(facts, checklist)),
     }
+}
+
+/// A discharge audit whose facts could not be read: the run fails with
+/// nothing decided or written, so the next trigger (or the sweep) audits
+/// again; no ❔ becomes a send-back, no agent runs.
+pub fn unread(number: crate::forge::IssueNumber, e: crate::forge::ForgeError) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the discharge audit of {number} could not read the pull request's facts, so nothing was decided: {e}; the \
+         next trigger or the charge nurse's sweep audits again"
+    )
 }
 
 /// The WAITING note's body: what is missing, then the two lines a wake-up
@@ -93,7 +105,7 @@ async fn wait(
     let note = patient.engine_note(h, NoteKind::Waiting, body);
     let seen = Seen::Read(patient.stored.clone());
     let to = if patient.label_in == pending { Move::Stay } else { Move::To(pending.clone()) };
-    let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, vec![note], to).await?;
+    let moved = patient.transfer(h, seen, vec![note], to).await?;
     Ok(StageResult::Moved(patient.moved_by_engine("waiting", pending, moved.dispatched)))
 }
 
@@ -118,6 +130,6 @@ async fn back_to_treatment(
         patient.engine_note(h, NoteKind::Outcome, AUDIT_FAILED.into()),
     ];
     let seen = Seen::Read(patient.stored.clone());
-    let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(treat.clone())).await?;
+    let moved = patient.transfer(h, seen, notes, Move::To(treat.clone())).await?;
     Ok(StageResult::Moved(patient.moved_by_engine(AUDIT_FAILED, treat, moved.dispatched)))
 }

@@ -14,8 +14,8 @@ use ward::chart::{ENGINE_ROLE, Note, NoteMeta, Seen, Sentinels, append};
 use ward::config::Config;
 use ward::forge::local::{Clock, LocalForge};
 use ward::forge::{
-    CiStatus, Comment, CommitInfo, Forge, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, Listed, NewIssue,
-    NewPullRequest, Permission, PullRequest, Reaction, Review, StoredChart,
+    CiStatus, Comment, CommentWrite, CommitInfo, Forge, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, Listed,
+    NewIssue, NewPullRequest, Permission, PullRequest, Reaction, Relabel, RelabelError, Review, StoredChart,
 };
 
 pub const START: &str = "2026-11-29T08:00:00Z";
@@ -333,6 +333,22 @@ impl<F: Forge> Forge for Counting<F> {
         self.count("react");
         self.inner.react(n, id, reaction).await
     }
+    // The move's labels and comment as separate calls, each counted.
+    async fn relabel_and_comment(
+        &self,
+        n: IssueNumber,
+        labels: Option<Relabel<'_>>,
+        comment: CommentWrite<'_>,
+    ) -> Result<Option<u64>, RelabelError> {
+        ward::forge::relabel_and_comment_by_parts(self, n, labels, comment).await
+    }
+    fn finds_patient_comment(&self) -> bool {
+        self.inner.finds_patient_comment()
+    }
+    async fn find_patient_comment(&self, n: IssueNumber) -> ForgeResult<Option<u64>> {
+        self.count("find_patient_comment");
+        self.inner.find_patient_comment(n).await
+    }
 }
 
 /// Lets `Arc<LocalForge>` sit inside [`Counting`].
@@ -436,5 +452,19 @@ impl Forge for Shared {
     }
     async fn react(&self, n: IssueNumber, id: u64, reaction: Reaction) -> ForgeResult<()> {
         self.0.react(n, id, reaction).await
+    }
+    async fn relabel_and_comment(
+        &self,
+        n: IssueNumber,
+        labels: Option<Relabel<'_>>,
+        comment: CommentWrite<'_>,
+    ) -> Result<Option<u64>, RelabelError> {
+        self.0.relabel_and_comment(n, labels, comment).await
+    }
+    fn finds_patient_comment(&self) -> bool {
+        self.0.finds_patient_comment()
+    }
+    async fn find_patient_comment(&self, n: IssueNumber) -> ForgeResult<Option<u64>> {
+        self.0.find_patient_comment(n).await
     }
 }

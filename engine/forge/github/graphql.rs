@@ -33,12 +33,42 @@ use crate::forge::{
 
 pub(super) const PATIENT_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!, \
 $lockdown: [String!], $chart: String!) { repository(owner: $owner, name: $name) { \
-issue(number: $number) { number title body state author { login } labels(first: 100) { nodes { name } \
+issue(number: $number) { id number title body state author { login } labels(first: 100) { nodes { id name } \
+pageInfo { hasNextPage } } comments(first: 100) { nodes { id databaseId viewerDidAuthor body } \
 pageInfo { hasNextPage } } } \
 lockdown: issues(first: 1, states: [OPEN], labels: $lockdown, orderBy: {field: CREATED_AT, direction: ASC}) { \
 nodes { number title body state author { login } } } \
 chart: object(expression: $chart) { __typename ... on Blob { oid text isBinary isTruncated } } \
-repositoryLabels: labels(first: 100) { nodes { name } pageInfo { hasNextPage } } } }";
+repositoryLabels: labels(first: 100) { nodes { id name } pageInfo { hasNextPage } } } }";
+
+/// The issue's comments, to find the patient's comment (before a retry of
+/// a mutation that creates it: did the failed attempt land?).
+const COMMENTS_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!) { \
+repository(owner: $owner, name: $name) { issue(number: $number) { \
+comments(last: 100) { nodes { id databaseId viewerDidAuthor body } } } } }";
+
+/// Node ids the reads gave, for the mutation of a move: the issue's
+/// (`labelableId`, `subjectId`), labels' by lower-case name, and the
+/// patient's comment's by its number. What is missing makes the move go
+/// over REST.
+#[derive(Debug, Default)]
+pub(super) struct NodeIds {
+    issues: BTreeMap<u64, String>,
+    labels: BTreeMap<String, String>,
+    comments: BTreeMap<u64, String>,
+}
+
+/// A move's mutation, ready to send, and what a retry that finds the
+/// comment created needs to edit it instead.
+pub(super) struct Mutation {
+    call: Call,
+    /// It creates the patient's comment: not safe to repeat blindly.
+    creates: bool,
+    issue: String,
+    remove: Vec<String>,
+    add: Vec<String>,
+    body: String,
+}
 
 pub(super) const LOOK_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!, $chart: String!) { \
 repository(owner: $owner, name: $name) { \
@@ -127,11 +157,34 @@ struct GqlLabelEvent {
 
 #[derive(Deserialize)]
 struct Name {
+    #[serde(default)]
+    id: Option<String>,
     name: String,
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GqlComment {
+    id: String,
+    database_id: Option<u64>,
+    #[serde(default)]
+    viewer_did_author: bool,
+    #[serde(default)]
+    body: String,
+}
+
+impl GqlComment {
+    /// The patient's comment: the token's own account wrote it and it
+    /// starts with the marker (a marker in anyone else's comment is text).
+    fn is_patient_comment(&self) -> bool {
+        self.viewer_did_author && self.body.starts_with(crate::forge::PATIENT_COMMENT_MARKER)
+    }
+}
+
+#[derive(Deserialize)]
 struct GqlIssue {
+    #[serde(default)]
+    id: Option<String>,
     number: u64,
     title: String,
     body: Option<String>,
@@ -141,6 +194,8 @@ struct GqlIssue {
     labels: Option<Conn<Name>>,
     #[serde(default, rename = "timelineItems")]
     timeline: Option<Timeline>,
+    #[serde(default)]
+    comments: Option<Conn<GqlComment>>,
 }
 
 impl GqlIssue {
@@ -330,8 +385,11 @@ impl GitHubForge {
         variables["lockdown"] = json!([lockdown_label]);
         let answer = self.graphql(PATIENT_QUERY, variables, &action, Access::IssuesRead).await?;
         let data: PatientData = self.issue_data(number, &answer, &action)?;
-        let Some(issue) = data.issue else { return Err(bad_shape(&action, "no `issue` in the answer")) };
+        let Some(mut issue) = data.issue else { return Err(bad_shape(&action, "no `issue` in the answer")) };
+        let comments = issue.comments.take();
+        self.keep_ids(number, &issue, data.repository_labels.as_ref());
         let issue = self.issue_of(number, issue, &action).await?;
+        let patient_comment = self.patient_comment_of(number, comments).await?;
         let lockdown = match data.lockdown {
             Some(open) => match open.nodes.into_iter().next() {
                 Some(l) => Some(l.into_issue(vec![lockdown_label.into()]).map_err(|e| bad_shape(&action, e))?),
@@ -343,7 +401,188 @@ impl GitHubForge {
         // More than a page of labels: the admission lists them over REST.
         let repository_labels =
             data.repository_labels.filter(|l| l.whole()).map(|l| l.nodes.into_iter().map(|n| n.name).collect());
-        Ok(PatientRead { issue, lockdown, chart, repository_labels })
+        Ok(PatientRead { issue, lockdown, chart, repository_labels, patient_comment })
+    }
+
+    /// Keeps the node ids a read gave: the issue's, its labels' and the
+    /// repository's labels'.
+    fn keep_ids(&self, number: IssueNumber, issue: &GqlIssue, repository: Option<&Conn<Name>>) {
+        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(id) = &issue.id {
+            ids.issues.insert(number.0, id.clone());
+        }
+        let labels = issue.labels.iter().chain(repository).flat_map(|c| c.nodes.iter());
+        for label in labels {
+            if let Some(id) = &label.id {
+                ids.labels.insert(label.name.to_lowercase(), id.clone());
+            }
+        }
+    }
+
+    /// The patient's comment among a read's comments (the newest), its node
+    /// id kept; more than a page and none in it: the REST listing decides.
+    async fn patient_comment_of(
+        &self,
+        number: IssueNumber,
+        comments: Option<Conn<GqlComment>>,
+    ) -> ForgeResult<Option<u64>> {
+        let Some(comments) = comments else { return Ok(None) };
+        if let Some(c) = comments.nodes.iter().rev().find(|c| c.is_patient_comment())
+            && let Some(db) = c.database_id
+        {
+            self.ids.lock().unwrap_or_else(|p| p.into_inner()).comments.insert(db, c.id.clone());
+            return Ok(Some(db));
+        }
+        if comments.whole() {
+            return Ok(None);
+        }
+        let engine = &self.settings.engine_account;
+        let all = self.comments(number).await?;
+        let mine = all.iter().rev().find(|c| {
+            c.author.eq_ignore_ascii_case(engine) && c.body.starts_with(crate::forge::PATIENT_COMMENT_MARKER)
+        });
+        Ok(mine.map(|c| c.id))
+    }
+
+    /// The one mutation of a move: the labels out, the labels in (in this
+    /// order: a run started by the new label never sees the old one), and
+    /// the patient's comment. `None` when a node id it needs was not read.
+    pub(super) fn move_mutation(
+        &self,
+        number: IssueNumber,
+        labels: Option<crate::forge::Relabel<'_>>,
+        comment: crate::forge::CommentWrite<'_>,
+    ) -> Option<Mutation> {
+        use crate::forge::CommentWrite;
+        let ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        let issue = ids.issues.get(&number.0)?.clone();
+        let has = |set: &[String], l: &String| set.iter().any(|x| x.eq_ignore_ascii_case(l));
+        let id_of = |l: &String| ids.labels.get(&l.to_lowercase()).cloned();
+        let (remove, add) = match labels {
+            Some(r) => (
+                r.from.iter().filter(|l| !has(r.to, l)).map(id_of).collect::<Option<Vec<_>>>()?,
+                r.to.iter().filter(|l| !has(r.from, l)).map(id_of).collect::<Option<Vec<_>>>()?,
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        let (edit, body) = match comment {
+            CommentWrite::Edit { id, body } => (Some(ids.comments.get(&id)?.clone()), body),
+            CommentWrite::Create { body } => (None, body),
+        };
+        let call = self.move_call(number, &issue, &remove, &add, edit.as_deref(), body);
+        Some(Mutation { call, creates: edit.is_none(), issue, remove, add, body: body.to_string() })
+    }
+
+    /// The request of a move's mutation: node ids of the issue, the labels
+    /// to remove and to add, and the comment to edit (`None`: create it).
+    fn move_call(
+        &self,
+        number: IssueNumber,
+        issue: &str,
+        remove: &[String],
+        add: &[String],
+        edit: Option<&str>,
+        body: &str,
+    ) -> Call {
+        let (mut decls, mut fields) = (vec!["$body: String!"], Vec::new());
+        let mut variables = json!({ "body": body });
+        if !remove.is_empty() {
+            fields.push(
+                "remove: removeLabelsFromLabelable(input: {labelableId: $issue, labelIds: $remove}) { \
+                 clientMutationId }",
+            );
+            decls.push("$remove: [ID!]!");
+            variables["remove"] = json!(remove);
+        }
+        if !add.is_empty() {
+            fields.push("add: addLabelsToLabelable(input: {labelableId: $issue, labelIds: $add}) { clientMutationId }");
+            decls.push("$add: [ID!]!");
+            variables["add"] = json!(add);
+        }
+        match edit {
+            Some(comment) => {
+                fields.push(
+                    "comment: updateIssueComment(input: {id: $comment, body: $body}) { issueComment { databaseId } }",
+                );
+                decls.push("$comment: ID!");
+                variables["comment"] = json!(comment);
+            }
+            None => fields.push(
+                "comment: addComment(input: {subjectId: $issue, body: $body}) { commentEdge { node { id databaseId } } }",
+            ),
+        }
+        if !remove.is_empty() || !add.is_empty() || edit.is_none() {
+            decls.push("$issue: ID!");
+            variables["issue"] = json!(issue);
+        }
+        let query = format!("mutation({}) {{ {} }}", decls.join(", "), fields.join(" "));
+        let action = format!("move {number} and write its patient's comment in {} (GraphQL)", self.settings.repo);
+        Call {
+            method: Method::POST,
+            path: "/graphql".into(),
+            body: Some(json!({ "query": query, "variables": variables })),
+            action,
+            access: Access::IssuesWrite,
+        }
+    }
+
+    /// Sends a move's mutation. Any error in its answer fails the whole
+    /// request (the labels, when it moves them: removing and adding a label
+    /// again is harmless, so the next run repeats it whole); a creation is
+    /// retried only after looking whether the failed attempt created the
+    /// comment (then the retry edits it instead).
+    pub(super) async fn send_move(
+        &self,
+        number: IssueNumber,
+        m: Mutation,
+        moves_labels: bool,
+    ) -> Result<Option<u64>, crate::forge::RelabelError> {
+        use crate::forge::RelabelError;
+        let failed = |e: ForgeError| if moves_labels { RelabelError::Labels(e) } else { RelabelError::Comment(e) };
+        let action = m.call.action.clone();
+        let reply = if m.creates {
+            let look = || async {
+                let Some(found) = self.comment_by_marker(number).await? else { return Ok(None) };
+                let edit = self.ids.lock().unwrap_or_else(|p| p.into_inner()).comments.get(&found).cloned();
+                Ok(edit.map(|e| self.move_call(number, &m.issue, &m.remove, &m.add, Some(&e), &m.body)))
+            };
+            self.send_looking(&m.call, look).await
+        } else {
+            self.send(&m.call).await
+        };
+        let reply = match reply {
+            Ok(r) if r.status.is_success() => r,
+            Ok(r) => return Err(failed(self.refusal(&m.call, &r))),
+            Err(e) => return Err(failed(e)),
+        };
+        let answer: Answer = reply.json(&action).map_err(failed)?;
+        if let Some(e) = answer.errors.first() {
+            return Err(failed(self.graphql_error(&action, Access::IssuesWrite, e)));
+        }
+        let node = answer.data.as_ref().and_then(|d| d.pointer("/comment/commentEdge/node"));
+        let created = node.and_then(|n| Some((n.get("databaseId")?.as_u64()?, n.get("id")?.as_str()?.to_string())));
+        if let Some((db, id)) = &created {
+            self.ids.lock().unwrap_or_else(|p| p.into_inner()).comments.insert(*db, id.clone());
+        }
+        Ok(created.map(|(db, _)| db))
+    }
+
+    /// The patient's comment as it is now (a retry's look), its node id kept.
+    pub(super) async fn comment_by_marker(&self, number: IssueNumber) -> ForgeResult<Option<u64>> {
+        let action = format!("look for the patient's comment on {number} in {} (GraphQL)", self.settings.repo);
+        let variables =
+            json!({ "owner": self.settings.repo.owner, "name": self.settings.repo.name, "number": number.0 });
+        let answer = self.graphql(COMMENTS_QUERY, variables, &action, Access::IssuesRead).await?;
+        if let Some(e) = answer.errors.first() {
+            return Err(self.graphql_error(&action, Access::IssuesRead, e));
+        }
+        let comments = answer.data.as_ref().and_then(|d| d.pointer("/repository/issue/comments")).cloned();
+        let comments: Conn<GqlComment> =
+            serde_json::from_value(comments.unwrap_or(Value::Null)).map_err(|e| bad_shape(&action, e))?;
+        let Some(c) = comments.nodes.iter().rev().find(|c| c.is_patient_comment()) else { return Ok(None) };
+        let Some(db) = c.database_id else { return Ok(None) };
+        self.ids.lock().unwrap_or_else(|p| p.into_inner()).comments.insert(db, c.id.clone());
+        Ok(Some(db))
     }
 
     /// [`Forge::look`] in one query: the issue, its chart and its label
@@ -473,8 +712,9 @@ impl GitHubForge {
         self.facts_of(p, &action).await.map(Some)
     }
 
+    /// The facts of one pull request; a part read over REST (a page cut)
+    /// that fails fails the whole read: a fact not read is no verdict.
     async fn facts_of(&self, p: GqlPull, action: &str) -> ForgeResult<PullFacts> {
-        let text = |e: ForgeError| e.to_string();
         let state = match p.state.as_str() {
             "OPEN" => PullState::Open,
             "MERGED" => PullState::Merged,
@@ -509,12 +749,12 @@ impl GitHubForge {
             }
             Ok(out)
         } else {
-            self.reviews(number).await.map_err(text)
+            Ok(self.reviews(number).await?)
         };
         let unresolved_threads = if p.review_threads.whole() {
             Ok(p.review_threads.nodes.iter().filter(|t| !t.is_resolved).count())
         } else {
-            self.unresolved_review_threads(number).await.map_err(text)
+            Ok(self.unresolved_review_threads(number).await?)
         };
         let commits = if p.commits.whole() {
             Ok(p.commits
@@ -527,7 +767,7 @@ impl GitHubForge {
                 })
                 .collect())
         } else {
-            self.pull_request_commits(number).await.map_err(text)
+            Ok(self.pull_request_commits(number).await?)
         };
         let head = pull.head_sha.trim().to_string();
         let ci = match p.head.nodes.into_iter().next() {
@@ -542,10 +782,10 @@ impl GitHubForge {
                     checks.retain(|c| c.is_status || !c.name.starts_with(OWN_CHECK_PREFIX));
                     Ok(fold_ci(&checks))
                 }
-                Some(_) => self.ci_status(&head).await.map_err(text),
+                Some(_) => Ok(self.ci_status(&head).await?),
             },
             // The last commit listed is not the head (a push between): REST on the head.
-            _ => self.ci_status(&head).await.map_err(text),
+            _ => Ok(self.ci_status(&head).await?),
         };
         Ok(PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push })
     }

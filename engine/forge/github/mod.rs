@@ -147,6 +147,10 @@ pub struct GitHubForge {
     retry: RetryPolicy,
     /// Combined reads over GraphQL (see `graphql`); off: REST alone.
     graphql: bool,
+    /// Node ids the GraphQL reads gave (the issue, its labels and the
+    /// repository's, the patient's comment): what a move's one mutation
+    /// needs (see `graphql::NodeIds`).
+    ids: std::sync::Mutex<graphql::NodeIds>,
 }
 
 /// `WARD_GITHUB_GRAPHQL=false` (or `0`, `off`, `no`) turns the GraphQL
@@ -195,7 +199,7 @@ impl GitHubForge {
 
     pub fn new(settings: GitHubSettings, token: &str) -> ForgeResult<Self> {
         let client = build_client(&settings.api_url, token)?;
-        Ok(Self { client, settings, retry: RetryPolicy::default(), graphql: true })
+        Ok(Self { client, settings, retry: RetryPolicy::default(), graphql: true, ids: Default::default() })
     }
 
     /// Reads over GraphQL where one query does the work of several (on by
@@ -421,6 +425,31 @@ impl Forge for GitHubForge {
         let mut call = self.call(Method::PATCH, &format!("/issues/{}", number.0), action, Access::IssuesWrite);
         call.body = Some(json!({ "state": "closed", "state_reason": "completed" }));
         self.send_ok(&call).await.map(drop)
+    }
+
+    async fn relabel_and_comment(
+        &self,
+        number: IssueNumber,
+        labels: Option<super::Relabel<'_>>,
+        comment: super::CommentWrite<'_>,
+    ) -> Result<Option<u64>, super::RelabelError> {
+        if self.graphql
+            && let Some(mutation) = self.move_mutation(number, labels, comment)
+        {
+            return self.send_move(number, mutation, labels.is_some()).await;
+        }
+        super::relabel_and_comment_by_parts(self, number, labels, comment).await
+    }
+
+    fn finds_patient_comment(&self) -> bool {
+        self.graphql
+    }
+
+    async fn find_patient_comment(&self, number: IssueNumber) -> ForgeResult<Option<u64>> {
+        if !self.graphql {
+            return Ok(None);
+        }
+        self.comment_by_marker(number).await
     }
 
     async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()> {

@@ -60,57 +60,62 @@ impl GitHubForge {
         loop {
             attempt += 1;
             let outcome = self.send_once(call).await;
-            let decision = match &outcome {
-                Ok(reply) => {
-                    let status = reply.status.as_u16();
-                    let secondary =
-                        matches!(status, 403 | 429) && reply.message().to_lowercase().contains("secondary rate limit");
-                    let seen = if secondary {
-                        Attempt::SecondaryLimit(&reply.headers)
-                    } else {
-                        Attempt::Answered(status, &reply.headers)
-                    };
-                    self.retry.decide(attempt, seen, now())
-                }
-                Err(_) => self.retry.decide(attempt, Attempt::Transport, now()),
-            };
-            match (decision, outcome) {
-                (Decision::Final, Ok(reply)) => return Ok(reply),
-                (Decision::Final, Err(e)) => return Err(e),
-                (Decision::RetryAfter(wait), outcome) => {
-                    let why = match &outcome {
-                        Ok(r) => format!("GitHub answered {}", r.status.as_u16()),
-                        Err(e) => e.to_string(),
-                    };
-                    tracing::warn!(action = %call.action, attempt, wait_ms = wait.as_millis() as u64, "{why}; retrying");
-                    (self.retry.sleeper)(wait).await;
-                }
-                (Decision::RateLimitedTooLong(wait), _) => {
-                    return Err(ForgeError::Api {
-                        action: call.action.clone(),
-                        status: 429,
-                        message: format!(
-                            "GitHub's rate limit asks to wait {}s, longer than ward waits; run again later",
-                            wait.as_secs()
-                        ),
-                    });
-                }
-                (Decision::Exhausted, Ok(reply)) => {
-                    return Err(ForgeError::Api {
-                        action: call.action.clone(),
-                        status: reply.status.as_u16(),
-                        message: format!("{} (still failing after {attempt} attempts)", reply.message()),
-                    });
-                }
-                (Decision::Exhausted, Err(ForgeError::Io { action, message })) => {
-                    return Err(ForgeError::Io {
-                        action,
-                        message: format!("{message} (still failing after {attempt} attempts)"),
-                    });
-                }
-                (Decision::Exhausted, Err(e)) => return Err(e),
+            match self.judge(attempt, &outcome) {
+                Decision::RetryAfter(wait) => self.wait(call, attempt, wait, &outcome).await,
+                decision => return conclude(call, attempt, decision, outcome),
             }
         }
+    }
+
+    /// [`Self::send`] for a write that is not safe to repeat (GitHub's
+    /// `addComment`): before each retry `look` checks whether the failed
+    /// attempt landed all the same, and gives the request to send instead
+    /// (one safe to repeat, sent with the usual retries) when it did.
+    pub(super) async fn send_looking<Fut>(&self, call: &Call, mut look: impl FnMut() -> Fut) -> ForgeResult<Reply>
+    where
+        Fut: std::future::Future<Output = ForgeResult<Option<Call>>>,
+    {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let outcome = self.send_once(call).await;
+            match self.judge(attempt, &outcome) {
+                Decision::RetryAfter(wait) => {
+                    self.wait(call, attempt, wait, &outcome).await;
+                    if let Some(instead) = look().await? {
+                        return self.send(&instead).await;
+                    }
+                }
+                decision => return conclude(call, attempt, decision, outcome),
+            }
+        }
+    }
+
+    /// What the retry policy says of attempt `attempt`'s outcome.
+    fn judge(&self, attempt: u32, outcome: &ForgeResult<Reply>) -> Decision {
+        match outcome {
+            Ok(reply) => {
+                let status = reply.status.as_u16();
+                let secondary =
+                    matches!(status, 403 | 429) && reply.message().to_lowercase().contains("secondary rate limit");
+                let seen = if secondary {
+                    Attempt::SecondaryLimit(&reply.headers)
+                } else {
+                    Attempt::Answered(status, &reply.headers)
+                };
+                self.retry.decide(attempt, seen, now())
+            }
+            Err(_) => self.retry.decide(attempt, Attempt::Transport, now()),
+        }
+    }
+
+    async fn wait(&self, call: &Call, attempt: u32, wait: std::time::Duration, outcome: &ForgeResult<Reply>) {
+        let why = match outcome {
+            Ok(r) => format!("GitHub answered {}", r.status.as_u16()),
+            Err(e) => e.to_string(),
+        };
+        tracing::warn!(action = %call.action, attempt, wait_ms = wait.as_millis() as u64, "{why}; retrying");
+        (self.retry.sleeper)(wait).await;
     }
 
     async fn send_once(&self, call: &Call) -> ForgeResult<Reply> {
@@ -193,6 +198,30 @@ impl GitHubForge {
         let pq = next.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let base_path = base.path().trim_end_matches('/');
         Ok(pq.strip_prefix(base_path).filter(|p| p.starts_with('/')).unwrap_or(pq).to_string())
+    }
+}
+
+/// The answer, or the error, once the retry policy says no more.
+fn conclude(call: &Call, attempt: u32, decision: Decision, outcome: ForgeResult<Reply>) -> ForgeResult<Reply> {
+    match (decision, outcome) {
+        (Decision::Final | Decision::RetryAfter(_), outcome) => outcome,
+        (Decision::RateLimitedTooLong(wait), _) => Err(ForgeError::Api {
+            action: call.action.clone(),
+            status: 429,
+            message: format!(
+                "GitHub's rate limit asks to wait {}s, longer than ward waits; run again later",
+                wait.as_secs()
+            ),
+        }),
+        (Decision::Exhausted, Ok(reply)) => Err(ForgeError::Api {
+            action: call.action.clone(),
+            status: reply.status.as_u16(),
+            message: format!("{} (still failing after {attempt} attempts)", reply.message()),
+        }),
+        (Decision::Exhausted, Err(ForgeError::Io { action, message })) => {
+            Err(ForgeError::Io { action, message: format!("{message} (still failing after {attempt} attempts)") })
+        }
+        (Decision::Exhausted, Err(e)) => Err(e),
     }
 }
 

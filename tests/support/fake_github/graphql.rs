@@ -96,12 +96,15 @@ impl Parser<'_> {
         Ok(String::from_utf8_lossy(&self.src[start..self.at]).into_owned())
     }
 
-    fn document(&mut self) -> Result<Vec<Selection>, String> {
+    /// The operation's selections, and whether it is a mutation.
+    fn document(&mut self) -> Result<(bool, Vec<Selection>), String> {
+        let mut mutation = false;
         if self.peek() != Some(b'{') {
             let kind = self.name()?;
-            if kind != "query" {
-                return Err(format!("the fake GitHub answers queries only, not `{kind}`"));
+            if kind != "query" && kind != "mutation" {
+                return Err(format!("the fake GitHub answers queries and mutations, not `{kind}`"));
             }
+            mutation = kind == "mutation";
             if self.peek().is_some_and(|c| c.is_ascii_alphabetic()) {
                 self.name()?;
             }
@@ -126,7 +129,7 @@ impl Parser<'_> {
         if self.peek().is_some() {
             return Err("the fake GitHub answers one operation per document".into());
         }
-        Ok(selections)
+        Ok((mutation, selections))
     }
 
     fn selections(&mut self) -> Result<Vec<Selection>, String> {
@@ -252,18 +255,47 @@ enum Obj {
     Issue(u64),
     Label(String),
     User(String),
-    Blob { oid: String, bytes: Vec<u8> },
+    Blob {
+        oid: String,
+        bytes: Vec<u8>,
+    },
     Pull(u64),
-    Review { pull: u64, index: usize },
+    Review {
+        pull: u64,
+        index: usize,
+    },
     Thread(bool),
     LabelEvent(super::state::FakeLabelEvent),
     PullCommit(String),
     Commit(String),
     Rollup(String),
     CheckRun(FakeCheckRun),
-    Status { context: String, state: String },
-    Connection { of: &'static str, items: Vec<Obj>, total: usize, has_next: bool, has_previous: bool, end: usize },
-    PageInfo { has_next: bool, has_previous: bool, end: usize },
+    Status {
+        context: String,
+        state: String,
+    },
+    /// An issue comment, by its number.
+    Comment(u64),
+    /// A mutation's payload: `clientMutationId`, and the comment it wrote
+    /// (`issueComment`, or `commentEdge { node }`).
+    Payload {
+        of: &'static str,
+        comment: Option<u64>,
+    },
+    CommentEdge(u64),
+    Connection {
+        of: &'static str,
+        items: Vec<Obj>,
+        total: usize,
+        has_next: bool,
+        has_previous: bool,
+        end: usize,
+    },
+    PageInfo {
+        has_next: bool,
+        has_previous: bool,
+        end: usize,
+    },
 }
 
 impl Obj {
@@ -285,6 +317,9 @@ impl Obj {
             Obj::Rollup(_) => "StatusCheckRollup",
             Obj::CheckRun(_) => "CheckRun",
             Obj::Status { .. } => "StatusContext",
+            Obj::Comment(_) => "IssueComment",
+            Obj::Payload { of, .. } => of,
+            Obj::CommentEdge(_) => "IssueCommentEdge",
             Obj::Connection { of, .. } => of,
             Obj::PageInfo { .. } => "PageInfo",
         }
@@ -405,6 +440,29 @@ impl Resolver<'_> {
             (Obj::Repository, _) => self.repository_field(name, args),
             (Obj::Issue(n), _) => self.issue_field(*n, name, args),
             (Obj::Label(label), "name") => scalar(json!(label)),
+            (Obj::Label(label), "id") => scalar(node_id("LA", &label.to_lowercase())),
+            (Obj::Comment(id), _) => {
+                let Some(c) = s.comments.iter().find(|c| c.id == *id) else {
+                    return Err(fail("NOT_FOUND", format!("Could not resolve to a node with the id of comment {id}.")));
+                };
+                match name {
+                    "id" => scalar(node_id("IC", &id.to_string())),
+                    "databaseId" => scalar(json!(id)),
+                    "body" => scalar(json!(c.body)),
+                    "author" => Ok(Out::object(Obj::User(c.author.clone()))),
+                    // The token's own account wrote it (GitHub's `viewer`).
+                    "viewerDidAuthor" => scalar(json!(c.author == self.grant.login)),
+                    "createdAt" => scalar(json!(c.at)),
+                    _ => Err(undefined(name, obj)),
+                }
+            }
+            (Obj::Payload { comment, .. }, _) => match (name, comment) {
+                ("clientMutationId", _) => scalar(Value::Null),
+                ("issueComment", Some(id)) => Ok(Out::object(Obj::Comment(*id))),
+                ("commentEdge", Some(id)) => Ok(Out::object(Obj::CommentEdge(*id))),
+                _ => Err(undefined(name, obj)),
+            },
+            (Obj::CommentEdge(id), "node") => Ok(Out::object(Obj::Comment(*id))),
             (Obj::User(login), "login") => scalar(json!(login)),
             (Obj::Blob { oid, .. }, "oid") => scalar(json!(oid)),
             (Obj::Blob { bytes, .. }, "byteSize") => scalar(json!(bytes.len())),
@@ -580,6 +638,10 @@ impl Resolver<'_> {
             "createdAt" => scalar(json!(i.created_at)),
             "author" => Ok(Out::object(Obj::User(i.author.clone()))),
             "labels" => connection("LabelConnection", i.labels.iter().cloned().map(Obj::Label).collect(), args),
+            "comments" => {
+                let mine = self.state.comments.iter().filter(|c| c.issue == n).map(|c| Obj::Comment(c.id)).collect();
+                connection("IssueCommentConnection", mine, args)
+            }
             "timelineItems" => {
                 // The fake keeps label events only: asking for more is asking for what it does not model.
                 let types = list(args.get("itemTypes"));
@@ -738,7 +800,7 @@ impl State {
             };
         };
         let query = body.get("query").and_then(Value::as_str).unwrap_or_default();
-        let selections = match (Parser { src: query.as_bytes(), at: 0 }).document() {
+        let (mutation, selections) = match (Parser { src: query.as_bytes(), at: 0 }).document() {
             Ok(s) => s,
             Err(message) => {
                 self.unknown.push(format!("a GraphQL query the fake cannot read: {message}"));
@@ -746,6 +808,9 @@ impl State {
             }
         };
         let variables = body.get("variables").cloned().unwrap_or(Value::Null);
+        if mutation {
+            return ok(self.mutate(&selections, &variables, grant));
+        }
         let mut r = Resolver { state: self, grant, variables: &variables, errors: Vec::new(), unknown: Vec::new() };
         let data = r.object(&Obj::Query, &selections, &[]);
         let (errors, unknown) = (r.errors, r.unknown);
@@ -755,5 +820,107 @@ impl State {
             return ok(json!({ "errors": errors }));
         }
         if errors.is_empty() { ok(json!({ "data": data })) } else { ok(json!({ "data": data, "errors": errors })) }
+    }
+}
+
+// -- Mutations: the ones ward sends for a move ---------------------------------
+
+/// The number behind a node id the fake gave (`I_…` an issue, `IC_…` a
+/// comment), or the label name behind `LA_…`.
+fn node_of(id: &str, prefix: &str) -> Option<String> {
+    let rest = id.strip_prefix(prefix)?.strip_prefix('_')?;
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD.decode(rest).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+fn not_a_node(id: &str) -> Failure {
+    fail("NOT_FOUND", format!("Could not resolve to a node with the global id of '{id}'"))
+}
+
+impl State {
+    /// A mutation document, as GitHub runs one: its fields one after the
+    /// other, each on its own (one that fails is `null` with an error in
+    /// `errors`; those before it took effect, those after it still run).
+    fn mutate(&mut self, selections: &[Selection], variables: &Value, grant: &Grant) -> Value {
+        let (mut data, mut errors) = (Map::new(), Vec::new());
+        for selection in selections {
+            let Selection::Field { alias, name, args, selections } = selection else { continue };
+            let key = alias.clone().unwrap_or_else(|| name.clone());
+            let args: BTreeMap<String, Value> =
+                args.iter().map(|(k, a)| (k.clone(), arg_value(a, variables))).collect();
+            let input = args.get("input").cloned().unwrap_or(Value::Null);
+            let done = if grant.permissions.allows("issues", true) {
+                self.mutation(name, &input)
+            } else {
+                Err(fail("FORBIDDEN", "Resource not accessible by integration"))
+            };
+            let value = match done {
+                Ok(payload) => {
+                    let mut r = Resolver { state: self, grant, variables, errors: Vec::new(), unknown: Vec::new() };
+                    let v = r.object(&payload, selections, &[json!(key)]);
+                    errors.extend(r.errors);
+                    self.unknown.extend(r.unknown);
+                    v
+                }
+                Err(f) => {
+                    if f.kind == "undefinedField" {
+                        self.unknown.push(format!("GraphQL mutation `{name}`"));
+                    }
+                    errors.push(json!({ "type": f.kind, "path": [key], "message": f.message }));
+                    Value::Null
+                }
+            };
+            data.insert(key, value);
+        }
+        if errors.is_empty() { json!({ "data": data }) } else { json!({ "data": data, "errors": errors }) }
+    }
+
+    fn mutation(&mut self, name: &str, input: &Value) -> Result<Obj, Failure> {
+        let text = |k: &str| input.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        let issue = |k: &str| {
+            let id = text(k);
+            let n = node_of(&id, "I").and_then(|n| n.parse::<u64>().ok());
+            n.filter(|n| self.issues.contains_key(n)).ok_or_else(|| not_a_node(&id))
+        };
+        let actor = self.actor.clone();
+        match name {
+            "addLabelsToLabelable" | "removeLabelsFromLabelable" => {
+                let n = issue("labelableId")?;
+                let mut names = Vec::new();
+                for id in input.get("labelIds").and_then(Value::as_array).into_iter().flatten() {
+                    let id = id.as_str().unwrap_or_default();
+                    let name =
+                        node_of(id, "LA").filter(|l| self.labels.contains_key(l)).ok_or_else(|| not_a_node(id))?;
+                    names.push(self.labels[&name].name.clone());
+                }
+                let mut labels = self.labels_of(n);
+                if name == "addLabelsToLabelable" {
+                    labels.extend(names);
+                } else {
+                    labels.retain(|l| !names.iter().any(|x| x.eq_ignore_ascii_case(l)));
+                }
+                self.apply_labels(n, &labels, &actor);
+                let of = if name == "addLabelsToLabelable" {
+                    "AddLabelsToLabelablePayload"
+                } else {
+                    "RemoveLabelsFromLabelablePayload"
+                };
+                Ok(Obj::Payload { of, comment: None })
+            }
+            "updateIssueComment" => {
+                let id = text("id");
+                let c = node_of(&id, "IC").and_then(|c| c.parse::<u64>().ok()).ok_or_else(|| not_a_node(&id))?;
+                if self.edit_comment(c, &json!({ "body": text("body") })).status != 200 {
+                    return Err(not_a_node(&id));
+                }
+                Ok(Obj::Payload { of: "UpdateIssueCommentPayload", comment: Some(c) })
+            }
+            "addComment" => {
+                let n = issue("subjectId")?;
+                let id = self.add_comment(n, &text("body"), &actor);
+                Ok(Obj::Payload { of: "AddCommentPayload", comment: Some(id) })
+            }
+            other => Err(fail("undefinedField", format!("Field '{other}' doesn't exist on type 'Mutation'"))),
+        }
     }
 }

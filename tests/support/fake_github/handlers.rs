@@ -682,7 +682,7 @@ impl State {
     /// PATCH a comment's body: only its author (or someone who may write
     /// issues; the token's scope was checked) edits it; GitHub delivers
     /// `issue_comment` edited.
-    fn edit_comment(&mut self, id: u64, body: &Value) -> Answer {
+    pub(super) fn edit_comment(&mut self, id: u64, body: &Value) -> Answer {
         let Some(text) = body.get("body").and_then(Value::as_str) else {
             return validation(
                 "Validation Failed",
