@@ -518,6 +518,38 @@ async fn a_patient_the_lagging_search_still_shows_at_its_old_label_is_left_alone
     assert_eq!(s.labels_of(moved), vec!["ward:diagnose".to_string()]);
 }
 
+/// The search finds only quiet patients, so progress (a patient moving on,
+/// which ends the agent's failure streak) is searched for while a streak
+/// runs: nobody changed since the failure, the streak stays; another
+/// patient moved on, it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patient_moving_on_after_an_agent_failure_ends_the_streak_on_github() {
+    let gh = FakeGitHub::start().await;
+    let (failing, other) = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        (s.add_issue("failing", "", "alice", &["ward:treat"]), s.add_issue("other", "", "alice", &["ward:treat"]))
+    };
+    let forge = gh.forge();
+    ward::sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+    let at = gh.state().time();
+    let run =
+        ward::sweep::AgentRun { issue: IssueNumber(failing), stage: "treat".into(), run: "r1".into(), ok: false, at };
+    assert_eq!(ward::sweep::record_agent_run(&forge, run).await.unwrap(), 1);
+    let facilities = ward::sweep::Facilities::default();
+    let r = ward::sweep::sweep(&forge, &config(), at + chrono::Duration::minutes(1), &facilities, None).await.unwrap();
+    assert!(r.searched, "{r}");
+    assert_eq!(ward::sweep::load_state(&forge).await.unwrap().agent.consecutive_failures, 1, "nobody moved: {r}");
+    {
+        let mut s = gh.state();
+        s.advance(std::time::Duration::from_secs(120));
+        s.unlabel(other, "ward:treat", "maya");
+        s.label(other, "ward:code-review", "maya");
+    }
+    let r = ward::sweep::sweep(&forge, &config(), at + chrono::Duration::minutes(5), &facilities, None).await.unwrap();
+    assert_eq!(ward::sweep::load_state(&forge).await.unwrap().agent.consecutive_failures, 0, "{r}");
+}
+
 /// GitHub's search gives at most 1,000 results: a stage label with more
 /// quiet patients than that is listed whole instead, and the report says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,9 +1,9 @@
 //! The charge nurse: `ward sweep`, every 30 minutes.
 //!
-//! One sweep lists the open patients of every stage label (cost grows with
-//! pages, not with patients), looks closer only at the patients that are due
-//! for a look, re-triggers the stages that stalled, escalates the patients
-//! that stalled too often, repairs patients with contradictory labels, and
+//! One sweep finds the patients worth a look (cost grows with pages, not
+//! with patients), reads closer only the patients that are due for a
+//! look, re-triggers the stages that stalled, escalates the patients that
+//! stalled too often, repairs patients with contradictory labels, and
 //! declares a lockdown when a facility fails.
 //!
 //! ## Where the sweep keeps its state, and why there
@@ -21,16 +21,29 @@
 //!
 //! ## Cost
 //!
-//! A patient is looked at closely ([`Forge::look`]: the issue as it is
-//! now, its chart and label events) only when it is
-//! due: `min(stall_after, time_limit + grace)` after its label was applied
-//! as far as the listing can tell (the issue's `updated_at`: a label is at
-//! least as old as the issue's last change), or when a previous look said
-//! so. A patient whose last change is already older than that is due in
-//! the first sweep that sees it. Healthy patients
-//! therefore cost nothing beyond the listing pages; a stalled patient costs
-//! the look (one GraphQL query on GitHub; three reads on a forge without
-//! one), the note and the dispatch.
+//! The candidates come from the forge's search where it has one
+//! ([`Forge::search_issues`]; GitHub: one GraphQL query): per stage label,
+//! the open patients whose last change is older than the stage's window,
+//! `min(stall_after, time_limit + grace)`. A label is at least as old as
+//! the issue's last change, and no verdict is `Stalled` sooner than that
+//! window after the label ([`assess`]), so a patient changed since cannot
+//! be due for being stalled. The watched patients whose next look is due
+//! (a previous look said when) are read too. A label with more quiet
+//! patients than the search gives, or every label on a forge without
+//! search (the local forge, GitHub without GraphQL), is listed whole, each
+//! issue with its `updated_at`, as before.
+//!
+//! The search index lags behind writes: a candidate is only that. Every
+//! due patient is read again ([`Forge::looks`]: the issue as it is now,
+//! its chart and its label events; GitHub: one GraphQL query per 50), and
+//! judged on that read alone. Healthy patients therefore cost nothing
+//! beyond the search (or the listing pages); a stalled patient costs its
+//! share of the read, the note and the dispatch.
+//!
+//! What the search cannot see: contradictory labels are repaired once the
+//! patient has been quiet for its stage's window (a listing sees them at
+//! once); and progress (a patient moving on, which ends the agent's failure
+//! streak) is searched for separately, only while a streak runs.
 
 use std::collections::BTreeMap;
 use std::fmt;
