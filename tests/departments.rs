@@ -265,16 +265,18 @@ async fn sweep_api_calls_are_pages_plus_a_few_per_stalled_patient() {
     let others = counting.total() - pages;
     // state: read+write to lock, read+write to release; ci_status; the
     // lockdowns closed lately (who closed them: one reopened if that person
-    // may not lift it); per stalled patient: label events, chart, re-read,
-    // note, dispatch.
-    assert_eq!(others, 4 + 1 + 1 + 5 * stalled.len(), "{:?}", counting.calls.lock().unwrap());
+    // may not lift it); the due patients read together (one call per 50:
+    // each one's issue, label events and chart, read after the listing);
+    // per stalled patient: the note and the dispatch.
+    assert_eq!(others, 4 + 1 + 1 + 1 + 2 * stalled.len(), "{:?}", counting.calls.lock().unwrap());
 }
 
 /// Issue 13: a patient whose label is already older than its first look
 /// (the listing's `updated_at` proves it) is due in the first sweep that
 /// sees it, not `stall_after` later. One sweep then costs the listing
-/// pages, five calls for the sweep's state and facilities, and five per
-/// stalled patient; the next sweep costs the pages and the five.
+/// pages, six calls for the sweep's state and facilities, one to read the
+/// due (up to 50) and two per stalled patient; the next sweep costs the
+/// pages and the six.
 #[tokio::test]
 async fn a_patient_whose_label_is_already_old_is_due_in_the_first_sweep() {
     let w = Ward::new(config_with(|t| t));
@@ -294,11 +296,12 @@ async fn a_patient_whose_label_is_already_old_is_due_in_the_first_sweep() {
     assert_eq!(pages, 3 + 7 + 1 + 2 + 1 + 1, "{:?}", counting.calls.lock().unwrap());
     // The floor: the state's lock and release (read + write each) and the
     // base branch's CI, the lockdowns closed lately (infection control
-    // reopens one closed by someone who may not lift it), then per
-    // stalled patient its label events and
-    // chart (to judge), a re-read (it may have moved on since the
-    // listing), the SWEEP note (compare-and-swap) and the dispatch.
-    assert_eq!(counting.total() - pages, 4 + 1 + 1 + 5 * stalled.len(), "{:?}", counting.calls.lock().unwrap());
+    // reopens one closed by someone who may not lift it), the due read
+    // together, one call for every 50 (each one's label events and chart
+    // to judge, and the issue re-read: it may have moved on since the
+    // listing), then per stalled patient the SWEEP note (compare-and-swap)
+    // and the dispatch.
+    assert_eq!(counting.total() - pages, 4 + 1 + 1 + 1 + 2 * stalled.len(), "{:?}", counting.calls.lock().unwrap());
     counting.reset();
     w.clock.advance(minutes(5));
     let r = sweep::sweep(&counting, &w.config, w.now(), &Facilities::default(), None).await.unwrap();
@@ -819,15 +822,21 @@ mod on_github {
             )
         };
         let forge = gh.forge();
+        // On GitHub the search finds the candidates: patients quiet for
+        // their stage's window. A minute after admission, nobody is.
         let first = sweep::sweep(&forge, &config, at(1), &Facilities::default(), None).await.unwrap();
-        assert_eq!((first.listed, first.actions.len()), (3, 1), "{first}");
-        assert!(matches!(&first.actions[0], sweep::Action::Escalated { issue, .. } if issue.0 == twice));
-        assert_eq!(gh.state().labels_of(twice), vec!["ward:chief".to_string()]);
+        assert!(first.searched, "{first}");
+        assert_eq!((first.listed, first.actions.len()), (0, 0), "{first}");
         assert!(gh.state().file("ward-charts", "charts/0.md").unwrap().contains("ward-sweep-state v1"));
 
+        // 65 minutes on: the stalled patient (admit: 1h) and the one with
+        // two labels (code review's window is 40m) are found quiet; the
+        // healthy one (treat: 70m) is not.
         let r = sweep::sweep(&forge, &config, at(65), &Facilities::default(), None).await.unwrap();
-        assert_eq!(r.actions.len(), 1, "{r}");
+        assert_eq!((r.listed, r.actions.len()), (2, 2), "{r}");
         assert!(matches!(&r.actions[0], sweep::Action::Retriggered { issue, .. } if issue.0 == stalled));
+        assert!(matches!(&r.actions[1], sweep::Action::Escalated { issue, .. } if issue.0 == twice));
+        assert_eq!(gh.state().labels_of(twice), vec!["ward:chief".to_string()]);
         assert_eq!(gh.state().dispatches.len(), 1);
         let chart = gh.state().file("ward-charts", &format!("charts/{stalled}.md")).unwrap();
         assert!(chart.contains("<!-- WARD:SWEEP run=sweep-") && chart.contains("role=engine"), "{chart}");

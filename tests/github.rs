@@ -421,13 +421,18 @@ async fn a_lockdown_closed_by_someone_who_may_not_lift_it_is_reopened_by_the_swe
     assert!(again.reopened.is_empty(), "{again}");
 }
 
-/// The charge nurse on GitHub: a stalled patient costs one GraphQL look
-/// (the issue as it is now, its chart and label events), the SWEEP note and
-/// the re-trigger (the dispatch): three calls beyond what a sweep with
-/// nobody due costs (the listing pages, the state's lock and release, the
-/// base branch's CI). Over REST it is five (label events, chart, re-read).
+/// The charge nurse on GitHub: the candidates come from one GraphQL search
+/// (the patients quiet for their stage's window: 4 of 254 here), the due
+/// are read together (one GraphQL query per 50: each one's issue as it is
+/// now, its chart and label events), and a stalled patient costs the SWEEP
+/// note and the re-trigger (the dispatch): two calls, beyond one read for
+/// the due and what a sweep with nobody due costs (the search, the state's
+/// lock and release, the base branch's CI, the lockdown listings). The
+/// next sweep costs no more than the first. Over REST the sweep lists every
+/// stage label and reads each due patient in three calls (issue, chart,
+/// label events): five per stalled patient.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sweep_costs_its_pages_and_three_calls_per_stalled_patient() {
+async fn a_sweep_costs_its_search_and_two_calls_per_stalled_patient() {
     for graphql in [true, false] {
         let gh = FakeGitHub::start().await;
         let stalled = 4;
@@ -450,6 +455,7 @@ async fn a_sweep_costs_its_pages_and_three_calls_per_stalled_patient() {
         let cold =
             ward::sweep::sweep(&forge, &config(), noon + chrono::Duration::hours(3), &facilities, None).await.unwrap();
         assert_eq!(cold.actions.len(), stalled, "{cold}");
+        assert_eq!(cold.searched, graphql, "{cold}");
         let cold_calls = calls_since(&gh, mark);
         let mark = gh.state().log.len();
         let later = noon + chrono::Duration::hours(3) + chrono::Duration::minutes(5);
@@ -457,17 +463,121 @@ async fn a_sweep_costs_its_pages_and_three_calls_per_stalled_patient() {
         assert_eq!((steady.actions.len(), steady.due), (0, 0), "{steady}");
         let steady_calls = calls_since(&gh, mark);
         let total = |m: &std::collections::BTreeMap<String, usize>| m.values().sum::<usize>();
-        let per_stalled = if graphql { 3 } else { 5 };
+        let (reads, per_stalled) = if graphql { (1, 2) } else { (0, 5) };
         assert_eq!(
             total(&cold_calls) - total(&steady_calls),
-            per_stalled * stalled,
+            reads + per_stalled * stalled,
             "graphql={graphql}: {cold_calls:#?} against {steady_calls:#?}"
         );
+        assert!(total(&steady_calls) <= total(&cold_calls), "the next sweep costs no more than the first");
         if graphql {
-            assert_eq!(cold_calls.get(GRAPHQL), Some(&stalled), "one look each: {cold_calls:#?}");
+            assert_eq!(cold_calls.get(GRAPHQL), Some(&2), "one search, one read of the 4 due: {cold_calls:#?}");
+            assert_eq!(steady_calls.get(GRAPHQL), Some(&1), "the search: {steady_calls:#?}");
+            assert_eq!(
+                cold_calls.get("GET /repos/{owner}/{repo}/issues"),
+                Some(&6),
+                "the lockdowns (open, closed lately) and the resting labels, no stage label: {cold_calls:#?}"
+            );
         }
         assert_eq!(cold_calls.get(DISPATCH), Some(&stalled), "{cold_calls:#?}");
     }
+}
+
+/// GitHub's search index lags behind writes: a patient a person moved on
+/// after the index last caught up is still found by the search for its
+/// old label, quiet. The sweep judges only what it reads after the search
+/// (the node as it is now, then the patient's look), so the moved patient
+/// is left alone (no note, no re-trigger) and the stalled one is revived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patient_the_lagging_search_still_shows_at_its_old_label_is_left_alone() {
+    let gh = FakeGitHub::start().await;
+    let (moved, stalled) = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        let moved = s.add_issue("moved meanwhile", "", "alice", &["ward:admit"]);
+        let stalled = s.add_issue("stalled", "", "alice", &["ward:admit"]);
+        s.clock += chrono::Duration::minutes(175);
+        // Two minutes before the sweep a person moves one on; the index is ten minutes behind.
+        s.unlabel(moved, "ward:admit", "maya");
+        s.label(moved, "ward:diagnose", "maya");
+        s.clock += chrono::Duration::minutes(2);
+        s.search_lag = chrono::Duration::minutes(10);
+        (moved, stalled)
+    };
+    let forge = gh.forge();
+    ward::sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+    let now = gh.state().time();
+    let r = ward::sweep::sweep(&forge, &config(), now, &ward::sweep::Facilities::default(), None).await.unwrap();
+    assert_eq!(r.listed, 2, "the index still shows both at `ward:admit`, quiet: {r}");
+    assert_eq!(r.due, 1, "the moved one changed two minutes ago: not due at `ward:diagnose`: {r}");
+    assert_eq!(r.actions.len(), 1, "{r}");
+    assert!(matches!(&r.actions[0], ward::sweep::Action::Retriggered { issue, .. } if issue.0 == stalled), "{r}");
+    let s = gh.state();
+    assert_eq!(s.dispatches.len(), 1, "only the stalled patient is re-triggered");
+    assert!(s.file("ward-charts", &format!("charts/{moved}.md")).is_none(), "no note for the patient that moved on");
+    assert_eq!(s.labels_of(moved), vec!["ward:diagnose".to_string()]);
+}
+
+/// The search finds only quiet patients, so progress (a patient moving on,
+/// which ends the agent's failure streak) is searched for while a streak
+/// runs: nobody changed since the failure, the streak stays; another
+/// patient moved on, it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patient_moving_on_after_an_agent_failure_ends_the_streak_on_github() {
+    let gh = FakeGitHub::start().await;
+    let (failing, other) = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        (s.add_issue("failing", "", "alice", &["ward:treat"]), s.add_issue("other", "", "alice", &["ward:treat"]))
+    };
+    let forge = gh.forge();
+    ward::sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+    let at = gh.state().time();
+    let run =
+        ward::sweep::AgentRun { issue: IssueNumber(failing), stage: "treat".into(), run: "r1".into(), ok: false, at };
+    assert_eq!(ward::sweep::record_agent_run(&forge, run).await.unwrap(), 1);
+    let facilities = ward::sweep::Facilities::default();
+    let r = ward::sweep::sweep(&forge, &config(), at + chrono::Duration::minutes(1), &facilities, None).await.unwrap();
+    assert!(r.searched, "{r}");
+    assert_eq!(ward::sweep::load_state(&forge).await.unwrap().agent.consecutive_failures, 1, "nobody moved: {r}");
+    {
+        let mut s = gh.state();
+        s.advance(std::time::Duration::from_secs(120));
+        s.unlabel(other, "ward:treat", "maya");
+        s.label(other, "ward:code-review", "maya");
+    }
+    let r = ward::sweep::sweep(&forge, &config(), at + chrono::Duration::minutes(5), &facilities, None).await.unwrap();
+    assert_eq!(ward::sweep::load_state(&forge).await.unwrap().agent.consecutive_failures, 0, "{r}");
+}
+
+/// GitHub's search gives at most 1,000 results: a stage label with more
+/// quiet patients than that is listed whole instead, and the report says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_quiet_patients_than_the_search_gives_are_listed_instead() {
+    let gh = FakeGitHub::start().await;
+    {
+        let mut s = gh.state();
+        for i in 0..1001 {
+            s.add_issue(&format!("quiet {i}"), "", "alice", &["ward:treat"]);
+        }
+        s.clock += chrono::Duration::minutes(30);
+    }
+    let forge = gh.forge();
+    ward::sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+    let now = gh.state().time();
+    let mark = gh.state().log.len();
+    // Treat's window is 70 minutes: at 71, all 1,001 are quiet; their
+    // label is younger than treat's two hours, so nobody is stalled.
+    let at = now + chrono::Duration::minutes(41);
+    let r = ward::sweep::sweep(&forge, &config(), at, &ward::sweep::Facilities::default(), None).await.unwrap();
+    assert!(r.searched, "{r}");
+    assert_eq!(r.listed, 1001, "{r}");
+    assert_eq!(r.listings.len(), 1, "{r}");
+    assert!(r.listings[0].contains("`ward:treat`, 1001 quiet patients"), "{r}");
+    assert!(r.to_string().contains("- listed instead of searched: `ward:treat`"), "{r}");
+    assert!(r.actions.is_empty(), "{r}");
+    let calls = calls_since(&gh, mark);
+    assert_eq!(calls.get("GET /repos/{owner}/{repo}/issues"), Some(&(11 + 6)), "11 pages of treat: {calls:#?}");
 }
 
 #[tokio::test]

@@ -79,6 +79,10 @@ pub struct LocalForge {
     /// it is one (`ward init`, `ward demo`). Without one (scenarios run in
     /// scratch folders) a merge is recorded and moves no branch.
     repository: Option<PathBuf>,
+    /// Issue records as last parsed, with the text they were parsed from:
+    /// a listing reads every file again (another process may have written
+    /// it) but parses only those whose text changed.
+    parsed: std::sync::Mutex<std::collections::HashMap<u64, (String, IssueRecord)>>,
 }
 
 impl LocalForge {
@@ -95,6 +99,7 @@ impl LocalForge {
             actor,
             clock: system_clock(),
             repository,
+            parsed: Default::default(),
         }
     }
 
@@ -172,7 +177,8 @@ impl LocalForge {
         Ok(out)
     }
 
-    fn all_records(&self) -> ForgeResult<Vec<IssueRecord>> {
+    /// The numbers of every issue, in order, from the file names alone.
+    fn numbers(&self) -> ForgeResult<Vec<u64>> {
         let dir = self.forge_dir().join("issues");
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
@@ -184,7 +190,32 @@ impl LocalForge {
             .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json")?.parse().ok())
             .collect();
         numbers.sort_unstable();
-        numbers.into_iter().map(|n| self.read_record(IssueNumber(n))).collect()
+        Ok(numbers)
+    }
+
+    /// `pick` of every issue record, in number order, skipping `None`:
+    /// each file is read, and parsed again only when its text changed.
+    fn records_where<T>(&self, mut pick: impl FnMut(&IssueRecord) -> Option<T>) -> ForgeResult<Vec<T>> {
+        let mut out = Vec::new();
+        let mut parsed = self.parsed.lock().unwrap_or_else(|p| p.into_inner());
+        for n in self.numbers()? {
+            let path = self.issue_path(IssueNumber(n));
+            let text = match fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue, // removed meanwhile
+                Err(e) => return Err(ForgeError::io(format!("read {}", path.display()), e)),
+            };
+            let fresh = parsed.get(&n).is_some_and(|(seen, _)| *seen == text);
+            if !fresh {
+                let rec: IssueRecord =
+                    serde_json::from_str(&text).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e))?;
+                parsed.insert(n, (text, rec));
+            }
+            if let Some(v) = pick(&parsed[&n].1) {
+                out.push(v);
+            }
+        }
+        Ok(out)
     }
 
     /// Creates an issue as the local person (`ward admit`), with the labels
@@ -195,7 +226,7 @@ impl LocalForge {
 
     fn create(&self, new: NewIssue, as_engine: bool) -> ForgeResult<Issue> {
         let _guard = self.lock("numbers")?;
-        let next = self.all_records()?.iter().map(|r| r.issue.number.0).max().unwrap_or(0) + 1;
+        let next = self.numbers()?.last().copied().unwrap_or(0) + 1;
         let now = (self.clock)();
         let author = self.actor(as_engine);
         let issue = Issue {
@@ -407,6 +438,13 @@ impl Forge for LocalForge {
         Ok(self.read_record(number)?.issue)
     }
 
+    /// One read of the issue's record (the issue and its label events) and the chart.
+    async fn look(&self, number: IssueNumber) -> ForgeResult<super::PatientLook> {
+        let rec = self.read_record(number)?;
+        let chart = self.read_chart(number).await?;
+        Ok(super::PatientLook { issue: rec.issue, chart, label_events: rec.label_events })
+    }
+
     async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue> {
         self.create(new, true)
     }
@@ -416,21 +454,19 @@ impl Forge for LocalForge {
     }
 
     async fn open_issues_listed(&self, label: &str) -> ForgeResult<Vec<Listed>> {
-        Ok(self
-            .all_records()?
-            .into_iter()
-            .filter(|r| r.issue.state == IssueState::Open && r.issue.labels.iter().any(|l| l == label))
-            .map(|r| {
-                // The latest change the record holds: creation, a label, a comment.
-                let changes = r.label_events.iter().map(|e| e.at).chain(r.comments.iter().map(|c| c.at));
-                let updated_at = changes.fold(r.created_at, DateTime::max);
-                Listed { issue: r.issue, updated_at: Some(updated_at) }
-            })
-            .collect())
+        self.records_where(|r| {
+            if r.issue.state != IssueState::Open || !r.issue.labels.iter().any(|l| l == label) {
+                return None;
+            }
+            // The latest change the record holds: creation, a label, a comment.
+            let changes = r.label_events.iter().map(|e| e.at).chain(r.comments.iter().map(|c| c.at));
+            let updated_at = changes.fold(r.created_at, DateTime::max);
+            Some(Listed { issue: r.issue.clone(), updated_at: Some(updated_at) })
+        })
     }
 
     async fn all_issues(&self) -> ForgeResult<Vec<Issue>> {
-        Ok(self.all_records()?.into_iter().map(|r| r.issue).collect())
+        self.records_where(|r| Some(r.issue.clone()))
     }
 
     async fn close_issue(&self, number: IssueNumber) -> ForgeResult<()> {
@@ -448,13 +484,11 @@ impl Forge for LocalForge {
         label: &str,
         _since: chrono::DateTime<chrono::Utc>,
     ) -> ForgeResult<Vec<super::ClosedIssue>> {
-        Ok(self
-            .all_issues()
-            .await?
-            .into_iter()
-            .filter(|i| i.state == IssueState::Closed && i.labels.iter().any(|l| l == label))
-            .map(|i| super::ClosedIssue { number: i.number, closed_by: None })
-            .collect())
+        self.records_where(|r| {
+            let i = &r.issue;
+            (i.state == IssueState::Closed && i.labels.iter().any(|l| l == label))
+                .then_some(super::ClosedIssue { number: i.number, closed_by: None })
+        })
     }
 
     async fn set_labels(&self, number: IssueNumber, labels: &[String]) -> ForgeResult<()> {

@@ -301,6 +301,40 @@ pub struct PatientLook {
     pub label_events: Vec<LabelEvent>,
 }
 
+/// One search the sweep asks for ([`Forge::search_issues`]): issues
+/// carrying `label` (open ones when `open`), last changed before or since
+/// a time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IssueSearch {
+    pub label: String,
+    pub open: bool,
+    pub updated: Updated,
+}
+
+/// The `updated:` bound of an [`IssueSearch`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Updated {
+    /// Last changed strictly before this time (`updated:<T`).
+    Before(DateTime<Utc>),
+    /// Last changed at or after this time (`updated:>=T`).
+    Since(DateTime<Utc>),
+}
+
+/// What one [`IssueSearch`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Found {
+    /// Every issue that matched, as the listing shows them.
+    Issues(Vec<Listed>),
+    /// More matched than the search API gives ([`SEARCH_CAP`]): list instead.
+    TooMany(usize),
+}
+
+/// The most results GitHub's search gives for one query, over all pages.
+pub const SEARCH_CAP: usize = 1000;
+
+/// How many patients [`Forge::looks`] reads in one request on GitHub.
+pub const LOOKS_PER_REQUEST: usize = 50;
+
 /// The facts of a pull request the discharge audit reads (one GraphQL query
 /// on GitHub). A fact the forge could not read is no field here but the
 /// read's error ([`Forge::pull_facts`] fails): an `Err` below is a fact that
@@ -376,6 +410,24 @@ pub trait Forge: Send + Sync {
         Ok(PatientLook { issue, chart, label_events })
     }
     async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue>;
+    /// [`Self::look`] of several patients, each answer in the order asked
+    /// (GitHub: one GraphQL query per [`LOOKS_PER_REQUEST`]); by default
+    /// one look each.
+    async fn looks(&self, numbers: &[IssueNumber]) -> Vec<ForgeResult<PatientLook>> {
+        let mut out = Vec::with_capacity(numbers.len());
+        for n in numbers {
+            out.push(self.look(*n).await);
+        }
+        out
+    }
+    /// The search API (GitHub: one GraphQL query for every search, 100
+    /// issues a page each), one answer per search in the order asked. The
+    /// index lags behind writes: what it finds is a candidate to read, never
+    /// a fact to act on. `Ok(None)`: the forge has no search; list instead.
+    async fn search_issues(&self, searches: &[IssueSearch]) -> ForgeResult<Option<Vec<Found>>> {
+        let _ = searches;
+        Ok(None)
+    }
     /// Open issues carrying `label`, every page.
     async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>>;
     /// The same listing, each issue with when it last changed (the sweep

@@ -1,9 +1,9 @@
 //! The charge nurse: `ward sweep`, every 30 minutes.
 //!
-//! One sweep lists the open patients of every stage label (cost grows with
-//! pages, not with patients), looks closer only at the patients that are due
-//! for a look, re-triggers the stages that stalled, escalates the patients
-//! that stalled too often, repairs patients with contradictory labels, and
+//! One sweep finds the patients worth a look (cost grows with pages, not
+//! with patients), reads closer only the patients that are due for a
+//! look, re-triggers the stages that stalled, escalates the patients that
+//! stalled too often, repairs patients with contradictory labels, and
 //! declares a lockdown when a facility fails.
 //!
 //! ## Where the sweep keeps its state, and why there
@@ -21,16 +21,29 @@
 //!
 //! ## Cost
 //!
-//! A patient is looked at closely ([`Forge::look`]: the issue as it is
-//! now, its chart and label events) only when it is
-//! due: `min(stall_after, time_limit + grace)` after its label was applied
-//! as far as the listing can tell (the issue's `updated_at`: a label is at
-//! least as old as the issue's last change), or when a previous look said
-//! so. A patient whose last change is already older than that is due in
-//! the first sweep that sees it. Healthy patients
-//! therefore cost nothing beyond the listing pages; a stalled patient costs
-//! the look (one GraphQL query on GitHub; three reads on a forge without
-//! one), the note and the dispatch.
+//! The candidates come from the forge's search where it has one
+//! ([`Forge::search_issues`]; GitHub: one GraphQL query): per stage label,
+//! the open patients whose last change is older than the stage's window,
+//! `min(stall_after, time_limit + grace)`. A label is at least as old as
+//! the issue's last change, and no verdict is `Stalled` sooner than that
+//! window after the label ([`assess`]), so a patient changed since cannot
+//! be due for being stalled. The watched patients whose next look is due
+//! (a previous look said when) are read too. A label with more quiet
+//! patients than the search gives, or every label on a forge without
+//! search (the local forge, GitHub without GraphQL), is listed whole, each
+//! issue with its `updated_at`, as before.
+//!
+//! The search index lags behind writes: a candidate is only that. Every
+//! due patient is read again ([`Forge::looks`]: the issue as it is now,
+//! its chart and its label events; GitHub: one GraphQL query per 50), and
+//! judged on that read alone. Healthy patients therefore cost nothing
+//! beyond the search (or the listing pages); a stalled patient costs its
+//! share of the read, the note and the dispatch.
+//!
+//! What the search cannot see: contradictory labels are repaired once the
+//! patient has been quiet for its stage's window (a listing sees them at
+//! once); and progress (a patient moving on, which ends the agent's failure
+//! streak) is searched for separately, only while a streak runs.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -40,7 +53,10 @@ use chrono::{DateTime, TimeZone, Utc};
 
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
 use crate::config::{Config, Stage};
-use crate::forge::{CiState, Forge, ForgeError, Issue, IssueNumber, IssueState, LabelEvent, Listed, StoredChart};
+use crate::forge::{
+    CiState, Forge, ForgeError, Found, Issue, IssueNumber, IssueSearch, IssueState, LOOKS_PER_REQUEST, LabelEvent,
+    Listed, PatientLook, SEARCH_CAP, StoredChart, Updated,
+};
 use crate::lockdown;
 use crate::transfer::{Decision, Move, transfer_with};
 
@@ -118,8 +134,13 @@ pub enum SweepOutcome {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepReport {
     pub outcome: SweepOutcome,
-    /// Patients found under stage labels.
+    /// Patients found under stage labels: by the search (only those quiet
+    /// for their stage's window, see `searched`), or by the listing.
     pub listed: usize,
+    /// The candidates came from the search API, not the listing.
+    pub searched: bool,
+    /// Stage labels listed although the forge searches, and why.
+    pub listings: Vec<String>,
     /// Patients due for a closer look.
     pub due: usize,
     pub inspected: usize,
@@ -149,6 +170,8 @@ impl SweepReport {
         Self {
             outcome,
             listed: 0,
+            searched: false,
+            listings: Vec::new(),
             due: 0,
             inspected: 0,
             actions: Vec::new(),
@@ -179,13 +202,17 @@ impl fmt::Display for SweepReport {
         }
         writeln!(
             f,
-            "listed {} patients, {} due, {} looked at, {} actions{}",
+            "{} {} patients, {} due, {} looked at, {} actions{}",
+            if self.searched { "searched: found" } else { "listed" },
             self.listed,
             self.due,
             self.inspected,
             self.actions.len(),
             if self.capped { " (cap reached; the next sweep resumes after the cursor)" } else { "" }
         )?;
+        for l in &self.listings {
+            writeln!(f, "- listed instead of searched: {l}")?;
+        }
         for a in &self.actions {
             writeln!(f, "- {a}")?;
         }
@@ -288,6 +315,17 @@ pub async fn sweep(
     Ok(report)
 }
 
+/// The patients a sweep found worth considering, as found.
+#[derive(Default)]
+struct Candidates {
+    listed: BTreeMap<u64, Issue>,
+    /// When each last changed, as the search or listing said.
+    updated: BTreeMap<u64, DateTime<Utc>>,
+    /// Every stage label was listed whole (no search): a watched patient
+    /// not listed left the stages.
+    whole: bool,
+}
+
 /// What happened to one patient looked at closely.
 enum Looked {
     Acted(Action, Option<(String, i64)>),
@@ -322,29 +360,23 @@ impl Walk<'_> {
             }
         }
 
-        // The listing: one paginated query per stage label.
-        let mut listed: BTreeMap<u64, Issue> = BTreeMap::new();
-        let mut updated: BTreeMap<u64, DateTime<Utc>> = BTreeMap::new();
-        for stage in self.config.stages() {
-            let issues = self
-                .forge
-                .open_issues_listed(&stage.config.label)
-                .await
-                .map_err(forge_err(format!("list the open issues labeled `{}`", stage.config.label)))?;
-            for Listed { issue, updated_at } in issues {
-                if let Some(at) = updated_at {
-                    updated.insert(issue.number.0, at);
-                }
-                listed.entry(issue.number.0).or_insert(issue);
-            }
-        }
+        // The candidates: the patients the search finds quiet for their
+        // stage's window, or (no search) the listing of every stage label.
+        let Candidates { listed, updated, whole } = self.candidates(&mut report).await?;
         report.listed = listed.len();
+        report.searched = !whole;
 
         // Progress since the last sweep (a watched patient changed label or
         // left the stages, not by the sweep's hand) means agent runs
         // succeeded: the failures recorded so far were not consecutive.
-        let progressed =
-            state.watch.iter().any(|(n, (key, _))| listed.get(n).is_none_or(|i| self.state_key(i) != *key));
+        // A search finds only quiet patients: then the patients changed
+        // since the streak began are searched for (only while one runs).
+        let progressed = if whole {
+            state.watch.iter().any(|(n, (key, _))| listed.get(n).is_none_or(|i| self.state_key(i) != *key))
+        } else {
+            state.watch.iter().any(|(n, (key, _))| listed.get(n).is_some_and(|i| self.state_key(i) != *key))
+                || (state.agent.consecutive_failures > 0 && self.progress_found(&state, &mut report).await)
+        };
         if progressed && state.agent.consecutive_failures > 0 {
             self.consume_streak(&mut state);
         }
@@ -371,6 +403,20 @@ impl Walk<'_> {
             }
             watch.insert(*n, entry);
         }
+        if !whole {
+            // The search finds only quiet patients: the others watched stay
+            // watched, and those due now are read with the candidates.
+            for (n, entry) in &state.watch {
+                if listed.contains_key(n) {
+                    continue;
+                }
+                if entry.1 <= self.now.timestamp() {
+                    due.push(*n);
+                }
+                watch.insert(*n, entry.clone());
+            }
+            due.sort_unstable();
+        }
         report.due = due.len();
         if let Some(outcome) = locked {
             // Keep watching (so stalled patients are revived as soon as the
@@ -380,38 +426,55 @@ impl Walk<'_> {
             return Ok((report, state));
         }
 
-        // Resume after the cursor, wrapping round.
+        // Resume after the cursor, wrapping round; the due are read
+        // together ([`Forge::looks`]: one request per 50 on GitHub).
         let split = due.partition_point(|n| *n <= state.cursor);
         due.rotate_left(split);
         let cap = &self.config.departments.sweep;
-        for n in due {
-            if report.actions.len() >= cap.max_actions || report.inspected >= cap.max_inspections {
+        let mut rest: &[u64] = &due;
+        'walk: while !rest.is_empty() {
+            let room = cap.max_inspections.saturating_sub(report.inspected);
+            if report.actions.len() >= cap.max_actions || room == 0 {
                 report.capped = true;
                 break;
             }
-            report.inspected += 1;
-            state.cursor = n;
-            let issue = &listed[&n];
-            match self.look(issue).await {
-                Ok(Looked::Acted(action, next)) => {
-                    report.actions.push(action);
-                    match next {
-                        Some(entry) => watch.insert(n, entry),
-                        None => watch.remove(&n),
-                    };
+            let (chunk, after) = rest.split_at(room.min(LOOKS_PER_REQUEST).min(rest.len()));
+            rest = after;
+            let numbers: Vec<IssueNumber> = chunk.iter().map(|n| IssueNumber(*n)).collect();
+            let looks = self.forge.looks(&numbers).await;
+            for (n, look) in chunk.iter().copied().zip(looks) {
+                if report.actions.len() >= cap.max_actions {
+                    report.capped = true;
+                    break 'walk;
                 }
-                Ok(Looked::Healthy(key, next)) => {
-                    watch.insert(n, (key, next.timestamp()));
-                }
-                Ok(Looked::MovedOn) => {
-                    report.moved_on.push(issue.number);
-                    watch.remove(&n);
-                }
-                Err(e) => {
-                    report.problems.push(format!("{}: {e:#}", issue.number));
-                    let key = self.state_key(issue);
-                    let retry = self.now + chrono_of(self.config.departments.sweep.lock_ttl);
-                    watch.insert(n, (key, retry.timestamp()));
+                report.inspected += 1;
+                state.cursor = n;
+                let watched = watch.get(&n).map(|(key, _)| key.clone());
+                let looked = match look {
+                    Ok(look) => self.judge(listed.get(&n), watched.as_deref(), look).await,
+                    Err(e) => Err(anyhow::Error::new(e).context(format!("could not read #{n}, its chart and history"))),
+                };
+                match looked {
+                    Ok(Looked::Acted(action, next)) => {
+                        report.actions.push(action);
+                        match next {
+                            Some(entry) => watch.insert(n, entry),
+                            None => watch.remove(&n),
+                        };
+                    }
+                    Ok(Looked::Healthy(key, next)) => {
+                        watch.insert(n, (key, next.timestamp()));
+                    }
+                    Ok(Looked::MovedOn) => {
+                        report.moved_on.push(IssueNumber(n));
+                        watch.remove(&n);
+                    }
+                    Err(e) => {
+                        report.problems.push(format!("#{n}: {e:#}"));
+                        let key = watched.unwrap_or_default();
+                        let retry = self.now + chrono_of(self.config.departments.sweep.lock_ttl);
+                        watch.insert(n, (key, retry.timestamp()));
+                    }
                 }
             }
         }
@@ -592,18 +655,117 @@ impl Walk<'_> {
     /// How long after first seeing a patient in a stage the sweep looks closer.
     fn first_look_after(&self, issue: &Issue) -> chrono::Duration {
         let stage = issue.labels.iter().find_map(|l| self.config.stage_by_label(l));
-        stage.map_or(chrono::Duration::zero(), |s| {
-            chrono_of(s.config.stall_after)
-                .min(chrono_of(s.config.time_limit) + chrono_of(self.config.departments.sweep.grace))
-        })
+        stage.map_or(chrono::Duration::zero(), |s| self.window(s))
     }
 
-    async fn look(&self, listed: &Issue) -> anyhow::Result<Looked> {
+    /// The soonest a patient of `stage` can stall after its last change:
+    /// `min(stall_after, time_limit + grace)` (see [`assess`]).
+    fn window(&self, stage: Stage<'_>) -> chrono::Duration {
+        chrono_of(stage.config.stall_after)
+            .min(chrono_of(stage.config.time_limit) + chrono_of(self.config.departments.sweep.grace))
+    }
+
+    /// The patients worth a look: per stage label, the open ones whose
+    /// last change is older than the stage's [`Self::window`] (no patient
+    /// changed since can be stalled), from the search API. A stage label
+    /// whose search finds more than the search gives, or every label when
+    /// the forge has no search (or it failed), is listed whole instead.
+    async fn candidates(&self, report: &mut SweepReport) -> Result<Candidates, SweepError> {
+        let stages: Vec<Stage<'_>> = self.config.stages().collect();
+        let searches: Vec<IssueSearch> = stages
+            .iter()
+            .map(|s| IssueSearch {
+                label: s.config.label.clone(),
+                open: true,
+                updated: Updated::Before(self.now - self.window(*s)),
+            })
+            .collect();
+        let found = match self.forge.search_issues(&searches).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!("the sweep's search failed ({e}); listing every stage label instead");
+                report.listings.push(format!("every stage label, the search failed ({e})"));
+                None
+            }
+        };
+        let mut out = Candidates { whole: true, ..Candidates::default() };
+        for (i, stage) in stages.iter().enumerate() {
+            let label = &stage.config.label;
+            let issues = match found.as_ref().and_then(|f| f.get(i)) {
+                Some(Found::Issues(list)) => {
+                    out.whole = false;
+                    list.clone()
+                }
+                Some(Found::TooMany(count)) => {
+                    tracing::warn!(
+                        "{count} quiet patients at `{label}`, more than the search gives ({SEARCH_CAP}); listing `{label}`"
+                    );
+                    report.listings.push(format!(
+                        "`{label}`, {count} quiet patients are more than the search gives ({SEARCH_CAP})"
+                    ));
+                    self.list(label).await?
+                }
+                None => self.list(label).await?,
+            };
+            for Listed { issue, updated_at } in issues {
+                if let Some(at) = updated_at {
+                    out.updated.insert(issue.number.0, at);
+                }
+                out.listed.entry(issue.number.0).or_insert(issue);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn list(&self, label: &str) -> Result<Vec<Listed>, SweepError> {
+        self.forge.open_issues_listed(label).await.map_err(forge_err(format!("list the open issues labeled `{label}`")))
+    }
+
+    /// Whether a patient other than the failing ones changed at a stage
+    /// label since the agent's failure streak began (the search's way of
+    /// seeing progress; a comment counts too). More than the search gives
+    /// counts as progress.
+    async fn progress_found(&self, state: &SweepState, report: &mut SweepReport) -> bool {
+        let Some(start) = state.agent.recent.iter().map(|r| r.at).min() else { return false };
+        let failing: std::collections::BTreeSet<u64> = state.agent.recent.iter().map(|r| r.issue.0).collect();
+        let searches: Vec<IssueSearch> = self
+            .config
+            .stages()
+            .map(|s| IssueSearch { label: s.config.label.clone(), open: false, updated: Updated::Since(start) })
+            .collect();
+        match self.forge.search_issues(&searches).await {
+            Ok(Some(found)) => found.iter().any(|f| match f {
+                Found::Issues(list) => list.iter().any(|l| !failing.contains(&l.issue.number.0)),
+                Found::TooMany(_) => true,
+            }),
+            Ok(None) => false,
+            Err(e) => {
+                report.problems.push(format!("could not search for progress since the agent's failures began: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Decides on one due patient from its look (read after the search or
+    /// the listing that found it). `listed` is how the search or listing
+    /// showed it; `None` for a watched patient neither found, whose ward
+    /// labels must still be `watched`'s.
+    async fn judge(&self, listed: Option<&Issue>, watched: Option<&str>, look: PatientLook) -> anyhow::Result<Looked> {
         use anyhow::Context as _;
+        let read;
+        let listed = match listed {
+            Some(listed) => listed,
+            None => {
+                let same =
+                    look.issue.state == IssueState::Open && watched == Some(self.state_key(&look.issue).as_str());
+                if !same {
+                    return Ok(Looked::MovedOn);
+                }
+                read = look.issue.clone();
+                &read
+            }
+        };
         let n = listed.number;
-        // One read (one GraphQL query on GitHub): the issue as it is now,
-        // its chart and its label history.
-        let look = self.forge.look(n).await.with_context(|| format!("could not read {n}, its chart and history"))?;
         let (events, chart) = (look.label_events, look.chart);
         if self.needs_repair(listed) {
             return self.repair(listed, &look.issue, &events, chart).await;

@@ -14,8 +14,9 @@ use ward::chart::{ENGINE_ROLE, Note, NoteMeta, Seen, Sentinels, append};
 use ward::config::Config;
 use ward::forge::local::{Clock, LocalForge};
 use ward::forge::{
-    CiStatus, Comment, CommentWrite, CommitInfo, Forge, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, Listed,
-    NewIssue, NewPullRequest, Permission, PullRequest, Reaction, Relabel, RelabelError, Review, StoredChart,
+    CiStatus, Comment, CommentWrite, CommitInfo, Forge, ForgeResult, Found, Issue, IssueNumber, IssueSearch,
+    LOOKS_PER_REQUEST, LabelEvent, LabelSpec, Listed, NewIssue, NewPullRequest, PatientLook, Permission, PullRequest,
+    Reaction, Relabel, RelabelError, Review, StoredChart,
 };
 
 pub const START: &str = "2026-11-29T08:00:00Z";
@@ -213,6 +214,25 @@ impl<F: Forge> Forge for Counting<F> {
         self.count("create_issue");
         self.inner.create_issue(new).await
     }
+    async fn looks(&self, numbers: &[IssueNumber]) -> Vec<ForgeResult<PatientLook>> {
+        // One call per 50 patients, as on GitHub; the hook runs as each is read.
+        for _ in 0..numbers.len().div_ceil(LOOKS_PER_REQUEST) {
+            self.count("looks (pages)");
+        }
+        if let Some(hook) = self.on_issue.lock().unwrap().as_ref() {
+            for n in numbers {
+                hook(*n);
+            }
+        }
+        self.inner.looks(numbers).await
+    }
+    async fn search_issues(&self, searches: &[IssueSearch]) -> ForgeResult<Option<Vec<Found>>> {
+        let found = self.inner.search_issues(searches).await?;
+        if found.is_some() {
+            self.count("search_issues");
+        }
+        Ok(found)
+    }
     async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>> {
         let issues = self.inner.open_issues_with_label(label).await?;
         // One call per page of 100, as on GitHub.
@@ -367,6 +387,12 @@ impl Forge for Shared {
     }
     async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue> {
         self.0.create_issue(new).await
+    }
+    async fn looks(&self, numbers: &[IssueNumber]) -> Vec<ForgeResult<PatientLook>> {
+        self.0.looks(numbers).await
+    }
+    async fn search_issues(&self, searches: &[IssueSearch]) -> ForgeResult<Option<Vec<Found>>> {
+        self.0.search_issues(searches).await
     }
     async fn open_issues_with_label(&self, label: &str) -> ForgeResult<Vec<Issue>> {
         self.0.open_issues_with_label(label).await

@@ -104,6 +104,9 @@ struct AnswerError {
     #[serde(rename = "type", default)]
     kind: Option<String>,
     message: String,
+    /// Where in the answer: `["repository", "i3"]`.
+    #[serde(default)]
+    path: Vec<Value>,
 }
 
 #[derive(Deserialize)]
@@ -788,5 +791,240 @@ impl GitHubForge {
             _ => Ok(self.ci_status(&head).await?),
         };
         Ok(PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push })
+    }
+}
+
+// -- The sweep's reads: the search for candidates, several looks at once ------
+
+/// The fields of an issue a search gives (the listing's, with `updatedAt`).
+const SEARCH_NODE: &str = "__typename ... on Issue { number title body state updatedAt author { login } \
+labels(first: 100) { nodes { name } pageInfo { hasNextPage } } }";
+
+/// The fields of one look (as [`LOOK_QUERY`]'s issue).
+const LOOK_ISSUE: &str = "number title body state author { login } labels(first: 100) { nodes { name } \
+pageInfo { hasNextPage } } \
+timelineItems(last: 100, itemTypes: [LABELED_EVENT, UNLABELED_EVENT]) { nodes { __typename \
+... on LabeledEvent { createdAt actor { login } label { name } } \
+... on UnlabeledEvent { createdAt actor { login } label { name } } } pageInfo { hasPreviousPage } }";
+
+const LOOK_CHART: &str = "__typename ... on Blob { oid text isBinary isTruncated }";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SearchPage {
+    issue_count: usize,
+    page_info: SearchPageInfo,
+    nodes: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SearchPageInfo {
+    has_next_page: bool,
+    end_cursor: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SearchIssue {
+    #[serde(flatten)]
+    issue: GqlIssue,
+    updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl GitHubForge {
+    /// The search string of one [`crate::forge::IssueSearch`]: GitHub's
+    /// issue search syntax, times to the second in UTC.
+    pub(super) fn search_string(&self, search: &crate::forge::IssueSearch) -> String {
+        use crate::forge::Updated;
+        let at = |t: &chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S+00:00").to_string();
+        let updated = match &search.updated {
+            Updated::Before(t) => format!("updated:<{}", at(t)),
+            Updated::Since(t) => format!("updated:>={}", at(t)),
+        };
+        let label = search.label.replace('"', "");
+        let open = if search.open { " is:open" } else { "" };
+        format!("repo:{} is:issue{open} label:\"{label}\" {updated}", self.settings.repo)
+    }
+
+    /// [`Forge::search_issues`]: one GraphQL query with a `search` per
+    /// search (aliases `s0`, `s1`, ...), then one more per page for those
+    /// with more than 100 results. A search whose count is over
+    /// [`crate::forge::SEARCH_CAP`] is not paged: the caller lists instead.
+    pub(super) async fn search_read(
+        &self,
+        searches: &[crate::forge::IssueSearch],
+    ) -> ForgeResult<Vec<crate::forge::Found>> {
+        use crate::forge::{Found, Listed, SEARCH_CAP};
+        let action = format!("search the issues of {} (GraphQL)", self.settings.repo);
+        let mut found: Vec<Option<Vec<Listed>>> = searches.iter().map(|_| Some(Vec::new())).collect();
+        let mut counts = vec![0usize; searches.len()];
+        // (search index, cursor): what the next request asks for.
+        let mut pending: Vec<(usize, Option<String>)> = (0..searches.len()).map(|i| (i, None)).collect();
+        // Bounded: 1,000 results are at most 10 pages of each search.
+        for _ in 0..=SEARCH_CAP / 100 {
+            if pending.is_empty() {
+                break;
+            }
+            let mut defs = Vec::new();
+            let mut fields = Vec::new();
+            let mut variables = serde_json::Map::new();
+            for (i, after) in &pending {
+                defs.push(format!("$q{i}: String!"));
+                variables.insert(format!("q{i}"), json!(self.search_string(&searches[*i])));
+                let after = match after {
+                    Some(c) => {
+                        defs.push(format!("$a{i}: String"));
+                        variables.insert(format!("a{i}"), json!(c));
+                        format!(", after: $a{i}")
+                    }
+                    None => String::new(),
+                };
+                fields.push(format!(
+                    "s{i}: search(type: ISSUE, first: 100, query: $q{i}{after}) {{ issueCount \
+                     pageInfo {{ hasNextPage endCursor }} nodes {{ {SEARCH_NODE} }} }}"
+                ));
+            }
+            let query = format!("query({}) {{ {} }}", defs.join(", "), fields.join(" "));
+            let answer = self.graphql(&query, Value::Object(variables), &action, Access::IssuesRead).await?;
+            if let Some(e) = answer.errors.first() {
+                return Err(self.graphql_error(&action, Access::IssuesRead, e));
+            }
+            let data = answer.data.ok_or_else(|| bad_shape(&action, "no `data` in the answer"))?;
+            let mut next = Vec::new();
+            for (i, _) in pending {
+                let page = data.get(format!("s{i}")).cloned().unwrap_or(Value::Null);
+                let page: SearchPage = serde_json::from_value(page).map_err(|e| bad_shape(&action, e))?;
+                counts[i] = page.issue_count;
+                if page.issue_count > SEARCH_CAP {
+                    found[i] = None;
+                    continue;
+                }
+                let Some(list) = found[i].as_mut() else { continue };
+                for node in page.nodes {
+                    // Pull requests match no `is:issue` search; anything else is skipped.
+                    if node.get("__typename").and_then(Value::as_str) != Some("Issue") {
+                        continue;
+                    }
+                    let hit: SearchIssue = serde_json::from_value(node).map_err(|e| bad_shape(&action, e))?;
+                    let number = IssueNumber(hit.issue.number);
+                    let issue = self.issue_of(number, hit.issue, &action).await?;
+                    list.push(Listed { issue, updated_at: Some(hit.updated_at) });
+                }
+                if page.page_info.has_next_page {
+                    let cursor =
+                        page.page_info.end_cursor.ok_or_else(|| bad_shape(&action, "a page without a cursor"))?;
+                    next.push((i, Some(cursor)));
+                }
+            }
+            pending = next;
+        }
+        Ok(found
+            .into_iter()
+            .zip(counts)
+            .map(|(list, count)| match list {
+                Some(list) => Found::Issues(list),
+                None => Found::TooMany(count),
+            })
+            .collect())
+    }
+
+    /// [`Forge::looks`]: one GraphQL query per
+    /// [`crate::forge::LOOKS_PER_REQUEST`] patients, each an issue (`i0`,
+    /// ...) and its chart (`c0`, ...). A patient GitHub does not find is an
+    /// error of its own; a refused query is the error of each patient in it.
+    pub(super) async fn looks_read(&self, numbers: &[IssueNumber]) -> Vec<ForgeResult<PatientLook>> {
+        let mut out = Vec::with_capacity(numbers.len());
+        for chunk in numbers.chunks(crate::forge::LOOKS_PER_REQUEST) {
+            match self.looks_chunk(chunk).await {
+                Ok(looks) => out.extend(looks),
+                Err(e) => out.extend(chunk.iter().map(|_| Err(ForgeError::io("read the due patients", &e)))),
+            }
+        }
+        out
+    }
+
+    async fn looks_chunk(&self, numbers: &[IssueNumber]) -> ForgeResult<Vec<ForgeResult<PatientLook>>> {
+        let repo = &self.settings.repo;
+        let list: Vec<String> = numbers.iter().map(ToString::to_string).collect();
+        let action = format!("read {} with their charts and label histories in {repo} (GraphQL)", list.join(", "));
+        let mut defs = vec!["$owner: String!".to_string(), "$name: String!".to_string()];
+        let mut variables = serde_json::Map::new();
+        variables.insert("owner".into(), json!(repo.owner));
+        variables.insert("name".into(), json!(repo.name));
+        let mut fields = Vec::new();
+        for (k, n) in numbers.iter().enumerate() {
+            defs.push(format!("$c{k}: String!"));
+            variables
+                .insert(format!("c{k}"), json!(format!("{}:{}", self.settings.charts_branch, Self::chart_path(*n))));
+            fields.push(format!(
+                "i{k}: issue(number: {}) {{ {LOOK_ISSUE} }} c{k}: object(expression: $c{k}) {{ {LOOK_CHART} }}",
+                n.0
+            ));
+        }
+        let query = format!(
+            "query({}) {{ repository(owner: $owner, name: $name) {{ {} }} }}",
+            defs.join(", "),
+            fields.join(" ")
+        );
+        let answer = self.graphql(&query, Value::Object(variables), &action, Access::IssuesRead).await?;
+        let data = answer.data.as_ref().and_then(|d| d.get("repository")).filter(|r| !r.is_null());
+        let Some(data) = data else {
+            return Err(match answer.errors.first() {
+                Some(e) => self.graphql_error(&action, Access::IssuesRead, e),
+                None => bad_shape(&action, "no `repository` in the answer"),
+            });
+        };
+        // An error on one patient's field: its path names the alias.
+        let error_of =
+            |alias: &str| answer.errors.iter().find(|e| e.path.get(1).and_then(Value::as_str) == Some(alias));
+        let mut out = Vec::with_capacity(numbers.len());
+        for (k, n) in numbers.iter().enumerate() {
+            let (ia, ca) = (format!("i{k}"), format!("c{k}"));
+            if let Some(e) = error_of(&ia).or_else(|| error_of(&ca)) {
+                out.push(Err(if e.kind.as_deref() == Some("NOT_FOUND") && error_of(&ia).is_some() {
+                    ForgeError::IssueNotFound(*n, self.describe())
+                } else {
+                    let access = if error_of(&ca).is_some() { Access::ContentsRead } else { Access::IssuesRead };
+                    self.graphql_error(&action, access, e)
+                }));
+                continue;
+            }
+            out.push(self.look_of(*n, data.get(&ia), data.get(&ca), &action).await);
+        }
+        Ok(out)
+    }
+
+    /// One patient of a [`Self::looks_chunk`] answer, whole (REST for what
+    /// GraphQL cut: more than 100 labels or label events, a long chart).
+    async fn look_of(
+        &self,
+        number: IssueNumber,
+        issue: Option<&Value>,
+        chart: Option<&Value>,
+        action: &str,
+    ) -> ForgeResult<PatientLook> {
+        let issue = issue.filter(|i| !i.is_null()).ok_or_else(|| bad_shape(action, format!("no issue {number}")))?;
+        let mut issue: GqlIssue = serde_json::from_value(issue.clone()).map_err(|e| bad_shape(action, e))?;
+        let chart: Option<GqlBlob> = match chart.filter(|c| !c.is_null()) {
+            Some(c) => Some(serde_json::from_value(c.clone()).map_err(|e| bad_shape(action, e))?),
+            None => None,
+        };
+        let label_events = match issue.timeline.take() {
+            Some(t) if !t.page_info.has_previous_page => t
+                .nodes
+                .into_iter()
+                .map(|e| LabelEvent {
+                    action: if e.typename == "UnlabeledEvent" { LabelAction::Removed } else { LabelAction::Added },
+                    label: e.label.name,
+                    actor: e.actor.map_or_else(|| "ghost".into(), |a| a.login),
+                    at: e.created_at,
+                })
+                .collect(),
+            _ => self.label_events(number).await?,
+        };
+        let issue = self.issue_of(number, issue, action).await?;
+        let chart = self.chart_of(chart, action).await?;
+        Ok(PatientLook { issue, chart, label_events })
     }
 }

@@ -362,6 +362,26 @@ impl Forge for GitHubForge {
         }
     }
 
+    async fn looks(&self, numbers: &[IssueNumber]) -> Vec<ForgeResult<PatientLook>> {
+        if self.graphql {
+            return self.looks_read(numbers).await;
+        }
+        let mut out = Vec::with_capacity(numbers.len());
+        for n in numbers {
+            out.push(self.look(*n).await);
+        }
+        out
+    }
+
+    /// Over GraphQL only: REST's search (`GET /search/issues`) has a budget
+    /// of its own of 30 requests a minute, one request per search.
+    async fn search_issues(&self, searches: &[super::IssueSearch]) -> ForgeResult<Option<Vec<super::Found>>> {
+        if !self.graphql {
+            return Ok(None);
+        }
+        self.search_read(searches).await.map(Some)
+    }
+
     async fn create_issue(&self, new: NewIssue) -> ForgeResult<Issue> {
         let action = format!("open an issue `{}` in {}", new.title, self.settings.repo);
         let mut call = self.call(Method::POST, "/issues", action.clone(), Access::IssuesWrite);

@@ -89,6 +89,9 @@
 //!   query; connections need `first`/`last`; a field the fake does not
 //!   model fails the test. `Blob.text` is cut beyond 512 KB
 //!   (`isTruncated`), `null` for binary content.
+//! - **Search** (GraphQL `search(type: ISSUE, ...)`, search.rs): the
+//!   qualifiers ward sends, at most 1,000 results with `issueCount`, and
+//!   an index that can lag behind writes (`search_lag`).
 //! - **Contents over 1 MB** come without their content (`content: ""`,
 //!   `encoding: "none"`), as on GitHub; `GET /git/blobs/{sha}` gives them.
 
@@ -98,6 +101,7 @@ mod graphql;
 mod handlers;
 mod releases;
 mod schedule;
+mod search;
 mod settings;
 mod state;
 

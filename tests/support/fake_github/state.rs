@@ -388,6 +388,8 @@ pub struct State {
     pub faults: Vec<Fault>,
     /// A seeded fault schedule over every API request (schedule.rs).
     pub schedule: Option<super::schedule::Schedule>,
+    /// How far the search index lags behind writes (search.rs); zero: none.
+    pub search_lag: chrono::Duration,
     pub(super) next_id: u64,
     /// The path of the request being answered (for `Link` headers).
     pub(super) current_path: String,
@@ -441,6 +443,7 @@ impl State {
             unknown: Vec::new(),
             faults: Vec::new(),
             schedule: None,
+            search_lag: chrono::Duration::zero(),
             next_id: 1000,
             current_path: String::new(),
             actor: ENGINE.into(),
