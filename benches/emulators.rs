@@ -28,12 +28,16 @@
 //! built locally and checked present before every round, so a pull would
 //! fail the bench rather than hide in its figures.
 //!
-//! Prints one JSON object per line: bench, unit, median, p95, peer (name,
-//! median, p95), ratio. `WARD_BENCH_ROUNDS` sets the rounds (default 9).
+//! Prints one JSON object per line (benches/support): bench (naming the
+//! peer), unit, median, p95, the peer's median, and the median of the
+//! rounds' ratios. `WARD_BENCH_ROUNDS` sets the rounds (default 9).
 
 #[allow(dead_code)]
 #[path = "../tests/support/workspace.rs"]
 mod support;
+
+#[path = "support/mod.rs"]
+mod bench_report;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -134,15 +138,15 @@ fn ms(d: Duration) -> f64 {
 
 fn report(bench: &str, ours: &[f64], theirs: &[f64]) {
     let ratios: Vec<f64> = ours.iter().zip(theirs).map(|(a, b)| a / b).collect();
-    let line = serde_json::json!({
-        "bench": bench,
-        "unit": "ms",
-        "median": percentile(ours, 0.5),
-        "p95": percentile(ours, 0.95),
-        "peer": { "name": PEER, "median": percentile(theirs, 0.5), "p95": percentile(theirs, 0.95) },
-        "ratio": (percentile(&ratios, 0.5) * 1000.0).round() / 1000.0,
-    });
-    println!("{line}");
+    // The ratio is the median of the rounds' ratios (each round ran both).
+    bench_report::emit(
+        &format!("{bench} (peer: {PEER})"),
+        "ms",
+        percentile(ours, 0.5),
+        percentile(ours, 0.95),
+        Some(percentile(theirs, 0.5)),
+        Some(percentile(&ratios, 0.5)),
+    );
 }
 
 #[tokio::main]

@@ -27,6 +27,9 @@ mod departments;
 #[allow(dead_code)]
 mod fake_github;
 
+#[path = "support/mod.rs"]
+mod report;
+
 use std::time::{Duration, Instant};
 
 use departments::{Counting, Shared, Ward, config_with};
@@ -67,9 +70,7 @@ fn percentile<T: Copy + Ord>(v: &[T], p: f64) -> T {
 
 fn line(bench: &str, unit: &str, median: f64, p95: f64, peer: Option<f64>) {
     let ratio = peer.map(|p| if p == 0.0 { 0.0 } else { median / p });
-    let json =
-        serde_json::json!({ "bench": bench, "unit": unit, "median": median, "p95": p95, "peer": peer, "ratio": ratio });
-    println!("{json}");
+    report::emit(bench, unit, median, p95, peer, ratio);
 }
 
 impl Figures {
