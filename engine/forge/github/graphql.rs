@@ -595,7 +595,19 @@ impl GitHubForge {
         let action = format!("read issue {number}, its chart and its label history in {repo} (GraphQL)");
         let answer = self.graphql(LOOK_QUERY, self.issue_variables(number), &action, Access::IssuesRead).await?;
         let data: LookData = self.issue_data(number, &answer, &action)?;
-        let Some(mut issue) = data.issue else { return Err(bad_shape(&action, "no `issue` in the answer")) };
+        let Some(issue) = data.issue else { return Err(bad_shape(&action, "no `issue` in the answer")) };
+        self.look_whole(number, issue, data.chart, &action).await
+    }
+
+    /// A patient's look from what one query read, completed over REST where
+    /// GraphQL cut it (more than 100 labels or label events, a long chart).
+    async fn look_whole(
+        &self,
+        number: IssueNumber,
+        mut issue: GqlIssue,
+        chart: Option<GqlBlob>,
+        action: &str,
+    ) -> ForgeResult<PatientLook> {
         let label_events = match issue.timeline.take() {
             Some(t) if !t.page_info.has_previous_page => t
                 .nodes
@@ -609,8 +621,8 @@ impl GitHubForge {
                 .collect(),
             _ => self.label_events(number).await?,
         };
-        let issue = self.issue_of(number, issue, &action).await?;
-        let chart = self.chart_of(data.chart, &action).await?;
+        let issue = self.issue_of(number, issue, action).await?;
+        let chart = self.chart_of(chart, action).await?;
         Ok(PatientLook { issue, chart, label_events })
     }
 
@@ -995,8 +1007,7 @@ impl GitHubForge {
         Ok(out)
     }
 
-    /// One patient of a [`Self::looks_chunk`] answer, whole (REST for what
-    /// GraphQL cut: more than 100 labels or label events, a long chart).
+    /// One patient of a [`Self::looks_chunk`] answer, whole.
     async fn look_of(
         &self,
         number: IssueNumber,
@@ -1005,26 +1016,11 @@ impl GitHubForge {
         action: &str,
     ) -> ForgeResult<PatientLook> {
         let issue = issue.filter(|i| !i.is_null()).ok_or_else(|| bad_shape(action, format!("no issue {number}")))?;
-        let mut issue: GqlIssue = serde_json::from_value(issue.clone()).map_err(|e| bad_shape(action, e))?;
+        let issue: GqlIssue = serde_json::from_value(issue.clone()).map_err(|e| bad_shape(action, e))?;
         let chart: Option<GqlBlob> = match chart.filter(|c| !c.is_null()) {
             Some(c) => Some(serde_json::from_value(c.clone()).map_err(|e| bad_shape(action, e))?),
             None => None,
         };
-        let label_events = match issue.timeline.take() {
-            Some(t) if !t.page_info.has_previous_page => t
-                .nodes
-                .into_iter()
-                .map(|e| LabelEvent {
-                    action: if e.typename == "UnlabeledEvent" { LabelAction::Removed } else { LabelAction::Added },
-                    label: e.label.name,
-                    actor: e.actor.map_or_else(|| "ghost".into(), |a| a.login),
-                    at: e.created_at,
-                })
-                .collect(),
-            _ => self.label_events(number).await?,
-        };
-        let issue = self.issue_of(number, issue, action).await?;
-        let chart = self.chart_of(chart, action).await?;
-        Ok(PatientLook { issue, chart, label_events })
+        self.look_whole(number, issue, chart, action).await
     }
 }
