@@ -44,25 +44,33 @@ pub struct DemoRun {
 const DEMO_CI: &str =
     "\n# The demo's local CI: run on each treated head, read by the discharge audit.\nci:\n  command: sh check.sh\n";
 
-/// Creates the demo repository in `dir` (which must be empty or absent),
-/// admits the sample issue and runs stage after stage.
-pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<DemoRun> {
+/// A demo's repository in `dir` (new or empty; `flag` names the option that
+/// chooses it): the sample's files, a git repository on `main` (created
+/// first, so that the installation reads its branch) and the default
+/// installation. Nothing is committed yet.
+fn new_repository(dir: &Path, files: &[(&str, &str)], flag: &str) -> anyhow::Result<()> {
     if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
-        anyhow::bail!("{} is not empty; give `ward demo --dir` a new or empty folder", dir.display());
+        anyhow::bail!("{} is not empty; give `{flag}` a new or empty folder", dir.display());
     }
     std::fs::create_dir_all(dir).with_context(|| format!("could not create {}", dir.display()))?;
-    for (path, text) in SAMPLE_FILES {
+    for (path, text) in files {
         std::fs::write(dir.join(path), text)?;
         if path.ends_with(".sh") {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(dir.join(path), std::fs::Permissions::from_mode(0o755))?;
         }
     }
-    // The repository first, on `main`, so that `ward init` reads its branch.
     let mut opts = git2::RepositoryInitOptions::new();
     opts.initial_head("main");
     git2::Repository::init_opts(dir, &opts).context("could not create the demo git repository")?;
     crate::defaults::install(dir)?;
+    Ok(())
+}
+
+/// Creates the demo repository in `dir` (which must be empty or absent),
+/// admits the sample issue and runs stage after stage.
+pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<DemoRun> {
+    new_repository(dir, SAMPLE_FILES, "ward demo --dir")?;
     // The demo's sample decisions (`ward init` starts with none).
     std::fs::write(dir.join("precedents/log.yaml"), crate::defaults::SAMPLE_PRECEDENTS)?;
     // The local CI: the sample's own check, run on every treated head.

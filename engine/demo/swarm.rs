@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
 
 use crate::discharge::review;
 use crate::forge::local::LocalForge;
@@ -78,21 +77,7 @@ pub struct SwarmRun {
 /// Creates the swarm's repository in `dir` (new or empty), admits the
 /// three patients and runs the hospital until every one rests.
 pub async fn run(dir: &Path, ward_exe: &Path) -> anyhow::Result<SwarmRun> {
-    if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
-        anyhow::bail!("{} is not empty; give `ward demo --swarm --dir` a new or empty folder", dir.display());
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("could not create {}", dir.display()))?;
-    for (path, text) in FILES {
-        std::fs::write(dir.join(path), text)?;
-        if path.ends_with(".sh") {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir.join(path), std::fs::Permissions::from_mode(0o755))?;
-        }
-    }
-    let mut opts = git2::RepositoryInitOptions::new();
-    opts.initial_head("main");
-    git2::Repository::init_opts(dir, &opts).context("could not create the demo git repository")?;
-    crate::defaults::install(dir)?;
+    super::new_repository(dir, FILES, "ward demo --swarm --dir")?;
     let config_path = dir.join(crate::config::CONFIG_PATH);
     let text = std::fs::read_to_string(&config_path)?;
     let text = text.replacen("  ward:lockdown:", &format!("{QUEUE_LABEL}  ward:lockdown:"), 1) + CONFIG;
