@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-
 use crate::discharge::review;
 use crate::forge::local::LocalForge;
 use crate::forge::{Forge, IssueNumber, IssueState, NewIssue};
