@@ -135,10 +135,15 @@ fn the_swarm_with_emulators_and_checkpoints_reaps_every_container_checkpoint_and
     let image = docstore_image();
     let tmp = tempfile::tempdir().unwrap();
     let (dir, ward_home) = (tmp.path().join("swarm"), tmp.path().join("ward-home"));
+    // The installation's id, set before the run (ward keeps an existing
+    // one), so that even a failing run leaves nothing of it behind.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let installation = format!("swarm-test-{}-{nanos}", std::process::id());
+    std::fs::create_dir_all(&ward_home).unwrap();
+    std::fs::write(ward_home.join("installation-id"), &installation).unwrap();
+    let _janitor = InstallationJanitor(installation.clone());
     let (text, took) = swarm(tmp.path(), &dir, &ward_home, &["--emulator", image]);
     eprintln!("the swarm with emulators took {took:?}");
-    let installation = std::fs::read_to_string(ward_home.join("installation-id")).unwrap().trim().to_string();
-    let _janitor = InstallationJanitor(installation.clone());
     assert_all_three_reach_main(&text, &dir);
     assert!(text.contains(&format!("Emulator `{image}` on treat, resolve, code-review")), "{text}");
 

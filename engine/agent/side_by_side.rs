@@ -442,6 +442,17 @@ mod tests {
     }
 
     #[test]
+    fn a_run_step_runs_in_the_worktree_and_its_failure_is_one_sentence() {
+        let dir = tempfile::tempdir().unwrap();
+        let done = apply(dir.path(), &[Recipe::Run { command: "echo data > ran.txt".into() }]).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.path().join("ran.txt")).unwrap(), "data\n");
+        assert!(done[0].starts_with("ran the command the issue names"), "{done:?}");
+        let failing = Recipe::Run { command: "echo no such collection >&2; exit 3".into() };
+        let err = apply(dir.path(), &[failing]).unwrap_err();
+        assert!(err.contains("failed (exit status: 3)") && err.contains("no such collection"), "{err}");
+    }
+
+    #[test]
     fn additions_on_both_sides_are_both_kept_and_a_real_clash_is_not_resolved() {
         let both = "a\n<<<<<<< HEAD\nbase adds\n||||||| parent\n=======\nbranch adds\n>>>>>>> 1234 (x)\nz\n";
         assert_eq!(resolve_markers(both).unwrap(), "a\nbase adds\nbranch adds\nz\n");

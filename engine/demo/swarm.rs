@@ -310,3 +310,28 @@ pub fn render(run: &SwarmRun) -> String {
     ));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_emulator_goes_to_the_treating_and_reviewing_stages_and_the_check_only() {
+        let shipped = include_str!("../../.github/ward.yml");
+        let text = shipped.replacen("  ward:lockdown:", &format!("{QUEUE_LABEL}  ward:lockdown:"), 1) + CONFIG;
+        let mut text = with_stage_emulators(&text, "ward-docstore:test").unwrap();
+        text.push_str(&format!("  emulator: {}\n", emulator_section("ward-docstore:test")));
+        let config = crate::config::Config::parse(&text, Path::new("ward.yml"), None).unwrap();
+        for stage in ["admit", "diagnose", "plan-review", "treat", "consult", "code-review", "discharge", "resolve"] {
+            let emulator = config.emulator_for(stage).map(|e| e.image.as_str());
+            let expected = EMULATED_STAGES.contains(&stage).then_some("ward-docstore:test");
+            assert_eq!(emulator, expected, "{stage}");
+        }
+        let check = config.integration.as_ref().and_then(|i| i.emulator.as_ref()).expect("the check's emulator");
+        assert!(check.checkpoint().is_some(), "the docstore's checkpoint section is built in");
+        assert_eq!(check.expose["DOCSTORE_ENDPOINT"], "http://127.0.0.1:{{ ports[8081] }}");
+        let without_resolve = shipped.replace("  resolve:\n", "  resolving:\n");
+        let err = with_stage_emulators(&without_resolve, "ward-docstore:test").unwrap_err().to_string();
+        assert!(err.contains("lacks some of the stages"), "{err}");
+    }
+}
