@@ -136,7 +136,16 @@ fn data_step(document: &str, title: &str) -> String {
 /// three patients and runs the hospital until every one rests; with
 /// `emulator`, an image to give the stages and checks (see the module).
 pub async fn run(dir: &Path, ward_exe: &Path, emulator: Option<&str>) -> anyhow::Result<SwarmRun> {
-    if emulator.is_some() {
+    // Checked before anything is made: bad input changes nothing.
+    if let Some(image) = emulator {
+        let section: crate::config::EmulatorConfig = serde_yaml::from_str(&emulator_section(image))?;
+        if section.checkpoint().is_none() {
+            anyhow::bail!(
+                "`{image}` is not a `ward-docstore` image: the swarm's data steps speak the docstore's protocol and \
+                 its checkpoints are built in for that image only; build one from tests/docstore (see \
+                 tests/support/workspace.rs) and pass it as `--emulator ward-docstore:TAG`"
+            );
+        }
         let curl = std::process::Command::new("curl").arg("--version").output();
         if !curl.is_ok_and(|o| o.status.success()) {
             anyhow::bail!(
@@ -183,7 +192,7 @@ pub async fn run(dir: &Path, ward_exe: &Path, emulator: Option<&str>) -> anyhow:
             let line = match r {
                 Ok(StageResult::Moved(t)) => format!("{}: {} -> {}", t.stage, t.outcome, t.to),
                 Ok(other) => format!("{other:?}").chars().take(120).collect(),
-                Err(e) => format!("failed: {e}"),
+                Err(e) => format!("failed: {e:#}"),
             };
             log.push(((run_index, 2), issue, line));
             run_index += 1;
