@@ -54,6 +54,11 @@ pub enum Command {
         /// reviewed, a failure only in combination sent back and fixed.
         #[arg(long)]
         swarm: bool,
+        /// With --swarm: give the treating and reviewing stages and each integration check a
+        /// container of IMAGE, a `ward-docstore` image present locally (built from tests/docstore;
+        /// ward never pulls). Each treatment writes a document with curl; checkpoints carry it.
+        #[arg(long, value_name = "IMAGE", requires = "swarm")]
+        emulator: Option<String>,
     },
     /// Run scripted scenarios over the local forge; exit 1 when expectations fail.
     Simulate {
@@ -361,14 +366,14 @@ fn load_config(root: &Path) -> anyhow::Result<Config> {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
-        Command::Demo { dir, swarm } => {
+        Command::Demo { dir, swarm, emulator } => {
             let dir = match dir {
                 Some(d) => d.clone(),
                 None => tempdir_path("ward-demo")?,
             };
             let exe = std::env::current_exe().context("could not find the ward binary itself")?;
             if *swarm {
-                let run = crate::demo::swarm::run(&dir, &exe).await?;
+                let run = crate::demo::swarm::run(&dir, &exe, emulator.as_deref()).await?;
                 print!("{}", crate::demo::swarm::render(&run));
                 return Ok(if run.all_discharged { ExitCode::SUCCESS } else { ExitCode::FAILURE });
             }
