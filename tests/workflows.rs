@@ -1160,6 +1160,8 @@ async fn ward_starts_ci_on_the_treatment_branch_waits_for_it_and_a_maintainers_r
     };
     let mut runner = Runner::new(&gh);
     runner.job_takes("ci.yml", "test", 10 * MINUTE);
+    // Without a cap the slot job only reads ward.yml: seconds.
+    runner.job_takes("ward-stage.yml", "slot", Duration::from_secs(10));
     let marks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (m1, m2) = (marks.clone(), marks.clone());
     runner.at(29 * MINUTE, "mark the log", move |s| m1.lock().unwrap().push(s.log.len()));
@@ -1342,6 +1344,10 @@ async fn an_unrelated_label_applied_while_a_dispatch_is_pending_does_not_lose_th
     };
     let mut runner = Runner::new(&gh);
     runner.job_takes("ward-stage.yml", "visit", 5 * MINUTE);
+    // Without a cap the slot job only reads ward.yml: seconds. The record
+    // ends before the next stage's slot job, which the stop below waits for.
+    runner.job_takes("ward-stage.yml", "slot", Duration::from_secs(10));
+    runner.job_takes("ward-stage.yml", "record", Duration::from_secs(5));
     gh.state().label(n, "ward:admit", "maya");
     // Each visit takes five minutes; the label comes while diagnosis's runs.
     runner.at(6 * MINUTE, "a triager labels the issue `bug`", move |s| s.label(n, "bug", "tia"));
