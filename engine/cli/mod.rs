@@ -420,11 +420,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(code)
         }
-        Command::Slot { free: Some(run), .. } => free_slot(&cli, run).await,
-        Command::Slot { event, event_name, free: None } => {
-            let event = event.as_deref().context("--event or --free is required")?;
-            slot_from_event(&cli, event, event_name.as_deref()).await
-        }
+        Command::Slot { event, event_name, free } => slot(&cli, event, event_name, free).await,
         Command::Record { visit, event, event_name } => {
             let phase = crate::stage::Phase::Record { from: absolute(visit)? };
             event_command(&cli, event, event_name.as_deref(), phase).await
@@ -608,13 +604,27 @@ async fn stage_from_event(
     Ok(code(result.exit_code()))
 }
 
+/// `ward slot`: `--free RUN`, else `--event FILE`.
+async fn slot(
+    cli: &Cli,
+    event: &Option<PathBuf>,
+    event_name: &Option<String>,
+    free: &Option<String>,
+) -> anyhow::Result<ExitCode> {
+    match free {
+        Some(run) => free_slot(cli, run).await,
+        None => slot_from_event(cli, event.as_deref(), event_name.as_deref()).await,
+    }
+}
+
 /// `ward slot --event FILE`: without a cap, the visit runs and nothing is
 /// read or written; with one, the guards (no write) and a slot for this
 /// run, or the patient queued. The step outputs `visit` (`false` only
 /// when the patient was queued) and `slot` (the run id holding a slot, or
 /// empty). Exit 0 unless something failed.
-async fn slot_from_event(cli: &Cli, event: &Path, event_name: Option<&str>) -> anyhow::Result<ExitCode> {
+async fn slot_from_event(cli: &Cli, event: Option<&Path>, event_name: Option<&str>) -> anyhow::Result<ExitCode> {
     use crate::actions::{EventRun, set_outputs};
+    let event = event.ok_or_else(|| BadInput("`ward slot` needs --event FILE or --free RUN".into()))?;
     let config = load_config(&cli.root)?;
     if !config.capacity.capped(&config) {
         println!("no cap on agents in .github/ward.yml: the visit runs without a slot");
