@@ -327,3 +327,39 @@ async fn the_integration_check_runs_with_a_fresh_emulator_removed_after() {
     ]);
     assert!(left.trim().is_empty(), "the check's emulator is removed: {left}");
 }
+
+/// The GitHub half of the cap, on the local forge: `ward visit` runs its
+/// agent only under the slot its run took (`ward slot`, the same run id).
+/// Without one it stops before the agent with nothing to record; after
+/// `ward slot` took it, the agent runs; `ward slot --free` frees it.
+#[test]
+fn a_visit_runs_its_agent_only_under_the_slot_its_run_took() {
+    let s = Sandbox::new();
+    let log = capped(&s, 1);
+    let out = s.ward(&["admit", "--title", "first", "--body", "b"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    s.write("event.json", r#"{"action": "ward-stage", "client_payload": {"issue": 1, "label": "ward:admit"}}"#);
+    let run = [("GITHUB_EVENT_NAME", "repository_dispatch"), ("GITHUB_RUN_ID", "77"), ("GITHUB_RUN_ATTEMPT", "1")];
+    let visit = || s.ward_env(&["visit", "--event", "event.json", "--out", "visit"], &run);
+
+    let out = visit();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("run gh77.1 holds no agent slot for #1"), "{}", stdout(&out));
+    assert!(!log.exists(), "no agent ran");
+
+    let out = s.ward_env(&["slot", "--event", "event.json"], &run);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("run gh77.1 took an agent slot"), "{}", stdout(&out));
+    assert!(s.read("charts/0.md").contains("\"gh77.1\""), "{}", s.read("charts/0.md"));
+
+    let out = visit();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("for the record job"), "the visit was sealed: {}", stdout(&out));
+    let agents = std::fs::read_to_string(&log).unwrap();
+    assert!(agents.starts_with("start 1 admit"), "{agents}");
+
+    let out = s.ward_env(&["slot", "--free", "gh77.1"], &run);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("the agent slot of run gh77.1 is free"), "{}", stdout(&out));
+    assert!(!s.read("charts/0.md").contains("gh77.1"), "{}", s.read("charts/0.md"));
+}
