@@ -591,6 +591,13 @@ pub trait Forge: Send + Sync {
     /// `pull`. Locally: recorded on the pull request.
     async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()>;
 
+    /// Whether this forge has a merge queue of its own that a base branch
+    /// may turn on (GitHub's): a patient resting at the merge-queue label
+    /// is then in it, and its pull request's fate wakes it.
+    fn offers_merge_queue(&self) -> bool {
+        false
+    }
+
     /// Whether ward's own merge queue runs on this forge (`ward run` on the
     /// local forge); elsewhere discharge merges directly.
     fn runs_merge_queue(&self) -> bool {

@@ -484,10 +484,10 @@ fn asked<'h>(h: &'h Hospital, req: &StageRequest, issue: &Issue) -> Asked<'h> {
             ));
         }
     };
-    // A patient in GitHub's merge queue (a forge that does not run ward's
-    // own queue) is the auditing stage's to settle, whatever woke it.
+    // A patient in GitHub's merge queue is the auditing stage's to settle,
+    // whatever woke it.
     if label_in == config.merge_queue_label()
-        && !h.forge.runs_merge_queue()
+        && h.forge.offers_merge_queue()
         && let Some(stage) = config.audit_stage()
     {
         return Asked::Settle { stage, label_in };

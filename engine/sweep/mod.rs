@@ -523,7 +523,7 @@ impl Walk<'_> {
     /// which discharges it when merged or sends it back when let go.
     async fn settle_forge_queue(&self, report: &mut SweepReport) {
         let label = self.config.merge_queue_label();
-        if self.forge.runs_merge_queue() || !self.config.labels.contains_key(label) {
+        if !self.forge.offers_merge_queue() || !self.config.labels.contains_key(label) {
             return;
         }
         let resting = match self.forge.open_issues_with_label(label).await {

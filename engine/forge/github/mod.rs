@@ -775,6 +775,10 @@ impl Forge for GitHubForge {
         }
     }
 
+    fn offers_merge_queue(&self) -> bool {
+        true
+    }
+
     async fn enqueue_pull_request(&self, pull: u64, queue: &ForgeQueue, head_sha: &str) -> ForgeResult<()> {
         self.enqueue(pull, &queue.pull_id, head_sha).await
     }
