@@ -891,6 +891,27 @@ fn schedule_runs_the_sweep() {
     assert_eq!(parse(&json!({}), Some("schedule")).unwrap(), Parsed::Ours(Trigger { actor: String::new(), ..t }));
 }
 
+/// GitHub's merge queue closing (merged) or dequeueing a treatment
+/// branch's pull request wakes its patient; the dequeue's reason comes
+/// along; another branch, or another action, is not ours.
+#[test]
+fn a_pull_request_closed_or_dequeued_on_a_treatment_branch_wakes_its_patient() {
+    let mut closed = payload("pull_request/closed.payload.json");
+    closed["pull_request"]["head"]["ref"] = json!("ward/issue-7");
+    let Parsed::Ours(t) = parse(&closed, Some("pull_request")).unwrap() else { panic!("ours") };
+    assert_eq!((t.kind, t.issue), (TriggerKind::Wake, Some(IssueNumber(7))));
+    let wake = t.wake.unwrap();
+    assert_eq!((wake.event.as_str(), wake.dequeued), ("pull_request", None));
+    let mut dequeued = closed.clone();
+    dequeued["action"] = json!("dequeued");
+    dequeued["reason"] = json!("CI_FAILURE");
+    let Parsed::Ours(t) = parse(&dequeued, Some("pull_request")).unwrap() else { panic!("ours") };
+    assert_eq!(t.wake.unwrap().dequeued.as_deref(), Some("CI_FAILURE"));
+    let other = payload("pull_request/closed.payload.json");
+    let Parsed::NotOurs { reason } = parse(&other, Some("pull_request")).unwrap() else { panic!("not ours") };
+    assert!(reason.contains("ward wakes only on its treatment branches"), "{reason}");
+}
+
 #[test]
 fn other_events_are_not_ours_with_a_one_line_reason() {
     for (file, name, reason) in [
