@@ -2420,6 +2420,33 @@ async fn a_failing_merge_group_sends_the_patient_back_to_treatment_with_the_reas
     assert_eq!(notes.last().unwrap().body, "audit-failed", "the send-back limit counts it");
 }
 
+/// A push to a queued pull request takes it out of GitHub's queue; the
+/// dequeued delivery finds the head moved since the enqueue, and the
+/// patient goes back to the audit (which reads the new head), not to
+/// treatment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_to_a_queued_pull_request_sends_the_patient_back_to_the_audit() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_git_repo(&gh);
+    let env = git_env(&gh, repo.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let n = queued_repository(&gh);
+    walk_to_discharge(&gh, repo.path(), &env, n).await;
+    let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
+    gh.state().commit_files(&format!("ward/issue-{n}"), &[("late.txt", "late\n")], "A late change", "alice");
+    assert!(gh.state().merge_group_of(pr).is_none(), "GitHub dequeues a pull request whose head moved");
+    let dequeued = last_pull_request_event(&gh, "dequeued");
+    let ran = ward_step(&gh, repo.path(), "pull_request", &dequeued.payload, &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:discharge"]), "{}", ran.stdout);
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    let notes = Sentinels::default().parse_chart(&chart).unwrap();
+    let note = notes.iter().rfind(|n| n.kind == "WAITING").unwrap();
+    assert!(note.body.starts_with("Left GitHub's merge queue") && note.body.contains("moved from the enqueued head"));
+    assert!(!s.pull(pr).merged);
+}
+
 /// The sweep does not take a patient in GitHub's merge queue for stalled
 /// while GitHub holds it (one read, no dispatch); once GitHub let it go and
 /// the event never reached ward, the sweep sends it a look, which sends it

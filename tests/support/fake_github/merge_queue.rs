@@ -10,7 +10,7 @@
 //! group's head, as CI would; when all pass the base moves to the group's
 //! commit and the pull request is merged (`pull_request` closed, by the
 //! merge queue); a failed one, or a conflict, takes it out of the queue
-//! (`pull_request` dequeued with a reason). A base that moved meanwhile
+//! (`pull_request` dequeued with a reason), as does a push to its head. A base that moved meanwhile
 //! gets the group built again. GitHub also sends `merge_group`
 //! checks_requested to workflows (none when a workflow's `GITHUB_TOKEN`
 //! enqueued it); the fake sends none: no workflow of ward's listens to it,
@@ -120,8 +120,10 @@ impl State {
         }
     }
 
-    /// Out of the queue, with GitHub's `dequeued` delivery.
-    fn dequeue(&mut self, n: u64, reason: &str) {
+    /// Out of the queue, with GitHub's `dequeued` delivery. (The reason
+    /// strings are the fake's: GitHub's webhook schema says only "the
+    /// reason"; ward quotes it and decides nothing on it.)
+    pub(super) fn dequeue(&mut self, n: u64, reason: &str) {
         if let Some(at) = self.merge_groups.iter().position(|g| g.pull == n) {
             let group = self.merge_groups.remove(at);
             self.git.delete_ref(&format!("refs/heads/{}", group.branch));
