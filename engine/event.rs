@@ -6,7 +6,8 @@
 //! `schedule` (the sweep). Five more wake a waiting patient when they are
 //! about its treatment branch (`ward/issue-N`): `pull_request_review`
 //! submitted, `check_suite`, `check_run` and `workflow_run` completed, and
-//! `status`. Anything else is [`Parsed::NotOurs`] with a one-line reason,
+//! `status`; and `pull_request` closed or dequeued wakes a patient resting
+//! in GitHub's merge queue. Anything else is [`Parsed::NotOurs`] with a one-line reason,
 //! so a workflow can exit 0 cheaply. A payload that claims to be one of
 //! ours but lacks what we need is an [`EventError`].
 //!
@@ -46,6 +47,10 @@ pub struct Wake {
     pub head: Option<String>,
     /// Who submitted the review (`pull_request_review` only).
     pub reviewer: Option<String>,
+    /// Why GitHub's merge queue let the pull request go (`pull_request`
+    /// `dequeued` only: the payload's `reason`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dequeued: Option<String>,
 }
 
 /// A parsed ward event.
@@ -179,7 +184,28 @@ pub fn parse_event(text: &str, event_name: Option<&str>, path: &Path) -> Result<
                 )));
             };
             let mut t = trigger(TriggerKind::Wake, Some(issue), None, None);
-            t.wake = Some(Wake { event: name.clone(), head, reviewer });
+            t.wake = Some(Wake { event: name.clone(), head, reviewer, dequeued: None });
+            Ok(Parsed::Ours(t))
+        }
+        "pull_request" => {
+            // GitHub's merge queue merged the pull request (closed) or let it go (dequeued).
+            let action = r.str_at("/action").unwrap_or_default();
+            if action != "closed" && action != "dequeued" {
+                return Ok(not_ours(format!(
+                    "a `pull_request` event with action `{action}`; ward wakes on `closed` and `dequeued`"
+                )));
+            }
+            let branch = r.str_at("/pull_request/head/ref").unwrap_or_default();
+            let Some(issue) = patient_of_branch(&branch) else {
+                return Ok(not_ours(format!(
+                    "a `pull_request` event about `{branch}`; ward wakes only on its treatment branches \
+                     (`{BRANCH_PREFIX}N`)"
+                )));
+            };
+            let mut t = trigger(TriggerKind::Wake, Some(issue), None, None);
+            let dequeued = (action == "dequeued").then(|| r.str_at("/reason").unwrap_or_else(|| "not given".into()));
+            let head = r.str_at("/pull_request/head/sha");
+            t.wake = Some(Wake { event: name.clone(), head, reviewer: None, dequeued });
             Ok(Parsed::Ours(t))
         }
         other => Ok(not_ours(format!(

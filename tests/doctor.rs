@@ -172,6 +172,32 @@ async fn pull_requests_by_actions_not_allowed_is_named() {
     assert!(line.contains("could not tell") && line.contains("admin's token"), "{line}");
 }
 
+/// Doctor says whether the default branch has GitHub's merge queue and
+/// what discharge does: merges directly, or enqueues; with `integration:`
+/// in ward.yml and no queue on GitHub it fails, saying that ward's check
+/// runs only on the local forge and how to turn GitHub's queue on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn githubs_merge_queue_is_reported_and_an_integration_without_it_is_named() {
+    let (s, fake) = sound().await;
+    let text = stdout(&doctor(&s, &fake, &[]));
+    let line = text.lines().find(|l| l.starts_with("ok    merge queue: ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("`main` has no merge queue: discharge merges the audited pull request directly"), "{line}");
+    fake.state().require_merge_queue("main", &["test"]);
+    let out = doctor(&s, &fake, &[]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    let line = text.lines().find(|l| l.starts_with("ok    merge queue: ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("discharge enqueues into GitHub's merge queue"), "{line}");
+    assert!(line.contains("Repository octo/hospital, merge method SQUASH") && line.contains("WARD_TOKEN"), "{line}");
+    answers_conform(&fake);
+    // ward's integration check is configured, GitHub has no queue: said plainly.
+    fake.state().merge_queues.clear();
+    s.edit_config("agent:\n", "integration:\n  command: [\"make\", \"check\"]\n\nagent:\n");
+    let line = only_failure(&doctor(&s, &fake, &[]), "merge queue");
+    assert!(line.contains("runs only on the local forge") && line.contains("merges the audited pull request directly"));
+    assert!(line.contains("\"Require merge queue\"") && line.contains("remove `integration:`"), "{line}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_label_is_named() {
     let (s, fake) = sound().await;

@@ -189,7 +189,7 @@ async fn patient(seed: u64, template: &Path) -> Result<Ran, String> {
                 // CI and the review arrive: their events wake the patient.
                 let head = review_and_ci(&gh, n, &mut reviewed);
                 let mut t = trigger(TriggerKind::Wake, n, None, "ci-app");
-                t.wake = Some(Wake { event: "check_suite".into(), head, reviewer: None });
+                t.wake = Some(Wake { event: "check_suite".into(), head, reviewer: None, dequeued: None });
                 t
             }
             None => {

@@ -475,8 +475,9 @@ async fn a_sweep_costs_its_search_and_two_calls_per_stalled_patient() {
             assert_eq!(steady_calls.get(GRAPHQL), Some(&1), "the search: {steady_calls:#?}");
             assert_eq!(
                 cold_calls.get("GET /repos/{owner}/{repo}/issues"),
-                Some(&6),
-                "the lockdowns (open, closed lately) and the resting labels, no stage label: {cold_calls:#?}"
+                Some(&7),
+                "the lockdowns (open, closed lately) and the resting labels (GitHub's merge queue's among them), \
+                 no stage label: {cold_calls:#?}"
             );
         }
         assert_eq!(cold_calls.get(DISPATCH), Some(&stalled), "{cold_calls:#?}");
@@ -577,7 +578,7 @@ async fn more_quiet_patients_than_the_search_gives_are_listed_instead() {
     assert!(r.to_string().contains("- listed instead of searched: `ward:treat`"), "{r}");
     assert!(r.actions.is_empty(), "{r}");
     let calls = calls_since(&gh, mark);
-    assert_eq!(calls.get("GET /repos/{owner}/{repo}/issues"), Some(&(11 + 6)), "11 pages of treat: {calls:#?}");
+    assert_eq!(calls.get("GET /repos/{owner}/{repo}/issues"), Some(&(11 + 7)), "11 pages of treat: {calls:#?}");
 }
 
 #[tokio::test]
@@ -890,6 +891,27 @@ fn schedule_runs_the_sweep() {
     assert_eq!(parse(&json!({}), Some("schedule")).unwrap(), Parsed::Ours(Trigger { actor: String::new(), ..t }));
 }
 
+/// GitHub's merge queue closing (merged) or dequeueing a treatment
+/// branch's pull request wakes its patient; the dequeue's reason comes
+/// along; another branch, or another action, is not ours.
+#[test]
+fn a_pull_request_closed_or_dequeued_on_a_treatment_branch_wakes_its_patient() {
+    let mut closed = payload("pull_request/closed.payload.json");
+    closed["pull_request"]["head"]["ref"] = json!("ward/issue-7");
+    let Parsed::Ours(t) = parse(&closed, Some("pull_request")).unwrap() else { panic!("ours") };
+    assert_eq!((t.kind, t.issue), (TriggerKind::Wake, Some(IssueNumber(7))));
+    let wake = t.wake.unwrap();
+    assert_eq!((wake.event.as_str(), wake.dequeued), ("pull_request", None));
+    let mut dequeued = closed.clone();
+    dequeued["action"] = json!("dequeued");
+    dequeued["reason"] = json!("CI_FAILURE");
+    let Parsed::Ours(t) = parse(&dequeued, Some("pull_request")).unwrap() else { panic!("ours") };
+    assert_eq!(t.wake.unwrap().dequeued.as_deref(), Some("CI_FAILURE"));
+    let other = payload("pull_request/closed.payload.json");
+    let Parsed::NotOurs { reason } = parse(&other, Some("pull_request")).unwrap() else { panic!("not ours") };
+    assert!(reason.contains("ward wakes only on its treatment branches"), "{reason}");
+}
+
 #[test]
 fn other_events_are_not_ours_with_a_one_line_reason() {
     for (file, name, reason) in [
@@ -902,7 +924,7 @@ fn other_events_are_not_ours_with_a_one_line_reason() {
         (
             "pull_request/labeled.payload.json",
             "pull_request",
-            "a `pull_request` event; ward runs on issues labeled, repository_dispatch, workflow_dispatch and schedule",
+            "a `pull_request` event with action `labeled`; ward wakes on `closed` and `dequeued`",
         ),
         (
             "push/payload.json",
@@ -1751,7 +1773,7 @@ async fn ward_event_prints_the_trigger_as_json() {
     assert_eq!(out.status.code(), Some(0), "not ours is not a failure");
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim(),
-        "not a ward event: a `pull_request` event; ward runs on issues labeled, repository_dispatch, workflow_dispatch and schedule"
+        "not a ward event: a `pull_request` event with action `labeled`; ward wakes on `closed` and `dequeued`"
     );
     let out = run("workflow_dispatch", payload("workflow_dispatch/payload.json"));
     assert_eq!(out.status.code(), Some(2), "a manual run without an issue is bad input");
@@ -2225,4 +2247,269 @@ async fn a_move_is_one_mutation_and_a_comment_whose_creation_lost_its_answer_is_
     let relabel = Some(Relabel { from: &next, to: &back });
     let failed = forge.relabel_and_comment(n, relabel, CommentWrite::Edit { id, body: "third" }).await;
     assert!(matches!(failed, Err(RelabelError::Labels(_))), "{failed:?}");
+}
+
+// ---------------------------------------------------------------------------
+// GitHub's own merge queue (issue 14): discharge enqueues instead of merging
+
+/// Walks patient `n` from admission through the discharge stage (a person
+/// approves and CI passes before the audit), following the dispatches.
+/// Returns the calls of the discharge step.
+async fn walk_to_discharge(
+    gh: &FakeGitHub,
+    repo: &Path,
+    env: &[(&str, &str)],
+    n: u64,
+) -> std::collections::BTreeMap<String, usize> {
+    let ran = ward_step(gh, repo, "issues", &labeled_event("ward:admit", n, "alice"), env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let mut handled = 0;
+    let mut discharge = None;
+    while handled < gh.state().dispatches.len() {
+        let client_payload = gh.state().dispatches[handled]["client_payload"].clone();
+        handled += 1;
+        if client_payload["label"] == "ward:discharge" {
+            people_review_and_ci_passes(gh, n);
+        }
+        let mark = gh.state().log.len();
+        let ran = ward_step(gh, repo, "repository_dispatch", &dispatch_event(&client_payload), env).await;
+        assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+        if client_payload["label"] == "ward:discharge" {
+            discharge = Some(calls_since(gh, mark));
+        }
+    }
+    discharge.expect("the patient reached the discharge stage")
+}
+
+/// A repository whose `main` has GitHub's merge queue (a ruleset needing
+/// the check `test` on the merge group), with one admitted patient.
+fn queued_repository(gh: &FakeGitHub) -> u64 {
+    let mut s = gh.state();
+    s.require_merge_queue("main", &["test"]);
+    s.add_collaborator("alice", "write");
+    s.add_issue("Login fails", "empty password", "alice", &["ward:admit"])
+}
+
+/// The last `pull_request` delivery with `action`.
+fn last_pull_request_event(gh: &FakeGitHub, action: &str) -> Delivery {
+    let s = gh.state();
+    s.deliveries.iter().rfind(|d| d.event == "pull_request" && d.action() == Some(action)).cloned().unwrap_or_else(
+        || {
+            panic!(
+                "no `pull_request` {action} delivery: {:?}",
+                s.deliveries.iter().map(|d| &d.event).collect::<Vec<_>>()
+            )
+        },
+    )
+}
+
+/// A fake with a merge queue on `main` refuses the REST merge, as GitHub
+/// does, and reports the rule; without the queue the same merge lands.
+#[tokio::test]
+async fn a_branch_with_githubs_merge_queue_refuses_a_direct_merge() {
+    let gh = FakeGitHub::start().await;
+    let (pr, head) = {
+        let mut s = gh.state();
+        s.actions_can_create_pull_requests = true;
+        let head = s.commit_files("feature", &[("a.txt", "a\n")], "Add a", "alice");
+        s.add_collaborator("alice", "write");
+        (s.open_pull("feature", "main", "Add a", "", "alice"), head)
+    };
+    let forge = gh.forge();
+    assert_eq!(forge.branch_merge_queue("main").await.unwrap(), None);
+    gh.state().require_merge_queue("main", &["test"]);
+    let rule = forge.branch_merge_queue("main").await.unwrap().expect("the merge_queue rule");
+    assert_eq!((rule.merge_method.as_str(), rule.check_response_timeout_minutes), ("SQUASH", Some(60)));
+    let err = forge.merge_pull_request(pr, &head).await.unwrap_err();
+    assert!(matches!(err, ForgeError::Api { status: 405, .. }), "{err:?}");
+    assert!(err.to_string().contains("Changes must be made through the merge queue"), "{err}");
+    assert!(!gh.state().pull(pr).merged, "nothing was merged");
+    // The audit's read says so, at no extra call.
+    let facts = forge.pull_facts("feature").await.unwrap().unwrap();
+    let queue = facts.merge_queue.expect("the base has GitHub's merge queue");
+    assert!(!queue.queued);
+    // A wrong expectedHeadOid is refused; the right one enqueues.
+    let wrong = "0123456789abcdef0123456789abcdef01234567";
+    assert!(forge.enqueue_pull_request(pr, &queue, wrong).await.is_err());
+    assert!(gh.state().merge_group_of(pr).is_none());
+    forge.enqueue_pull_request(pr, &queue, &head).await.unwrap();
+    assert!(forge.pull_facts("feature").await.unwrap().unwrap().merge_queue.unwrap().queued);
+    gh.state().merge_queues.clear();
+    assert!(forge.pull_facts("feature").await.unwrap().unwrap().merge_queue.is_none());
+}
+
+/// End to end: the audit passes, discharge enqueues the audited head into
+/// GitHub's merge queue (one GraphQL mutation instead of the REST merge),
+/// the patient rests at `ward:merge-queue` with a note; the merge group's
+/// required check passes, GitHub merges, and the `pull_request` closed
+/// delivery discharges the patient as a direct merge would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patient_is_discharged_through_githubs_merge_queue() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_git_repo(&gh);
+    let env = git_env(&gh, repo.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let n = queued_repository(&gh);
+    let discharge = walk_to_discharge(&gh, repo.path(), &env, n).await;
+    // The audit's read (the queue read with it), the enqueue mutation, the
+    // move's mutation; no merge.
+    assert_eq!(discharge.get("PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge"), None, "{discharge:#?}");
+    assert!(discharge.values().sum::<usize>() <= 8, "{discharge:#?}");
+    let (pr, group) = {
+        let s = gh.state();
+        assert_eq!(s.labels_of(n), strings(&["ward:merge-queue"]));
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).expect("still open").clone();
+        let group = s.merge_group_of(pr.number).expect("in the merge queue").clone();
+        assert!(group.branch.starts_with(&format!("gh-readonly-queue/main/pr-{}-", pr.number)), "{}", group.branch);
+        let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+        let notes = Sentinels::default().parse_chart(&chart).unwrap();
+        let note = notes.iter().rfind(|n| n.kind == "WAITING").expect("the queue's note");
+        assert!(note.body.starts_with("In GitHub's merge queue:"), "{}", note.body);
+        assert!(note.body.contains(&format!("at the audited head {}", pr.head_sha)), "{}", note.body);
+        (pr, group)
+    };
+    // A delivery while GitHub holds it changes nothing.
+    let look = json!({ "issue": n, "label": "ward:merge-queue" });
+    let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&look), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("still in GitHub's merge queue"), "{}", ran.stdout);
+    assert_eq!(gh.state().labels_of(n), strings(&["ward:merge-queue"]));
+    // CI passes on the merge group; GitHub merges it into main.
+    gh.state().report_check("ci-app", &group.head_sha, "test", "success", None);
+    {
+        let s = gh.state();
+        assert!(s.pull(pr.number).merged, "the queue merged it");
+        assert_eq!(s.branch_head("main").as_deref(), Some(group.head_sha.as_str()), "main is the group's commit");
+    }
+    let closed = last_pull_request_event(&gh, "closed");
+    assert_eq!(closed.sender, "github-merge-queue[bot]");
+    let ran = ward_step(&gh, repo.path(), "pull_request", &closed.payload, &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:discharged"]), "{}", ran.stdout);
+    assert!(!s.issues[&n].open, "the discharged patient is closed");
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    assert!(chart.contains("GitHub's merge queue merged pull request"), "{chart}");
+}
+
+/// A merge group whose required check fails: GitHub takes the pull request
+/// out of the queue (`dequeued`, reason `CI_FAILURE`), and the patient goes
+/// back to treatment with the reason, as a failed integration does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_merge_group_sends_the_patient_back_to_treatment_with_the_reason() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_git_repo(&gh);
+    let env = git_env(&gh, repo.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let n = queued_repository(&gh);
+    walk_to_discharge(&gh, repo.path(), &env, n).await;
+    let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
+    let group = gh.state().merge_group_of(pr).unwrap().clone();
+    gh.state().report_check("ci-app", &group.head_sha, "test", "failure", Some("1 test failed"));
+    assert!(gh.state().merge_group_of(pr).is_none() && !gh.state().pull(pr).merged, "dequeued, not merged");
+    let dequeued = last_pull_request_event(&gh, "dequeued");
+    assert_eq!(dequeued.payload["reason"], "CI_FAILURE");
+    let ran = ward_step(&gh, repo.path(), "pull_request", &dequeued.payload, &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:treat"]), "{}", ran.stdout);
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    let notes = Sentinels::default().parse_chart(&chart).unwrap();
+    let note = notes.iter().rfind(|n| n.kind == "DISCHARGE_CHECKLIST").unwrap();
+    assert!(note.body.contains("took pull request") && note.body.contains("`CI_FAILURE`"), "{}", note.body);
+    assert_eq!(notes.last().unwrap().body, "audit-failed", "the send-back limit counts it");
+}
+
+/// A push to a queued pull request takes it out of GitHub's queue; the
+/// dequeued delivery finds the head moved since the enqueue, and the
+/// patient goes back to the audit (which reads the new head), not to
+/// treatment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_to_a_queued_pull_request_sends_the_patient_back_to_the_audit() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_git_repo(&gh);
+    let env = git_env(&gh, repo.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let n = queued_repository(&gh);
+    walk_to_discharge(&gh, repo.path(), &env, n).await;
+    let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
+    gh.state().commit_files(&format!("ward/issue-{n}"), &[("late.txt", "late\n")], "A late change", "alice");
+    assert!(gh.state().merge_group_of(pr).is_none(), "GitHub dequeues a pull request whose head moved");
+    let dequeued = last_pull_request_event(&gh, "dequeued");
+    let ran = ward_step(&gh, repo.path(), "pull_request", &dequeued.payload, &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:discharge"]), "{}", ran.stdout);
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    let notes = Sentinels::default().parse_chart(&chart).unwrap();
+    let note = notes.iter().rfind(|n| n.kind == "WAITING").unwrap();
+    assert!(note.body.starts_with("Left GitHub's merge queue") && note.body.contains("moved from the enqueued head"));
+    assert!(!s.pull(pr).merged);
+}
+
+/// The sweep does not take a patient in GitHub's merge queue for stalled
+/// while GitHub holds it (one read, no dispatch); once GitHub let it go and
+/// the event never reached ward, the sweep sends it a look, which sends it
+/// back to treatment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_leaves_a_queued_patient_alone_and_revives_one_github_let_go() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_git_repo(&gh);
+    let env = git_env(&gh, repo.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let n = queued_repository(&gh);
+    walk_to_discharge(&gh, repo.path(), &env, n).await;
+    let forge = gh.forge();
+    let facilities = ward::sweep::Facilities::default();
+    let later = gh.state().time() + chrono::Duration::hours(6);
+    let dispatches = gh.state().dispatches.len();
+    let r = ward::sweep::sweep(&forge, &config(), later, &facilities, None).await.unwrap();
+    assert!(r.woken.is_empty() && r.actions.is_empty(), "{r}");
+    assert_eq!(gh.state().dispatches.len(), dispatches, "nobody was dispatched");
+    // GitHub lets it go (a failed group); the delivery is lost.
+    let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
+    let group = gh.state().merge_group_of(pr).unwrap().clone();
+    gh.state().set_status(&group.head_sha, "test", "failure", "ci-app");
+    let r = ward::sweep::sweep(&forge, &config(), later + chrono::Duration::hours(1), &facilities, None).await.unwrap();
+    assert_eq!(r.woken, vec![IssueNumber(n)], "{r}");
+    let look = gh.state().dispatches.last().unwrap()["client_payload"].clone();
+    assert_eq!(look, json!({ "issue": n, "label": "ward:merge-queue" }));
+    let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&look), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(gh.state().labels_of(n), strings(&["ward:treat"]), "{}", ran.stdout);
+    let chart = gh.state().file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    assert!(chart.contains("no longer holds pull request"), "{chart}");
+}
+
+/// The discharge's calls with and without GitHub's merge queue: the same
+/// audit read (the queue comes with it), then the enqueue mutation instead
+/// of the REST merge; the patient is moved instead of closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discharge_costs_the_same_with_githubs_merge_queue_as_without() {
+    let mut totals = Vec::new();
+    for queue in [false, true] {
+        let gh = FakeGitHub::start().await;
+        let repo = installed_git_repo(&gh);
+        let env = git_env(&gh, repo.path());
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let n = if queue {
+            queued_repository(&gh)
+        } else {
+            let mut s = gh.state();
+            s.add_collaborator("alice", "write");
+            s.add_issue("Login fails", "empty password", "alice", &["ward:admit"])
+        };
+        let calls = walk_to_discharge(&gh, repo.path(), &env, n).await;
+        let merges = calls.get("PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge").copied();
+        assert_eq!(merges, (!queue).then_some(1), "queue={queue}: {calls:#?}");
+        let total = calls.values().sum::<usize>();
+        assert!(total <= 8, "queue={queue}: {calls:#?}");
+        totals.push((queue, total, calls));
+    }
+    // Without the queue: 7 (the existing budget); with it 7 too: no close,
+    // no REST merge, but the enqueue (GraphQL) and the queue's note (a third
+    // chart write: the OUTCOME is charted before the enqueue, as before a merge).
+    assert_eq!(totals[0].1, 7, "{:#?}", totals[0].2);
+    assert_eq!(totals[1].1, 7, "no close, no merge; the enqueue and the queue's note: {totals:#?}");
+    assert_eq!(totals[1].2.get(GRAPHQL).copied(), totals[0].2.get(GRAPHQL).map(|g| g + 1), "{totals:#?}");
 }

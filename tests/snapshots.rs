@@ -161,6 +161,7 @@ fn the_engines_notes() {
     chart.push(note(NoteKind::Outcome, "r5", "code-review", "review-attending", 50, "approve"));
     let head = "0123456789abcdef0123456789abcdef01234567";
     let facts = AuditFacts {
+        merge_queue: None,
         engine_account: config.engine_account.clone(),
         pull: Ok(PullRequest {
             number: 12,

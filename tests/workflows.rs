@@ -1312,16 +1312,18 @@ async fn with_an_app_token_the_apps_labels_start_each_stage_its_push_starts_ci_a
     assert!(pr.merged, "{}", runner.summary());
     assert_eq!(gh.state().labels_of(n), ["ward:discharged"]);
     // After discharge: the app's own `ward:awaiting-review` label (it starts
-    // nothing), CI's end, the review, the app's `ward:discharged`, and the
-    // end of CI on `main` (skipped by the job's `if:`: not a treatment branch).
+    // nothing), CI's end, the review, the app's merge closing the pull request
+    // (`pull_request` closed wakes a patient in GitHub's merge queue; this one
+    // is not, and the visit finds nothing to do), the app's `ward:discharged`,
+    // and the end of CI on `main` (skipped by the job's `if:`: not a treatment branch).
     let wakes: Vec<&str> = stage_runs[6..].iter().map(|r| r.event.as_str()).collect();
     assert_eq!(
         wakes,
-        ["issues", "workflow_run", "pull_request_review", "issues", "workflow_run"],
+        ["issues", "workflow_run", "pull_request_review", "pull_request", "issues", "workflow_run"],
         "{}",
         runner.summary()
     );
-    assert_eq!(stage_runs[10].conclusion.as_deref(), Some("skipped"), "{}", runner.summary());
+    assert_eq!(stage_runs[11].conclusion.as_deref(), Some("skipped"), "{}", runner.summary());
     assert!(stage_runs[6].job("visit").step("visit").log.contains("starts no ward stage"));
     let nurse = stage_runs[8].job("visit").started_at.unwrap();
     assert!(nurse - t0 >= chrono::Duration::minutes(60));

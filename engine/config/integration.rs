@@ -36,7 +36,18 @@ fn default_time_limit() -> Duration {
 }
 
 fn default_queued_label() -> String {
-    "ward:merge-queue".into()
+    DEFAULT_QUEUED_LABEL.into()
+}
+
+/// Where a patient rests in a merge queue when ward.yml names no label.
+pub const DEFAULT_QUEUED_LABEL: &str = "ward:merge-queue";
+
+impl Config {
+    /// Where a patient rests while a merge queue holds it, ward's or
+    /// GitHub's: `integration.queued_label`, else `ward:merge-queue`.
+    pub fn merge_queue_label(&self) -> &str {
+        self.integration.as_ref().map_or(DEFAULT_QUEUED_LABEL, |i| &i.queued_label)
+    }
 }
 
 impl IntegrationConfig {

@@ -808,7 +808,8 @@ mod tests {
         assert!(!shipped.capacity.capped(&shipped), "no cap by default");
         let zero = declared.replace("max_concurrent: 2", "max_concurrent: 0");
         assert!(errors_of(&zero).to_string().contains("must be 1 or more"));
-        let queue = format!("{SHIPPED}\nintegration:\n  command: []\n");
+        // The shipped file declares the default `ward:merge-queue` (GitHub's queue rests there too).
+        let queue = format!("{SHIPPED}\nintegration:\n  command: []\n  queued_label: ward:nowhere\n");
         let err = errors_of(&queue);
         assert!(err.0.iter().any(|e| e.path == "integration.command"), "{err}");
         assert!(err.0.iter().any(|e| e.path == "integration.queued_label"), "{err}");

@@ -41,7 +41,7 @@ pub async fn gather(forge: &dyn Forge, branch: &str, needed: Permission) -> Resu
     let Some(read) = forge.pull_facts(branch).await? else {
         return Ok(no_pull(engine_account, format!("no open pull request has head branch `{branch}`")));
     };
-    let PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push } = read;
+    let PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push, merge_queue } = read;
     let permissions = match &reviews {
         Ok(list) => {
             let logins = discharge_audit::reviewers_to_check(&pull, &engine_account, list);
@@ -49,13 +49,23 @@ pub async fn gather(forge: &dyn Forge, branch: &str, needed: Permission) -> Resu
         }
         Err(e) => Err(e.clone()),
     };
-    Ok(AuditFacts { engine_account, pull: Ok(pull), reviews, unresolved_threads, commits, ci, permissions })
+    Ok(AuditFacts {
+        engine_account,
+        pull: Ok(pull),
+        reviews,
+        unresolved_threads,
+        commits,
+        ci,
+        permissions,
+        merge_queue,
+    })
 }
 
 /// The facts when the forge says the branch has no pull request: each says why.
 fn no_pull(engine_account: String, why: String) -> AuditFacts {
     AuditFacts {
         engine_account,
+        merge_queue: None,
         reviews: Err(why.clone()),
         unresolved_threads: Err(why.clone()),
         commits: Err(why.clone()),

@@ -8,7 +8,7 @@ pub mod review;
 
 use crate::chart::Note;
 use crate::config::Config;
-use crate::forge::{Forge, ForgeError, Issue, PullRequest, PullState};
+use crate::forge::{Forge, ForgeError, ForgeQueue, Issue, IssueNumber, PullRequest, PullState};
 use crate::transfer::{Move, Moved};
 
 /// What became of a merge.
@@ -50,6 +50,97 @@ pub async fn merge(forge: &dyn Forge, pull: &PullRequest) -> anyhow::Result<Merg
         e => Err(anyhow::Error::new(e)
             .context(format!("could not merge pull request #{} at the audited head {}", pull.number, pull.head_sha))),
     }
+}
+
+/// How the note written when GitHub's merge queue took a patient begins
+/// (its last line, `Head:`, is the head it was enqueued at).
+pub const IN_FORGE_QUEUE: &str = "In GitHub's merge queue:";
+
+/// Where an audited pull request went ([`land`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Landing {
+    /// Merged now, or already (a rerun): the patient is discharged.
+    Merged,
+    /// The head moved on from the audited commit: nothing changed.
+    HeadMoved,
+    /// In a merge queue (ward's or GitHub's): the patient rests at `label`,
+    /// with `note` written with the move (GitHub's queue says where it is).
+    Queued { label: String, note: Option<String> },
+}
+
+/// Lands an audited pull request: into GitHub's merge queue when the base
+/// branch has one (`forge_queue`, read with the audit's facts), into
+/// ward's queue when this forge runs it, else merged directly. Each is
+/// pinned to the audited head.
+pub async fn land(
+    forge: &dyn Forge,
+    config: &Config,
+    issue: IssueNumber,
+    pull: &PullRequest,
+    forge_queue: Option<&ForgeQueue>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<Landing> {
+    if let Some(queue) = forge_queue {
+        return enqueue_on_forge(forge, config, pull, queue).await;
+    }
+    if let Some(integration) = queue::active(forge, config) {
+        queue::enqueue(forge, issue, pull, now).await?;
+        return Ok(Landing::Queued { label: integration.queued_label.clone(), note: None });
+    }
+    Ok(match merge(forge, pull).await? {
+        Merge::Merged => Landing::Merged,
+        Merge::HeadMoved => Landing::HeadMoved,
+    })
+}
+
+/// GitHub's merge queue: `enqueuePullRequest` at the audited head. A
+/// refusal is told apart by reading the pull request again: a head that
+/// moved is [`Landing::HeadMoved`]; queued (or merged) at the audited head
+/// is an answer that was lost.
+async fn enqueue_on_forge(
+    forge: &dyn Forge,
+    config: &Config,
+    pull: &PullRequest,
+    queue: &ForgeQueue,
+) -> anyhow::Result<Landing> {
+    let label = config.merge_queue_label().to_string();
+    if !config.labels.contains_key(&label) {
+        anyhow::bail!(
+            "pull request #{} targets `{}`, which has GitHub's merge queue, and a patient rests at `{label}` while \
+             GitHub holds it, but .github/ward.yml does not declare that label; add `{label}` under `labels` \
+             (nothing was enqueued)",
+            pull.number,
+            pull.base_branch
+        );
+    }
+    if pull.state == PullState::Merged {
+        return Ok(Landing::Merged);
+    }
+    if !queue.queued
+        && let Err(refused) = forge.enqueue_pull_request(pull.number, queue, &pull.head_sha).await
+    {
+        let again = forge.pull_facts(&pull.head_branch).await?.filter(|f| f.pull.number == pull.number);
+        match again {
+            Some(f) if f.pull.head_sha != pull.head_sha => return Ok(Landing::HeadMoved),
+            Some(f) if f.pull.state == PullState::Merged => return Ok(Landing::Merged),
+            Some(f) if f.merge_queue.as_ref().is_some_and(|q| q.queued) => {
+                tracing::info!(pull = pull.number, "the enqueue had landed; its answer was lost");
+            }
+            _ => {
+                return Err(anyhow::Error::new(refused).context(format!(
+                    "could not put pull request #{} into GitHub's merge queue at the audited head {}",
+                    pull.number, pull.head_sha
+                )));
+            }
+        }
+    }
+    let note = format!(
+        "{IN_FORGE_QUEUE} pull request #{} at the audited head {} into `{}`. GitHub merges it once the \
+         merge group's required checks pass; if GitHub takes it out of the queue, the patient goes back to \
+         treatment with the reason.\nHead: {}",
+        pull.number, pull.head_sha, pull.base_branch, pull.head_sha
+    );
+    Ok(Landing::Queued { label, note: Some(note) })
 }
 
 /// Writes `notes`, labels the patient discharged (keeping labels that are

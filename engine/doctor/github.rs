@@ -29,6 +29,7 @@ pub async fn github(forge: &GitHubForge, config: &Config, fix: bool) -> Report {
     report.0.push(labels(forge, config, fix).await);
     report.0.push(charts_branch(forge, fix).await);
     report.0.push(pull_requests(forge, config).await);
+    report.0.push(merge_queue(forge, config, &branch).await);
     report.0.extend(ci(forge, config).await);
     report
 }
@@ -204,6 +205,63 @@ async fn pull_requests(forge: &GitHubForge, config: &Config) -> Check {
             "run `ward doctor --forge github` with an admin's token, or check the setting by hand \
              (Settings -> Actions -> General)",
         ),
+    }
+}
+
+/// Whether the default branch (the base of ward's pull requests) has
+/// GitHub's merge queue, and what discharge will do about it.
+async fn merge_queue(forge: &GitHubForge, config: &Config, branch: &str) -> Check {
+    const NAME: &str = "merge queue";
+    let label = config.merge_queue_label();
+    let turn_on = format!(
+        "to have GitHub's merge queue check each patient against the others: Settings -> Rules -> Rulesets -> a \
+         branch ruleset on `{branch}` with \"Require merge queue\" and the required status checks, and CI that \
+         runs on `merge_group`"
+    );
+    match forge.merge_queue_rule(branch).await {
+        Ok(Some(_)) if !config.labels.contains_key(label) => Check::fail(
+            NAME,
+            format!(
+                "`{branch}` has GitHub's merge queue, but .github/ward.yml does not declare `{label}`, where a \
+                 patient rests while GitHub holds it: discharge would refuse to enqueue"
+            ),
+            format!("declare `{label}` under `labels` in .github/ward.yml (`ward doctor --fix` then creates it)"),
+        ),
+        Ok(Some(rule)) => {
+            let integration = if config.integration.is_some() {
+                " ward.yml's `integration:` check does not run on GitHub: the merge group's required checks take \
+                 its place."
+            } else {
+                ""
+            };
+            Check::ok(
+                NAME,
+                format!(
+                    "`{branch}` has GitHub's merge queue ({}, merge method {}): discharge enqueues into GitHub's \
+                     merge queue at the audited head, and the patient rests at `{label}` until GitHub merges it \
+                     (discharged) or takes it out (back to treatment). The merge group's checks must come from \
+                     CI that runs on `merge_group`; GitHub starts no workflow for a pull request a workflow's \
+                     GITHUB_TOKEN enqueued, so with Actions CI ward's token must be an app's (WARD_TOKEN).{integration}",
+                    rule.source, rule.merge_method
+                ),
+            )
+        }
+        Ok(None) if config.integration.is_some() => Check::fail(
+            NAME,
+            format!(
+                "ward.yml sets `integration:`, but ward's integration check runs only on the local forge (`ward \
+                 run`); on GitHub discharge merges the audited pull request directly, and `{branch}` has no merge \
+                 queue"
+            ),
+            format!("{turn_on}; or remove `integration:` from .github/ward.yml"),
+        ),
+        Ok(None) => Check::ok(
+            NAME,
+            format!("`{branch}` has no merge queue: discharge merges the audited pull request directly ({turn_on})"),
+        ),
+        Err(e) => {
+            Check::fail(NAME, format!("could not tell: {e}"), "run doctor again; the token needs `metadata: read`")
+        }
     }
 }
 

@@ -351,6 +351,30 @@ pub struct PullFacts {
     /// where the forge says it with the reviews (GitHub's
     /// `authorCanPushToRepository`); empty when it does not.
     pub can_push: std::collections::BTreeMap<String, bool>,
+    /// The forge's own merge queue on the pull request's base branch
+    /// (GitHub's, read with the same query); `None` when it has none.
+    pub merge_queue: Option<ForgeQueue>,
+}
+
+/// GitHub's own merge queue on a pull request's base branch, as the
+/// audit's read saw it (`isMergeQueueEnabled`, `isInMergeQueue`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForgeQueue {
+    /// The pull request's node id, for `enqueuePullRequest`.
+    pub pull_id: String,
+    /// Whether the pull request is in the queue now.
+    pub queued: bool,
+}
+
+/// The `merge_queue` rule of a branch (`GET /rules/branches/{branch}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeQueueRule {
+    /// `MERGE`, `SQUASH` or `REBASE`.
+    pub merge_method: String,
+    /// Minutes a required check may take before the group fails.
+    pub check_response_timeout_minutes: Option<u64>,
+    /// Where the rule comes from: `Repository owner/name`, `Organization org`.
+    pub source: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -537,6 +561,22 @@ pub trait Forge: Send + Sync {
     /// audit makes the merge fail ([`ForgeError::HeadMoved`]) instead of
     /// landing unaudited.
     async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()>;
+    /// Puts the pull request into the forge's own merge queue (GitHub's),
+    /// only while its head is still `head_sha`: a head that moved is
+    /// [`ForgeError::HeadMoved`]. The queue merges it after the merge
+    /// group's required checks pass.
+    async fn enqueue_pull_request(&self, pull: u64, queue: &ForgeQueue, head_sha: &str) -> ForgeResult<()> {
+        let _ = (queue, head_sha);
+        Err(ForgeError::io(
+            format!("enqueue pull request #{pull} in {}", self.describe()),
+            "this forge has no merge queue",
+        ))
+    }
+    /// The forge's own merge queue rule on `branch`, if the branch has one.
+    async fn branch_merge_queue(&self, branch: &str) -> ForgeResult<Option<MergeQueueRule>> {
+        let _ = branch;
+        Ok(None)
+    }
 
     // Commands in comments and the patient's comment (issue 11).
 
@@ -550,6 +590,13 @@ pub trait Forge: Send + Sync {
     /// Asks `users` (logins) and `teams` (slugs) to review pull request
     /// `pull`. Locally: recorded on the pull request.
     async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()>;
+
+    /// Whether this forge has a merge queue of its own that a base branch
+    /// may turn on (GitHub's): a patient resting at the merge-queue label
+    /// is then in it, and its pull request's fate wakes it.
+    fn offers_merge_queue(&self) -> bool {
+        false
+    }
 
     /// Whether ward's own merge queue runs on this forge (`ward run` on the
     /// local forge); elsewhere discharge merges directly.
@@ -628,5 +675,7 @@ pub async fn pull_facts_by_parts<F: Forge + ?Sized>(forge: &F, branch: &str) -> 
     } else {
         Ok(forge.ci_status(&head).await?)
     };
-    Ok(Some(PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push: Default::default() }))
+    let facts =
+        PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push: Default::default(), merge_queue: None };
+    Ok(Some(facts))
 }

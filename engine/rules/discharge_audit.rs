@@ -40,6 +40,9 @@ pub struct AuditFacts {
     /// The repository permission of each reviewer whose review would count
     /// (lower-case login), from the forge.
     pub permissions: Fact<BTreeMap<String, Permission>>,
+    /// GitHub's own merge queue on the base branch, read with the pull
+    /// request: discharge enqueues instead of merging. Not an audit item.
+    pub merge_queue: Option<crate::forge::ForgeQueue>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -558,6 +561,7 @@ mod tests {
 
     fn facts() -> AuditFacts {
         AuditFacts {
+            merge_queue: None,
             engine_account: "ward-bot".into(),
             pull: Ok(PullRequest {
                 number: 3,

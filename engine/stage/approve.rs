@@ -9,7 +9,7 @@ use super::guard::Patient;
 use super::result::StageResult;
 use crate::chart::{NoteKind, Seen};
 use crate::config::AUDIT_FAILED;
-use crate::discharge::audit;
+use crate::discharge::{Landing, audit};
 use crate::hospital::Hospital;
 use crate::rules::approval::{self, applied_by};
 use crate::rules::discharge_audit;
@@ -69,28 +69,41 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
         patient.engine_note(h, NoteKind::DischargeChecklist, body),
         patient.engine_note(h, NoteKind::Outcome, outcome.to_string()),
     ];
-    let queue = crate::discharge::queue::active(&*h.forge, &h.config).filter(|_| checklist.passed());
-    let (to, moved) = if let (Some(integration), Ok(pull)) = (queue, facts.pull.as_ref()) {
-        // With an integration check, the merge queue merges.
-        crate::discharge::queue::enqueue(&*h.forge, number, pull, h.now()).await?;
-        let to = integration.queued_label.clone();
-        (to.clone(), transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to)).await?)
-    } else if checklist.passed() {
+    let (to, moved) = if checklist.passed() {
         let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
-        if crate::discharge::merge(&*h.forge, pull).await? == crate::discharge::Merge::HeadMoved {
-            anyhow::bail!(
+        // A merge queue (GitHub's on the base, or ward's) merges; else merged now.
+        let queue = facts.merge_queue.as_ref();
+        match crate::discharge::land(&*h.forge, &h.config, number, pull, queue, h.now()).await? {
+            Landing::HeadMoved => anyhow::bail!(
                 "pull request #{} moved on from the audited head {} while it was audited; apply `{}` again to \
                  audit the new head",
                 pull.number,
                 pull.head_sha,
                 d.approved_label
-            );
-        }
-        let (moved, family) =
-            crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, notes, &patient.run, h.now(), None)
+            ),
+            Landing::Queued { label, note } => {
+                let mut notes = notes;
+                notes.extend(note.map(|body| patient.engine_note(h, NoteKind::Waiting, body)));
+                let moved =
+                    transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(label.clone())).await?;
+                (label, moved)
+            }
+            Landing::Merged => {
+                let (moved, family) = crate::discharge::discharge(
+                    &*h.forge,
+                    &h.config,
+                    &patient.issue,
+                    seen,
+                    notes,
+                    &patient.run,
+                    h.now(),
+                    None,
+                )
                 .await?;
-        info!(?family, "merged after approval");
-        (d.discharged_label.clone(), moved)
+                info!(?family, "merged after approval");
+                (d.discharged_label.clone(), moved)
+            }
+        }
     } else {
         let back = stage.config.outcomes.get(AUDIT_FAILED).cloned().unwrap_or_else(|| stage.config.label.clone());
         let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(back.clone())).await?;

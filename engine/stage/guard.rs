@@ -128,6 +128,9 @@ pub enum Admitted<'h> {
     Approval(Patient<'h>),
     /// Run the stage.
     Stage(Patient<'h>),
+    /// A patient in GitHub's merge queue: look whether it was merged or
+    /// let go (`Some(reason)` when a dequeued event woke it).
+    Settle(Patient<'h>, Option<String>),
 }
 
 /// One check before anything is prepared.
@@ -165,6 +168,11 @@ enum Asked<'h> {
     /// A patient waiting at the pending label was woken: it looks whether
     /// anything changed, then runs the auditing stage.
     Wake {
+        stage: Stage<'h>,
+        label_in: String,
+    },
+    /// A patient resting in GitHub's merge queue: the auditing stage's to settle.
+    Settle {
         stage: Stage<'h>,
         label_in: String,
     },
@@ -241,11 +249,18 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
         let reason = format!("a chief's approval of {number} runs no agent; the record job audits and merges");
         return Ok(Admitted::Stop(StageResult::Deferred { issue: number, reason }));
     }
+    if !writes && matches!(gate.asked, Asked::Settle { .. }) {
+        let reason =
+            format!("{number} in GitHub's merge queue needs no agent; the record job looks at its pull request");
+        return Ok(Admitted::Stop(StageResult::Deferred { issue: number, reason }));
+    }
     gate.chart()?;
     let chart = gate.chart.take().expect("just parsed");
     let stored = gate.stored.take();
+    let settle = matches!(gate.asked, Asked::Settle { .. });
     let (approval, stage, label_in) = match gate.asked {
         Asked::Stage { stage, label_in } => (false, stage, label_in),
+        Asked::Settle { stage, label_in } => (false, stage, label_in),
         Asked::Approval { stage } => (true, stage, h.config.discharge.approved_label.clone()),
         Asked::Nothing(_) | Asked::Problem(_) | Asked::Wake { .. } => unreachable!("the guards stop or resolve these"),
     };
@@ -264,7 +279,13 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
         run: gate.run,
         _lock: gate.lock.expect("the one-run guard took the lock"),
     };
-    Ok(if approval { Admitted::Approval(patient) } else { Admitted::Stage(patient) })
+    Ok(if approval {
+        Admitted::Approval(patient)
+    } else if settle {
+        Admitted::Settle(patient, req.wake.as_ref().and_then(|w| w.dequeued.clone()))
+    } else {
+        Admitted::Stage(patient)
+    })
 }
 
 impl Gate<'_> {
@@ -382,7 +403,10 @@ impl Gate<'_> {
 
     fn stage_name(&self) -> String {
         match &self.asked {
-            Asked::Stage { stage, .. } | Asked::Approval { stage } | Asked::Wake { stage, .. } => stage.name.into(),
+            Asked::Stage { stage, .. }
+            | Asked::Approval { stage }
+            | Asked::Wake { stage, .. }
+            | Asked::Settle { stage, .. } => stage.name.into(),
             Asked::Nothing(_) | Asked::Problem(_) => NO_STAGE.into(),
         }
     }
@@ -460,6 +484,21 @@ fn asked<'h>(h: &'h Hospital, req: &StageRequest, issue: &Issue) -> Asked<'h> {
             ));
         }
     };
+    // A patient in GitHub's merge queue is the auditing stage's to settle,
+    // whatever woke it.
+    if label_in == config.merge_queue_label()
+        && h.forge.offers_merge_queue()
+        && let Some(stage) = config.audit_stage()
+    {
+        return Asked::Settle { stage, label_in };
+    }
+    if req.wake.as_ref().is_some_and(|w| w.event == "pull_request") {
+        return Asked::Nothing(format!(
+            "issue {number} is at `{label_in}`, not in GitHub's merge queue at `{}`: its pull request's closing \
+             or dequeueing wakes only a patient there",
+            config.merge_queue_label()
+        ));
+    }
     // A patient waiting for CI or a review is the auditing stage's, when
     // something woke it (an event, the sweep, a person's dispatch).
     if label_in == config.discharge.pending_label

@@ -40,6 +40,7 @@ mod record;
 mod result;
 mod resume;
 mod seal;
+mod settle;
 mod treat;
 pub mod visit;
 mod waiting;
@@ -69,6 +70,13 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
                 info_span!("approval", repo = %h.forge.describe(), issue = patient.issue.number.0, run = %patient.run);
             let bedside = Bedside::of(h, &patient);
             let result = approve::approve(h, patient, req.approver.as_deref()).instrument(span).await;
+            bedside.tell(h, &result).await;
+            return result;
+        }
+        guard::Admitted::Settle(patient, dequeued) => {
+            let span = info_span!("merge queue", repo = %h.forge.describe(), issue = patient.issue.number.0, run = %patient.run);
+            let bedside = Bedside::of(h, &patient);
+            let result = settle::settle(h, patient, dequeued.as_deref()).instrument(span).await;
             bedside.tell(h, &result).await;
             return result;
         }

@@ -12,6 +12,7 @@ use super::result::{StageResult, Transition};
 use super::visit::Visit;
 use crate::agent::AgentEnd;
 use crate::chart::{Note, NoteKind, Seen};
+use crate::discharge::Landing;
 use crate::forge::StoredChart;
 use crate::groundedness as g;
 use crate::hospital::Hospital;
@@ -195,19 +196,19 @@ async fn accept(
         match approval::after_audit(&h.config, &prepared.chart, checklist.passed()) {
             AfterAudit::Merge => {
                 let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
-                // With an integration check, the merge queue merges.
-                match crate::discharge::queue::active(&*h.forge, &h.config) {
-                    Some(integration) => {
-                        crate::discharge::queue::enqueue(&*h.forge, number, pull, h.now()).await?;
-                        label_out = integration.queued_label.clone();
+                // A merge queue (GitHub's on the base, or ward's) merges; else merged now.
+                let queue = facts.merge_queue.as_ref();
+                match crate::discharge::land(&*h.forge, &h.config, number, pull, queue, h.now()).await? {
+                    Landing::Merged => {}
+                    Landing::Queued { label, note } => {
+                        label_out = label;
+                        after.extend(note.map(|body| patient.engine_note(h, NoteKind::Waiting, body)));
                     }
-                    None => {
-                        if crate::discharge::merge(&*h.forge, pull).await? == crate::discharge::Merge::HeadMoved {
-                            // A commit pushed while the nurse worked: not merged; the
-                            // patient waits, and the wake-up or sweep audits the new head.
-                            label_out = h.config.discharge.pending_label.clone();
-                            after.push(patient.engine_note(h, NoteKind::Waiting, head_moved_body(pull, facts)));
-                        }
+                    Landing::HeadMoved => {
+                        // A commit pushed while the nurse worked: not merged; the
+                        // patient waits, and the wake-up or sweep audits the new head.
+                        label_out = h.config.discharge.pending_label.clone();
+                        after.push(patient.engine_note(h, NoteKind::Waiting, head_moved_body(pull, facts)));
                     }
                 }
             }

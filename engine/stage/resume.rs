@@ -14,7 +14,7 @@ use tracing::info;
 use super::guard::Patient;
 use super::result::{StageResult, Transition};
 use crate::chart::{Note, NoteKind, Seen};
-use crate::discharge::audit;
+use crate::discharge::{Landing, audit};
 use crate::forge::LabelAction;
 use crate::hospital::Hospital;
 use crate::rules::approval::{self, AfterAudit};
@@ -84,21 +84,24 @@ pub async fn complete(h: &Hospital, patient: &Patient<'_>, unmoved: Unmoved) -> 
             }
             AfterAudit::Merge => {
                 let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
-                if let Some(integration) = crate::discharge::queue::active(&*h.forge, &h.config) {
-                    // With an integration check, the merge queue merges.
-                    crate::discharge::queue::enqueue(&*h.forge, number, pull, h.now()).await?;
-                    to = integration.queued_label.clone();
-                    transfer(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), Move::To(to.clone())).await?
-                } else {
+                // A merge queue (GitHub's on the base, or ward's) merges; else merged now.
+                let queue = facts.merge_queue.as_ref();
+                match crate::discharge::land(&*h.forge, &h.config, number, pull, queue, h.now()).await? {
                     // A head that moved since: the stage runs and audits it.
-                    if crate::discharge::merge(&*h.forge, pull).await? == crate::discharge::Merge::HeadMoved {
-                        return Ok(None);
+                    Landing::HeadMoved => return Ok(None),
+                    Landing::Queued { label, note } => {
+                        to = label;
+                        let notes =
+                            note.map(|body| patient.engine_note(h, NoteKind::Waiting, body)).into_iter().collect();
+                        transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to.clone())).await?
                     }
-                    let issue = &patient.issue;
-                    let run = &unmoved.run;
-                    crate::discharge::discharge(&*h.forge, &h.config, issue, seen, Vec::new(), run, h.now(), None)
-                        .await?
-                        .0
+                    Landing::Merged => {
+                        let issue = &patient.issue;
+                        let run = &unmoved.run;
+                        crate::discharge::discharge(&*h.forge, &h.config, issue, seen, Vec::new(), run, h.now(), None)
+                            .await?
+                            .0
+                    }
                 }
             }
         }

@@ -481,6 +481,7 @@ impl Walk<'_> {
         report.cursor = state.cursor;
         state.watch = watch;
         self.wake_waiting(&mut report).await;
+        self.settle_forge_queue(&mut report).await;
         self.start_queued(&mut report).await;
         self.close_discharged(&mut report).await;
         // Families a crash left half released: blocked children whose
@@ -508,6 +509,49 @@ impl Walk<'_> {
                 return;
             }
             match self.forge.dispatch_stage(issue.number, pending).await {
+                Ok(()) => report.woken.push(issue.number),
+                Err(e) => report.problems.push(format!("{}: could not send a look: {e}", issue.number)),
+            }
+        }
+    }
+
+    /// The backstop of the merge-queue events: a patient resting in
+    /// GitHub's merge queue is not stalled while GitHub holds it, but an
+    /// event that never came (a failed run, a missed delivery) would leave
+    /// it there. Each is read (one pull-request read each; one listing
+    /// page), and only one GitHub no longer holds is dispatched a look,
+    /// which discharges it when merged or sends it back when let go.
+    async fn settle_forge_queue(&self, report: &mut SweepReport) {
+        let label = self.config.merge_queue_label();
+        if !self.forge.offers_merge_queue() || !self.config.labels.contains_key(label) {
+            return;
+        }
+        let resting = match self.forge.open_issues_with_label(label).await {
+            Ok(list) => list,
+            Err(e) => return report.problems.push(format!("could not list the patients resting at `{label}`: {e}")),
+        };
+        for issue in resting {
+            if report.actions.len() + report.woken.len() >= self.config.departments.sweep.max_actions {
+                report.capped = true;
+                return;
+            }
+            let branch = crate::discharge::audit::patient_branch(issue.number);
+            match self.forge.pull_facts(&branch).await {
+                Ok(Some(f))
+                    if f.pull.state == crate::forge::PullState::Open
+                        && f.merge_queue.as_ref().is_some_and(|q| q.queued) =>
+                {
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    report
+                        .problems
+                        .push(format!("{}: could not read its pull request in the merge queue: {e}", issue.number));
+                    continue;
+                }
+            }
+            match self.forge.dispatch_stage(issue.number, label).await {
                 Ok(()) => report.woken.push(issue.number),
                 Err(e) => report.problems.push(format!("{}: could not send a look: {e}", issue.number)),
             }

@@ -27,8 +27,8 @@ use super::transport::{Call, percent};
 use super::wire::*;
 use super::{Access, GitHubForge, OWN_CHECK_PREFIX};
 use crate::forge::{
-    CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, IssueState, LabelAction, LabelEvent, PatientLook,
-    PatientRead, PullFacts, PullRequest, PullState, Review, StoredChart,
+    CommitInfo, Forge, ForgeError, ForgeQueue, ForgeResult, Issue, IssueNumber, IssueState, LabelAction, LabelEvent,
+    PatientLook, PatientRead, PullFacts, PullRequest, PullState, Review, StoredChart,
 };
 
 pub(super) const PATIENT_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!, \
@@ -82,14 +82,18 @@ chart: object(expression: $chart) { __typename ... on Blob { oid text isBinary i
 pub(super) const PULL_QUERY: &str = "query($owner: String!, $name: String!, $branch: String!) { \
 repository(owner: $owner, name: $name) { \
 pullRequests(headRefName: $branch, states: [OPEN, MERGED], first: 5) { pageInfo { hasNextPage } nodes { \
-number title body url state headRefName headRefOid baseRefName isCrossRepository author { login } \
-reviews(first: 100) { nodes { author { login } state body commit { oid } authorCanPushToRepository } \
+id number title body url state headRefName headRefOid baseRefName isCrossRepository author { login } \
+isMergeQueueEnabled isInMergeQueue reviews(first: 100) { nodes { author { login } state body commit { oid } authorCanPushToRepository } \
 pageInfo { hasNextPage } } \
 reviewThreads(first: 100) { nodes { isResolved } pageInfo { hasNextPage } } \
 commits(first: 100) { nodes { commit { oid message parents(first: 2) { totalCount } } } pageInfo { hasNextPage } } \
 head: commits(last: 1) { nodes { commit { oid statusCheckRollup { contexts(first: 100) { nodes { __typename \
 ... on CheckRun { name status conclusion url title summary } \
 ... on StatusContext { context state targetUrl description } } pageInfo { hasNextPage } } } } } } } } } }";
+
+/// GitHub's merge queue takes the pull request only while its head is the audited commit.
+const ENQUEUE_MUTATION: &str = "mutation($pull: ID!, $head: GitObjectID!) { \
+enqueuePullRequest(input: { pullRequestId: $pull, expectedHeadOid: $head }) { clientMutationId } }";
 
 /// GraphQL's answer: `data`, and `errors` each with a `type` and `path`.
 #[derive(Deserialize)]
@@ -250,6 +254,7 @@ struct PatientData {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct GqlPull {
+    id: String,
     number: u64,
     title: String,
     body: Option<String>,
@@ -260,6 +265,9 @@ struct GqlPull {
     base_ref_name: String,
     is_cross_repository: bool,
     author: Option<Login>,
+    /// The base branch has GitHub's merge queue.
+    is_merge_queue_enabled: bool,
+    is_in_merge_queue: bool,
     reviews: Conn<GqlReview>,
     review_threads: Conn<GqlThread>,
     commits: Conn<GqlPullCommit>,
@@ -570,6 +578,21 @@ impl GitHubForge {
         Ok(created.map(|(db, _)| db))
     }
 
+    /// [`Forge::enqueue_pull_request`]: GitHub's `enqueuePullRequest`,
+    /// pinned to the audited head by `expectedHeadOid`. Any refusal is the
+    /// error here; the caller reads the pull request again to tell a head
+    /// that moved from another refusal (GitHub's messages are no contract).
+    pub(super) async fn enqueue(&self, pull: u64, pull_id: &str, head_sha: &str) -> ForgeResult<()> {
+        let action =
+            format!("put pull request #{pull} of {} into GitHub's merge queue at {head_sha}", self.settings.repo);
+        let variables = json!({ "pull": pull_id, "head": head_sha });
+        let answer = self.graphql(ENQUEUE_MUTATION, variables, &action, Access::ContentsWrite).await?;
+        match answer.errors.first() {
+            Some(e) => Err(self.graphql_error(&action, Access::ContentsWrite, e)),
+            None => Ok(()),
+        }
+    }
+
     /// The patient's comment as it is now (a retry's look), its node id kept.
     pub(super) async fn comment_by_marker(&self, number: IssueNumber) -> ForgeResult<Option<u64>> {
         let action = format!("look for the patient's comment on {number} in {} (GraphQL)", self.settings.repo);
@@ -748,6 +771,9 @@ impl GitHubForge {
             url: p.url,
         };
         let number = pull.number;
+        // Read with the audit's facts, so discharge knows at no extra call
+        // whether the base branch has GitHub's merge queue.
+        let merge_queue = p.is_merge_queue_enabled.then_some(ForgeQueue { pull_id: p.id, queued: p.is_in_merge_queue });
         let mut can_push = BTreeMap::new();
         let reviews = if p.reviews.whole() {
             let mut out = Vec::new();
@@ -802,7 +828,7 @@ impl GitHubForge {
             // The last commit listed is not the head (a push between): REST on the head.
             _ => Ok(self.ci_status(&head).await?),
         };
-        Ok(PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push })
+        Ok(PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push, merge_queue })
     }
 }
 

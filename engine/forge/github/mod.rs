@@ -34,9 +34,9 @@ use self::transport::{Call, Reply, percent};
 use self::wire::*;
 use super::retry::RetryPolicy;
 use super::{
-    CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, LabelEvent, LabelSpec, Listed,
-    NewIssue, NewPullRequest, PatientLook, PatientRead, Permission, PullFacts, PullRequest, PullState, Reaction,
-    Review, StoredChart,
+    CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeQueue, ForgeResult, Issue, IssueNumber, LabelEvent,
+    LabelSpec, Listed, MergeQueueRule, NewIssue, NewPullRequest, PatientLook, PatientRead, Permission, PullFacts,
+    PullRequest, PullState, Reaction, Review, StoredChart,
 };
 
 /// The public API; `GITHUB_API_URL` overrides it (GitHub Enterprise, tests).
@@ -761,8 +761,30 @@ impl Forge for GitHubForge {
             200 => Ok(()),
             // "Head branch was modified. Review and try the merge again."
             409 => Err(ForgeError::HeadMoved { pull, audited: head_sha.to_string() }),
+            // A base branch whose rules ask for the merge queue takes no direct merge.
+            405 if reply.message().contains("merge queue") => Err(ForgeError::Api {
+                action: call.action.clone(),
+                status: 405,
+                message: format!(
+                    "{}; the base branch has GitHub's merge queue, and this read did not see it (run again: \
+                     discharge enqueues when the audit's read says so)",
+                    reply.message()
+                ),
+            }),
             _ => Err(self.refusal(&call, &reply)),
         }
+    }
+
+    fn offers_merge_queue(&self) -> bool {
+        true
+    }
+
+    async fn enqueue_pull_request(&self, pull: u64, queue: &ForgeQueue, head_sha: &str) -> ForgeResult<()> {
+        self.enqueue(pull, &queue.pull_id, head_sha).await
+    }
+
+    async fn branch_merge_queue(&self, branch: &str) -> ForgeResult<Option<MergeQueueRule>> {
+        self.merge_queue_rule(branch).await
     }
 
     async fn post_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<u64> {

@@ -12,12 +12,12 @@
 
 use http::Method;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::transport::percent;
 use super::wire::{WireContent, WireLabel, array, bad_shape, convert};
 use super::{Access, GitHubForge};
-use crate::forge::{ForgeError, ForgeResult, StoredChart};
+use crate::forge::{ForgeError, ForgeResult, MergeQueueRule, StoredChart};
 
 /// A permission a stage needs, checked without using it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +121,30 @@ impl GitHubForge {
             }),
             _ => Err(self.refusal(&call, &reply)),
         }
+    }
+
+    /// The `merge_queue` rule among the rules that apply to `branch`
+    /// (`GET /rules/branches/{branch}`: every active ruleset's rules, the
+    /// repository's and the organization's), if one applies.
+    pub async fn merge_queue_rule(&self, branch: &str) -> ForgeResult<Option<MergeQueueRule>> {
+        let action = format!("read the rules of branch `{branch}` in {}", self.settings.repo);
+        let first = self.call(
+            Method::GET,
+            &format!("/rules/branches/{}?per_page=100", percent(branch)),
+            action.clone(),
+            Access::Metadata,
+        );
+        let rules = self.get_all(first, |v| v.as_array().cloned()).await?;
+        let Some(rule) = rules.iter().find(|r| r.get("type").and_then(Value::as_str) == Some("merge_queue")) else {
+            return Ok(None);
+        };
+        let text = |k: &str| rule.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        let parameters = rule.get("parameters").cloned().unwrap_or_default();
+        Ok(Some(MergeQueueRule {
+            merge_method: parameters.get("merge_method").and_then(Value::as_str).unwrap_or("MERGE").to_string(),
+            check_response_timeout_minutes: parameters.get("check_response_timeout_minutes").and_then(Value::as_u64),
+            source: format!("{} {}", text("ruleset_source_type"), text("ruleset_source")).trim().to_string(),
+        }))
     }
 
     /// A file on the default branch, or `None` when there is none.

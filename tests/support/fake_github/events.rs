@@ -597,6 +597,10 @@ impl State {
                 p["before"] = json!(old);
                 p["after"] = json!(new);
                 self.deliver("pull_request", p, pusher);
+                // GitHub takes a pull request whose head moved out of its merge queue.
+                if self.merge_group_of(n).is_some() {
+                    self.dequeue(n, "PULL_REQUEST_UPDATED");
+                }
             }
             let bases: Vec<u64> =
                 self.pulls.values().filter(|p| p.open && p.base == branch).map(|p| p.number).collect();

@@ -706,6 +706,8 @@ impl Resolver<'_> {
             "baseRefName" => scalar(json!(p.base)),
             // Every pull request of the fake comes from the repository itself.
             "isCrossRepository" => scalar(json!(false)),
+            "isMergeQueueEnabled" => scalar(json!(s.merge_queues.contains_key(&p.base))),
+            "isInMergeQueue" => scalar(json!(s.merge_group_of(n).is_some())),
             "author" => Ok(Out::object(Obj::User(p.author.clone()))),
             "reviews" => {
                 let items = (0..p.reviews.len()).map(|index| Obj::Review { pull: n, index }).collect();
@@ -872,7 +874,9 @@ impl State {
             let args: BTreeMap<String, Value> =
                 args.iter().map(|(k, a)| (k.clone(), arg_value(a, variables))).collect();
             let input = args.get("input").cloned().unwrap_or(Value::Null);
-            let done = if grant.permissions.allows("issues", true) {
+            // Enqueueing is merging: `contents: write`, as the REST merge.
+            let scope = if name == "enqueuePullRequest" { "contents" } else { "issues" };
+            let done = if grant.permissions.allows(scope, true) {
                 self.mutation(name, &input)
             } else {
                 Err(fail("FORBIDDEN", "Resource not accessible by integration"))
@@ -942,6 +946,13 @@ impl State {
                 let n = issue("subjectId")?;
                 let id = self.add_comment(n, &text("body"), &actor);
                 Ok(Obj::Payload { of: "AddCommentPayload", comment: Some(id) })
+            }
+            "enqueuePullRequest" => {
+                let id = text("pullRequestId");
+                let n = node_of(&id, "PR").and_then(|n| n.parse::<u64>().ok());
+                let n = n.filter(|n| self.pulls.contains_key(n)).ok_or_else(|| not_a_node(&id))?;
+                self.enqueue(n, &text("expectedHeadOid")).map_err(|(kind, message)| fail(kind, message))?;
+                Ok(Obj::Payload { of: "EnqueuePullRequestPayload", comment: None })
             }
             other => Err(fail("undefinedField", format!("Field '{other}' doesn't exist on type 'Mutation'"))),
         }

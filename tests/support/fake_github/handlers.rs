@@ -69,6 +69,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/repos/{owner}/{repo}/pulls/{pull_number}/reviews"),
     ("GET", "/repos/{owner}/{repo}/pulls/{pull_number}/commits"),
     ("PUT", "/repos/{owner}/{repo}/pulls/{pull_number}/merge"),
+    ("GET", "/repos/{owner}/{repo}/rules/branches/{branch}"),
     ("GET", "/repos/{owner}/{repo}/commits/{ref}/check-runs"),
     ("GET", "/repos/{owner}/{repo}/commits/{ref}/status"),
     ("POST", "/repos/{owner}/{repo}/actions/workflows/{workflow_id}/dispatches"),
@@ -84,7 +85,7 @@ const ROUTES: &[(&str, &str)] = &[
 fn needs(method: &str, rest: &str) -> (&'static str, bool) {
     let write = method != "GET";
     let scope = match rest {
-        "" | "/collaborators/{username}/permission" => "metadata",
+        "" | "/collaborators/{username}/permission" | "/rules/branches/{branch}" => "metadata",
         r if r.starts_with("/issues") || r.starts_with("/labels") => "issues",
         r if r.starts_with("/contents") || r.starts_with("/git/") || r == "/dispatches" => "contents",
         "/pulls/{pull_number}/merge" => "contents",
@@ -368,6 +369,7 @@ impl State {
             ("GET", "/pulls/{pull_number}/reviews") => self.list_reviews(num("pull_number"), q),
             ("GET", "/pulls/{pull_number}/commits") => self.list_commits(num("pull_number"), q),
             ("PUT", "/pulls/{pull_number}/merge") => self.merge(num("pull_number"), body),
+            ("GET", "/rules/branches/{branch}") => self.branch_rules(&p["branch"]),
             ("GET", "/commits/{ref}/check-runs") => self.check_runs_for(&p["ref"]),
             ("GET", "/commits/{ref}/status") => self.combined_status(&p["ref"]),
             ("POST", "/actions/workflows/{workflow_id}/dispatches") => {
@@ -1239,6 +1241,10 @@ impl State {
         let Some(p) = self.pulls.get(&n).cloned() else { return not_found() };
         if !p.open {
             return error(405, "Pull Request is not mergeable");
+        }
+        if self.base_has_merge_queue(n) {
+            // GitHub's answer when the base branch's rules ask for the merge queue.
+            return error(405, "Repository rule violations found\n\nChanges must be made through the merge queue\n\n");
         }
         if let Some(sha) = body.get("sha").and_then(Value::as_str)
             && sha != p.head_sha

@@ -99,6 +99,7 @@ mod events;
 pub mod git;
 mod graphql;
 mod handlers;
+pub mod merge_queue;
 mod releases;
 mod schedule;
 mod search;

@@ -46,7 +46,10 @@ fn error(status: u16, message: &str) -> Answer {
 /// The permission a repository route needs, as a workflow grants it.
 fn needs(method: &Method, rest: &str) -> String {
     let write = *method != Method::GET;
-    let scope = if rest.starts_with("/issues") || rest.starts_with("/labels") {
+    let scope = if rest.starts_with("/rules/") {
+        // GitHub: "Get rules for a branch" needs only `metadata: read`.
+        "metadata"
+    } else if rest.starts_with("/issues") || rest.starts_with("/labels") {
         "issues"
     } else if rest.starts_with("/pulls") && !rest.ends_with("/merge") {
         "pull-requests"

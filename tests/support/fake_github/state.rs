@@ -401,6 +401,10 @@ pub struct State {
     pub(super) current_grant: Option<Grant>,
     /// Branch and tag heads the fake has announced (push events).
     pub(super) known_refs: BTreeMap<String, String>,
+    /// Branches with a merge queue rule: the checks a merge group needs (merge_queue.rs).
+    pub merge_queues: BTreeMap<String, Vec<String>>,
+    /// The pull requests in a merge queue, oldest first.
+    pub merge_groups: Vec<super::merge_queue::FakeMergeGroup>,
 }
 
 impl State {
@@ -450,6 +454,8 @@ impl State {
             workflow_actor: None,
             known_refs,
             current_grant: None,
+            merge_queues: BTreeMap::new(),
+            merge_groups: Vec::new(),
         }
     }
 
@@ -904,6 +910,7 @@ impl State {
         run.annotations = annotations;
         run.completed_at = Some(at);
         self.deliver_check_run("completed", id);
+        self.settle_merge_groups();
     }
 
     /// A check suite completes: its conclusion folds its runs', as GitHub's does.
@@ -943,6 +950,7 @@ impl State {
         list.push((context.into(), state.into()));
         let payload = self.status_payload(sha, context, state);
         self.deliver("status", payload, by);
+        self.settle_merge_groups();
     }
 
     /// A branch whose head is `sha`, if any (check suites name it).

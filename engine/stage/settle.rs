@@ -1,0 +1,110 @@
+//! A patient resting in GitHub's merge queue (at the merge-queue label,
+//! on a forge that does not run ward's own queue) is woken by its pull
+//! request closing or being dequeued (`pull_request` closed / dequeued), by
+//! the sweep's look, or by a person's dispatch. What happened is read from
+//! GitHub, never taken from the event (the event gives only the dequeue
+//! reason): merged is discharged, as a direct merge would be; still queued
+//! changes nothing; a head that moved since it was enqueued is audited
+//! again; anything else (dequeued, closed) goes back to treatment as a
+//! failed integration does (`audit-failed`, so the send-back limit counts it).
+
+use tracing::info;
+
+use super::guard::Patient;
+use super::result::StageResult;
+use crate::chart::{Note, NoteKind, Seen};
+use crate::config::{AUDIT_FAILED, Mode};
+use crate::discharge::audit;
+use crate::forge::PullState;
+use crate::hospital::Hospital;
+use crate::transfer::{Move, transfer};
+
+/// `dequeued`: the reason the `pull_request` dequeued event gave, if one woke it.
+pub async fn settle(h: &Hospital, patient: Patient<'_>, dequeued: Option<&str>) -> anyhow::Result<StageResult> {
+    let number = patient.issue.number;
+    let facts =
+        h.forge.pull_facts(&audit::patient_branch(number)).await.map_err(|e| super::waiting::unread(number, e))?;
+    let enqueued_at = enqueued_head(&patient.chart);
+    let seen = Seen::Read(patient.stored.clone());
+    let Some(f) = facts else {
+        let why = format!("{number} rested in GitHub's merge queue, but its branch has no pull request any more.");
+        return back_to_treatment(h, patient, seen, why).await;
+    };
+    let pull = &f.pull;
+    let queued = f.merge_queue.as_ref().is_some_and(|q| q.queued);
+    if pull.state == PullState::Merged {
+        let body = format!(
+            "GitHub's merge queue merged pull request #{} (head {}) into `{}`.",
+            pull.number, pull.head_sha, pull.base_branch
+        );
+        let notes = vec![patient.engine_note(h, NoteKind::DischargeChecklist, body)];
+        let (run, now) = (&patient.run, h.now());
+        let (moved, family) =
+            crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, notes, run, now, None).await?;
+        info!(?family, "merged by GitHub's merge queue");
+        let to = h.config.discharge.discharged_label.clone();
+        return Ok(StageResult::Moved(patient.moved_by_engine("discharged", to, moved.dispatched)));
+    }
+    if pull.state == PullState::Open && queued {
+        let reason = format!("{number}: pull request #{} is still in GitHub's merge queue; nothing to do", pull.number);
+        return Ok(StageResult::NoOp { issue: number, reason });
+    }
+    if pull.state == PullState::Open && enqueued_at.as_deref().is_some_and(|at| at != pull.head_sha) {
+        // A push takes a pull request out of the queue: the new head is audited.
+        let stage = patient.stage;
+        let body = format!(
+            "Left GitHub's merge queue: pull request #{} moved from the enqueued head {} to {}. The audit is \
+             taken again.",
+            pull.number,
+            enqueued_at.unwrap_or_default(),
+            pull.head_sha
+        );
+        let notes = vec![patient.engine_note(h, NoteKind::Waiting, body)];
+        let to = stage.config.label.clone();
+        let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to.clone())).await?;
+        return Ok(StageResult::Moved(patient.moved_by_engine("head-moved", to, moved.dispatched)));
+    }
+    let why = match (pull.state, dequeued) {
+        (PullState::Open, Some(reason)) => format!(
+            "GitHub's merge queue took pull request #{} out of the queue at head {} (reason: `{}`). When the \
+             reason is a failed check, the merge group's checks ran on the branch merged with `{}` and the \
+             patients queued before it; their runs are on the Actions page of the merge group's branch \
+             (`gh-readonly-queue/{}/pr-{}-…`).",
+            pull.number,
+            pull.head_sha,
+            reason.escape_debug(),
+            pull.base_branch,
+            pull.base_branch,
+            pull.number
+        ),
+        (PullState::Open, None) => format!(
+            "GitHub's merge queue no longer holds pull request #{} (head {}), and it was not merged: it was \
+             taken out of the queue while no event reached ward.",
+            pull.number, pull.head_sha
+        ),
+        _ => format!("Pull request #{} was closed without being merged while in GitHub's merge queue.", pull.number),
+    };
+    back_to_treatment(h, patient, seen, why).await
+}
+
+/// The head the patient was enqueued at: the `Head:` line of the latest
+/// note written when GitHub's queue took it.
+fn enqueued_head(chart: &[Note]) -> Option<String> {
+    let note =
+        chart.iter().rfind(|n| n.kind == NoteKind::Waiting && n.body.starts_with(crate::discharge::IN_FORGE_QUEUE))?;
+    note.body.lines().rev().find_map(|l| l.strip_prefix("Head:")).map(|h| h.trim().to_string())
+}
+
+/// Back to the treating stage with what GitHub's queue did: `audit-failed`.
+async fn back_to_treatment(h: &Hospital, patient: Patient<'_>, seen: Seen, why: String) -> anyhow::Result<StageResult> {
+    let to = h.config.stages().find(|s| s.mode() == Mode::Treat).map(|s| s.config.label.clone()).ok_or_else(|| {
+        anyhow::anyhow!("the pipeline has no treating stage to send {} back to", patient.issue.number)
+    })?;
+    let body = format!("{why} Back to treatment: fix what failed, and the audit enqueues the new head.");
+    let notes = vec![
+        patient.engine_note(h, NoteKind::DischargeChecklist, body),
+        patient.engine_note(h, NoteKind::Outcome, AUDIT_FAILED.into()),
+    ];
+    let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to.clone())).await?;
+    Ok(StageResult::Moved(patient.moved_by_engine(AUDIT_FAILED, to, moved.dispatched)))
+}
