@@ -265,3 +265,89 @@ pub fn reap(remote_url: &str, token: Option<&str>, closed: &[u64]) -> Result<Vec
     }
     Ok(lines)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::checkpoint::{Owner, Store};
+    use super::*;
+
+    const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    /// A store with the seed's export and a checkpoint of [`COMMIT`] for #1,
+    /// sealed into `out`.
+    fn sealed_in(dir: &Path) -> (Store, std::path::PathBuf) {
+        let store = Store::new(&dir.join("store"), Owner { repository: "o/r".into(), installation: "visit".into() });
+        let day = std::time::Duration::from_secs(86_400);
+        store.save(1, None, "r1", "treat", day, b"seed\n").unwrap();
+        let saved = store.save(1, Some(COMMIT), "r1", "treat", day, b"seed\ntreated\n").unwrap();
+        let out = dir.join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        seal(&out, &store.at(&saved).unwrap(), store.seed(1).as_ref()).unwrap();
+        (store, out)
+    }
+
+    #[test]
+    fn a_sealed_checkpoint_is_read_with_bounds_and_checked_against_its_marker() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_, out) = sealed_in(tmp.path());
+        let sealed = open_sealed(&out, 1).unwrap().unwrap();
+        assert_eq!((sealed.commit(), sealed.checkpoint.data.as_slice()), (COMMIT, &b"seed\ntreated\n"[..]));
+        assert_eq!(sealed.seed.as_ref().unwrap().data, b"seed\n");
+
+        let why = open_sealed(&out, 2).unwrap_err();
+        assert!(why.contains("not ward's for #2"), "{why}");
+        std::fs::write(out.join(DATA_FILE), b"seed\nforged\n").unwrap();
+        let why = open_sealed(&out, 1).unwrap_err();
+        assert!(why.contains("does not match its marker"), "{why}");
+        std::fs::remove_file(out.join(MARKER_FILE)).unwrap();
+        let why = open_sealed(&out, 1).unwrap_err();
+        assert!(why.contains("half there"), "{why}");
+        std::fs::remove_file(out.join(DATA_FILE)).unwrap();
+        assert_eq!(open_sealed(&out, 1), Ok(None), "no checkpoint sealed");
+    }
+
+    #[test]
+    fn the_ref_is_pushed_with_a_lease_fetched_dropped_and_only_closed_patients_are_reaped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_, out) = sealed_in(tmp.path());
+        let sealed = open_sealed(&out, 1).unwrap().unwrap();
+        let remote = tmp.path().join("remote.git");
+        let record = tmp.path().join("record.git");
+        for bare in [&remote, &record] {
+            let mut init = git::remote(tmp.path());
+            init.args(["init", "--quiet", "--bare"]).arg(bare);
+            git::run(init, "init", None).unwrap();
+        }
+        let url = remote.to_str().unwrap();
+        assert_eq!(fetch(url, None, 1), Ok(None), "no ref yet");
+        push(&record, &sealed, 1, url, None).unwrap();
+        assert_eq!(fetch(url, None, 1), Ok(Some(sealed.clone())), "fetched as it was pushed");
+        // A second treatment's data replaces it (forced, leased on what was there).
+        let mut newer = sealed.clone();
+        newer.checkpoint.data = b"seed\ntreated twice\n".to_vec();
+        newer.checkpoint.marker.bytes = newer.checkpoint.data.len() as u64;
+        newer.checkpoint.marker.sha256 = sha256_hex(&newer.checkpoint.data);
+        push(&record, &newer, 1, url, None).unwrap();
+        assert_eq!(fetch(url, None, 1).unwrap().unwrap().checkpoint.data, b"seed\ntreated twice\n");
+        assert!(drop_patient(url, None, 1).unwrap());
+        assert!(!drop_patient(url, None, 1).unwrap(), "nothing left to drop");
+        assert_eq!(fetch(url, None, 1), Ok(None));
+
+        for issue in [2, 3] {
+            let mut theirs = sealed.clone();
+            theirs.checkpoint.marker.issue = issue;
+            theirs.seed = None;
+            push(&record, &theirs, issue, url, None).unwrap();
+        }
+        let lines = reap(url, None, &[2, 9]).unwrap();
+        assert_eq!(lines, ["checkpoint ref `refs/ward/checkpoints/issue-2` of #2 (its issue is closed)"]);
+        assert_eq!(fetch(url, None, 2), Ok(None));
+        assert!(fetch(url, None, 3).unwrap().is_some(), "an open patient's checkpoint stays");
+        // A ref whose data does not match its marker is not usable.
+        let mut forged = sealed.clone();
+        forged.checkpoint.data = b"forged\n".to_vec();
+        push(&record, &forged, 1, url, None).unwrap();
+        let why = fetch(url, None, 1).unwrap_err();
+        assert!(why.contains("is not usable") && why.contains("does not match its marker"), "{why}");
+    }
+}
