@@ -2285,3 +2285,53 @@ exec "$ward" stand-in
     assert_eq!(checkpoint_ref(&gh, n), None, "the restart dropped the shared checkpoint");
     assert!(!read("code-review-1.doc").contains("exit 0"), "{}", read("code-review-1.doc"));
 }
+
+/// The resolving stage on GitHub's two jobs: the base moved on after the
+/// treatment, the fellow (the stand-in) rebases the branch onto it in the
+/// visit job, and the record job takes the rewritten history in (it
+/// descends from the base's tip as the record job fetched it), pushes it
+/// forced with a lease, and the patient goes to code review with the
+/// rebased head as its pull request's head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resolving_stages_rebase_is_recorded_through_the_record_job() {
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[], |c| c);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(30).await;
+    assert_eq!(gh.state().labels_of(n), ["ward:awaiting-review"], "{}", failures(&runner));
+    let branch = format!("ward/issue-{n}");
+    let treated = gh.state().branch_head(&branch).unwrap();
+
+    // Another patient's merge moves the base on; the patient is moved to
+    // the resolving stage as the engine moves one (its token's labels,
+    // then its dispatch).
+    {
+        let mut s = gh.state();
+        let at = s.time().timestamp();
+        s.git
+            .write_file("main", "NEWS.md", b"Another patient's change.\n", "Merge another patient", "maya", at, None)
+            .unwrap();
+        s.apply_labels(n, &["ward:resolve".to_string()], ACTIONS_BOT);
+        s.repository_dispatch("ward-stage", json!({"issue": n, "label": "ward:resolve"}), ACTIONS_BOT);
+    }
+    let main = gh.state().branch_head("main").unwrap();
+    runner.run_until_idle(30).await;
+
+    let refusals = notes_of(&gh, n, "REFUSAL");
+    assert!(refusals.is_empty(), "{refusals:?}\n{}", failures(&runner));
+    let s = gh.state();
+    let head = s.branch_head(&branch).unwrap();
+    assert!(s.git.is_ancestor(&main, &head), "rebased onto the base's tip");
+    assert!(!s.git.is_ancestor(&treated, &head), "the history was rewritten, and the push forced");
+    assert!(s.file(&head, "CHANGELOG.md").unwrap().contains(&format!("Treated #{n}")), "the treatment kept");
+    assert_eq!(s.open_pull_for(&branch).unwrap().head_sha, head);
+    assert_eq!(s.labels_of(n), ["ward:awaiting-review"], "resolved, reviewed, waiting for CI and a person");
+    drop(s);
+    assert_eq!(agent_stages(&gh, n).iter().filter(|s| *s == "resolve").count(), 1);
+}
