@@ -16,6 +16,8 @@ args_for() {
     stage) args=(--forge github stage --event "${GITHUB_EVENT_PATH:?}") ;;
     visit) args=(--forge github visit --event "${GITHUB_EVENT_PATH:?}") ;;
     record) args=(--forge github record --event "${GITHUB_EVENT_PATH:?}") ;;
+    slot) args=(--forge github slot --event "${GITHUB_EVENT_PATH:?}") ;;
+    release) args=(--forge github slot) ;;
     event) args=(event --event "${GITHUB_EVENT_PATH:?}") ;;
     sweep) args=(--forge github sweep) ;;
     report) args=(--forge github report) ;;

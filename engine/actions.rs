@@ -306,6 +306,14 @@ pub fn summary_for(
             s.label_in = "—".into();
             s.next = format!("nothing to do: {reason}");
         }
+        StageResult::SlotTaken { issue, stage, run } => {
+            s.issue = *issue;
+            s.stage = stage.clone();
+            s.role = role_of(stage);
+            s.run_id = run.clone();
+            s.label_in = label_of(stage);
+            s.next = "the visit job, which runs the agent holding this run's agent slot".into();
+        }
         StageResult::Refused { issue, stage, reason, to, .. } => {
             s.issue = *issue;
             s.stage = stage.clone();
@@ -383,6 +391,13 @@ pub fn visit_output(record: bool) -> anyhow::Result<()> {
     let Some(path) = std::env::var("GITHUB_OUTPUT").ok().filter(|v| !v.is_empty()) else { return Ok(()) };
     append_step_summary(Path::new(&path), &format!("record={record}\n"))
         .with_context(|| format!("could not write the step output `record` to {path}"))
+}
+
+/// Step outputs (`$GITHUB_OUTPUT` lines) of `ward slot`; nothing outside Actions.
+pub fn set_outputs(pairs: &[(&str, &str)]) -> anyhow::Result<()> {
+    let Some(path) = std::env::var("GITHUB_OUTPUT").ok().filter(|v| !v.is_empty()) else { return Ok(()) };
+    let lines: String = pairs.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    append_step_summary(Path::new(&path), &lines).with_context(|| format!("could not write the step outputs to {path}"))
 }
 
 /// The step outputs of a run (`$GITHUB_OUTPUT` lines): `issue`, `stage`

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -48,7 +49,10 @@ pub struct Match<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct PrecedentLog {
     pub entries: Vec<Precedent>,
-    index: Bm25,
+    /// Built on the first search: a run that only needs the entries (the
+    /// record job, a guard that stops, a check of cited ids) never pays for
+    /// indexing a large log.
+    index: OnceLock<Bm25>,
 }
 
 impl PrecedentLog {
@@ -84,8 +88,7 @@ impl PrecedentLog {
                 return Err(err(message));
             }
         }
-        let index = Bm25::build(entries.iter().map(document_text));
-        Ok(Self { entries, index })
+        Ok(Self { entries, index: OnceLock::new() })
     }
 
     pub fn get(&self, id: &str) -> Option<&Precedent> {
@@ -95,8 +98,8 @@ impl PrecedentLog {
     /// The `top` entries that best match `text`, best first; only entries
     /// that share at least one term.
     pub fn search(&self, text: &str, top: usize) -> Vec<Match<'_>> {
-        let mut scored: Vec<Match<'_>> = self
-            .index
+        let index = self.index.get_or_init(|| Bm25::build(self.entries.iter().map(document_text)));
+        let mut scored: Vec<Match<'_>> = index
             .scores(text)
             .into_iter()
             .filter(|(_, s)| *s > 0.0)

@@ -79,7 +79,10 @@ pub async fn drain(
                         && let Some(plan) = h.workspace_plan()?
                     {
                         plan.release(&h.root, done.issue.0).await.with_context(|| {
-                            format!("{} was merged, but its worktree could not be removed", done.issue)
+                            format!(
+                                "{} was merged, but its worktree or its checkpoints could not be removed",
+                                done.issue
+                            )
                         })?;
                     }
                     out.integrated.push(done.line);

@@ -359,7 +359,7 @@ pub async fn drive_with(
                 scripted,
                 detail: None,
             }),
-            StageResult::NoOp { .. } | StageResult::Deferred { .. } => break,
+            StageResult::NoOp { .. } | StageResult::Deferred { .. } | StageResult::SlotTaken { .. } => break,
             StageResult::Refused { stage, reason, to, .. } => steps.push(Step {
                 stage,
                 role,

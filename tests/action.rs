@@ -508,6 +508,8 @@ fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
         ("stage", "[--forge] [github] [stage] [--event] [/runner/event.json]"),
         ("visit", "[--forge] [github] [visit] [--event] [/runner/event.json]"),
         ("record", "[--forge] [github] [record] [--event] [/runner/event.json]"),
+        ("slot", "[--forge] [github] [slot] [--event] [/runner/event.json]"),
+        ("release", "[--forge] [github] [slot]"),
         ("event", "[event] [--event] [/runner/event.json]"),
         ("sweep", "[--forge] [github] [sweep]"),
         ("report", "[--forge] [github] [report]"),
@@ -535,7 +537,7 @@ fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
     assert_eq!(ran.code, 2);
     assert_eq!(
         ran.stdout,
-        "::error title=ward::input command must be one of stage, visit, record, event, sweep, report, precedents-check, simulate, doctor; \
+        "::error title=ward::input command must be one of stage, visit, record, slot, release, event, sweep, report, precedents-check, simulate, doctor; \
          not 'deploy; rm -rf /'\n"
     );
 }

@@ -596,21 +596,25 @@ fn a_sweep_killed_after_its_note_is_completed_by_the_next_sweep() {
     }
 }
 
-/// Issue 13: the same delivery 10 times at once, then 20 times one after
-/// another: one run's effects (one admission, one triage, one outcome, one
-/// move), and every delivery ends cleanly.
+/// Issue 13: the same delivery 100 times ten at once (ten waves of ten
+/// concurrent runs), then 100 times one after another: one run's effects
+/// (one admission, one triage, one outcome, one move), and every delivery
+/// ends cleanly.
 #[test]
 fn a_storm_of_duplicate_deliveries_makes_one_run() {
     use ward::chart::NoteKind;
     let s = Sandbox::new();
     admit(&s, "storm", "the same event, many times");
     let args = ["stage", "--issue", "1", "--label", "ward:admit"];
-    let outs: Vec<std::process::Output> = std::thread::scope(|scope| {
-        let runs: Vec<_> = (0..10).map(|_| scope.spawn(|| s.ward(&args))).collect();
-        runs.into_iter().map(|r| r.join().unwrap()).collect()
-    });
-    let outs = outs.into_iter().chain((0..20).map(|_| s.ward(&args)));
-    for out in outs {
+    let wave = || {
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = (0..10).map(|_| scope.spawn(|| s.ward(&args))).collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect::<Vec<std::process::Output>>()
+        })
+    };
+    let at_once: Vec<std::process::Output> = (0..10).flat_map(|_| wave()).collect();
+    assert_eq!(at_once.len(), 100);
+    for out in at_once.into_iter().chain((0..100).map(|_| s.ward(&args))) {
         assert!(out.status.success(), "{}", stderr(&out));
     }
     assert_eq!(s.labels(1), ["ward:diagnose"]);

@@ -139,9 +139,9 @@ struct Ran {
     wall: Duration,
 }
 
-/// One patient, admission to discharge, under the schedule of `seed`.
-async fn patient(seed: u64, template: &Path) -> Result<Ran, String> {
-    let started = Instant::now();
+/// A fake GitHub holding a copy of `template` and one admitted patient
+/// (alice, with triage, filed it; maria may review): its number.
+async fn admitted(template: &Path) -> (FakeGitHub, tempfile::TempDir, u64) {
     let gh = FakeGitHub::start().await;
     let repo = tempfile::tempdir().unwrap();
     let copied = std::process::Command::new("cp").arg("-a").arg(template.join(".")).arg(repo.path()).status();
@@ -154,6 +154,13 @@ async fn patient(seed: u64, template: &Path) -> Result<Ran, String> {
         s.add_collaborator("maria", "write");
         s.add_issue("Login fails on empty password", "Steps: submit the empty form.", "alice", &["bug", "ward:admit"])
     };
+    (gh, repo, n)
+}
+
+/// One patient, admission to discharge, under the schedule of `seed`.
+async fn patient(seed: u64, template: &Path) -> Result<Ran, String> {
+    let started = Instant::now();
+    let (gh, repo, n) = admitted(template).await;
     let h = hospital(&gh, repo.path());
     gh.state().schedule = Some(Schedule::new(seed));
 
@@ -365,18 +372,7 @@ async fn every_fault_schedule_ends_discharged_or_resting_with_every_note_once() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_audit_read_that_fails_after_its_retries_decides_nothing_and_the_next_run_audits_again() {
     let template = template();
-    let gh = FakeGitHub::start().await;
-    let repo = tempfile::tempdir().unwrap();
-    let copied = std::process::Command::new("cp").arg("-a").arg(template.path().join(".")).arg(repo.path()).status();
-    assert!(copied.unwrap().success(), "copying the template repository");
-    gh.seed(repo.path());
-    let n = {
-        let mut s = gh.state();
-        s.actions_can_create_pull_requests = true;
-        s.add_collaborator("alice", "triage");
-        s.add_collaborator("maria", "write");
-        s.add_issue("Login fails on empty password", "Steps: submit the empty form.", "alice", &["bug", "ward:admit"])
-    };
+    let (gh, repo, n) = admitted(template.path()).await;
     let h = hospital(&gh, repo.path());
     let run = |t: Trigger| {
         let h = &h;

@@ -379,22 +379,29 @@ fn a_treatment_that_edits_a_protected_path_goes_to_the_chiefs() {
         let s = Sandbox::new();
         s.agent("edit", &["treat", path], &[]);
         s.edit_config(|t| t.replace("\nagent:\n", "\nprotected_paths: [deploy/]\n\nagent:\n"));
-        s.stage_until("ward:treat");
-        let out = s.stage(&[]);
-        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        let loot = s.loot();
-        assert!(loot.contains(&format!("edited {path} in treat")), "the attack did not run:\n{loot}");
-        assert_eq!(out.status.code(), Some(4), "{path}: refused with a note, not a failure:\n{stdout}\n{stderr}");
-        assert_eq!(s.labels(1), ["ward:chief"], "{path}:\n{stdout}");
-        let chart = s.chart(1);
-        assert!(
-            chart.contains("protected-paths") && chart.contains(&format!("`{path}`")),
-            "{path}: the REFUSAL names it:\n{chart}"
-        );
-        let held = branch_holds(&s, &[path]);
-        assert!(!held.contains("hostile") && !held.contains("ward:"), "{path}: the branch kept it:\n{held}");
-        s.assert_no_canary(&out);
+        treat_and_expect_the_chiefs(&s, path);
     }
+}
+
+/// Runs the treatment the sandbox's agent attacks `path` in, and checks the
+/// attack ran and was refused: the patient with the chiefs, the REFUSAL
+/// naming the path, the branch without it, no canary out.
+fn treat_and_expect_the_chiefs(s: &Sandbox, path: &str) {
+    s.stage_until("ward:treat");
+    let out = s.stage(&[]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let loot = s.loot();
+    assert!(loot.contains(&format!("edited {path} in treat")), "the attack did not run:\n{loot}");
+    assert_eq!(out.status.code(), Some(4), "{path}: refused with a note, not a failure:\n{stdout}\n{stderr}");
+    assert_eq!(s.labels(1), ["ward:chief"], "{path}:\n{stdout}");
+    let chart = s.chart(1);
+    assert!(
+        chart.contains("protected-paths") && chart.contains(&format!("`{path}`")),
+        "{path}: the REFUSAL names it:\n{chart}"
+    );
+    let held = branch_holds(s, &[path]);
+    assert!(!held.contains("hostile") && !held.contains("ward:"), "{path}: the branch kept it:\n{held}");
+    s.assert_no_canary(&out);
 }
 
 /// The same attack on an installation in a place of its own (`ward init
@@ -416,21 +423,7 @@ fn a_treatment_that_edits_the_rules_where_init_into_put_them_goes_to_the_chiefs(
     ] {
         let s = Sandbox::installed(&["--into", into], ansible);
         s.agent("edit", &["treat", path], &[]);
-        s.stage_until("ward:treat");
-        let out = s.stage(&[]);
-        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        let loot = s.loot();
-        assert!(loot.contains(&format!("edited {path} in treat")), "the attack did not run:\n{loot}");
-        assert_eq!(out.status.code(), Some(4), "{path}: refused with a note, not a failure:\n{stdout}\n{stderr}");
-        assert_eq!(s.labels(1), ["ward:chief"], "{path}:\n{stdout}");
-        let chart = s.chart(1);
-        assert!(
-            chart.contains("protected-paths") && chart.contains(&format!("`{path}`")),
-            "{path}: the REFUSAL names it:\n{chart}"
-        );
-        let held = branch_holds(&s, &[path]);
-        assert!(!held.contains("hostile") && !held.contains("ward:"), "{path}: the branch kept it:\n{held}");
-        s.assert_no_canary(&out);
+        treat_and_expect_the_chiefs(&s, path);
     }
     // The repository's own roles/ is not ward's: a treatment of it counts.
     let s = Sandbox::installed(&["--into", "ward/"], ansible);

@@ -137,6 +137,20 @@ async fn a_crashed_runs_slot_expires_and_the_queue_moves_on() {
     assert_eq!(take(2, "r2", expired).await, Take::Granted);
 }
 
+/// A sandbox whose agent is the shell script `agent` (given `{ward}`), with
+/// the merge queue's label declared.
+fn queue_sandbox(agent: &str) -> Sandbox {
+    let s = Sandbox::new();
+    s.write("agent.sh", agent);
+    let script = s.root().join("agent.sh").display().to_string();
+    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
+    s.edit_config(
+        "  ward:lockdown:",
+        "  ward:merge-queue:    { color: \"ededed\", description: \"Audited; waiting for the merge queue\" }\n  ward:lockdown:",
+    );
+    s
+}
+
 /// In treatment each patient adds `file-<issue>.txt`; the stand-in otherwise.
 const FILE_AGENT: &str = r#"ward=$1
 if [ "$WARD_MODE" = treat ]; then echo "patient $WARD_ISSUE" > "file-$WARD_ISSUE.txt"; fi
@@ -151,14 +165,7 @@ exec "$ward" stand-in
 async fn the_merge_queue_merges_what_passes_and_sends_back_what_breaks_only_combined() {
     use support::rules::{git_init, hospital, label_of, settle};
     use ward::forge::{IssueNumber, NewIssue, PullState};
-    let s = Sandbox::new();
-    s.write("agent.sh", FILE_AGENT);
-    let script = s.root().join("agent.sh").display().to_string();
-    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
-    s.edit_config(
-        "  ward:lockdown:",
-        "  ward:merge-queue:    { color: \"ededed\", description: \"Audited; waiting for the merge queue\" }\n  ward:lockdown:",
-    );
+    let s = queue_sandbox(FILE_AGENT);
     let check = "if [ -e file-1.txt ] && [ -e file-2.txt ]; then echo 'file-1 and file-2 together break the build' >&2; exit 1; fi";
     s.edit_config(
         "\ndecomposition:\n",
@@ -220,14 +227,7 @@ exec "$ward" stand-in
 async fn a_conflict_in_the_merge_queue_goes_back_with_the_hunks_and_the_other_plan() {
     use support::rules::{git_init, hospital, label_of, settle};
     use ward::forge::{IssueNumber, NewIssue, PullState};
-    let s = Sandbox::new();
-    s.write("agent.sh", SAME_FILE_AGENT);
-    let script = s.root().join("agent.sh").display().to_string();
-    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
-    s.edit_config(
-        "  ward:lockdown:",
-        "  ward:merge-queue:    { color: \"ededed\", description: \"Audited; waiting for the merge queue\" }\n  ward:lockdown:",
-    );
+    let s = queue_sandbox(SAME_FILE_AGENT);
     s.edit_config("\ndecomposition:\n", "\nintegration:\n  command: [\"true\"]\n\ndecomposition:\n");
     git_init(s.root());
     let (h, forge) = hospital(&s, "reporter");
@@ -257,18 +257,11 @@ async fn a_conflict_in_the_merge_queue_goes_back_with_the_hunks_and_the_other_pl
 async fn without_a_resolve_stage_a_conflict_goes_back_to_treatment() {
     use support::rules::{git_init, hospital, label_of, settle};
     use ward::forge::{IssueNumber, NewIssue};
-    let s = Sandbox::new();
-    s.write("agent.sh", SAME_FILE_AGENT);
-    let script = s.root().join("agent.sh").display().to_string();
-    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
+    let s = queue_sandbox(SAME_FILE_AGENT);
     let text = s.read(".github/ward.yml");
     let start = text.find("  # The merge queue (`integration:`) sends").expect("the resolve stage");
     let end = text[start..].find("\nroles:").map(|e| start + e).unwrap();
     s.edit_config(&text[start..end], "");
-    s.edit_config(
-        "  ward:lockdown:",
-        "  ward:merge-queue:    { color: \"ededed\", description: \"Audited; waiting for the merge queue\" }\n  ward:lockdown:",
-    );
     s.edit_config("\ndecomposition:\n", "\nintegration:\n  command: [\"true\"]\n\ndecomposition:\n");
     git_init(s.root());
     let (h, forge) = hospital(&s, "reporter");
@@ -300,14 +293,7 @@ async fn the_integration_check_runs_with_a_fresh_emulator_removed_after() {
     use support::rules::{git_init, hospital, label_of, settle};
     use support::workspace::{docstore_bin, docstore_image, run_docker};
     use ward::forge::{IssueNumber, NewIssue, PullState};
-    let s = Sandbox::new();
-    s.write("agent.sh", FILE_AGENT);
-    let script = s.root().join("agent.sh").display().to_string();
-    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
-    s.edit_config(
-        "  ward:lockdown:",
-        "  ward:merge-queue:    { color: \"ededed\", description: \"Audited; waiting for the merge queue\" }\n  ward:lockdown:",
-    );
+    let s = queue_sandbox(FILE_AGENT);
     let docstore = docstore_bin().display().to_string();
     let check = format!(
         "{docstore} put itest runs r1 pk '{{\"ok\":true}}' >/dev/null && {docstore} get itest runs r1 pk && echo \"checked at $DOCSTORE_ENDPOINT\""
@@ -340,4 +326,40 @@ async fn the_integration_check_runs_with_a_fresh_emulator_removed_after() {
         &format!("label=ward.repository={git_dir}"),
     ]);
     assert!(left.trim().is_empty(), "the check's emulator is removed: {left}");
+}
+
+/// The GitHub half of the cap, on the local forge: `ward visit` runs its
+/// agent only under the slot its run took (`ward slot`, the same run id).
+/// Without one it stops before the agent with nothing to record; after
+/// `ward slot` took it, the agent runs; `ward slot --free` frees it.
+#[test]
+fn a_visit_runs_its_agent_only_under_the_slot_its_run_took() {
+    let s = Sandbox::new();
+    let log = capped(&s, 1);
+    let out = s.ward(&["admit", "--title", "first", "--body", "b"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    s.write("event.json", r#"{"action": "ward-stage", "client_payload": {"issue": 1, "label": "ward:admit"}}"#);
+    let run = [("GITHUB_EVENT_NAME", "repository_dispatch"), ("GITHUB_RUN_ID", "77"), ("GITHUB_RUN_ATTEMPT", "1")];
+    let visit = || s.ward_env(&["visit", "--event", "event.json", "--out", "visit"], &run);
+
+    let out = visit();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("run gh77.1 holds no agent slot for #1"), "{}", stdout(&out));
+    assert!(!log.exists(), "no agent ran");
+
+    let out = s.ward_env(&["slot", "--event", "event.json"], &run);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("run gh77.1 took an agent slot"), "{}", stdout(&out));
+    assert!(s.read("charts/0.md").contains("\"gh77.1\""), "{}", s.read("charts/0.md"));
+
+    let out = visit();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("for the record job"), "the visit was sealed: {}", stdout(&out));
+    let agents = std::fs::read_to_string(&log).unwrap();
+    assert!(agents.starts_with("start 1 admit"), "{agents}");
+
+    let out = s.ward_env(&["slot", "--free", "gh77.1"], &run);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("the agent slot of run gh77.1 is free"), "{}", stdout(&out));
+    assert!(!s.read("charts/0.md").contains("gh77.1"), "{}", s.read("charts/0.md"));
 }

@@ -1160,6 +1160,8 @@ async fn ward_starts_ci_on_the_treatment_branch_waits_for_it_and_a_maintainers_r
     };
     let mut runner = Runner::new(&gh);
     runner.job_takes("ci.yml", "test", 10 * MINUTE);
+    // Without a cap the slot job only reads ward.yml: seconds.
+    runner.job_takes("ward-stage.yml", "slot", Duration::from_secs(10));
     let marks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (m1, m2) = (marks.clone(), marks.clone());
     runner.at(29 * MINUTE, "mark the log", move |s| m1.lock().unwrap().push(s.log.len()));
@@ -1342,6 +1344,10 @@ async fn an_unrelated_label_applied_while_a_dispatch_is_pending_does_not_lose_th
     };
     let mut runner = Runner::new(&gh);
     runner.job_takes("ward-stage.yml", "visit", 5 * MINUTE);
+    // Without a cap the slot job only reads ward.yml: seconds. The record
+    // ends before the next stage's slot job, which the stop below waits for.
+    runner.job_takes("ward-stage.yml", "slot", Duration::from_secs(10));
+    runner.job_takes("ward-stage.yml", "record", Duration::from_secs(5));
     gh.state().label(n, "ward:admit", "maya");
     // Each visit takes five minutes; the label comes while diagnosis's runs.
     runner.at(6 * MINUTE, "a triager labels the issue `bug`", move |s| s.label(n, "bug", "tia"));
@@ -2334,4 +2340,277 @@ async fn a_resolving_stages_rebase_is_recorded_through_the_record_job() {
     assert_eq!(s.labels_of(n), ["ward:awaiting-review"], "resolved, reviewed, waiting for CI and a person");
     drop(s);
     assert_eq!(agent_stages(&gh, n).iter().filter(|s| *s == "resolve").count(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// The agent cap in the two-job workflow (issue 14)
+
+/// ward.yml with one agent slot (`capacity.max_concurrent: 1`) and its queued label.
+fn one_agent_slot(config: String) -> String {
+    let queued = "  ward:queued:         { color: \"ededed\", description: \"Waiting for an agent slot\" }\n";
+    let capped = config.replacen("  ward:lockdown:", &format!("{queued}  ward:lockdown:"), 1).replacen(
+        "\ndecomposition:\n",
+        "\ncapacity:\n  max_concurrent: 1\n\ndecomposition:\n",
+        1,
+    );
+    assert!(capped.contains("max_concurrent: 1") && capped.contains("ward:queued:"), "ward.yml changed its shape");
+    capped
+}
+
+/// The sweep's state on the charts branch (`charts/0.md`), as JSON (null when never written).
+fn sweep_state(gh: &FakeGitHub) -> Value {
+    let Some(text) = gh.state().file("ward-charts", "charts/0.md") else { return Value::Null };
+    let json = text.split("```json\n").nth(1).and_then(|t| t.split("\n```").next()).expect("a ```json block");
+    serde_json::from_str(json).unwrap()
+}
+
+/// The stage runs of issue `n`, oldest first (by the issue its event names).
+fn runs_for<'r>(runner: &'r Runner<'_>, n: u64) -> Vec<&'r support::actions::WorkflowRun> {
+    runner
+        .runs_of("ward-stage.yml")
+        .into_iter()
+        .filter(|r| r.payload["issue"]["number"].as_u64().or(r.payload["client_payload"]["issue"].as_u64()) == Some(n))
+        .collect()
+}
+
+/// (issue, simulated start, simulated end) of every visit job that ran an
+/// agent (its sealed visit holds `visit.json`). The runner runs a job's
+/// steps when it starts and holds the job for its simulated duration, so
+/// that interval is when its agent ran, as far as GitHub could tell.
+fn agent_visits(runner: &Runner<'_>) -> Vec<(u64, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> {
+    let mut out = Vec::new();
+    for run in runner.runs_of("ward-stage.yml") {
+        let visit = run.job("visit");
+        if !run.artifacts.get("ward-visit").is_some_and(|dir| dir.join("visit.json").is_file()) {
+            continue;
+        }
+        let issue = run.payload["issue"]["number"].as_u64().or(run.payload["client_payload"]["issue"].as_u64());
+        out.push((issue.unwrap(), visit.started_at.unwrap(), visit.completed_at.unwrap()));
+    }
+    out
+}
+
+/// Whether any two of `visits` were in progress at the same simulated time.
+fn overlapping(visits: &[(u64, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)]) -> Option<String> {
+    for (i, a) in visits.iter().enumerate() {
+        for b in &visits[i + 1..] {
+            if a.1 < b.2 && b.1 < a.2 {
+                return Some(format!("#{} {}..{} and #{} {}..{}", a.0, a.1, a.2, b.0, b.1, b.2));
+            }
+        }
+    }
+    None
+}
+
+/// When `label` was put on and taken off issue `n` (the first time each).
+fn label_span(gh: &FakeGitHub, n: u64, label: &str) -> (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) {
+    let s = gh.state();
+    let at = |labeled: bool| {
+        let e = s.label_events.iter().find(|e| e.issue == n && e.label == label && e.labeled == labeled);
+        let e = e.unwrap_or_else(|| panic!("#{n} was never {} `{label}`", if labeled { "given" } else { "rid of" }));
+        chrono::DateTime::parse_from_rfc3339(&e.at).unwrap().with_timezone(&chrono::Utc)
+    };
+    (at(true), at(false))
+}
+
+/// The shipped ward-stage.yml with `capacity.max_concurrent: 1`: two
+/// patients admitted at the same moment. The first run's slot job takes
+/// the one agent slot; the second's finds it taken and moves its patient
+/// to `ward:queued` with a WAITING note, and its visit, record and release
+/// jobs are skipped. The second waits there while the first's agent runs;
+/// the first's record job frees the slot and puts the second back at
+/// `ward:admit` (dispatched), and both go through every stage to rest
+/// (waiting for CI and a review, as without a cap). Each visit job was
+/// ten simulated minutes: no two visit jobs that ran an agent were in
+/// progress at once, and no slot is held at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_agent_slot_two_admissions_take_turns_and_no_two_visit_jobs_run_agents_together() {
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[], one_agent_slot);
+    let (first, second) = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        let first = s.add_issue("Login accepts an empty password", "Submit it empty.", "reporter", &[]);
+        (first, s.add_issue("Logout keeps the session", "Log out, go back: still in.", "reporter", &[]))
+    };
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("ward-stage.yml", "slot", MINUTE);
+    runner.job_takes("ward-stage.yml", "visit", 10 * MINUTE);
+    runner.job_takes("ward-stage.yml", "release", MINUTE);
+    {
+        let mut s = gh.state();
+        s.label(first, "ward:admit", "maya");
+        s.label(second, "ward:admit", "maya");
+    }
+    runner.run_until_idle(60).await;
+
+    let stages = ["admit", "diagnose", "plan-review", "treat", "code-review"];
+    for n in [first, second] {
+        assert_eq!(gh.state().labels_of(n), ["ward:awaiting-review"], "#{n}:\n{}", failures(&runner));
+        assert_eq!(agent_stages(&gh, n), stages, "#{n}:\n{}", failures(&runner));
+    }
+    let stage_runs = runner.runs_of("ward-stage.yml");
+    assert!(stage_runs.iter().all(|r| r.conclusion.as_deref() == Some("success")), "{}", failures(&runner));
+
+    // The second's admission found the slot taken: queued, no visit.
+    let queued = runs_for(&runner, second)[0];
+    let slot = queued.job("slot");
+    assert_eq!((slot.outputs["visit"].as_str(), slot.outputs["slot"].as_str()), ("false", ""), "{}", slot.log());
+    for job in ["visit", "record", "release"] {
+        assert_eq!(queued.job(job).conclusion.as_deref(), Some("skipped"), "{job}: {}", runner.summary());
+    }
+    let waiting = notes_of(&gh, second, "WAITING").join("\n");
+    assert!(waiting.contains("Queued at `ward:queued` before stage `admit`: 1 agents run now"), "{waiting}");
+    assert!(waiting.contains("An agent slot is free: the patient leaves `ward:queued` for `ward:admit`"), "{waiting}");
+
+    // It waited at `ward:queued` all the while the first's triage agent
+    // ran, and left when the first's record job freed the slot.
+    let admitted = runs_for(&runner, first)[0];
+    let (visit, record) = (admitted.job("visit"), admitted.job("record"));
+    let (since, until) = label_span(&gh, second, "ward:queued");
+    assert!(since <= visit.started_at.unwrap() && visit.completed_at.unwrap() <= until, "{:?}", runner.timeline);
+    assert!(record.started_at.unwrap() <= until && until <= record.completed_at.unwrap(), "{:?}", runner.timeline);
+    assert!(record.log().contains(&format!("{second} leaves the queue")), "{}", record.log());
+
+    // Ten agent visits, never two at once, each under the slot its run took.
+    let visits = agent_visits(&runner);
+    assert_eq!(visits.len(), 2 * stages.len(), "{}", runner.summary());
+    assert_eq!(overlapping(&visits), None, "two visit jobs ran agents at once:\n{:?}", runner.timeline);
+    for run in &stage_runs {
+        let took = &run.job("slot").outputs["slot"];
+        if run.job("visit").conclusion.as_deref() == Some("success") && run.job("record").conclusion.is_some() {
+            let record = run.job("record");
+            if record.conclusion.as_deref() != Some("skipped") && !took.is_empty() {
+                assert_eq!(record.outputs["freed"], "true", "{}", record.log());
+                assert_eq!(run.job("release").conclusion.as_deref(), Some("skipped"), "the record freed it");
+            }
+        }
+    }
+    // Nothing held, nobody waiting.
+    let state = sweep_state(&gh);
+    assert!(state["capacity"].is_null(), "no slot or queue is left: {state}");
+}
+
+/// A visit job that dies after its agent ran (`WARD_FAULT=after-treat`:
+/// ward exits at once, as a killed runner would) with one agent slot: its
+/// record job is skipped, and the release job (`if: always()`) frees the
+/// slot and starts the patient queued meanwhile, whose own failed visit's
+/// release frees the slot again. No slot is held at the end, and nobody
+/// is left queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_visit_job_that_fails_frees_its_agent_slot_and_starts_the_queued_patient() {
+    let gh = FakeGitHub::start().await;
+    // The fault, for the visit job only (a job-level `env:`).
+    let stage = ours(".github/workflows/ward-stage.yml");
+    let dying = stage.replacen(
+        "  visit:\n    name: ward visit\n",
+        "  visit:\n    name: ward visit\n    env:\n      WARD_FAULT: after-treat\n",
+        1,
+    );
+    assert_ne!(dying, stage, "the visit job's head changed its shape");
+    let _repo = hospital(&gh, &[(".github/workflows/ward-stage.yml", &dying)], one_agent_slot);
+    let (first, second) = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        (s.add_issue("first", "One.", "reporter", &[]), s.add_issue("second", "Two.", "reporter", &[]))
+    };
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("ward-stage.yml", "visit", 10 * MINUTE);
+    {
+        let mut s = gh.state();
+        s.label(first, "ward:admit", "maya");
+        s.label(second, "ward:admit", "maya");
+    }
+    runner.run_until_idle(10).await;
+
+    let (one, two) = (runs_for(&runner, first), runs_for(&runner, second));
+    // #1: the slot, a visit that died, no record, the release.
+    assert_eq!(one.len(), 1, "{}", runner.summary());
+    let run = one[0];
+    assert!(!run.job("slot").outputs["slot"].is_empty(), "{}", run.job("slot").log());
+    assert_eq!(run.job("visit").conclusion.as_deref(), Some("failure"), "{}", run.job("visit").log());
+    assert!(run.job("visit").log().contains("fault point `after-treat` reached"), "{}", run.job("visit").log());
+    assert_eq!(run.job("record").conclusion.as_deref(), Some("skipped"));
+    let release = run.job("release");
+    assert_eq!(release.conclusion.as_deref(), Some("success"), "{}", release.log());
+    assert!(release.log().contains(&format!("{second} leaves the queue")), "{}", release.log());
+    // #2: queued first, then started by that release, and its own failed
+    // visit's release freed the slot again.
+    assert_eq!(two.len(), 2, "{}", runner.summary());
+    assert_eq!(two[0].job("slot").outputs["visit"], "false");
+    assert_eq!(two[1].event, "repository_dispatch");
+    assert_eq!(two[1].job("visit").conclusion.as_deref(), Some("failure"));
+    let release = two[1].job("release");
+    assert_eq!(release.conclusion.as_deref(), Some("success"), "{}", release.log());
+    assert!(release.log().contains("no queued patient fits"), "{}", release.log());
+    // The agents of both ran one after the other, under the one slot.
+    assert_eq!(overlapping(&visits_started(&runner)), None, "{:?}", runner.timeline);
+    let state = sweep_state(&gh);
+    assert!(state["capacity"].is_null(), "no slot or queue is left: {state}");
+    for n in [first, second] {
+        assert_eq!(gh.state().labels_of(n), ["ward:admit"], "#{n}: its visit died, nothing was recorded");
+    }
+}
+
+/// (issue, simulated start, simulated end) of every visit job that
+/// started, whatever became of it.
+fn visits_started(runner: &Runner<'_>) -> Vec<(u64, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> {
+    let mut out = Vec::new();
+    for run in runner.runs_of("ward-stage.yml") {
+        let visit = run.job("visit");
+        let (Some(start), Some(end)) = (visit.started_at, visit.completed_at) else { continue };
+        if visit.conclusion.as_deref() == Some("skipped") {
+            continue;
+        }
+        let issue = run.payload["issue"]["number"].as_u64().or(run.payload["client_payload"]["issue"].as_u64());
+        out.push((issue.unwrap(), start, end));
+    }
+    out
+}
+
+/// Without a cap, the slot job only looks for `max_concurrent` in
+/// ward.yml: it builds no ward and runs none (so it reads and writes
+/// nothing on GitHub), the visit runs, and no slot is freed or released.
+/// The two admissions' agents run side by side (the measure of the capped
+/// test sees them), and the sweep's state holds no slot and no queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_cap_the_slot_job_builds_nothing_writes_nothing_and_agents_run_side_by_side() {
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[], |c| c);
+    assert!(!ours(".github/ward.yml").contains("max_concurrent"), "ward's own ward.yml sets no cap");
+    let (first, second) = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        (s.add_issue("first", "One.", "reporter", &[]), s.add_issue("second", "Two.", "reporter", &[]))
+    };
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("ward-stage.yml", "visit", 10 * MINUTE);
+    {
+        let mut s = gh.state();
+        s.label(first, "ward:admit", "maya");
+        s.label(second, "ward:admit", "maya");
+    }
+    runner.run_until_idle(20).await;
+
+    for n in [first, second] {
+        assert_eq!(gh.state().labels_of(n), ["ward:awaiting-review"], "#{n}:\n{}", failures(&runner));
+    }
+    for run in runner.runs_of("ward-stage.yml") {
+        let slot = run.job("slot");
+        assert_eq!(slot.conclusion.as_deref(), Some("success"), "{}", slot.log());
+        assert_eq!(slot.step("cap").outputs["capped"], "false");
+        for step in ["Build ward", "slot"] {
+            assert_eq!(slot.step(step).outcome, "skipped", "{step}: no ward, no call to GitHub");
+        }
+        assert_eq!((slot.outputs["visit"].as_str(), slot.outputs["slot"].as_str()), ("true", ""));
+        assert_eq!(run.job("visit").conclusion.as_deref(), Some("success"), "{}", run.job("visit").log());
+        assert_eq!(run.job("record").step("free").outcome, "skipped");
+        assert_eq!(run.job("record").outputs.get("freed").map(String::as_str), Some(""));
+        assert_eq!(run.job("release").conclusion.as_deref(), Some("skipped"));
+    }
+    let visits = agent_visits(&runner);
+    assert_eq!(visits.len(), 10, "{}", runner.summary());
+    assert!(overlapping(&visits).is_some(), "without a cap the two triages ran at once: {visits:?}");
+    let state = sweep_state(&gh);
+    assert!(state["capacity"].is_null(), "no slot or queue: {state}");
 }

@@ -2053,6 +2053,70 @@ async fn checkpoints_carry_a_treatments_data_to_the_next_stage_until_a_restart()
     assert_no_worktrees(&repo);
 }
 
+/// A treatment that rebases the branch and leaves the data as it found it
+/// (the resolving stage, a treatment the merge queue sent back) saves it
+/// again for the new head, or the next stage would start from the seed;
+/// unchanged data on a head that still descends from its checkpoint saves
+/// nothing. The merge queue's release (`WorkspacePlan::release`, no
+/// workspace up) takes the patient's checkpoints with its worktree.
+#[tokio::test]
+async fn a_rebase_carries_the_checkpoint_to_the_new_head_and_the_queues_release_drops_it() {
+    let repo = proof_repo();
+    let plan = WorkspacePlan::detect(&repo.path, plan_env(&repo, &[])).unwrap().expect("a plan");
+    let runs: Vec<String> = (1..=4).map(|i| run_id(&format!("rebase-checkpoint-{i}"))).collect();
+    let _janitor = DockerJanitor(runs.clone());
+    let cancel = Cancel::new();
+    let request = |stage: &str, run: &str| {
+        let mut req = plan.request(&repo.path, 11, stage, run, &ward::workspace::artifacts_dir(&repo.home, 11, run));
+        req.emulator = Some(seeded_emulator());
+        req.checkpoints = true;
+        req.identity = identity();
+        req
+    };
+
+    let mut ws = Workspace::up(request("treat", &runs[0]), &cancel).await.unwrap();
+    let (ok, out) = run_agent(&ws, "agents/standin.sh", &["fleet-rules", "BAY-5", "treated-1"]).await;
+    assert!(ok, "{out}");
+    ws.commit_leftovers().await.unwrap().expect("the agent's edit");
+    let first = ws.checkpoint().await.unwrap().expect("the data changed");
+    ws.down().await.unwrap();
+
+    // A later commit on the branch, the data untouched: the checkpoint is still found.
+    let mut ws = Workspace::up(request("treat", &runs[1]), &cancel).await.unwrap();
+    std::fs::write(ws.worktree.path.join("notes.md"), "more\n").unwrap();
+    ws.commit_leftovers().await.unwrap().expect("the edit");
+    assert_eq!(ws.checkpoint().await.unwrap(), None, "nothing new to carry forward");
+    ws.down().await.unwrap();
+
+    // The base moves on; the branch is rebased onto it, the data untouched.
+    std::fs::write(repo.path.join("CHANGELOG.md"), "base moved\n").unwrap();
+    run(repo.git().args(["add", "CHANGELOG.md"]));
+    run(repo.git().args(["commit", "--quiet", "-m", "base moves"]));
+    let mut ws = Workspace::up(request("resolve", &runs[2]), &cancel).await.unwrap();
+    assert_eq!(rules_doc(&ws).status, 200, "started from the treatment's checkpoint");
+    run(git(&ws.worktree.path, &repo.git_home).args(["rebase", "--quiet", "main"]));
+    let second = ws.checkpoint().await.unwrap().expect("saved again for the rebased head");
+    assert_ne!(first, second);
+    ws.down().await.unwrap();
+
+    // Code review at the rebased head starts from it, not from the seed.
+    let ws = Workspace::up(request("code-review", &runs[3]), &cancel).await.unwrap();
+    assert_eq!(rules_doc(&ws).body["updateRef"].as_str(), Some("treated-1"));
+    let view = ws.data_view(4096).expect("started from a checkpoint");
+    assert_eq!(view.commit, repo.rev("ward/issue-11").unwrap());
+    ws.down().await.unwrap();
+
+    // Merged by the queue: no workspace up, the plan releases the patient.
+    assert_eq!(checkpoint_files(&repo, 11).len(), 3, "two checkpoints and the seed's export");
+    plan.release(&repo.path, 11).await.unwrap().expect("the worktree was there");
+    assert!(checkpoint_files(&repo, 11).is_empty());
+    assert!(!repo.layout().checkpoints.join("issue-11").exists());
+    for r in &runs {
+        assert_no_containers(&[r.as_str()]);
+    }
+    assert_no_worktrees(&repo);
+}
+
 /// The sweep's reaper removes checkpoints past their expiry and those of
 /// closed patients, and leaves another installation's alone.
 #[tokio::test]
@@ -2101,21 +2165,31 @@ async fn the_reaper_removes_expired_checkpoints_and_those_of_closed_patients() {
     assert_no_worktrees(&repo);
 }
 
+/// A stage repository whose stages all have the docstore as their
+/// emulator (checkpoints built in), and one patient in treatment with an
+/// approved plan.
+async fn docstore_patient_in_treatment(
+    tmp: &Path,
+) -> (PathBuf, PathBuf, std::sync::Arc<ward::forge::local::LocalForge>, ward::hospital::Hospital, ward::forge::Issue) {
+    let section = format!(
+        "\nemulator:\n  image: {}\n  ports: [8081, 8082]\n  ready: {{ http: {{ port: 8082, path: /ready }}, time_limit: 10s }}\n  expose:\n    DOCSTORE_ENDPOINT: \"http://127.0.0.1:{{{{ ports[8081] }}}}\"\n",
+        docstore_image()
+    );
+    let (root, git_home, forge, h) = stage_repo(tmp, &section);
+    let issue = forge
+        .admit(ward::forge::NewIssue { title: "fix it".into(), body: "b".into(), labels: vec!["ward:treat".into()] })
+        .unwrap();
+    support::seed_approved_plan(&h, issue.number).await;
+    (root, git_home, forge, h, issue)
+}
+
 /// Through the stage runs: the document a treatment wrote is in code
 /// review's emulator, and the code reviewer's prompt shows it as the data
 /// diff against the seed, fenced as the agent's data.
 #[tokio::test]
 async fn a_treatments_data_reaches_code_review_and_its_prompt() {
     let tmp = tempfile::tempdir().unwrap();
-    let section = format!(
-        "\nemulator:\n  image: {}\n  ports: [8081, 8082]\n  ready: {{ http: {{ port: 8082, path: /ready }}, time_limit: 10s }}\n  expose:\n    DOCSTORE_ENDPOINT: \"http://127.0.0.1:{{{{ ports[8081] }}}}\"\n",
-        docstore_image()
-    );
-    let (_root, _git_home, forge, h) = stage_repo(tmp.path(), &section);
-    let issue = forge
-        .admit(ward::forge::NewIssue { title: "fix it".into(), body: "b".into(), labels: vec!["ward:treat".into()] })
-        .unwrap();
-    support::seed_approved_plan(&h, issue.number).await;
+    let (_root, _git_home, _forge, h, issue) = docstore_patient_in_treatment(tmp.path()).await;
     let runs = [run_id("data-treat"), run_id("data-review")];
     let _janitor = DockerJanitor(runs.to_vec());
     let docstore = docstore_bin().display().to_string();
@@ -2162,15 +2236,7 @@ async fn a_treatments_data_reaches_code_review_and_its_prompt() {
 async fn a_consults_restart_returns_the_branch_and_the_data_to_the_base() {
     use ward::forge::Forge;
     let tmp = tempfile::tempdir().unwrap();
-    let section = format!(
-        "\nemulator:\n  image: {}\n  ports: [8081, 8082]\n  ready: {{ http: {{ port: 8082, path: /ready }}, time_limit: 10s }}\n  expose:\n    DOCSTORE_ENDPOINT: \"http://127.0.0.1:{{{{ ports[8081] }}}}\"\n",
-        docstore_image()
-    );
-    let (root, git_home, forge, h) = stage_repo(tmp.path(), &section);
-    let issue = forge
-        .admit(ward::forge::NewIssue { title: "fix it".into(), body: "b".into(), labels: vec!["ward:treat".into()] })
-        .unwrap();
-    support::seed_approved_plan(&h, issue.number).await;
+    let (root, git_home, forge, h, issue) = docstore_patient_in_treatment(tmp.path()).await;
     let runs = [run_id("restart-treat"), run_id("restart-consult"), run_id("restart-again")];
     let _janitor = DockerJanitor(runs.to_vec());
     let docstore = docstore_bin().display().to_string();

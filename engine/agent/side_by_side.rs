@@ -19,18 +19,24 @@ pub enum Recipe {
     /// ``Record the output of `COMMAND` in `PATH`.``: what `sh -c COMMAND`
     /// prints in the worktree, written to `path` (again at every treatment).
     Record { command: String, path: String },
+    /// ``Run `COMMAND`.``: `sh -c COMMAND` in the worktree, with the
+    /// agent's environment (the emulator's variables among it), for a step
+    /// that changes data rather than files; it must exit 0.
+    Run { command: String },
 }
 
 impl Recipe {
-    pub fn path(&self) -> &str {
+    /// The file the step writes; `None` for a command run for its effect.
+    pub fn path(&self) -> Option<&str> {
         match self {
-            Recipe::Add { path, .. } | Recipe::Record { path, .. } => path,
+            Recipe::Add { path, .. } | Recipe::Record { path, .. } => Some(path),
+            Recipe::Run { .. } => None,
         }
     }
 }
 
 /// The recipes in an issue's text, in order. A line is one when its prose
-/// around the code spans is exactly one of the two forms.
+/// around the code spans is exactly one of the three forms.
 pub fn recipes(issue: &str) -> Vec<Recipe> {
     issue
         .lines()
@@ -45,9 +51,10 @@ pub fn recipes(issue: &str) -> Vec<Recipe> {
                 (["Record the output of", "in", "."], [command, path]) => {
                     Recipe::Record { command: command.clone(), path: path.clone() }
                 }
+                (["Run", "."], [command]) => Recipe::Run { command: command.clone() },
                 _ => return None,
             };
-            plain_relative(recipe.path()).then_some(recipe)
+            recipe.path().is_none_or(plain_relative).then_some(recipe)
         })
         .collect()
 }
@@ -91,6 +98,24 @@ pub fn apply(worktree: &Path, recipes: &[Recipe]) -> Result<Vec<String>, String>
                 std::fs::write(worktree.join(path), &out.stdout).map_err(|e| format!("could not write {path}: {e}"))?;
                 let lines = String::from_utf8_lossy(&out.stdout).lines().count();
                 changes.push(format!("`{path}`: recorded what the command the issue names prints ({lines} lines)"));
+            }
+            Recipe::Run { command } => {
+                let out = Command::new("sh")
+                    .args(["-c", command])
+                    .current_dir(worktree)
+                    .stdin(Stdio::null())
+                    .output()
+                    .map_err(|e| format!("could not run the command the issue names: {e}"))?;
+                if !out.status.success() {
+                    let said = String::from_utf8_lossy(&out.stderr);
+                    let tail: Vec<&str> = said.lines().rev().take(3).collect();
+                    return Err(format!(
+                        "the command the issue asks to run failed ({}): {}",
+                        out.status,
+                        tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+                    ));
+                }
+                changes.push("ran the command the issue names (it exited 0; it changes data, not files)".into());
             }
         }
     }
@@ -281,6 +306,7 @@ pub fn plan(recipes: &[Recipe]) -> ScriptedNote {
             Recipe::Record { path, .. } => {
                 format!("- `{path}`: create it with what the command the issue names prints (new file).\n")
             }
+            Recipe::Run { .. } => "- No file: run the command the issue names, which changes data.\n".into(),
         })
         .collect();
     note(
@@ -400,17 +426,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_two_recipe_forms_are_read_and_nothing_else() {
+    fn the_three_recipe_forms_are_read_and_nothing_else() {
         let issue = "Please:\nAdd `echo \"Hi, $1.\"` to `greet.sh` after `echo \"Hello`.\n\
                      Record the output of `./greet.sh Ada` in `greeting.txt`.\n\
-                     Add `x` to `../etc/passwd` after `root`.\nAdd `x` to `a` after `b` today.";
+                     Run `echo hi > /dev/null`.\n\
+                     Add `x` to `../etc/passwd` after `root`.\nAdd `x` to `a` after `b` today.\nRun `a` and `b`.";
         assert_eq!(
             recipes(issue),
             [
                 Recipe::Add { line: "echo \"Hi, $1.\"".into(), path: "greet.sh".into(), anchor: "echo \"Hello".into() },
                 Recipe::Record { command: "./greet.sh Ada".into(), path: "greeting.txt".into() },
+                Recipe::Run { command: "echo hi > /dev/null".into() },
             ]
         );
+    }
+
+    #[test]
+    fn a_run_step_runs_in_the_worktree_and_its_failure_is_one_sentence() {
+        let dir = tempfile::tempdir().unwrap();
+        let done = apply(dir.path(), &[Recipe::Run { command: "echo data > ran.txt".into() }]).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.path().join("ran.txt")).unwrap(), "data\n");
+        assert!(done[0].starts_with("ran the command the issue names"), "{done:?}");
+        let failing = Recipe::Run { command: "echo no such collection >&2; exit 3".into() };
+        let err = apply(dir.path(), &[failing]).unwrap_err();
+        assert!(err.contains("failed (exit status: 3)") && err.contains("no such collection"), "{err}");
     }
 
     #[test]

@@ -54,6 +54,11 @@ pub enum Command {
         /// reviewed, a failure only in combination sent back and fixed.
         #[arg(long)]
         swarm: bool,
+        /// With --swarm: give the treating and reviewing stages and each integration check a
+        /// container of IMAGE, a `ward-docstore` image present locally (built from tests/docstore;
+        /// ward never pulls). Each treatment writes a document with curl; checkpoints carry it.
+        #[arg(long, value_name = "IMAGE", requires = "swarm")]
+        emulator: Option<String>,
     },
     /// Run scripted scenarios over the local forge; exit 1 when expectations fail.
     Simulate {
@@ -102,6 +107,22 @@ pub enum Command {
         event: PathBuf,
         #[arg(long, env = "GITHUB_EVENT_NAME")]
         event_name: Option<String>,
+    },
+    /// GitHub's first job when ward.yml caps agents (`capacity`): for the
+    /// stage an Actions event asks for, the guards without a write, then an
+    /// agent slot for this run, or the patient queued (the step outputs
+    /// `visit` and `slot` say which). Without a cap: nothing read or written.
+    /// With `--free RUN`: free that run's slot and start the oldest queued
+    /// patient that fits (after the record, or a failed or cancelled visit).
+    Slot {
+        /// The event payload file of the workflow run.
+        #[arg(long, required_unless_present = "free", conflicts_with = "free")]
+        event: Option<PathBuf>,
+        #[arg(long, env = "GITHUB_EVENT_NAME")]
+        event_name: Option<String>,
+        /// The run whose slot to free (the slot job's `slot` output).
+        #[arg(long, value_name = "RUN")]
+        free: Option<String>,
     },
     /// Carry out a person's command in an issue comment (`/ward retry`,
     /// `hold`, `resume`, `chief <reason>`, `approve`) from an
@@ -361,14 +382,14 @@ fn load_config(root: &Path) -> anyhow::Result<Config> {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
-        Command::Demo { dir, swarm } => {
+        Command::Demo { dir, swarm, emulator } => {
             let dir = match dir {
                 Some(d) => d.clone(),
                 None => tempdir_path("ward-demo")?,
             };
             let exe = std::env::current_exe().context("could not find the ward binary itself")?;
             if *swarm {
-                let run = crate::demo::swarm::run(&dir, &exe).await?;
+                let run = crate::demo::swarm::run(&dir, &exe, emulator.as_deref()).await?;
                 print!("{}", crate::demo::swarm::render(&run));
                 return Ok(if run.all_discharged { ExitCode::SUCCESS } else { ExitCode::FAILURE });
             }
@@ -404,6 +425,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(code)
         }
+        Command::Slot { event, event_name, free } => slot(&cli, event, event_name, free).await,
         Command::Record { visit, event, event_name } => {
             let phase = crate::stage::Phase::Record { from: absolute(visit)? };
             event_command(&cli, event, event_name.as_deref(), phase).await
@@ -587,6 +609,90 @@ async fn stage_from_event(
     Ok(code(result.exit_code()))
 }
 
+/// `ward slot`: `--free RUN`, else `--event FILE`.
+async fn slot(
+    cli: &Cli,
+    event: &Option<PathBuf>,
+    event_name: &Option<String>,
+    free: &Option<String>,
+) -> anyhow::Result<ExitCode> {
+    match free {
+        Some(run) => free_slot(cli, run).await,
+        None => slot_from_event(cli, event.as_deref(), event_name.as_deref()).await,
+    }
+}
+
+/// `ward slot --event FILE`: without a cap, the visit runs and nothing is
+/// read or written; with one, the guards (no write) and a slot for this
+/// run, or the patient queued. The step outputs `visit` (`false` only
+/// when the patient was queued) and `slot` (the run id holding a slot, or
+/// empty). Exit 0 unless something failed.
+async fn slot_from_event(cli: &Cli, event: Option<&Path>, event_name: Option<&str>) -> anyhow::Result<ExitCode> {
+    use crate::actions::{EventRun, set_outputs};
+    let event = event.ok_or_else(|| BadInput("`ward slot` needs --event FILE or --free RUN".into()))?;
+    let config = load_config(&cli.root)?;
+    if !config.capacity.capped(&config) {
+        println!("no cap on agents in .github/ward.yml: the visit runs without a slot");
+        set_outputs(&[("visit", "true"), ("slot", "")])?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let trigger = match crate::event::read_event(event, event_name).map_err(|e| BadInput(e.to_string()))? {
+        crate::event::Parsed::NotOurs { reason } => {
+            println!("not a ward event: {reason}");
+            set_outputs(&[("visit", "true"), ("slot", "")])?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        crate::event::Parsed::Ours(trigger) => trigger,
+    };
+    let forge = open_forge(cli, &config).await?;
+    let h = Hospital::load(&cli.root, forge)?;
+    let run = crate::actions::stage_from_event(&h, &trigger, crate::stage::Phase::Slot).await.map_err(|e| {
+        if e.is::<crate::actions::GuardError>() { anyhow::Error::new(BadInput(e.to_string())) } else { e }
+    })?;
+    // Only a queued patient skips the visit; anything else the visit job
+    // looks at as before (and stops without an agent where this did).
+    let (line, visit, slot) = match &run {
+        EventRun::Ignored(reason) => (format!("nothing to do: {reason}"), true, None),
+        EventRun::Refused { issue, reason } => (format!("{issue} refused: {reason}"), true, None),
+        EventRun::Sweep => {
+            return Err(BadInput("a `schedule` event runs `ward sweep`, not `ward slot`".into()).into());
+        }
+        EventRun::Ran(result) => {
+            let slot = match &**result {
+                StageResult::SlotTaken { run, .. } => Some(run.clone()),
+                _ => None,
+            };
+            let queued = matches!(&**result, StageResult::Moved(t) if t.to == h.config.capacity.queued_label);
+            (describe_result(result), !queued, slot)
+        }
+    };
+    println!("{}", shown(&line));
+    set_outputs(&[("visit", if visit { "true" } else { "false" }), ("slot", slot.as_deref().unwrap_or(""))])?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ward slot --free RUN`: frees the run's agent slot (if it still holds
+/// one) and starts the oldest queued patient that fits; the step output
+/// `freed=true` tells the release job it has nothing left to do.
+async fn free_slot(cli: &Cli, run: &str) -> anyhow::Result<ExitCode> {
+    let config = load_config(&cli.root)?;
+    if config.capacity.capped(&config) {
+        let forge = open_forge(cli, &config).await?;
+        let now = chrono::Utc::now();
+        let next = crate::sweep::slots::free(&*forge, &config, Some(run), now)
+            .await
+            .with_context(|| format!("could not free the agent slot of run {run}; it expires by itself"))?;
+        match next {
+            Some(issue) => println!("the agent slot of run {run} is free; {issue} leaves the queue for its stage"),
+            None => println!("the agent slot of run {run} is free; no queued patient fits"),
+        }
+    } else {
+        println!("no cap on agents in .github/ward.yml: run {run} holds no slot");
+    }
+    crate::actions::set_outputs(&[("freed", "true")])?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `ward command --event FILE`: the comment first (a comment that is not
 /// a command costs no config, no forge, no call), then the command; one
 /// line printed, exit 0 unless something failed.
@@ -689,6 +795,9 @@ pub fn describe_result(result: &StageResult) -> String {
         ),
         StageResult::NoOp { reason, .. } => format!("nothing to do: {reason}"),
         StageResult::Deferred { reason, .. } => format!("for the record job: {reason}"),
+        StageResult::SlotTaken { issue, stage, run } => {
+            format!("{issue} {stage}: run {run} took an agent slot; the visit job runs the agent")
+        }
         StageResult::Refused { issue, stage, reason, to, .. } => format!(
             "{issue} {stage} refused: {reason}{}",
             to.as_ref().map(|t| format!(" (sent to {t})")).unwrap_or_default()

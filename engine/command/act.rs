@@ -158,6 +158,7 @@ async fn approve(h: &Hospital, event: &CommentEvent, issue: &Issue) -> anyhow::R
         StageResult::NoOp { reason, .. } | StageResult::Deferred { reason, .. } => {
             Acted::Declined(format!("nothing to approve: {reason}"))
         }
+        StageResult::SlotTaken { .. } => Acted::Declined("nothing to approve: the run only took an agent slot".into()),
         StageResult::Invalid { reason, .. } => Acted::Declined(format!("not approved: {reason}")),
     };
     let (text, reaction) = match &acted {

@@ -38,6 +38,40 @@ pub async fn take(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<Option<
     Ok(Some(StageResult::Moved(patient.moved_by_engine("queued", queued, moved.dispatched))))
 }
 
+/// The slot job's half of [`take`] (`ward slot`, on GitHub): a slot for
+/// this run, which the visit job then runs its agent under, or the patient
+/// queued (the visit job is skipped).
+pub async fn take_for_visit(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<StageResult> {
+    let number = patient.issue.number;
+    if !h.config.capacity.capped(&h.config) {
+        let reason = format!("no cap on agents is set, so {number}'s visit runs without a slot");
+        return Ok(StageResult::Deferred { issue: number, reason });
+    }
+    Ok(match take(h, patient).await? {
+        Some(queued) => queued,
+        None => StageResult::SlotTaken { issue: number, stage: patient.stage.name.into(), run: patient.run.clone() },
+    })
+}
+
+/// The visit job's check before its agent: with a cap, an agent runs only
+/// while the state shows this run's slot for this patient (the slot job
+/// took it; it may have been freed after a failure, expired, or been taken
+/// over by a newer run of the same patient). `Some` stops the visit.
+pub async fn unheld(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<Option<StageResult>> {
+    if !h.config.capacity.capped(&h.config) {
+        return Ok(None);
+    }
+    let number = patient.issue.number;
+    if slots::held(&*h.forge, &patient.run, number, h.now()).await? {
+        return Ok(None);
+    }
+    let reason = format!(
+        "no agent runs: `capacity` caps agents, and run {} holds no agent slot for {number} in the sweep's state          (the `slot` job of ward-stage.yml takes it before the visit: it was freed or expired since, a newer run of          the patient took it over, or the workflow lacks that job, then copy the shipped ward-stage.yml); the          charge nurse's sweep starts the patient again",
+        patient.run
+    );
+    Ok(Some(StageResult::NoOp { issue: number, reason }))
+}
+
 /// Frees this run's slot and starts the next queued patient. A failure is
 /// logged, not the run's: the slot then expires, and the sweep starts the
 /// queue.

@@ -11,6 +11,8 @@
 //! (read-only token) runs guard ─► prepare ─► treat ─► seal, writing
 //! nothing to the forge; the *record* job (write token, no agent) runs
 //! guard ─► prepare ─► intake ─► judge ─► record on the sealed visit.
+//! With a cap on agents a *slot* job comes first: guard ─► (audit first)
+//! ─► an agent slot, or the patient queued (no agent, no visit).
 //!
 //! - [`guard`]: one ordered list of checks; the lockdown comes before
 //!   anything that moves a patient or starts an agent.
@@ -90,8 +92,10 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     let result = teardown(h, workspace, result).await;
     write_report(&patient, &result);
     // The visit job writes nothing: the record job tells the patient's
-    // comment. A slot of the cap is the one-process run's (see `rounds`).
-    if req.phase.writes() {
+    // comment (the slot job tells it too when it queued the patient).
+    // One process frees its slot here; on GitHub the record job (or the
+    // release job) does, after the visit (see `rounds`).
+    if req.phase.writes() || req.phase == Phase::Slot {
         Bedside::of(h, &patient).tell(h, &result).await;
     }
     if req.phase == Phase::Whole {
@@ -155,7 +159,9 @@ impl Bedside {
                 self.label_in,
                 Some(format!("**Last run:** `{stage}` run `{run}` was invalid; the chart's REFUSAL note says why.")),
             ),
-            Ok(StageResult::NoOp { .. } | StageResult::Deferred { .. }) | Err(_) => return,
+            Ok(StageResult::NoOp { .. } | StageResult::Deferred { .. } | StageResult::SlotTaken { .. }) | Err(_) => {
+                return;
+            }
         };
         // The run wrote since the guard read the chart: a first comment's
         // note reads it again rather than fail a compare-and-swap.
@@ -226,12 +232,22 @@ async fn rounds(
         _ => None,
     };
     // The cap on agents at once: beyond it, the patient waits for a slot.
-    // Taking a slot writes, before the agent: one process only (`ward
-    // stage`, `ward run`); the two GitHub jobs leave it to Actions.
-    if req.phase == Phase::Whole
-        && let Some(queued) = capacity::take(h, patient).await?
-    {
-        return Ok(queued);
+    // Taking a slot writes, before the agent: one process takes it here;
+    // on GitHub the slot job takes it and ends, and the visit job (which
+    // cannot write) runs the agent only while the state shows that slot.
+    match &req.phase {
+        Phase::Whole => {
+            if let Some(queued) = capacity::take(h, patient).await? {
+                return Ok(queued);
+            }
+        }
+        Phase::Slot => return capacity::take_for_visit(h, patient).await,
+        Phase::Visit { .. } => {
+            if let Some(stop) = capacity::unheld(h, patient).await? {
+                return Ok(stop);
+            }
+        }
+        Phase::Record { .. } => {}
     }
     let prepared = prepare::prepare(h, patient, audit, workspace, &req.phase).await?;
     crate::fault::point("after-prepare");

@@ -45,12 +45,18 @@ pub enum Phase {
     /// The writing half (`ward record`): guard and prepare again (writing
     /// now), the visit in `from` taken in as hostile input, judge, record.
     Record { from: PathBuf },
+    /// The job before the visit when `capacity` caps agents (`ward slot`):
+    /// guard and the audit before the nurse without a write, then an agent
+    /// slot for this run (the sweep's state), or the patient queued. It
+    /// writes only that: the slot, or the queue with its note and label.
+    Slot,
 }
 
 impl Phase {
-    /// Whether this process may write to the forge.
+    /// Whether this process may write to the forge (the slot job writes
+    /// only its slot or the queue: see [`Phase::Slot`]).
     pub fn writes(&self) -> bool {
-        !matches!(self, Phase::Visit { .. })
+        !matches!(self, Phase::Visit { .. } | Phase::Slot)
     }
 }
 
@@ -96,8 +102,14 @@ pub enum StageResult {
     /// The visit job stopped without an agent because what comes next
     /// writes (a refusal, a lockdown note, the audit before the nurse, an
     /// approval, a resumed move), or it sealed an agent's visit: the record
-    /// job decides and writes. Exit 0. Only `Phase::Visit` gives it.
+    /// job decides and writes. Exit 0. Only `Phase::Visit` gives it (and
+    /// `Phase::Slot`, whose visit job then stops the same way).
     Deferred { issue: IssueNumber, reason: String },
+    /// The slot job took an agent slot for `run`: the visit job runs the
+    /// agent holding it, and the record job (or, after a failed or
+    /// cancelled visit, the release job) frees it. Exit 0. Only
+    /// `Phase::Slot` gives it.
+    SlotTaken { issue: IssueNumber, stage: String, run: String },
     /// A guard or a rule refused the run; a note in the chart says why and
     /// what to do, and the label went where the rule sends it (or stayed).
     /// `locked`: the refusal is a lockdown's (nothing moves until it lifts).
@@ -122,7 +134,10 @@ impl StageResult {
     /// The exit code every command gives this result (README, "Exit codes").
     pub fn exit_code(&self) -> u8 {
         match self {
-            StageResult::Moved(_) | StageResult::NoOp { .. } | StageResult::Deferred { .. } => EXIT_OK,
+            StageResult::Moved(_)
+            | StageResult::NoOp { .. }
+            | StageResult::Deferred { .. }
+            | StageResult::SlotTaken { .. } => EXIT_OK,
             StageResult::Invalid { .. } => EXIT_FAILED,
             StageResult::Refused { locked: true, .. } => EXIT_LOCKED,
             StageResult::Refused { .. } => EXIT_REFUSED,
@@ -134,6 +149,7 @@ impl StageResult {
             StageResult::Moved(t) => t.issue,
             StageResult::NoOp { issue, .. }
             | StageResult::Deferred { issue, .. }
+            | StageResult::SlotTaken { issue, .. }
             | StageResult::Refused { issue, .. }
             | StageResult::Invalid { issue, .. } => *issue,
         }

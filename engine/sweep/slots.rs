@@ -13,7 +13,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::state::{Queued, Slot, StateError, update_state};
+use super::state::{Queued, Slot, StateError, load_state, update_state};
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
 use crate::config::{Config, Stage};
 use crate::forge::{Forge, IssueNumber, IssueState};
@@ -58,6 +58,12 @@ pub async fn take(
     })
     .await?;
     Ok(out.unwrap_or(Take::Granted))
+}
+
+/// Whether `run` holds an unexpired slot for `issue` (one read, no write).
+pub async fn held(forge: &dyn Forge, run: &str, issue: IssueNumber, now: DateTime<Utc>) -> Result<bool, StateError> {
+    let state = load_state(forge).await?;
+    Ok(state.capacity.running.get(run).is_some_and(|slot| slot.issue == issue && slot.expires > now))
 }
 
 /// Frees `run`'s slot (if it holds one) and takes out of the queue the

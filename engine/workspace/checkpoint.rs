@@ -16,10 +16,12 @@
 //! A stage starts from the newest checkpoint whose commit is the branch's
 //! head or one of its ancestors: after a `restart` (the branch back at the
 //! base) the treatment's checkpoints are dropped, and one of a commit the
-//! branch no longer has would never be chosen anyway. The reaper removes
-//! expired checkpoints and those of closed patients; discharge removes the
-//! patient's. Only files with a marker of this installation and repository,
-//! and the half-made files ward's own names leave, are ever removed.
+//! branch no longer has would never be chosen anyway (a treatment that
+//! rebases saves its data again for the new head). The reaper removes
+//! expired checkpoints and those of closed patients; discharge, and the
+//! merge queue's merge in `ward run`, remove the patient's. Only files with
+//! a marker of this installation and repository, and the half-made files
+//! ward's own names leave, are ever removed.
 
 use std::path::{Path, PathBuf};
 

@@ -684,10 +684,12 @@ pub async fn stop(docker: &Docker, id: &str, name: &str, artifacts: &Path) -> Re
     let log = artifacts.join(format!("{name}.log"));
     let inspect_path = artifacts.join(format!("{name}.inspect.json"));
     // Diagnostics are best effort: a failure to read them is recorded in the
-    // files and never stops the removal.
-    let logs = docker.logs(id).await.unwrap_or_else(|e| format!("(logs unavailable: {e})\n"));
+    // files and never stops the removal. Both are read at once: they are two
+    // round trips to the engine on the path of every teardown.
+    let (logs, inspect) = tokio::join!(docker.logs(id), docker.inspect(id));
+    let logs = logs.unwrap_or_else(|e| format!("(logs unavailable: {e})\n"));
     std::fs::write(&log, logs).map_err(io_err("write", &log))?;
-    let inspect = docker.inspect(id).await.ok().flatten();
+    let inspect = inspect.ok().flatten();
     let state = inspect.as_ref().and_then(|i| i.state.as_ref());
     let exit_code = state.filter(|s| s.running != Some(true)).and_then(|s| s.exit_code);
     let json = inspect.as_ref().and_then(|i| serde_json::to_string_pretty(i).ok()).unwrap_or_else(|| "null".into());
@@ -695,12 +697,14 @@ pub async fn stop(docker: &Docker, id: &str, name: &str, artifacts: &Path) -> Re
     let started = Instant::now();
     docker.remove(id).await?;
     let mut gone = false;
-    for _ in 0..50 {
+    // A forced removal is usually done when it answers; poll briefly, then
+    // back off (5 s in all), as the readiness probe does.
+    for attempt in 0..60 {
         if docker.inspect(id).await?.is_none() {
             gone = true;
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(if attempt < 10 { 20 } else { 100 })).await;
     }
     if !gone {
         return Err(EmulatorError::NotRemoved { name: name.into(), id: id.into() });

@@ -360,18 +360,23 @@ impl WorkspacePlan {
         }
     }
 
-    /// Removes the patient's worktree when the patient leaves without a
-    /// workspace up (closed by a person, say), verified; `None` when there
-    /// is none, or in checkout mode (the job's checkout is not ward's).
+    /// Removes the patient's worktree and checkpoints when the patient
+    /// leaves without a workspace up (merged by the merge queue, closed by
+    /// a person), verified; `None` when there is no worktree, or in
+    /// checkout mode (the job's checkout is not ward's).
     pub async fn release(&self, root: &Path, issue: u64) -> Result<Option<WorktreeCleanup>, WorkspaceError> {
         if self.mode == WorkspaceMode::Checkout {
             return Ok(None);
         }
+        let owner =
+            checkpoint::Owner { repository: self.repository.clone(), installation: installation_id(&self.home)? };
         let (root, home) = (root.to_path_buf(), self.home.clone());
         blocking(move || {
             let git = GitRepo::open(&root)?;
             let layout = Layout::new(&home, &git)?;
-            worktree::remove_patient(&git, &layout, issue, None)
+            let cleanup = worktree::remove_patient(&git, &layout, issue, None)?;
+            checkpoint::Store::new(&layout.checkpoints, owner).drop_patient(issue)?;
+            Ok(cleanup)
         })
         .await
     }
@@ -924,9 +929,10 @@ impl Workspace {
     }
 
     /// The end of an accepted treatment: the emulator's data exported and,
-    /// when it differs from what the run started from, saved as a
-    /// checkpoint of the branch's head commit. `None` when nothing was
-    /// saved (no checkpointing, or the data did not change).
+    /// when it differs from what the run started from or the run started
+    /// from a checkpoint the new head no longer descends from (a rebase),
+    /// saved as a checkpoint of the branch's head commit. `None` when
+    /// nothing was saved (no checkpointing, or nothing to carry forward).
     pub async fn checkpoint(&mut self) -> Result<Option<PathBuf>, WorkspaceError> {
         let saved = self.save_checkpoint().await;
         if let Err(e) = &saved {
@@ -947,11 +953,26 @@ impl Workspace {
             .exec(&em.id, &c.export, &data.env, None, c.time_limit)
             .await
             .map_err(|e| fail("export the emulator's data into", e.to_string()))?;
-        if data.start.as_deref() == Some(out.as_slice()) {
+        let unchanged = data.start.as_deref() == Some(out.as_slice());
+        let (repo, branch) = (self.repo.clone(), self.branch.name.clone());
+        let from = data.from.as_ref().and_then(|m| m.commit.clone());
+        // Unchanged data needs no checkpoint while the next stage still
+        // finds the one it came from; after a rebase (the head no longer
+        // descends from that checkpoint's commit) the data is saved again
+        // for the new head, or the next stage would start from the seed.
+        let (head, still_found) = blocking(move || {
+            let git = GitRepo::open(&repo)?;
+            let head = git.branch_head(&branch)?;
+            let found = match (&from, &head) {
+                (Some(from), Some(head)) => git.is_ancestor(from, head),
+                _ => true,
+            };
+            Ok((head, found))
+        })
+        .await?;
+        if unchanged && still_found {
             return Ok(None);
         }
-        let (repo, branch) = (self.repo.clone(), self.branch.name.clone());
-        let head = blocking(move || GitRepo::open(&repo)?.branch_head(&branch)).await?;
         let head = head.ok_or_else(|| fail("find the branch head for", format!("`{}` is gone", self.branch.name)))?;
         let saved = store
             .save(self.issue, Some(&head), &self.run, &self.stage, c.keep, &out)
