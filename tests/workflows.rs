@@ -2161,6 +2161,189 @@ async fn commands_from_a_writer_hold_resume_and_retry_and_from_a_reader_do_nothi
     assert_eq!(gh.state().review_requests, [(number, "maya".to_string())], "CODEOWNERS of the changed file");
 }
 
+// Emulator checkpoints between GitHub's jobs (issue 14)
+
+/// The docstore emulator on the stages that treat and review, as a stage's
+/// own `emulator:` (its built-in checkpoint commands: it is the test image).
+fn with_docstore(c: String) -> String {
+    let emulator = format!(
+        "    emulator: {{ image: \"{}\", ports: [8081, 8082], ready: {{ http: {{ port: 8082, path: /ready }}, \
+         time_limit: 10s }}, expose: {{ DOCSTORE_ENDPOINT: \"http://127.0.0.1:{{{{ ports[8081] }}}}\" }} }}\n",
+        support::workspace::docstore_image()
+    );
+    let mut c = c;
+    for label in ["ward:treat", "ward:code-review"] {
+        let at = format!("    label: {label}\n");
+        assert!(c.contains(&at), "{at}");
+        c = c.replacen(&at, &format!("{at}{emulator}"), 1);
+    }
+    c
+}
+
+/// The patient's shared checkpoint ref on the fake's repository.
+fn checkpoint_ref(gh: &FakeGitHub, n: u64) -> Option<String> {
+    gh.state().git.resolve(&format!("refs/ward/checkpoints/issue-{n}"))
+}
+
+/// Data a treatment wrote in the visit job of one workflow run is in code
+/// review's emulator in the next run (another job, another ward home): the
+/// treatment's visit seals the export with its commits, the record job
+/// checks it and pushes `refs/ward/checkpoints/issue-N`, code review's
+/// visit job fetches it with its read-only token and starts from it, and
+/// the reviewer's prompt shows it as the data diff against the seed. A
+/// consult's `restart` then drops it: the next treatment starts from the
+/// seed, and its record job deletes the ref.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_treatments_data_reaches_code_review_across_githubs_jobs_and_a_restart_returns_to_the_seed() {
+    let gh = FakeGitHub::start().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let seen = scratch.path();
+    let docstore = support::workspace::docstore_bin().display().to_string();
+    let consult = seen.join("consult.yaml");
+    std::fs::write(
+        &consult,
+        "outcome: restart\nnotes:\n  - kind: IPASS_READBACK\n    body: |\n      ## Illness severity\n      Stable.\n\n      \
+         ## Patient summary\n      The branch went wrong.\n\n      ## Action list\n      Start again from the base.\n\n      \
+         ## Situation awareness and contingency\n      If it fails again, replan.\n\n      ## Synthesis by receiver\n      \
+         Restart.\n\n      ## What I will do\n      Restart the treatment from the base.\n",
+    )
+    .unwrap();
+    // The first treatment writes a document; every stage with the emulator
+    // says what it finds; the consult restarts.
+    let agent = format!(
+        r#"ward="$1"
+seen="{seen}"
+n=$(ls "$seen" | grep -c "^$WARD_STAGE-" || true)
+case "$WARD_STAGE" in
+  treat)
+    {docstore} get fleet vehicles fleet-1 SEA > "$seen/$WARD_STAGE-$n.doc" 2>&1; echo "exit $?" >> "$seen/$WARD_STAGE-$n.doc"
+    [ "$n" = 0 ] && {docstore} put fleet vehicles fleet-1 SEA '{{"id":"fleet-1","by":"treatment"}}' >/dev/null ;;
+  code-review)
+    {docstore} get fleet vehicles fleet-1 SEA > "$seen/$WARD_STAGE-$n.doc" 2>&1; echo "exit $?" >> "$seen/$WARD_STAGE-$n.doc" ;;
+  consult)
+    exec "$ward" stand-in --script {consult} ;;
+esac
+exec "$ward" stand-in
+"#,
+        seen = seen.display(),
+        consult = consult.display()
+    );
+    let command = r#"command: ["{ward}", "stand-in"]"#;
+    let _repo = hospital(&gh, &[("agent.sh", &agent)], |c| {
+        assert!(c.contains(command));
+        with_docstore(c.replace(command, r#"command: ["sh", "agent.sh", "{ward}"]"#))
+    });
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(30).await;
+    assert_eq!(gh.state().labels_of(n), ["ward:awaiting-review"], "{}", failures(&runner));
+
+    // The treatment's visit sealed its data with its commits; the record job shared it.
+    let runs = runner.runs_of("ward-stage.yml");
+    // A run's stage, from its record job's artifacts; its visit job's own beside them.
+    let of = |stage: &str| {
+        let name = format!("ward-issue-{n}-{stage}-attempt-1");
+        let visit_job = |r: &&support::actions::WorkflowRun| {
+            r.artifacts.iter().find(|(k, _)| k.ends_with("-visit-attempt-1")).map(|(_, dir)| dir.clone())
+        };
+        runs.iter()
+            .filter(|r| r.artifacts.contains_key(&name))
+            .filter_map(|r| Some((r.artifacts["ward-visit"].clone(), visit_job(r)?)))
+            .collect::<Vec<_>>()
+    };
+    let (visit, _) = of("treat").remove(0);
+    assert!(visit.join("checkpoint.data").is_file() && visit.join("seed.json").is_file(), "sealed with the visit");
+    let head = gh.state().branch_head(&format!("ward/issue-{n}")).unwrap();
+    let shared = checkpoint_ref(&gh, n).expect("the record job pushed the patient's checkpoint ref");
+    let marker: Value = serde_json::from_str(&gh.state().file(&shared, "checkpoint.json").unwrap()).unwrap();
+    assert_eq!(marker["commit"], json!(head), "the data of the head the record job pushed");
+    assert!(gh.state().file(&shared, "checkpoint.data").unwrap().contains("\"by\":\"treatment\""));
+
+    // Code review ran in the next workflow run: its emulator had the data,
+    // and its prompt the diff against the seed.
+    let read = |name: &str| std::fs::read_to_string(seen.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(!read("treat-0.doc").contains("exit 0"), "the seed has no such document: {}", read("treat-0.doc"));
+    assert!(read("code-review-0.doc").contains("\"by\":\"treatment\""), "{}", read("code-review-0.doc"));
+    let (_, review) = of("code-review").remove(0);
+    let find = |dir: &Path, file: &str| texts(dir).into_iter().find(|(p, _)| p.ends_with(file)).unwrap().1;
+    let report: Value = serde_json::from_str(&find(&review, "report.json")).unwrap();
+    assert_eq!(report["data"]["shared"], json!(head), "{report}");
+    let prompt = find(&review, "prompt.md");
+    let section = prompt.split("## What the change did to the data").nth(1).expect("the data diff section");
+    assert!(section.contains("0 lines are gone (`-`) and 1 are new (`+`)"), "{section}");
+    assert!(section.contains("+ fleet\tvehicles\tfleet-1\tSEA\t"), "{section}");
+
+    // A consult restarts: the next treatment's emulator is the seed's, and
+    // its record job deleted the ref (that treatment wrote no data).
+    // (Moved there as the engine moves a patient: labels with the job's
+    // token, which start nothing, then its dispatch.)
+    {
+        let mut s = gh.state();
+        s.apply_labels(n, &["ward:consult".to_string()], ACTIONS_BOT);
+        s.repository_dispatch("ward-stage", json!({"issue": n, "label": "ward:consult"}), ACTIONS_BOT);
+    }
+    runner.run_until_idle(30).await;
+    assert_eq!(agent_stages(&gh, n).iter().filter(|s| *s == "treat").count(), 2, "{}", failures(&runner));
+    assert!(!read("treat-1.doc").contains("exit 0"), "the seed's data: {}", read("treat-1.doc"));
+    assert_eq!(checkpoint_ref(&gh, n), None, "the restart dropped the shared checkpoint");
+    assert!(!read("code-review-1.doc").contains("exit 0"), "{}", read("code-review-1.doc"));
+}
+
+/// The resolving stage on GitHub's two jobs: the base moved on after the
+/// treatment, the fellow (the stand-in) rebases the branch onto it in the
+/// visit job, and the record job takes the rewritten history in (it
+/// descends from the base's tip as the record job fetched it), pushes it
+/// forced with a lease, and the patient goes to code review with the
+/// rebased head as its pull request's head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resolving_stages_rebase_is_recorded_through_the_record_job() {
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[], |c| c);
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+    let mut runner = Runner::new(&gh);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(30).await;
+    assert_eq!(gh.state().labels_of(n), ["ward:awaiting-review"], "{}", failures(&runner));
+    let branch = format!("ward/issue-{n}");
+    let treated = gh.state().branch_head(&branch).unwrap();
+
+    // Another patient's merge moves the base on; the patient is moved to
+    // the resolving stage as the engine moves one (its token's labels,
+    // then its dispatch).
+    {
+        let mut s = gh.state();
+        let at = s.time().timestamp();
+        s.git
+            .write_file("main", "NEWS.md", b"Another patient's change.\n", "Merge another patient", "maya", at, None)
+            .unwrap();
+        s.apply_labels(n, &["ward:resolve".to_string()], ACTIONS_BOT);
+        s.repository_dispatch("ward-stage", json!({"issue": n, "label": "ward:resolve"}), ACTIONS_BOT);
+    }
+    let main = gh.state().branch_head("main").unwrap();
+    runner.run_until_idle(30).await;
+
+    let refusals = notes_of(&gh, n, "REFUSAL");
+    assert!(refusals.is_empty(), "{refusals:?}\n{}", failures(&runner));
+    let s = gh.state();
+    let head = s.branch_head(&branch).unwrap();
+    assert!(s.git.is_ancestor(&main, &head), "rebased onto the base's tip");
+    assert!(!s.git.is_ancestor(&treated, &head), "the history was rewritten, and the push forced");
+    assert!(s.file(&head, "CHANGELOG.md").unwrap().contains(&format!("Treated #{n}")), "the treatment kept");
+    assert_eq!(s.open_pull_for(&branch).unwrap().head_sha, head);
+    assert_eq!(s.labels_of(n), ["ward:awaiting-review"], "resolved, reviewed, waiting for CI and a person");
+    drop(s);
+    assert_eq!(agent_stages(&gh, n).iter().filter(|s| *s == "resolve").count(), 1);
+}
+
 // ---------------------------------------------------------------------------
 // The agent cap in the two-job workflow (issue 14)
 

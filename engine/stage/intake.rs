@@ -15,11 +15,18 @@
 //!   visit's own list; nothing is checked out, no hook or config of the
 //!   agent's is read.
 //!
+//! - a treatment's emulator data ([`crate::workspace::shared`]) is read
+//!   with bounds, checked against its marker, and kept only when its
+//!   commit is the head this job records; otherwise it is left out with a
+//!   line (the run stands: its next stage starts from the checkpoint
+//!   before, or the seed, as after a failed export).
+//!
 //! What intake returns goes through judge and record like any visit.
 
 use std::path::Path;
 
 use anyhow::Context;
+use tracing::warn;
 
 use super::guard::Patient;
 use super::result::StageResult;
@@ -27,6 +34,7 @@ use super::visit::{VISIT_FILE, Visit};
 use crate::chart::NoteKind;
 use crate::hospital::Hospital;
 use crate::workspace::bundle::{self, BUNDLE_FILE, BundleError, Expected, Intake};
+use crate::workspace::shared;
 
 /// What the record job makes of the visit folder.
 pub enum Taken {
@@ -81,6 +89,7 @@ pub fn take_in(h: &Hospital, patient: &Patient<'_>, from: &Path) -> anyhow::Resu
         base: &plan.base,
         branch: &branch,
         restart,
+        resolve: patient.stage.mode() == crate::config::Mode::Resolve,
     };
     let file = from.join(BUNDLE_FILE);
     let bundle_file = file.exists().then_some(file.as_path());
@@ -89,7 +98,8 @@ pub fn take_in(h: &Hospital, patient: &Patient<'_>, from: &Path) -> anyhow::Resu
         return Ok(Taken::Refused(Box::new(visit), reason));
     };
     match bundle::take_in(bundle_file, &start, &expect) {
-        Ok(intake) => {
+        Ok(mut intake) => {
+            intake.checkpoint = sealed_checkpoint(patient, from, &intake);
             visit.changed = intake.changed.clone();
             visit.diff_lines = intake.diff_lines;
             visit.commit = (intake.head != intake.start).then(|| intake.head.clone());
@@ -100,4 +110,33 @@ pub fn take_in(h: &Hospital, patient: &Patient<'_>, from: &Path) -> anyhow::Resu
             Err(anyhow::Error::new(e).context(format!("could not take in the visit's commits of {number}")))
         }
     }
+}
+
+/// The emulator data a treatment's visit sealed, when it is usable: within
+/// bounds, matching its marker, of the head this job records.
+fn sealed_checkpoint(patient: &Patient<'_>, from: &Path, intake: &Intake) -> Option<Box<shared::Sealed>> {
+    let number = patient.issue.number;
+    let sealed = match shared::open_sealed(from, number.0) {
+        Ok(sealed) => sealed?,
+        Err(why) => {
+            warn!("the emulator data of the visit of {number} is left out: {why}");
+            return None;
+        }
+    };
+    if !patient.stage.mode().treats() {
+        warn!(
+            "the visit of {number} sealed emulator data, but stage `{}` does not treat: left out",
+            patient.stage.name
+        );
+        return None;
+    }
+    if sealed.commit() != intake.head {
+        warn!(
+            "the emulator data of the visit of {number} is of commit {}, not {}, the head this job records: left out",
+            sealed.commit(),
+            intake.head
+        );
+        return None;
+    }
+    Some(Box::new(sealed))
 }

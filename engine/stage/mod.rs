@@ -274,6 +274,17 @@ async fn rounds(
         None => judge::judge(h, patient, &prepared, &visit, committed.as_ref()).await?,
     };
     crate::fault::point("after-judge");
+    // A restart's next stage drops the patient's checkpoints, as its
+    // workspace does in one process; on GitHub the record job, which may write.
+    if matches!(req.phase, Phase::Record { .. })
+        && patient
+            .chart
+            .iter()
+            .rfind(|n| n.kind == crate::chart::NoteKind::Outcome)
+            .is_some_and(|n| n.body.trim() == "restart")
+    {
+        record::drop_shared_checkpoint(h, patient, "a restart from the base");
+    }
     record::record(h, patient, &prepared, &visit, judgment, workspace.as_mut(), committed.as_ref()).await
 }
 

@@ -20,6 +20,7 @@ use crate::rules::approval::{self, AfterAudit};
 use crate::transfer::{Move, transfer};
 use crate::workspace::Workspace;
 use crate::workspace::bundle::Intake;
+use crate::workspace::shared;
 
 pub async fn record(
     h: &Hospital,
@@ -164,6 +165,13 @@ async fn accept(
     {
         propose_visit(h, patient, intake).await?;
     }
+    // ... and the emulator data it left, for the patient's next stages.
+    if stage.mode().treats()
+        && let Some(intake) = committed
+        && let Some(sealed) = &intake.checkpoint
+    {
+        share_checkpoint(h, patient, intake, sealed)?;
+    }
     let Accepted { notes, outcome, overruled, groundedness, audit, protected } = accepted;
     let mut batch = vec![cost];
     batch.extend(groundedness);
@@ -224,6 +232,8 @@ async fn accept(
         let (moved, family) =
             crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), run, now, tell).await?;
         info!(?family, "discharged");
+        // A patient who leaves takes its shared checkpoint along.
+        drop_shared_checkpoint(h, patient, "discharged");
         moved
     } else {
         patient.transfer(h, seen, after, Move::To(label_out.clone())).await?
@@ -303,6 +313,56 @@ async fn propose(h: &Hospital, patient: &Patient<'_>, ws: &Workspace) -> anyhow:
     }
     let changed = ws.changed_paths().await.unwrap_or_default();
     open_pull(h, patient, &ws.branch.name, &plan.base, &changed).await
+}
+
+/// Where patients' checkpoints are shared between jobs ([`shared`]): the
+/// push target, on GitHub, when some emulator of the pipeline keeps
+/// checkpoints; `None` otherwise (nothing to share, no call made).
+fn shared_target(h: &Hospital) -> anyhow::Result<Option<crate::workspace::PushTarget>> {
+    let Some(plan) = h.workspace_plan()? else { return Ok(None) };
+    let stages = h.config.stages().filter_map(|s| s.config.emulator.as_ref());
+    let checkpointing = h.config.emulator.iter().chain(stages).any(|e| e.checkpoint().is_some());
+    Ok(plan.push.clone().filter(|_| checkpointing))
+}
+
+/// The record job shares an accepted treatment's emulator data: the
+/// patient's checkpoint ref, forced with a lease. A push that fails keeps
+/// the change (the next stage starts from the checkpoint before, or the
+/// seed), as a failed export does in one process.
+fn share_checkpoint(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    intake: &Intake,
+    sealed: &shared::Sealed,
+) -> anyhow::Result<()> {
+    let Some(target) = shared_target(h)? else { return Ok(()) };
+    let number = patient.issue.number;
+    match shared::push(&intake.bare, sealed, number.0, &target.url, target.token.as_deref()) {
+        Ok(commit) => info!(%commit, data = %sealed.commit(), "the emulator's data was shared"),
+        Err(e) => warn!(
+            "could not share the emulator data of {number} as `{}`: {e}; its next stage starts from the checkpoint \
+             before, or the seed",
+            shared::ref_name(number.0)
+        ),
+    }
+    Ok(())
+}
+
+/// Deletes the patient's shared checkpoint (a restart, a discharge); a
+/// failure is a line (the reaper removes it once the issue is closed, and
+/// a restart's next stage never takes it: it starts from the seed).
+pub(super) fn drop_shared_checkpoint(h: &Hospital, patient: &Patient<'_>, why: &str) {
+    let number = patient.issue.number;
+    let target = match shared_target(h) {
+        Ok(Some(target)) => target,
+        Ok(None) => return,
+        Err(e) => return warn!("{e:#}"),
+    };
+    match shared::drop_patient(&target.url, target.token.as_deref(), number.0) {
+        Ok(true) => info!(why, "the shared checkpoint of {number} was deleted"),
+        Ok(false) => {}
+        Err(e) => warn!("could not delete `{}` ({why}): {e}", shared::ref_name(number.0)),
+    }
 }
 
 /// The pull request of a pushed treatment (or, by the push, updated), and its CI.

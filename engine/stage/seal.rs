@@ -2,13 +2,14 @@
 //! it left was killed ([`crate::agent::reap_orphans`]); what it produced
 //! was read once into the [`Visit`]. The visit job writes that, and the
 //! run's commits as a git bundle (what the agent left committed under
-//! ward's identity first), to the folder the workflow uploads. It decides
+//! ward's identity first), and a treatment's emulator data
+//! ([`crate::workspace::shared`]), to the folder the workflow uploads. It decides
 //! nothing: the record job judges and records, or drops, the visit.
 
 use std::path::Path;
 
 use anyhow::Context;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::guard::Patient;
 use super::result::StageResult;
@@ -24,14 +25,23 @@ pub async fn seal(
 ) -> anyhow::Result<StageResult> {
     let number = patient.issue.number;
     visit.write_out(&patient.folder, out)?;
-    let bundled = match workspace {
-        Some(ws) => ws
+    let (mut bundled, mut data) = (false, false);
+    if let Some(ws) = workspace {
+        bundled = ws
             .bundle(&out.join(BUNDLE_FILE))
             .await
-            .with_context(|| format!("could not write the commits of the visit of {number} as a bundle"))?,
-        None => false,
-    };
-    info!(out = %out.display(), bundled, "visit sealed");
+            .with_context(|| format!("could not write the commits of the visit of {number} as a bundle"))?;
+        // A treatment's emulator data goes with its commits; the record job
+        // shares it only if it accepts the run. A failed export keeps the
+        // change (the report says why), as in one process.
+        if patient.stage.mode().treats() {
+            data = ws.seal_checkpoint(out).await.unwrap_or_else(|e| {
+                warn!("{e}");
+                false
+            });
+        }
+    }
+    info!(out = %out.display(), bundled, data, "visit sealed");
     Ok(StageResult::Deferred {
         issue: number,
         reason: format!(

@@ -7,8 +7,9 @@
 //! no hooks, no system or global configuration, nothing of the agent's
 //! `.git`), after its size is checked; it must carry exactly one ref,
 //! `refs/heads/ward/issue-<n>`, whose commits descend from the commit the
-//! record job itself decides the run started at; no file it adds may pass
-//! [`MAX_FILE_BYTES`]. Nothing is ever checked out of it.
+//! record job itself decides the run started at (a resolving stage's
+//! rebase: from the base's tip as the record job fetched it); no file it
+//! adds may pass [`MAX_FILE_BYTES`]. Nothing is ever checked out of it.
 
 use std::path::{Path, PathBuf};
 
@@ -61,8 +62,13 @@ pub struct Intake {
     /// The lines they changed (added plus removed; a binary file one), as
     /// ward counts them from the commits: what `max_diff_lines` checks.
     pub diff_lines: u64,
-    /// The push replaces the remote branch (a restart from the base).
+    /// The push replaces the remote branch (a restart from the base, a
+    /// resolving stage's rebase), with a lease on `remote_head`.
     pub force: bool,
+    /// The remote branch as this job fetched it (`None`: no such branch).
+    pub remote_head: Option<String>,
+    /// The patient's emulator data the visit sealed, once intake checked it.
+    pub checkpoint: Option<Box<super::shared::Sealed>>,
 }
 
 /// What the record job knows, from its own reading, about where the run started.
@@ -74,6 +80,10 @@ pub struct Expected<'a> {
     pub branch: &'a str,
     /// The chart says the patient restarts from the base.
     pub restart: bool,
+    /// A resolving stage (`mode: resolve`): its head may be the branch
+    /// rebased onto the base's current tip instead of descending from
+    /// where the run started.
+    pub resolve: bool,
 }
 
 /// Takes a visit's bundle in (see the module comment). `bundle` is `None`
@@ -119,24 +129,48 @@ pub fn take_in(
             if expect.restart { " and a restart starts from the base" } else { "" }
         ));
     }
-    let force = remote_head.as_deref().is_some_and(|h| h != claimed_start);
     let head = match bundle {
         None => claimed_start.to_string(),
         Some(file) => fetch_bundle(file, &bare, &scratch.0, expect.branch)?,
     };
-    if !is_ancestor(claimed_start, &head) {
+    // Every bound is measured from where the commits start: the run's start,
+    // or for a resolving stage's rebase the base's tip this job fetched.
+    let from = if is_ancestor(claimed_start, &head) {
+        claimed_start.to_string()
+    } else if !expect.resolve {
         return refuse(format!(
-            "the visit's `{}` does not descend from {claimed_start}, where the run started",
+            "the visit's `{}` does not descend from {claimed_start}, where the run started (only a resolving \
+             stage may rebase the branch)",
             expect.branch
         ));
-    }
-    let range = format!("{claimed_start}..{head}");
+    } else if is_ancestor(base_ref, &head) {
+        git::text(git_in(&["rev-parse", base_ref]), "rev-parse")?
+    } else {
+        let tip = git::text(git_in(&["rev-parse", base_ref]), "rev-parse")?;
+        return refuse(format!(
+            "the resolving visit's `{}` descends neither from {claimed_start}, where the run started, nor from \
+             `{}` at {tip}, the base's tip now: a rebase must be onto the base as it is",
+            expect.branch, expect.base
+        ));
+    };
+    let force = remote_head.as_deref().is_some_and(|h| h != claimed_start) || from != claimed_start;
+    let range = format!("{from}..{head}");
     let count = git::text(git_in(&["rev-list", "--count", &range]), "rev-list")?;
     if count.parse::<usize>().unwrap_or(usize::MAX) > MAX_COMMITS {
         return refuse(format!("the visit adds {count} commits, over the limit of {MAX_COMMITS}"));
     }
-    let (changed, diff_lines) = too_large_or_changed(&bare, claimed_start, &head)?;
-    Ok(Intake { _scratch: scratch, bare, start: claimed_start.to_string(), head, changed, diff_lines, force })
+    let (changed, diff_lines) = too_large_or_changed(&bare, &from, &head)?;
+    Ok(Intake {
+        _scratch: scratch,
+        bare,
+        start: claimed_start.to_string(),
+        head,
+        changed,
+        diff_lines,
+        force,
+        remote_head,
+        checkpoint: None,
+    })
 }
 
 /// Checks the bundle's size and refs, and fetches it: its head.
@@ -213,9 +247,12 @@ fn too_large_or_changed(bare: &Path, start: &str, head: &str) -> std::result::Re
     Ok((changed, lines))
 }
 
-/// Pushes the visit's head to `branch` from the record repository.
+/// Pushes the visit's head to `branch` from the record repository; a
+/// forced push only with a lease on the branch as this job fetched it, so
+/// a commit pushed meanwhile is never lost.
 pub fn push(intake: &Intake, remote_url: &str, branch: &str, token: Option<&str>) -> Result<()> {
-    git::push_ref(&intake.bare, "refs/ward/visit", remote_url, branch, token, intake.force)
+    let lease = intake.force.then_some(intake.remote_head.as_deref()).flatten();
+    git::push_ref(&intake.bare, "refs/ward/visit", remote_url, branch, token, lease)
 }
 
 #[cfg(test)]
@@ -257,6 +294,7 @@ mod tests {
             base: "main",
             branch: "ward/issue-1",
             restart: false,
+            resolve: false,
         }
     }
 
@@ -295,11 +333,6 @@ mod tests {
             &work,
             &["bundle", "create", "--quiet", file.to_str().unwrap(), "ward/issue-1", "elsewhere", &format!("^{start}")],
         );
-        let refused = |r: std::result::Result<Intake, BundleError>| match r {
-            Err(BundleError::Refused(why)) => why,
-            Err(e) => panic!("an error, not a refusal: {e}"),
-            Ok(_) => panic!("accepted"),
-        };
         let why = refused(take_in(Some(&file), &start, &expect(&remote)));
         assert!(
             why.contains("exactly one ref, `refs/heads/ward/issue-1`") && why.contains("`refs/heads/elsewhere`"),
@@ -316,5 +349,84 @@ mod tests {
         let head = sh(&work, &["rev-parse", "HEAD"]);
         let why = refused(take_in(None, &head, &expect(&remote)));
         assert!(why.contains("the branch moved while the agent ran"), "{why}");
+    }
+
+    fn refused(r: std::result::Result<Intake, BundleError>) -> String {
+        match r {
+            Err(BundleError::Refused(why)) => why,
+            Err(e) => panic!("an error, not a refusal: {e}"),
+            Ok(_) => panic!("accepted"),
+        }
+    }
+
+    /// The patient's branch one commit past the base on the remote (where
+    /// the run starts), then the base moves on with a commit of its own:
+    /// `(dir, remote, work, start)`, the work tree on the branch.
+    fn base_moved_on() -> (tempfile::TempDir, PathBuf, PathBuf, String) {
+        let (dir, remote, work, _) = setup();
+        commit(&work, "b.txt", b"b\n");
+        sh(&work, &["push", "--quiet", remote.to_str().unwrap(), "ward/issue-1"]);
+        let start = sh(&work, &["rev-parse", "HEAD"]);
+        sh(&work, &["switch", "--quiet", "main"]);
+        commit(&work, "m.txt", b"m\n");
+        sh(&work, &["push", "--quiet", remote.to_str().unwrap(), "main"]);
+        sh(&work, &["switch", "--quiet", "ward/issue-1"]);
+        (dir, remote, work, start)
+    }
+
+    #[test]
+    fn a_resolving_visits_rebase_onto_the_bases_tip_is_measured_from_the_base_and_pushed_with_a_lease() {
+        let (dir, remote, work, start) = base_moved_on();
+        sh(&work, &["rebase", "--quiet", "main"]);
+        let file = dir.path().join(BUNDLE_FILE);
+        assert!(create(&Checkout::new(&work.join(".git"), &work), "ward/issue-1", &start, &file).unwrap());
+        let resolving = Expected { resolve: true, ..expect(&remote) };
+        let intake = take_in(Some(&file), &start, &resolving).unwrap();
+        assert!(intake.force, "a rebase replaces the branch");
+        assert_eq!(intake.remote_head.as_deref(), Some(start.as_str()));
+        assert_eq!(intake.changed, ["b.txt"], "measured from the base's tip: the base's own commit is not the visit's");
+        assert_eq!(intake.diff_lines, 1);
+
+        // A commit pushed to the branch meanwhile: the lease refuses, nothing is lost.
+        sh(&work, &["switch", "--quiet", "-c", "meanwhile", &start]);
+        commit(&work, "c.txt", b"c\n");
+        let meanwhile = sh(&work, &["rev-parse", "HEAD"]);
+        sh(&work, &["push", "--quiet", remote.to_str().unwrap(), "meanwhile:ward/issue-1"]);
+        let err = push(&intake, remote.to_str().unwrap(), "ward/issue-1", None).unwrap_err().to_string();
+        assert!(err.contains("stale info"), "{err}");
+        assert_eq!(sh(&remote, &["rev-parse", "ward/issue-1"]), meanwhile);
+
+        // The branch where the run started: the rebased head replaces it.
+        sh(
+            &work,
+            &["push", "--quiet", "--force", remote.to_str().unwrap(), &format!("{start}:refs/heads/ward/issue-1")],
+        );
+        push(&intake, remote.to_str().unwrap(), "ward/issue-1", None).unwrap();
+        assert_eq!(sh(&remote, &["rev-parse", "ward/issue-1"]), intake.head);
+        assert_eq!(sh(&remote, &["rev-parse", "ward/issue-1~1"]), sh(&remote, &["rev-parse", "main"]));
+    }
+
+    #[test]
+    fn a_rewritten_history_is_refused_outside_a_resolving_stage_and_a_rebase_onto_an_old_base_in_it() {
+        let (dir, remote, work, start) = base_moved_on();
+        // Rebased onto the base's tip, by a treatment: refused.
+        sh(&work, &["switch", "--quiet", "-c", "rebased"]);
+        sh(&work, &["rebase", "--quiet", "main"]);
+        sh(&work, &["branch", "--quiet", "-f", "ward/issue-1", "rebased"]);
+        let file = dir.path().join("rebased.bundle");
+        let co = Checkout::new(&work.join(".git"), &work);
+        assert!(create(&co, "ward/issue-1", &start, &file).unwrap());
+        let why = refused(take_in(Some(&file), &start, &expect(&remote)));
+        assert!(why.contains("does not descend from") && why.contains("only a resolving stage"), "{why}");
+
+        // Rewritten on the old base (an amended commit), by a resolving stage: refused too.
+        sh(&work, &["switch", "--quiet", "-C", "amended", &start]);
+        sh(&work, &["commit", "--quiet", "--amend", "-m", "rewritten"]);
+        sh(&work, &["branch", "--quiet", "-f", "ward/issue-1", "amended"]);
+        let file = dir.path().join("amended.bundle");
+        assert!(create(&co, "ward/issue-1", &start, &file).unwrap());
+        let why = refused(take_in(Some(&file), &start, &Expected { resolve: true, ..expect(&remote) }));
+        assert!(why.contains("descends neither") && why.contains("the base's tip now"), "{why}");
+        assert_eq!(sh(&remote, &["rev-parse", "ward/issue-1"]), start, "nothing was pushed");
     }
 }

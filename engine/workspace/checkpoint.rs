@@ -48,7 +48,7 @@ pub struct Marker {
     pub sha256: String,
 }
 
-const KIND: &str = "ward-checkpoint";
+pub(super) const KIND: &str = "ward-checkpoint";
 const SEED: &str = "seed";
 
 /// One checkpoint read back whole, its data verified against its marker.
@@ -75,7 +75,7 @@ pub struct Store {
     owner: Owner,
 }
 
-fn sha256_hex(data: &[u8]) -> String {
+pub(super) fn sha256_hex(data: &[u8]) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -109,13 +109,7 @@ impl Store {
         keep: std::time::Duration,
         data: &[u8],
     ) -> Result<PathBuf> {
-        let dir = self.patient(issue);
-        std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
         let now = Utc::now();
-        let name = match commit {
-            None => SEED.to_string(),
-            Some(c) => format!("{}-{}", now.timestamp_millis(), &c[..c.len().min(12)]),
-        };
         let marker = Marker {
             kind: KIND.into(),
             issue,
@@ -128,6 +122,31 @@ impl Store {
             installation: self.owner.installation.clone(),
             bytes: data.len() as u64,
             sha256: sha256_hex(data),
+        };
+        self.write(marker, data)
+    }
+
+    /// Takes in a checkpoint made elsewhere (another job's home: see
+    /// [`super::shared`]), already checked against its marker: saved as
+    /// ours, with its commit, run, stage, time and expiry.
+    pub fn adopt(&self, theirs: &Marker, data: &[u8]) -> Result<PathBuf> {
+        let marker = Marker {
+            kind: KIND.into(),
+            repository: self.owner.repository.clone(),
+            installation: self.owner.installation.clone(),
+            bytes: data.len() as u64,
+            sha256: sha256_hex(data),
+            ..theirs.clone()
+        };
+        self.write(marker, data)
+    }
+
+    fn write(&self, marker: Marker, data: &[u8]) -> Result<PathBuf> {
+        let dir = self.patient(marker.issue);
+        std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        let name = match &marker.commit {
+            None => SEED.to_string(),
+            Some(c) => format!("{}-{}", marker.created_at.timestamp_millis(), &c[..c.len().min(12)]),
         };
         let path = dir.join(format!("{name}.data"));
         write_whole(&path, data)?;
@@ -179,6 +198,12 @@ impl Store {
             .collect();
         found.sort_by_key(|(m, _, _)| std::cmp::Reverse(m.created_at));
         found.into_iter().find_map(|(m, data, _)| Self::read(m, data))
+    }
+
+    /// The checkpoint whose `.data` file is `data`, when it is ours and intact.
+    pub fn at(&self, data: &Path) -> Option<Checkpoint> {
+        let issue = data.parent()?.file_name()?.to_str()?.strip_prefix("issue-")?.parse().ok()?;
+        self.markers(issue).into_iter().find(|(_, d, _)| d == data).and_then(|(m, d, _)| Self::read(m, d))
     }
 
     /// The seed's export, if one is kept and intact.

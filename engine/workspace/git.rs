@@ -372,21 +372,70 @@ fn fetch_in_bare(
 }
 
 /// Pushes `source` (a ref of the bare repository `bare`, which ward made)
-/// to `branch` of `remote_url`.
+/// to `branch` of `remote_url`; with `lease`, forced, but only while the
+/// remote branch is still at that commit (`--force-with-lease`).
 pub fn push_ref(
     bare: &Path,
     source: &str,
     remote_url: &str,
     branch: &str,
     token: Option<&str>,
-    force: bool,
+    lease: Option<&str>,
+) -> Result<()> {
+    let target = format!("refs/heads/{branch}");
+    push_lease(bare, Some(source), remote_url, &target, token, lease.map(Some)).map_err(|e| e.for_branch(branch))
+}
+
+/// Pushes `source` of the bare repository `bare` (ward's) to the ref
+/// `target` of `remote_url`, or deletes `target` when `source` is `None`.
+/// `lease`: `None`, a plain push; `Some(None)`, only while `target` does
+/// not exist; `Some(Some(sha))`, forced, only while it is at `sha`.
+pub fn push_lease(
+    bare: &Path,
+    source: Option<&str>,
+    remote_url: &str,
+    target: &str,
+    token: Option<&str>,
+    lease: Option<Option<&str>>,
 ) -> Result<()> {
     let scratch = bare.parent().unwrap_or(bare);
-    let refspec = format!("{}{source}:refs/heads/{branch}", if force { "+" } else { "" });
     let mut cmd = remote(scratch);
-    cmd.arg("--git-dir").arg(bare).args(["push", "--no-verify", "--porcelain", remote_url, &refspec]);
+    cmd.arg("--git-dir").arg(bare).args(["push", "--no-verify"]);
+    if let Some(expected) = lease {
+        cmd.arg(format!("--force-with-lease={target}:{}", expected.unwrap_or("")));
+    }
+    cmd.arg(remote_url).arg(format!("{}:{target}", source.unwrap_or("")));
     authorize(&mut cmd, remote_url, token);
-    run(cmd, "push", token).map(drop).map_err(|e| e.for_branch(branch))
+    run(cmd, "push", token).map(drop)
+}
+
+/// What `remote_url` has under `pattern` (`refs/ward/checkpoints/*`): full
+/// ref name and commit, read with `git ls-remote` (no object fetched).
+pub fn list_remote(remote_url: &str, pattern: &str, token: Option<&str>) -> Result<Vec<(String, String)>> {
+    let scratch = Scratch::new()?;
+    let mut cmd = remote(&scratch.0);
+    cmd.args(["ls-remote", "--refs", remote_url, pattern]);
+    authorize(&mut cmd, remote_url, token);
+    let out = run(cmd, "ls-remote", token)?;
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(sha, name)| (name.to_string(), sha.to_string()))
+        .collect())
+}
+
+/// Fetches the ref `source` of `remote_url` into `target` of the bare
+/// repository `bare` ward made in `scratch`; `false` when there is no such
+/// ref.
+pub fn fetch_ref_into(
+    bare: &Path,
+    scratch: &Path,
+    remote_url: &str,
+    source: &str,
+    target: &str,
+    token: Option<&str>,
+) -> Result<bool> {
+    fetch_in_bare(bare, scratch, remote_url, source, &format!("+{source}:{target}"), &[], token)
 }
 
 /// Copies the packs and loose objects of `from` into the object store

@@ -23,6 +23,7 @@ pub mod emulator;
 mod errors;
 pub mod git;
 pub mod reaper;
+pub mod shared;
 pub mod worktree;
 
 use std::path::{Path, PathBuf};
@@ -525,6 +526,9 @@ pub struct DataReport {
     pub dropped: Vec<String>,
     /// The checkpoint this run saved.
     pub saved: Option<PathBuf>,
+    /// On GitHub: the commit of the patient's shared checkpoint
+    /// ([`shared`]) taken into this job's store.
+    pub shared: Option<String>,
     /// What went wrong with an export (the run went on).
     pub problems: Vec<String>,
 }
@@ -858,16 +862,25 @@ impl Workspace {
         let owner = checkpoint::Owner { repository: req.repository.clone(), installation: installation_id(&req.home)? };
         let (repo, home, issue, restart, head) =
             (req.repo.clone(), req.home.clone(), req.issue, req.restart, self.worktree.start.clone());
-        let (store, dropped, latest) = blocking(move || {
+        // On GitHub the patient's checkpoint comes from the forge (each job
+        // has a home of its own); a restart starts from the seed.
+        let remote = req.remote.clone().filter(|_| choose && !restart);
+        let (store, dropped, latest, shared) = blocking(move || {
             let git = GitRepo::open(&repo)?;
             let store = checkpoint::Store::new(&Layout::new(&home, &git)?.checkpoints, owner);
             let dropped = if restart { store.drop_patient(issue)? } else { Vec::new() };
+            let shared = remote.map(|r| take_shared(&store, &r, issue));
             let latest = if choose { store.latest(&git, issue, &head, Utc::now()) } else { None };
-            Ok((store, dropped, latest))
+            Ok((store, dropped, latest, shared))
         })
         .await?;
         self.checkpoints = Some(store);
         self.data_report.dropped = dropped;
+        match shared {
+            Some(Ok(commit)) => self.data_report.shared = commit,
+            Some(Err(problem)) => self.data_report.problems.push(problem),
+            None => {}
+        }
         Ok(latest)
     }
 
@@ -966,6 +979,19 @@ impl Workspace {
             .map_err(|e| fail("save", e.to_string()))?;
         self.data_report.saved = Some(saved.clone());
         Ok(Some(saved))
+    }
+
+    /// The visit job's end for a treating stage: the emulator's data saved
+    /// as [`Workspace::checkpoint`] saves it, and that checkpoint with the
+    /// seed's export written into the sealed visit `out` ([`shared::seal`]),
+    /// for the record job to share. `false` when nothing was saved.
+    pub async fn seal_checkpoint(&mut self, out: &Path) -> Result<bool, WorkspaceError> {
+        let Some(saved) = self.checkpoint().await? else { return Ok(false) };
+        let Some(store) = &self.checkpoints else { return Ok(false) };
+        let fail = |message: String| WorkspaceError::Checkpoint { path: saved.clone(), op: "seal", message };
+        let cp = store.at(&saved).ok_or_else(|| fail("it no longer matches its marker".into()))?;
+        shared::seal(out, &cp, store.seed(self.issue).as_ref()).map_err(|e| fail(e.to_string()))?;
+        Ok(true)
     }
 
     /// For the code reviewer: what the data the emulator started from (a
@@ -1196,6 +1222,22 @@ impl Workspace {
     }
 }
 
+/// The patient's shared checkpoint fetched and, when usable, saved into
+/// `store` (with the seed's export it carries): its commit, `None` when
+/// there is none, or a sentence saying why it was not taken.
+fn take_shared(store: &checkpoint::Store, remote: &PushTarget, issue: u64) -> Result<Option<String>, String> {
+    let fetched = shared::fetch(&remote.url, remote.token.as_deref(), issue);
+    let Some(sealed) = fetched.map_err(|e| format!("{e}; the run starts without it"))? else { return Ok(None) };
+    let adopt = |part: &shared::Part| store.adopt(&part.marker, &part.data);
+    let taken = sealed.seed.as_ref().map(adopt).transpose().and_then(|_| adopt(&sealed.checkpoint));
+    match taken {
+        Ok(_) => Ok(Some(sealed.commit().to_string())),
+        Err(e) => {
+            Err(format!("the shared checkpoint of #{issue} was not taken in ({e}); the run starts from the seed"))
+        }
+    }
+}
+
 /// The charge nurse's reaper over workspaces. Removes containers past their
 /// `ward.expires` that carry both this installation's id and this
 /// repository (a container of another installation or repository is never
@@ -1223,6 +1265,7 @@ pub async fn reap(
         }
         Err(e) => lines.push(format!("containers not checked: {e}")),
     }
+    let closed_patients = closed.to_vec();
     let (root, home, closed, base) = (root.to_path_buf(), plan.home.clone(), closed.to_vec(), plan.base.clone());
     let owner = checkpoint::Owner { repository: plan.repository.clone(), installation: installation_id(&plan.home)? };
     let (report, checkpoints) = blocking(move || {
@@ -1236,6 +1279,14 @@ pub async fn reap(
     })
     .await?;
     lines.extend(checkpoints);
+    // On GitHub: the shared checkpoints of closed patients.
+    if let Some(remote) = plan.push.clone() {
+        let shared = blocking(move || shared::reap(&remote.url, remote.token.as_deref(), &closed_patients)).await;
+        match shared {
+            Ok(removed) => lines.extend(removed),
+            Err(e) => lines.push(format!("shared checkpoints not checked: {e}")),
+        }
+    }
     lines.extend(report.removed_worktrees.into_iter().map(|(w, why)| format!("worktree `{w}` ({why})")));
     lines.extend(report.deleted_branches.into_iter().map(|b| format!("branch `{b}` (its issue is closed)")));
     lines.extend(
