@@ -535,7 +535,7 @@ impl Walk<'_> {
                 report.capped = true;
                 return;
             }
-            let branch = crate::discharge::audit::patient_branch(issue.number);
+            let branch = crate::workspace::worktree::branch_name(issue.number.0);
             match self.forge.pull_facts(&branch).await {
                 Ok(Some(f))
                     if f.pull.state == crate::forge::PullState::Open
