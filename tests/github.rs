@@ -2290,6 +2290,33 @@ fn queued_repository(gh: &FakeGitHub) -> u64 {
     s.add_issue("Login fails", "empty password", "alice", &["ward:admit"])
 }
 
+/// A patient walked to the discharge stage in a repository with GitHub's
+/// merge queue (`queued_repository`), and what the walk needs after.
+struct Queued {
+    gh: FakeGitHub,
+    repo: tempfile::TempDir,
+    env: [(&'static str, String); 2],
+    n: u64,
+    /// The calls of the discharge step.
+    discharge: std::collections::BTreeMap<String, usize>,
+}
+
+impl Queued {
+    async fn walk() -> Self {
+        let gh = FakeGitHub::start().await;
+        let repo = installed_git_repo(&gh);
+        let env = git_env(&gh, repo.path());
+        let n = queued_repository(&gh);
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let discharge = walk_to_discharge(&gh, repo.path(), &pairs, n).await;
+        Queued { gh, repo, env, n, discharge }
+    }
+
+    fn env(&self) -> Vec<(&str, &str)> {
+        self.env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+}
+
 /// The last `pull_request` delivery with `action`.
 fn last_pull_request_event(gh: &FakeGitHub, action: &str) -> Delivery {
     let s = gh.state();
@@ -2345,12 +2372,10 @@ async fn a_branch_with_githubs_merge_queue_refuses_a_direct_merge() {
 /// delivery discharges the patient as a direct merge would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_patient_is_discharged_through_githubs_merge_queue() {
-    let gh = FakeGitHub::start().await;
-    let repo = installed_git_repo(&gh);
-    let env = git_env(&gh, repo.path());
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let n = queued_repository(&gh);
-    let discharge = walk_to_discharge(&gh, repo.path(), &env, n).await;
+    let q = Queued::walk().await;
+    let (gh, repo, n) = (&q.gh, &q.repo, q.n);
+    let env = q.env();
+    let discharge = q.discharge.clone();
     // The audit's read (the queue read with it), the enqueue mutation, the
     // move's mutation; no merge.
     assert_eq!(discharge.get("PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge"), None, "{discharge:#?}");
@@ -2370,7 +2395,7 @@ async fn a_patient_is_discharged_through_githubs_merge_queue() {
     };
     // A delivery while GitHub holds it changes nothing.
     let look = json!({ "issue": n, "label": "ward:merge-queue" });
-    let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&look), &env).await;
+    let ran = ward_step(gh, repo.path(), "repository_dispatch", &dispatch_event(&look), &env).await;
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
     assert!(ran.stdout.contains("still in GitHub's merge queue"), "{}", ran.stdout);
     assert_eq!(gh.state().labels_of(n), strings(&["ward:merge-queue"]));
@@ -2381,9 +2406,9 @@ async fn a_patient_is_discharged_through_githubs_merge_queue() {
         assert!(s.pull(pr.number).merged, "the queue merged it");
         assert_eq!(s.branch_head("main").as_deref(), Some(group.head_sha.as_str()), "main is the group's commit");
     }
-    let closed = last_pull_request_event(&gh, "closed");
+    let closed = last_pull_request_event(gh, "closed");
     assert_eq!(closed.sender, "github-merge-queue[bot]");
-    let ran = ward_step(&gh, repo.path(), "pull_request", &closed.payload, &env).await;
+    let ran = ward_step(gh, repo.path(), "pull_request", &closed.payload, &env).await;
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
     let s = gh.state();
     assert_eq!(s.labels_of(n), strings(&["ward:discharged"]), "{}", ran.stdout);
@@ -2397,19 +2422,16 @@ async fn a_patient_is_discharged_through_githubs_merge_queue() {
 /// back to treatment with the reason, as a failed integration does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_merge_group_sends_the_patient_back_to_treatment_with_the_reason() {
-    let gh = FakeGitHub::start().await;
-    let repo = installed_git_repo(&gh);
-    let env = git_env(&gh, repo.path());
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let n = queued_repository(&gh);
-    walk_to_discharge(&gh, repo.path(), &env, n).await;
+    let q = Queued::walk().await;
+    let (gh, repo, n) = (&q.gh, &q.repo, q.n);
+    let env = q.env();
     let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
     let group = gh.state().merge_group_of(pr).unwrap().clone();
     gh.state().report_check("ci-app", &group.head_sha, "test", "failure", Some("1 test failed"));
     assert!(gh.state().merge_group_of(pr).is_none() && !gh.state().pull(pr).merged, "dequeued, not merged");
-    let dequeued = last_pull_request_event(&gh, "dequeued");
+    let dequeued = last_pull_request_event(gh, "dequeued");
     assert_eq!(dequeued.payload["reason"], "CI_FAILURE");
-    let ran = ward_step(&gh, repo.path(), "pull_request", &dequeued.payload, &env).await;
+    let ran = ward_step(gh, repo.path(), "pull_request", &dequeued.payload, &env).await;
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
     let s = gh.state();
     assert_eq!(s.labels_of(n), strings(&["ward:treat"]), "{}", ran.stdout);
@@ -2426,17 +2448,14 @@ async fn a_failing_merge_group_sends_the_patient_back_to_treatment_with_the_reas
 /// treatment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_to_a_queued_pull_request_sends_the_patient_back_to_the_audit() {
-    let gh = FakeGitHub::start().await;
-    let repo = installed_git_repo(&gh);
-    let env = git_env(&gh, repo.path());
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let n = queued_repository(&gh);
-    walk_to_discharge(&gh, repo.path(), &env, n).await;
+    let q = Queued::walk().await;
+    let (gh, repo, n) = (&q.gh, &q.repo, q.n);
+    let env = q.env();
     let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
     gh.state().commit_files(&format!("ward/issue-{n}"), &[("late.txt", "late\n")], "A late change", "alice");
     assert!(gh.state().merge_group_of(pr).is_none(), "GitHub dequeues a pull request whose head moved");
-    let dequeued = last_pull_request_event(&gh, "dequeued");
-    let ran = ward_step(&gh, repo.path(), "pull_request", &dequeued.payload, &env).await;
+    let dequeued = last_pull_request_event(gh, "dequeued");
+    let ran = ward_step(gh, repo.path(), "pull_request", &dequeued.payload, &env).await;
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
     let s = gh.state();
     assert_eq!(s.labels_of(n), strings(&["ward:discharge"]), "{}", ran.stdout);
@@ -2453,12 +2472,9 @@ async fn a_push_to_a_queued_pull_request_sends_the_patient_back_to_the_audit() {
 /// back to treatment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_leaves_a_queued_patient_alone_and_revives_one_github_let_go() {
-    let gh = FakeGitHub::start().await;
-    let repo = installed_git_repo(&gh);
-    let env = git_env(&gh, repo.path());
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let n = queued_repository(&gh);
-    walk_to_discharge(&gh, repo.path(), &env, n).await;
+    let q = Queued::walk().await;
+    let (gh, repo, n) = (&q.gh, &q.repo, q.n);
+    let env = q.env();
     let forge = gh.forge();
     let facilities = ward::sweep::Facilities::default();
     let later = gh.state().time() + chrono::Duration::hours(6);
@@ -2474,7 +2490,7 @@ async fn the_sweep_leaves_a_queued_patient_alone_and_revives_one_github_let_go()
     assert_eq!(r.woken, vec![IssueNumber(n)], "{r}");
     let look = gh.state().dispatches.last().unwrap()["client_payload"].clone();
     assert_eq!(look, json!({ "issue": n, "label": "ward:merge-queue" }));
-    let ran = ward_step(&gh, repo.path(), "repository_dispatch", &dispatch_event(&look), &env).await;
+    let ran = ward_step(gh, repo.path(), "repository_dispatch", &dispatch_event(&look), &env).await;
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
     assert_eq!(gh.state().labels_of(n), strings(&["ward:treat"]), "{}", ran.stdout);
     let chart = gh.state().file(CHARTS, &format!("charts/{n}.md")).unwrap();
