@@ -2511,18 +2511,7 @@ async fn a_visit_job_that_fails_frees_its_agent_slot_and_starts_the_queued_patie
     );
     assert_ne!(dying, stage, "the visit job's head changed its shape");
     let _repo = hospital(&gh, &[(".github/workflows/ward-stage.yml", &dying)], one_agent_slot);
-    let (first, second) = {
-        let mut s = gh.state();
-        s.add_collaborator("maya", "maintain");
-        (s.add_issue("first", "One.", "reporter", &[]), s.add_issue("second", "Two.", "reporter", &[]))
-    };
-    let mut runner = Runner::new(&gh);
-    runner.job_takes("ward-stage.yml", "visit", 10 * MINUTE);
-    {
-        let mut s = gh.state();
-        s.label(first, "ward:admit", "maya");
-        s.label(second, "ward:admit", "maya");
-    }
+    let (mut runner, first, second) = two_admitted_at_once(&gh);
     runner.run_until_idle(10).await;
 
     let (one, two) = (runs_for(&runner, first), runs_for(&runner, second));
@@ -2580,18 +2569,7 @@ async fn without_a_cap_the_slot_job_builds_nothing_writes_nothing_and_agents_run
     let gh = FakeGitHub::start().await;
     let _repo = hospital(&gh, &[], |c| c);
     assert!(!ours(".github/ward.yml").contains("max_concurrent"), "ward's own ward.yml sets no cap");
-    let (first, second) = {
-        let mut s = gh.state();
-        s.add_collaborator("maya", "maintain");
-        (s.add_issue("first", "One.", "reporter", &[]), s.add_issue("second", "Two.", "reporter", &[]))
-    };
-    let mut runner = Runner::new(&gh);
-    runner.job_takes("ward-stage.yml", "visit", 10 * MINUTE);
-    {
-        let mut s = gh.state();
-        s.label(first, "ward:admit", "maya");
-        s.label(second, "ward:admit", "maya");
-    }
+    let (mut runner, first, second) = two_admitted_at_once(&gh);
     runner.run_until_idle(20).await;
 
     for n in [first, second] {
@@ -2615,4 +2593,22 @@ async fn without_a_cap_the_slot_job_builds_nothing_writes_nothing_and_agents_run
     assert!(overlapping(&visits).is_some(), "without a cap the two triages ran at once: {visits:?}");
     let state = sweep_state(&gh);
     assert!(state["capacity"].is_null(), "no slot or queue: {state}");
+}
+
+/// Two patients filed, then admitted by a maintainer at the same moment,
+/// under a runner whose visit jobs take ten minutes each.
+fn two_admitted_at_once(gh: &FakeGitHub) -> (Runner<'_>, u64, u64) {
+    let (first, second) = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        (s.add_issue("first", "One.", "reporter", &[]), s.add_issue("second", "Two.", "reporter", &[]))
+    };
+    let mut runner = Runner::new(gh);
+    runner.job_takes("ward-stage.yml", "visit", 10 * MINUTE);
+    {
+        let mut s = gh.state();
+        s.label(first, "ward:admit", "maya");
+        s.label(second, "ward:admit", "maya");
+    }
+    (runner, first, second)
 }
