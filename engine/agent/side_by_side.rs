@@ -89,23 +89,13 @@ pub fn apply(worktree: &Path, recipes: &[Recipe]) -> Result<Vec<String>, String>
                 changes.push(format!("`{path}:{}`: the line the issue asks for, after its anchor", after + 2));
             }
             Recipe::Record { command, path } => {
-                let out = Command::new("sh")
-                    .args(["-c", command])
-                    .current_dir(worktree)
-                    .stdin(Stdio::null())
-                    .output()
-                    .map_err(|e| format!("could not run the command the issue names: {e}"))?;
+                let out = run_in(worktree, command)?;
                 std::fs::write(worktree.join(path), &out.stdout).map_err(|e| format!("could not write {path}: {e}"))?;
                 let lines = String::from_utf8_lossy(&out.stdout).lines().count();
                 changes.push(format!("`{path}`: recorded what the command the issue names prints ({lines} lines)"));
             }
             Recipe::Run { command } => {
-                let out = Command::new("sh")
-                    .args(["-c", command])
-                    .current_dir(worktree)
-                    .stdin(Stdio::null())
-                    .output()
-                    .map_err(|e| format!("could not run the command the issue names: {e}"))?;
+                let out = run_in(worktree, command)?;
                 if !out.status.success() {
                     let said = String::from_utf8_lossy(&out.stderr);
                     let tail: Vec<&str> = said.lines().rev().take(3).collect();
@@ -419,6 +409,16 @@ pub fn review(env: &StandInEnv) -> (&'static str, ScriptedNote) {
          ## Security\nNo new input reaches a shell, a query or a path.\n\n## Verdict\n{verdict}\n\nCommit: {head}"
     );
     (outcome, note(NoteKind::CodeReview, body))
+}
+
+/// Runs the command an issue names with `sh -c` in the worktree, no input.
+fn run_in(worktree: &Path, command: &str) -> Result<std::process::Output, String> {
+    Command::new("sh")
+        .args(["-c", command])
+        .current_dir(worktree)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("could not run the command the issue names: {e}"))
 }
 
 #[cfg(test)]
