@@ -109,8 +109,12 @@ impl Runner<'_> {
         let fetch_refs = if depth > 0 {
             vec![format!("--depth={depth}"), "origin".into(), format!("+{sha}:{target}")]
         } else {
+            // As checkout's `getRefSpecForAllHistory`: every branch and tag,
+            // and the commit itself only for a pull request's ref (a
+            // branch's would name `refs/remotes/origin/<b>` twice, which git refuses).
             let all = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"].map(String::from);
-            ["origin".to_string()].into_iter().chain(all).chain([format!("+{sha}:{target}")]).collect()
+            let pull = target.starts_with("refs/remotes/pull/").then(|| format!("+{sha}:{target}"));
+            ["origin".to_string()].into_iter().chain(all).chain(pull).collect()
         };
         let checkout = match &branch {
             Some(b) => vec!["-B".to_string(), b.clone(), target.clone()],
