@@ -18,6 +18,8 @@ args_for() {
     record) args=(--forge github record --event "${GITHUB_EVENT_PATH:?}") ;;
     slot) args=(--forge github slot --event "${GITHUB_EVENT_PATH:?}") ;;
     release) args=(--forge github slot) ;;
+    queue-check) args=(--forge github queue check) ;;
+    queue-record) args=(--forge github queue record) ;;
     event) args=(event --event "${GITHUB_EVENT_PATH:?}") ;;
     sweep) args=(--forge github sweep) ;;
     report) args=(--forge github report) ;;

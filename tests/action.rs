@@ -510,6 +510,8 @@ fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
         ("record", "[--forge] [github] [record] [--event] [/runner/event.json]"),
         ("slot", "[--forge] [github] [slot] [--event] [/runner/event.json]"),
         ("release", "[--forge] [github] [slot]"),
+        ("queue-check", "[--forge] [github] [queue] [check]"),
+        ("queue-record", "[--forge] [github] [queue] [record]"),
         ("event", "[event] [--event] [/runner/event.json]"),
         ("sweep", "[--forge] [github] [sweep]"),
         ("report", "[--forge] [github] [report]"),
@@ -537,7 +539,7 @@ fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
     assert_eq!(ran.code, 2);
     assert_eq!(
         ran.stdout,
-        "::error title=ward::input command must be one of stage, visit, record, slot, release, event, sweep, report, precedents-check, simulate, doctor; \
+        "::error title=ward::input command must be one of stage, visit, record, slot, release, queue-check, queue-record, event, sweep, report, precedents-check, simulate, doctor; \
          not 'deploy; rm -rf /'\n"
     );
 }

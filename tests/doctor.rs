@@ -174,8 +174,8 @@ async fn pull_requests_by_actions_not_allowed_is_named() {
 
 /// Doctor says whether the default branch has GitHub's merge queue and
 /// what discharge does: merges directly, or enqueues; with `integration:`
-/// in ward.yml and no queue on GitHub it fails, saying that ward's check
-/// runs only on the local forge and how to turn GitHub's queue on.
+/// in ward.yml and no queue on GitHub, ward's own queue runs in
+/// ward-queue.yml, which must then be installed (and only then).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn githubs_merge_queue_is_reported_and_an_integration_without_it_is_named() {
     let (s, fake) = sound().await;
@@ -190,12 +190,26 @@ async fn githubs_merge_queue_is_reported_and_an_integration_without_it_is_named(
     assert!(line.contains("discharge enqueues into GitHub's merge queue"), "{line}");
     assert!(line.contains("Repository octo/hospital, merge method SQUASH") && line.contains("WARD_TOKEN"), "{line}");
     answers_conform(&fake);
-    // ward's integration check is configured, GitHub has no queue: said plainly.
+    // ward's integration check is configured, GitHub has no queue: ward's own queue runs.
     fake.state().merge_queues.clear();
     s.edit_config("agent:\n", "integration:\n  command: [\"make\", \"check\"]\n\nagent:\n");
-    let line = only_failure(&doctor(&s, &fake, &[]), "merge queue");
-    assert!(line.contains("runs only on the local forge") && line.contains("merges the audited pull request directly"));
-    assert!(line.contains("\"Require merge queue\"") && line.contains("remove `integration:`"), "{line}");
+    let out = doctor(&s, &fake, &[]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    let line = text.lines().find(|l| l.starts_with("ok    merge queue: ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("ward's own merge queue runs in ward-queue.yml"), "{line}");
+    assert!(line.contains("read-only token") && line.contains("has not moved since"), "{line}");
+    assert!(text.contains("ok    workflow ward-queue.yml: matches"), "{text}");
+    // ... and then its workflow must be there.
+    fake.state().remove_file("main", ".github/workflows/ward-queue.yml");
+    let line = only_failure(&doctor(&s, &fake, &[]), "workflow ward-queue.yml");
+    assert!(line.contains("missing -> copy `.github/workflows/ward-queue.yml`"), "{line}");
+    // Without `integration:` nobody needs it.
+    s.edit_config("integration:\n  command: [\"make\", \"check\"]\n\n", "");
+    let out = doctor(&s, &fake, &[]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("ok    workflow ward-queue.yml: not needed"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -78,7 +78,14 @@ fn hospital(gh: &FakeGitHub, extra: &[(&str, &str)], config: impl Fn(String) -> 
             files.push((format!("{dir}/{name}"), ours(&format!("{dir}/{name}"))));
         }
     }
-    for w in ["ward-stage.yml", "ward-sweep.yml", "ward-pipeline.yml", "ward-report.yml", "ward-commands.yml"] {
+    for w in [
+        "ward-stage.yml",
+        "ward-sweep.yml",
+        "ward-pipeline.yml",
+        "ward-report.yml",
+        "ward-commands.yml",
+        "ward-queue.yml",
+    ] {
         files.push((format!(".github/workflows/{w}"), ours(&format!(".github/workflows/{w}"))));
     }
     for (p, t) in extra {
@@ -962,6 +969,13 @@ fn failures(runner: &Runner<'_>) -> String {
         .iter()
         .filter(|r| r.conclusion.as_deref() == Some("failure"))
         .map(|r| format!("{}\n{}\n{}", r.describe(), r.job("visit").log(), r.job("record").log()))
+        .chain(
+            runner
+                .runs_of("ward-queue.yml")
+                .iter()
+                .filter(|r| r.conclusion.as_deref() == Some("failure"))
+                .map(|r| format!("{}\n{}\n{}", r.describe(), r.job("check").log(), r.job("record").log())),
+        )
         .collect();
     format!("{}\n{}", runner.summary(), logs.join("\n"))
 }
@@ -2611,4 +2625,149 @@ fn two_admitted_at_once(gh: &FakeGitHub) -> (Runner<'_>, u64, u64) {
         s.label(second, "ward:admit", "maya");
     }
     (runner, first, second)
+}
+
+// ---------------------------------------------------------------------------
+// ward's own merge queue on GitHub (issue 14): ward-queue.yml
+
+/// A tiny app beside ward: `check.sh` is both the CI's test and the merge
+/// queue's integration check. Every treatment adds a change-log line (a
+/// union merge keeps them all).
+const GREET_APP: &[(&str, &str)] = &[
+    ("greet.sh", "#!/bin/sh\n# Greets the person named by the first argument.\necho \"Hello, $1!\"\n"),
+    ("check.sh", "#!/bin/sh\n# The app's test.\nset -e\nsh greet.sh Ada | grep -qx 'Hello, Ada!'\necho ok\n"),
+    ("CHANGELOG.md", "# Changelog\n\n"),
+    (".gitattributes", "CHANGELOG.md merge=union\n"),
+];
+
+/// Two patients, spelled out step by step for the stand-in: the second
+/// pins greet's output in the check, which fails only once the first's
+/// line is on `main`.
+const GOOD_DAY: (&str, &str) = (
+    "greet: wish them a good day",
+    "After the greeting, wish them a good day.\n\n\
+     Add `echo \"Have a good day, $1.\"` to `greet.sh` after `echo \"Hello, $1!\"`.\n",
+);
+const PIN: (&str, &str) = (
+    "check: pin what greet prints",
+    "The check should notice any change to what greet prints.\n\n\
+     Record the output of `sh greet.sh Ada` in `greeting.txt`.\n\
+     Add `sh greet.sh Ada | diff greeting.txt -` to `check.sh` after `set -e`.\n",
+);
+
+/// ward.yml with CI named and the merge queue's integration check.
+fn with_integration(c: String) -> String {
+    with_ci(c).replace("\nagent:\n", "\nintegration:\n  command: [\"sh\", \"check.sh\"]\n\nagent:\n")
+}
+
+/// A writer approves each treatment's pull request whose head no approval
+/// of theirs covers (a push needs a fresh one).
+fn approve_uncovered_heads(s: &mut State) {
+    let due: Vec<u64> = s
+        .pulls
+        .values()
+        .filter(|p| p.open && p.head.starts_with("ward/issue-"))
+        .filter(|p| !p.reviews.iter().any(|r| r.author == "rob" && r.commit == p.head_sha))
+        .map(|p| p.number)
+        .collect();
+    for pr in due {
+        s.review(pr, "rob", "APPROVE", "", &[]);
+    }
+}
+
+/// On GitHub without GitHub's merge queue, ward.yml's `integration:` runs
+/// in ward-queue.yml. Two patients are treated side by side; the first is
+/// audited, enqueued, checked combined with `main` and merged. The second
+/// passes its own CI but fails the check combined with the first: the
+/// queue sends it back to treatment naming the first, the fellow rebases
+/// onto `main` and pins the new output, and the next turn merges it. Each
+/// turn's check job holds a read-only token and writes nothing; its record
+/// job merges only what was checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wards_merge_queue_on_github_checks_each_patient_combined_with_main_and_sends_a_combined_failure_back() {
+    let gh = FakeGitHub::start().await;
+    let mut files = vec![(".github/workflows/ci.yml", CHANGELOG_CI)];
+    files.extend_from_slice(GREET_APP);
+    let _repo = hospital(&gh, &files, with_integration);
+    let (a, b) = {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.add_collaborator("rob", "write");
+        (s.add_issue(GOOD_DAY.0, GOOD_DAY.1, "reporter", &[]), s.add_issue(PIN.0, PIN.1, "reporter", &[]))
+    };
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("ward-stage.yml", "slot", Duration::from_secs(10));
+    gh.state().label(a, "ward:admit", "maya");
+    runner.at(5 * MINUTE, "the second patient is admitted", move |s| s.label(b, "ward:admit", "maya"));
+    // Whenever the hospital is idle, the writer approves what waits, and
+    // the sweep runs (ward-sweep.yml's schedule): it wakes a patient whose
+    // review started nothing (GitHub starts no workflow for a pull request
+    // that conflicts with `main`, as the second does once the first's
+    // change-log line is there).
+    for _ in 0..12 {
+        runner.run_until_idle(200).await;
+        if [a, b].iter().all(|n| gh.state().labels_of(*n) == ["ward:discharged"]) {
+            break;
+        }
+        approve_uncovered_heads(&mut gh.state());
+        runner.schedule("ward-sweep.yml");
+    }
+
+    let s = gh.state();
+    assert_eq!(s.labels_of(a), ["ward:discharged"], "{}", failures(&runner));
+    assert_eq!(s.labels_of(b), ["ward:discharged"], "{}", failures(&runner));
+    let main = s.branch_head("main").unwrap();
+    assert!(s.file(&main, "greet.sh").unwrap().contains("Have a good day"), "the first change is on main");
+    assert_eq!(s.file(&main, "greeting.txt").unwrap(), "Hello, Ada!\nHave a good day, Ada.\n", "pinned on top of it");
+    for n in [a, b] {
+        let pr = s.pulls.values().find(|p| p.head == format!("ward/issue-{n}")).unwrap();
+        assert!(pr.merged, "#{n}");
+        assert_eq!(pr.merged_by.as_deref(), Some(ACTIONS_BOT), "merged by the queue's record job");
+    }
+    drop(s);
+
+    // Three turns recorded something: the first passes, the second fails
+    // combined with the first, the second's fix passes.
+    let turns = runner.runs_of("ward-queue.yml");
+    let recorded: Vec<&support::actions::WorkflowRun> =
+        turns.iter().copied().filter(|r| r.job("record").conclusion.as_deref() == Some("success")).collect();
+    assert_eq!(recorded.len(), 3, "{}", runner.summary());
+    for turn in &turns {
+        if turn.conclusion.as_deref() == Some("cancelled") {
+            // Pending, replaced by a newer dispatch (one pending run per group).
+            assert!(turn.job("check").started_at.is_none(), "{}", runner.summary());
+            continue;
+        }
+        assert_eq!(turn.conclusion.as_deref(), Some("success"), "{}", runner.summary());
+        let p = &turn.job("check").permissions;
+        let scopes = ["contents", "issues", "pull-requests", "checks", "statuses", "actions"];
+        assert_eq!(
+            scopes.map(|scope| p.level(scope)),
+            [Level::Read, Level::Read, Level::Read, Level::None, Level::None, Level::None],
+            "the check job runs the patients' code: it can write nothing"
+        );
+    }
+    let logs: Vec<String> = recorded.iter().map(|r| r.job("check").log()).collect();
+    assert!(logs[0].contains(&format!("#{a}: the integration check passed")), "{}", logs[0]);
+    assert!(logs[1].contains(&format!("#{b}: the integration check failed")), "{}", logs[1]);
+    assert!(logs[2].contains(&format!("#{b}: the integration check passed")), "{}", logs[2]);
+
+    // The charts say so, naming what each was combined with.
+    let first = notes_of(&gh, a, "DISCHARGE_CHECKLIST").pop().unwrap();
+    assert!(first.contains("Integration passed") && first.contains("combined with: none"), "{first}");
+    let notes = notes_of(&gh, b, "DISCHARGE_CHECKLIST");
+    let failed = notes.iter().find(|n| n.contains("Integration failed")).expect("a failed integration");
+    assert!(failed.contains(&format!("combined with: #{a}")) && failed.contains("> Have a good day, Ada."), "{failed}");
+    let passed = notes.last().unwrap();
+    assert!(passed.contains("Integration passed") && passed.contains(&format!("combined with: #{a}")), "{passed}");
+    let waiting = notes_of(&gh, b, "WAITING");
+    assert!(waiting.iter().any(|w| w.contains("In ward's merge queue:")), "{waiting:#?}");
+    assert_eq!(
+        agent_stages(&gh, b).iter().filter(|s| *s == "treat").count(),
+        2,
+        "sent back once: {}",
+        runner.summary()
+    );
+    let state = sweep_state(&gh);
+    assert!(state["merge_queue"]["waiting"].as_array().is_none_or(Vec::is_empty), "{state}");
 }

@@ -124,6 +124,14 @@ pub enum Command {
         #[arg(long, value_name = "RUN")]
         free: Option<String>,
     },
+    /// ward's merge queue on GitHub, as ward-queue.yml's two jobs run it:
+    /// `check` (a read-only token; it runs the patients' code) and `record`
+    /// (the write token; runs nothing of theirs). The local forge's queue
+    /// runs in `ward run`.
+    Queue {
+        #[command(subcommand)]
+        command: QueueCommand,
+    },
     /// Carry out a person's command in an issue comment (`/ward retry`,
     /// `hold`, `resume`, `chief <reason>`, `approve`) from an
     /// `issue_comment` event (`--event "$GITHUB_EVENT_PATH"`).
@@ -258,6 +266,25 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Combine the queue's first patient with the base's tip in this
+    /// checkout, run the integration check there, and seal the verdict into
+    /// `--out`. Writes nothing to GitHub. Step output `record`: `true` when
+    /// there is a verdict to record.
+    Check {
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Take in the verdict `ward queue check` sealed (as hostile input),
+    /// read the facts again, record it (merge, send back, or check again)
+    /// and start the next turn while patients wait.
+    Record {
+        #[arg(long)]
+        verdict: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum LockdownCommand {
     /// Declare a lockdown (triage permission).
     /// Who declares it is who the forge says is acting (the token's user,
@@ -382,21 +409,7 @@ fn load_config(root: &Path) -> anyhow::Result<Config> {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
-        Command::Demo { dir, swarm, emulator } => {
-            let dir = match dir {
-                Some(d) => d.clone(),
-                None => tempdir_path("ward-demo")?,
-            };
-            let exe = std::env::current_exe().context("could not find the ward binary itself")?;
-            if *swarm {
-                let run = crate::demo::swarm::run(&dir, &exe, emulator.as_deref()).await?;
-                print!("{}", crate::demo::swarm::render(&run));
-                return Ok(if run.all_discharged { ExitCode::SUCCESS } else { ExitCode::FAILURE });
-            }
-            let run = crate::demo::run(&dir, &exe).await?;
-            print!("{}", crate::demo::render(&run));
-            Ok(if run.discharged { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-        }
+        Command::Demo { dir, swarm, emulator } => demo(dir.as_deref(), *swarm, emulator.as_deref()).await,
         Command::Simulate { scenarios, json } => simulate(&cli.root, scenarios, *json).await,
         Command::Event { event, event_name } => {
             let parsed = crate::event::read_event(event, event_name.as_deref()).map_err(|e| BadInput(e.to_string()))?;
@@ -426,6 +439,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(code)
         }
         Command::Slot { event, event_name, free } => slot(&cli, event, event_name, free).await,
+        Command::Queue { command } => merge_queue(&cli, command).await,
         Command::Record { visit, event, event_name } => {
             let phase = crate::stage::Phase::Record { from: absolute(visit)? };
             event_command(&cli, event, event_name.as_deref(), phase).await
@@ -607,6 +621,81 @@ async fn stage_from_event(
         println!("{annotation}");
     }
     Ok(code(result.exit_code()))
+}
+
+/// `ward demo [--swarm [--emulator IMAGE]]`: exit 0 when every patient was discharged.
+async fn demo(dir: Option<&Path>, swarm: bool, emulator: Option<&str>) -> anyhow::Result<ExitCode> {
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None => tempdir_path("ward-demo")?,
+    };
+    let exe = std::env::current_exe().context("could not find the ward binary itself")?;
+    if swarm {
+        let run = crate::demo::swarm::run(&dir, &exe, emulator).await?;
+        print!("{}", crate::demo::swarm::render(&run));
+        return Ok(if run.all_discharged { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    let run = crate::demo::run(&dir, &exe).await?;
+    print!("{}", crate::demo::render(&run));
+    Ok(if run.discharged { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// `ward queue check|record`: one half of a turn of ward's merge queue on
+/// GitHub. Exit 0 unless something failed; a refused verdict is bad input.
+async fn merge_queue(cli: &Cli, command: &QueueCommand) -> anyhow::Result<ExitCode> {
+    use crate::discharge::queue::{Source, Verdict, check_next, record_verdict};
+    let config = load_config(&cli.root)?;
+    if forge_kind(cli) != ForgeKind::Github {
+        return Err(BadInput(
+            "`ward queue` is the two jobs of ward's merge queue on GitHub (ward-queue.yml); on the local forge \
+             `ward run` runs the queue"
+                .into(),
+        )
+        .into());
+    }
+    if config.integration.is_none() {
+        println!("no `integration` in .github/ward.yml: ward's merge queue does not run");
+        crate::actions::set_outputs(&[("record", "false")])?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let forge = open_forge(cli, &config).await?;
+    let now = chrono::Utc::now();
+    match command {
+        QueueCommand::Check { out } => {
+            // The check runs the patients' code: what it leaves running is
+            // ward's to kill before the verdict is sealed.
+            crate::agent::become_subreaper().context("could not make ward the subreaper of the check")?;
+            let remote = crate::workspace::PushTarget::detect(
+                |k| std::env::var(k).ok(),
+                crate::secrets::Secrets::global().github_token(),
+            )
+            .ok_or_else(|| {
+                BadInput(
+                    "`ward queue check` fetches what it checks from the workflow's repository: run it in GitHub \
+                     Actions (GITHUB_ACTIONS=true, GITHUB_REPOSITORY)"
+                        .into(),
+                )
+            })?;
+            let root = absolute(&cli.root)?;
+            match check_next(&*forge, &config, &root, &Source::Remote(&remote), now).await? {
+                None => {
+                    println!("ward's merge queue is empty: nothing to check");
+                    crate::actions::set_outputs(&[("record", "false")])?;
+                }
+                Some(verdict) => {
+                    verdict.write(&absolute(out)?)?;
+                    println!("{}", shown(&verdict.summary()));
+                    crate::actions::set_outputs(&[("record", "true")])?;
+                }
+            }
+        }
+        QueueCommand::Record { verdict } => {
+            let verdict = Verdict::read(verdict).map_err(|e| BadInput(format!("{e:#}")))?;
+            let done = record_verdict(&*forge, &config, verdict, now).await?;
+            println!("{}", shown(&done.line));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `ward slot`: `--free RUN`, else `--event FILE`.

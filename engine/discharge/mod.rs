@@ -64,8 +64,10 @@ pub enum Landing {
     /// The head moved on from the audited commit: nothing changed.
     HeadMoved,
     /// In a merge queue (ward's or GitHub's): the patient rests at `label`,
-    /// with `note` written with the move (GitHub's queue says where it is).
-    Queued { label: String, note: Option<String> },
+    /// with `note` written with the move (which queue, at which head). In
+    /// ward's queue (`wards`), the caller starts a turn of it after the move
+    /// ([`queue::start`]).
+    Queued { label: String, note: String, wards: bool },
 }
 
 /// Lands an audited pull request: into GitHub's merge queue when the base
@@ -84,8 +86,9 @@ pub async fn land(
         return enqueue_on_forge(forge, config, pull, queue).await;
     }
     if let Some(integration) = queue::active(forge, config) {
-        queue::enqueue(forge, issue, pull, now).await?;
-        return Ok(Landing::Queued { label: integration.queued_label.clone(), note: None });
+        let ahead = queue::enqueue(forge, issue, pull, now).await?;
+        let note = queue::queued_note(integration, pull, ahead);
+        return Ok(Landing::Queued { label: integration.queued_label.clone(), note, wards: true });
     }
     Ok(match merge(forge, pull).await? {
         Merge::Merged => Landing::Merged,
@@ -140,7 +143,7 @@ async fn enqueue_on_forge(
          treatment with the reason.\nHead: {}",
         pull.number, pull.head_sha, pull.base_branch, pull.head_sha
     );
-    Ok(Landing::Queued { label, note: Some(note) })
+    Ok(Landing::Queued { label, note, wards: false })
 }
 
 /// Writes `notes`, labels the patient discharged (keeping labels that are

@@ -11,11 +11,17 @@
 //! patients merged before it; the fellow rebases the branch, and the
 //! resolution goes through code review, the audit and the queue again.
 //!
+//! One turn of the queue has two halves. [`check_next`] reads, combines
+//! and runs the check, and writes nothing: its result is a [`Verdict`].
+//! [`record_verdict`] reads the facts again, records the outcome and
+//! merges. The local forge runs both in `ward run`; on GitHub,
+//! ward-queue.yml runs the check in a job with a read-only token (the
+//! check runs the patients' code) and hands the verdict, sealed, to a job
+//! with the write token that runs nothing of theirs ([`Verdict::read`]).
+//!
 //! The queue's state lives in the sweep's state slot (compare-and-swap on
 //! both forges). An entry leaves the queue only after its outcome was
-//! recorded, so a crash repeats the check, never skips it. The local forge
-//! runs the queue through `ward run`; on GitHub nothing runs it yet (see
-//! docs/architecture.md), so discharge merges directly there.
+//! recorded, so a crash repeats the check, never skips it.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -23,6 +29,7 @@ use std::process::Stdio;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
+use serde::{Deserialize, Serialize};
 
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
 use crate::config::{AUDIT_FAILED, Config, IntegrationConfig, Mode};
@@ -33,6 +40,13 @@ use crate::transfer::{Move, transfer};
 /// How much of the check's output a note quotes.
 const OUTPUT_TAIL_BYTES: usize = 3000;
 
+/// How the note of a failed integration check begins.
+pub const FAILED_NOTE: &str = "Integration failed:";
+
+/// How the note written when ward's queue takes a patient begins (its
+/// last line, `Head:`, is the head it was enqueued at).
+pub const IN_WARD_QUEUE: &str = "In ward's merge queue:";
+
 /// The integration the queue runs, when this forge runs ward's queue.
 pub fn active<'c>(forge: &dyn Forge, config: &'c Config) -> Option<&'c IntegrationConfig> {
     config.integration.as_ref().filter(|_| forge.runs_merge_queue())
@@ -40,7 +54,7 @@ pub fn active<'c>(forge: &dyn Forge, config: &'c Config) -> Option<&'c Integrati
 
 /// Puts an audited patient in the queue (once, at the end; again at the
 /// end with a new head). Returns how many wait ahead of it. The caller
-/// moves it to the queued label.
+/// moves it to the queued label, then calls [`start`].
 pub async fn enqueue(
     forge: &dyn Forge,
     issue: IssueNumber,
@@ -61,7 +75,29 @@ pub async fn enqueue(
     Ok(ahead.unwrap_or(0))
 }
 
-/// What the queue did with one patient, one sentence.
+/// The WAITING note of a patient ward's queue took.
+pub fn queued_note(integration: &IntegrationConfig, pull: &PullRequest, ahead: usize) -> String {
+    format!(
+        "{IN_WARD_QUEUE} pull request #{} at the audited head {} into `{}`, {ahead} ahead of it. The integration \
+         check `{}` runs on it merged into the base's tip, and it is merged only if the check passes there.\nHead: {}",
+        pull.number,
+        pull.head_sha,
+        pull.base_branch,
+        integration.command.join(" ").escape_debug(),
+        pull.head_sha
+    )
+}
+
+/// Starts a turn of the queue where a workflow runs it (after the patient
+/// moved to the queued label, so the turn finds it there). A dispatch
+/// that fails is logged: the sweep starts a queue that waits.
+pub async fn start(forge: &dyn Forge) {
+    if let Err(e) = forge.dispatch_merge_queue().await {
+        tracing::warn!("could not start ward's merge queue ({e}); the sweep starts it");
+    }
+}
+
+/// What one turn of the queue did with its first patient, one sentence.
 pub struct Processed {
     pub issue: IssueNumber,
     pub line: String,
@@ -69,40 +105,271 @@ pub struct Processed {
     pub merged: bool,
 }
 
-/// Integrates the first patient in the queue in `repository` and records
-/// the outcome; `None` when the queue is empty.
+/// What the check half found for the queue's first entry: everything the
+/// recording half needs, and nothing it must trust beyond the entry it
+/// names (it reads the facts again).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Verdict {
+    pub entry: QueueEntry,
+    /// The run id the notes carry (`merge-queue-<time>`).
+    pub run: String,
+    pub found: Found,
+    /// The patients the queue merged that the branch had not seen.
+    pub combined_with: Vec<IssueNumber>,
+}
+
+/// What the integration found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Found {
+    /// Not checked: the patient left the queued label, or its pull request
+    /// is no longer at the audited head (the recording half reads which).
+    Stale {
+        why: String,
+    },
+    /// The check passed on `tested` (the base `base` and the head combined).
+    Passed {
+        base: String,
+        tested: String,
+    },
+    Failed {
+        base: String,
+        output: String,
+    },
+    Conflict {
+        base: String,
+        files: Vec<String>,
+        hunks: String,
+    },
+}
+
+/// The file a verdict is sealed in, in the folder the workflow hands on.
+pub const VERDICT_FILE: &str = "verdict.json";
+/// The most a sealed verdict may weigh: its output and hunks are cut far below.
+const VERDICT_MAX_BYTES: u64 = 256 * 1024;
+
+impl Verdict {
+    /// Seals the verdict into `dir` (made if missing).
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("could not create {}", dir.display()))?;
+        let path = dir.join(VERDICT_FILE);
+        let text = serde_json::to_string_pretty(self)?;
+        std::fs::write(&path, text).with_context(|| format!("could not write the verdict to {}", path.display()))
+    }
+
+    /// Reads a verdict the check job sealed in `dir`, as hostile input: the
+    /// check ran the patients' code in that job, which could rewrite it.
+    /// What it may claim is bounded here; what it names (the entry, the
+    /// base) is read again from the forge before anything is recorded.
+    pub fn read(dir: &Path) -> anyhow::Result<Self> {
+        let path = dir.join(VERDICT_FILE);
+        let size = std::fs::symlink_metadata(&path)
+            .with_context(|| format!("no verdict at {}: the check job sealed none", path.display()))?;
+        if !size.is_file() || size.len() > VERDICT_MAX_BYTES {
+            anyhow::bail!(
+                "the verdict at {} is not a plain file of at most {VERDICT_MAX_BYTES} bytes; nothing was recorded",
+                path.display()
+            );
+        }
+        let text = std::fs::read_to_string(&path).with_context(|| format!("could not read {}", path.display()))?;
+        let verdict: Verdict = serde_json::from_str(&text)
+            .with_context(|| format!("the verdict at {} is not one `ward queue check` writes", path.display()))?;
+        verdict.check().map_err(|why| {
+            anyhow::anyhow!("the verdict at {} is refused: {why}; nothing was recorded", path.display())
+        })?;
+        Ok(verdict)
+    }
+
+    /// One line for the check job's log.
+    pub fn summary(&self) -> String {
+        let (n, head) = (self.entry.issue, &self.entry.head);
+        match &self.found {
+            Found::Stale { why } => format!("{n} was not checked: {why}"),
+            Found::Passed { base, tested } => {
+                format!("{n}: the integration check passed on {tested} (base {base} with head {head})")
+            }
+            Found::Failed { base, .. } => format!("{n}: the integration check failed on base {base} with head {head}"),
+            Found::Conflict { base, files, .. } => {
+                format!("{n}: head {head} conflicts with base {base} in {} files", files.len())
+            }
+        }
+    }
+
+    /// The bounds of what the check half writes.
+    fn check(&self) -> Result<(), String> {
+        let commit = |what: &str, id: &str| {
+            let hex = id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+            if hex && (id.len() == 40 || id.len() == 64) { Ok(()) } else { Err(format!("{what} is not a commit id")) }
+        };
+        commit("the entry's head", &self.entry.head)?;
+        let run_ok = self
+            .run
+            .strip_prefix("merge-queue-")
+            .is_some_and(|t| !t.is_empty() && t.len() <= 32 && t.bytes().all(|b| b.is_ascii_alphanumeric()));
+        if !run_ok {
+            return Err("its run id is not `merge-queue-<time>`".into());
+        }
+        if self.combined_with.len() > crate::sweep::MergeQueue::KEEP {
+            return Err("it names more combined patients than the queue keeps".into());
+        }
+        let bounded = |what: &str, text: &str, max: usize| {
+            if text.len() <= max { Ok(()) } else { Err(format!("{what} is longer than {max} bytes")) }
+        };
+        match &self.found {
+            Found::Stale { why } => bounded("the reason", why, 1000),
+            Found::Passed { base, tested } => commit("the base", base).and(commit("the tested commit", tested)),
+            Found::Failed { base, output } => commit("the base", base).and(bounded("the output", output, 8000)),
+            Found::Conflict { base, files, hunks } => {
+                commit("the base", base)?;
+                if files.len() > 200 || files.iter().any(|f| f.len() > 1000) {
+                    return Err("its conflicting files are more than 200, or a name is longer than 1000 bytes".into());
+                }
+                bounded("the hunks", hunks, 64 * 1024)
+            }
+        }
+    }
+}
+
+/// Where the check finds the base and the patient's branch.
+pub enum Source<'a> {
+    /// In the repository itself (`refs/heads/`): the local forge.
+    Local,
+    /// Fetched from the forge first into `refs/remotes/origin/` (GitHub's
+    /// check job, a fresh checkout, with its read-only token).
+    Remote(&'a crate::workspace::PushTarget),
+}
+
+/// One whole turn: the check, then the record; `None` when the queue is
+/// empty. The local forge's `ward run`.
 pub async fn process_next(
     forge: &dyn Forge,
     config: &Config,
     repository: &Path,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Option<Processed>> {
+    let Some(verdict) = check_next(forge, config, repository, &Source::Local, now).await? else { return Ok(None) };
+    record_verdict(forge, config, verdict, now).await.map(Some)
+}
+
+/// The check half: reads the queue's first entry, its patient and pull
+/// request, combines the audited head with the base's tip in `repository`
+/// and runs the integration check there. Writes nothing to the forge.
+/// `None` when the queue is empty (or ward.yml has no `integration`).
+pub async fn check_next(
+    forge: &dyn Forge,
+    config: &Config,
+    repository: &Path,
+    source: &Source<'_>,
+    now: DateTime<Utc>,
+) -> anyhow::Result<Option<Verdict>> {
     let Some(integration) = &config.integration else { return Ok(None) };
     let state = load_state(forge).await?;
     let Some(entry) = state.merge_queue.waiting.first().cloned() else { return Ok(None) };
-    let issue = forge.issue(entry.issue).await?;
     let run = format!("merge-queue-{}", now.format("%Y%m%dT%H%M%S%3f"));
-    let meta = |stage: &str| NoteMeta { run: run.clone(), stage: stage.into(), role: ENGINE_ROLE.into(), at: now };
-    let pull = forge.pull_request_for_branch(&super::audit::patient_branch(entry.issue)).await?;
-    let line = match pull.filter(|p| p.head_sha == entry.head && p.number == entry.pull) {
-        _ if !issue.labels.contains(&integration.queued_label) => {
-            format!("{} left the merge queue: it no longer rests at `{}`", entry.issue, integration.queued_label)
-        }
-        None => back_to_discharge(forge, config, &issue, &entry, meta("merge-queue")).await?,
-        Some(pull) => {
-            let checked = integrate(repository, &pull, integration, &run, entry.issue.0).await?;
-            record(forge, config, &issue, &entry, &pull, checked, (repository, &state.merge_queue.merged), &run, now)
-                .await?
+    let verdict = |found| Verdict { entry: entry.clone(), run: run.clone(), found, combined_with: Vec::new() };
+    let issue = forge.issue(entry.issue).await?;
+    if !issue.labels.contains(&integration.queued_label) {
+        let why = format!("{} no longer rests at `{}`", entry.issue, integration.queued_label);
+        return Ok(Some(verdict(Found::Stale { why })));
+    }
+    let branch = super::audit::patient_branch(entry.issue);
+    let pull = forge.pull_request_for_branch(&branch).await?;
+    let Some(pull) = pull.filter(|p| p.head_sha == entry.head && p.number == entry.pull) else {
+        let why = format!("pull request #{} is no longer at the audited head {}", entry.pull, entry.head);
+        return Ok(Some(verdict(Found::Stale { why })));
+    };
+    let base_ref = match source {
+        Source::Local => format!("refs/heads/{}", pull.base_branch),
+        Source::Remote(remote) => {
+            let git_dir = Repository::open(repository)
+                .with_context(|| format!("{} is not a git checkout", repository.display()))?
+                .commondir()
+                .to_path_buf();
+            let remote = (*remote).clone();
+            let (base, head) = (pull.base_branch.clone(), branch.clone());
+            let fetched = tokio::task::spawn_blocking(move || {
+                let token = remote.token.as_deref();
+                let base_found = crate::workspace::git::fetch_branch(&git_dir, &remote.url, &base, token)?;
+                let head_found = crate::workspace::git::fetch_branch(&git_dir, &remote.url, &head, token)?;
+                Ok::<_, crate::workspace::worktree::WorktreeError>((base_found, head_found))
+            })
+            .await?
+            .with_context(|| format!("could not fetch `{}` and `{branch}` to check them", pull.base_branch))?;
+            if !fetched.0 {
+                anyhow::bail!("the base branch `{}` of pull request #{} does not exist", pull.base_branch, pull.number);
+            }
+            let fetched_head = Repository::open(repository)?
+                .refname_to_id(&format!("refs/remotes/origin/{branch}"))
+                .ok()
+                .filter(|_| fetched.1)
+                .map(|o| o.to_string());
+            if fetched_head.as_deref() != Some(entry.head.as_str()) {
+                let why = format!("`{branch}` is no longer at the audited head {}", entry.head);
+                return Ok(Some(verdict(Found::Stale { why })));
+            }
+            format!("refs/remotes/origin/{}", pull.base_branch)
         }
     };
-    update_state(forge, |s| {
-        s.merge_queue.waiting.retain(|e| e != &entry);
-        Ok::<_, ()>(())
-    })
-    .await?
-    .ok();
+    let found = integrate(repository, &base_ref, &pull, integration, &run, entry.issue.0).await?;
+    let combined_with = combined_with(repository, &entry.head, &state.merge_queue.merged);
+    Ok(Some(Verdict { combined_with, ..verdict(found) }))
+}
+
+/// The record half: the verdict of the queue's first entry recorded. The
+/// facts are read again (the entry is still first, the patient still
+/// queued, its pull request still at the audited head, and for a pass the
+/// base still at the commit checked); only then does the verdict count.
+/// The entry leaves the queue once its outcome is recorded; a turn that
+/// left entries starts the next.
+pub async fn record_verdict(
+    forge: &dyn Forge,
+    config: &Config,
+    verdict: Verdict,
+    now: DateTime<Utc>,
+) -> anyhow::Result<Processed> {
+    let integration = config.integration.as_ref().context("ward.yml has no `integration`: no merge queue runs")?;
+    let Verdict { entry, run, found, combined_with } = verdict;
+    let state = load_state(forge).await?;
+    if state.merge_queue.waiting.first() != Some(&entry) {
+        let line =
+            format!("{} was checked, but it is no longer first in the merge queue: nothing recorded", entry.issue);
+        return Ok(Processed { issue: entry.issue, line, merged: false });
+    }
+    // Named only if the queue did merge them (the check half's list is a claim).
+    let merged = &state.merge_queue.merged;
+    let combined_with: Vec<IssueNumber> =
+        combined_with.into_iter().filter(|n| merged.iter().any(|m| m.issue == *n)).collect();
+    let issue = forge.issue(entry.issue).await?;
+    let meta = |stage: &str| NoteMeta { run: run.clone(), stage: stage.into(), role: ENGINE_ROLE.into(), at: now };
+    let pull = forge.pull_request_for_branch(&super::audit::patient_branch(entry.issue)).await?;
+    let (line, done) = match pull.filter(|p| p.head_sha == entry.head && p.number == entry.pull) {
+        _ if !issue.labels.contains(&integration.queued_label) => (
+            format!("{} left the merge queue: it no longer rests at `{}`", entry.issue, integration.queued_label),
+            true,
+        ),
+        None => (back_to_discharge(forge, config, &issue, &entry, meta("merge-queue")).await?, true),
+        Some(_) if matches!(found, Found::Stale { .. }) => {
+            (format!("{} is checked again: the check found it had moved, and it has not", entry.issue), false)
+        }
+        Some(pull) => {
+            let facts = Combination { entry: &entry, pull: &pull, with: &combined_with, run: &run };
+            record(forge, config, &issue, facts, found, now).await?
+        }
+    };
+    if done {
+        update_state(forge, |s| {
+            s.merge_queue.waiting.retain(|e| e != &entry);
+            Ok::<_, ()>(())
+        })
+        .await?
+        .ok();
+    }
     let merged = forge.issue(entry.issue).await?.labels.contains(&config.discharge.discharged_label);
-    Ok(Some(Processed { issue: entry.issue, line, merged }))
+    if !load_state(forge).await?.merge_queue.waiting.is_empty() {
+        start(forge).await;
+    }
+    Ok(Processed { issue: entry.issue, line, merged })
 }
 
 /// The head moved since the audit (or the pull request is gone): audited again.
@@ -124,37 +391,21 @@ async fn back_to_discharge(
     Ok(format!("{} left the merge queue for `{to}`: its head moved since the audit", entry.issue))
 }
 
-/// What the integration found.
-enum Checked {
-    /// The check passed on `tested` (the base `base` and the head combined).
-    Passed {
-        base: String,
-        tested: String,
-    },
-    Failed {
-        base: String,
-        output: String,
-    },
-    Conflict {
-        base: String,
-        files: Vec<String>,
-        hunks: String,
-    },
-}
-
 /// The branch merged into the current base as a commit of its own (no
 /// branch moves), checked out in a fresh worktree, the check run there.
 async fn integrate(
     repository: &Path,
+    base_ref: &str,
     pull: &PullRequest,
     integration: &IntegrationConfig,
     run: &str,
     issue: u64,
-) -> anyhow::Result<Checked> {
-    let (repo_path, base_branch, head) = (repository.to_path_buf(), pull.base_branch.clone(), pull.head_sha.clone());
-    let combined = tokio::task::spawn_blocking(move || combine(&repo_path, &base_branch, &head)).await??;
+) -> anyhow::Result<Found> {
+    let (repo_path, base_ref, head) = (repository.to_path_buf(), base_ref.to_string(), pull.head_sha.clone());
+    let (base_name, base_branch) = (base_ref.clone(), pull.base_branch.clone());
+    let combined = tokio::task::spawn_blocking(move || combine(&repo_path, &base_name, &base_branch, &head)).await??;
     let (base, tested) = match combined {
-        Combined::Conflict { base, files, hunks } => return Ok(Checked::Conflict { base, files, hunks }),
+        Combined::Conflict { base, files, hunks } => return Ok(Found::Conflict { base, files, hunks }),
         Combined::Commit { base, tested } => (base, tested),
     };
     let parent = repository.join(".ward/integration");
@@ -198,7 +449,7 @@ async fn integrate(
     remove_worktree(repository, &dir);
     stopped.context("the integration check's emulator was not removed")?;
     let (ok, output) = result?;
-    Ok(if ok { Checked::Passed { base, tested } } else { Checked::Failed { base, output } })
+    Ok(if ok { Found::Passed { base, tested } } else { Found::Failed { base, output } })
 }
 
 enum Combined {
@@ -206,14 +457,15 @@ enum Combined {
     Conflict { base: String, files: Vec<String>, hunks: String },
 }
 
-/// The head merged into the base's tip: the head itself when the base is
-/// behind it, else a merge commit written to the object store only.
-fn combine(repository: &Path, base_branch: &str, head: &str) -> anyhow::Result<Combined> {
+/// The head merged into the base's tip (`base_ref`, the branch
+/// `base_branch` as this repository has it): the head itself when the base
+/// is behind it, else a merge commit written to the object store only.
+fn combine(repository: &Path, base_ref: &str, base_branch: &str, head: &str) -> anyhow::Result<Combined> {
     let repo =
         Repository::open(repository).with_context(|| format!("{} is not a git repository", repository.display()))?;
     let base = repo
-        .refname_to_id(&format!("refs/heads/{base_branch}"))
-        .with_context(|| format!("the base branch `{base_branch}` does not exist"))?;
+        .refname_to_id(base_ref)
+        .with_context(|| format!("the base branch `{base_branch}` does not exist (no `{base_ref}`)"))?;
     let head = Oid::from_str(head).with_context(|| format!("`{head}` is not a commit id"))?;
     let head_commit =
         repo.find_commit(head).with_context(|| format!("the audited head {head} is not in the repository"))?;
@@ -304,7 +556,11 @@ async fn run_check(
         Ok(child) => child,
         Err(e) => return Ok((false, format!("could not start the integration check `{program}`: {e}"))),
     };
-    let out = match tokio::time::timeout(integration.time_limit, child.wait_with_output()).await {
+    let waited = tokio::time::timeout(integration.time_limit, child.wait_with_output()).await;
+    // What the check left running (a daemonised child) dies before the
+    // verdict is written (`ward queue check` is the subreaper of the check).
+    crate::agent::reap_orphans();
+    let out = match waited {
         Ok(out) => out.context("the integration check could not be waited for")?,
         Err(_) => {
             let limit = humantime::format_duration(integration.time_limit);
@@ -315,7 +571,7 @@ async fn run_check(
     text.push_str(&String::from_utf8_lossy(&out.stderr));
     let start = text.len().saturating_sub(OUTPUT_TAIL_BYTES);
     let start = (start..text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
-    let tail = format!("exit status: {}\n{}", out.status, &text[start..]);
+    let tail = format!("{}\n{}", out.status, &text[start..]);
     Ok((out.status.success(), tail))
 }
 
@@ -344,34 +600,45 @@ fn combined_with(repository: &Path, head: &str, merged: &[MergedEntry]) -> Vec<I
         .collect()
 }
 
+/// The entry being recorded, as the record half read it again.
+struct Combination<'a> {
+    entry: &'a QueueEntry,
+    pull: &'a PullRequest,
+    /// The merged patients it was combined with.
+    with: &'a [IssueNumber],
+    run: &'a str,
+}
+
 /// Merges and discharges a patient whose check passed, or sends it back.
-#[allow(clippy::too_many_arguments)] // one call site, every argument a different fact
+/// (the line, whether the entry leaves the queue).
 async fn record(
     forge: &dyn Forge,
     config: &Config,
     issue: &Issue,
-    entry: &QueueEntry,
-    pull: &PullRequest,
-    checked: Checked,
-    (repository, merged): (&Path, &[MergedEntry]),
-    run: &str,
+    c: Combination<'_>,
+    found: Found,
     now: DateTime<Utc>,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<(String, bool)> {
+    let Combination { entry, pull, with: combined, run } = c;
     let stage = config.audit_stage().map_or("discharge", |s| s.name).to_string();
     let meta = NoteMeta { run: run.into(), stage, role: ENGINE_ROLE.into(), at: now };
-    let names = |list: Vec<IssueNumber>| match list.as_slice() {
+    let with = match combined {
         [] => "none (the base only)".to_string(),
         l => l.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
     };
-    let with = names(combined_with(repository, &entry.head, merged));
-    match checked {
-        Checked::Passed { base, tested } => {
-            let now_base = Repository::open(repository)?.refname_to_id(&format!("refs/heads/{}", pull.base_branch))?;
-            if now_base.to_string() != base {
+    let line = match found {
+        Found::Stale { .. } => unreachable!("a stale verdict is not recorded"),
+        Found::Passed { base, tested } => {
+            let now_base = forge.branch_tip(&pull.base_branch).await?;
+            if now_base.as_deref() != Some(base.as_str()) {
                 // The base moved while the check ran: the entry stays, checked again.
-                anyhow::bail!(
-                    "the base moved from {base} to {now_base} while the integration check ran; run the queue again"
+                let now_base = now_base.unwrap_or_else(|| "nothing (the branch is gone)".into());
+                let line = format!(
+                    "{}: the base `{}` moved from {base} to {now_base} while the integration check ran; it is \
+                     checked again",
+                    entry.issue, pull.base_branch
                 );
+                return Ok((line, false));
             }
             super::merge(forge, pull).await?;
             update_state(forge, |s| {
@@ -390,21 +657,21 @@ async fn record(
             );
             let notes = vec![Note { kind: NoteKind::DischargeChecklist, meta, body }];
             super::discharge(forge, config, issue, Seen::NotRead, notes, run, now, None).await?;
-            Ok(format!("{} integrated and merged (checked {tested})", entry.issue))
+            format!("{} integrated and merged (checked {tested})", entry.issue)
         }
-        Checked::Failed { base, output } => {
+        Found::Failed { base, output } => {
             let body = format!(
-                "Integration failed: the check `{}` failed on the audited head {} merged into the base {base}, \
+                "{FAILED_NOTE} the check `{}` failed on the audited head {} merged into the base {base}, \
                  combined with: {with}. What it printed (the end):\n\n{}",
                 config.integration.as_ref().map(|i| i.command.join(" ")).unwrap_or_default(),
                 entry.head,
                 crate::untrusted::fence(&output, "text")
             );
             send_back(forge, config, issue, meta, body, treating_label(config)?).await?;
-            Ok(format!("{} failed the integration check combined with {with}: back to treatment", entry.issue))
+            format!("{} failed the integration check combined with {with}: back to treatment", entry.issue)
         }
-        Checked::Conflict { base, files, hunks } => {
-            let plans = merged_plans(forge, config, &combined_with(repository, &entry.head, merged)).await;
+        Found::Conflict { base, files, hunks } => {
+            let plans = merged_plans(forge, config, combined).await;
             let body = format!(
                 "Integration conflict: the audited head {} does not merge into the base {base}, combined with: \
                  {with}. Conflicting files: {}. Resolve the conflict on this branch: rebase it onto `{}`, keeping \
@@ -422,9 +689,10 @@ async fn record(
                 None => (treating_label(config)?, "treatment"),
             };
             send_back(forge, config, issue, meta, body, to).await?;
-            Ok(format!("{} conflicts with the base (combined with {with}): to {stage}", entry.issue))
+            format!("{} conflicts with the base (combined with {with}): to {stage}", entry.issue)
         }
-    }
+    };
+    Ok((line, true))
 }
 
 /// The treatment plans of the merged patients a conflict was combined
@@ -470,4 +738,64 @@ async fn send_back(
     ];
     transfer(forge, config, issue, Seen::NotRead, notes, Move::To(to)).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(found: Found) -> Verdict {
+        let entry = QueueEntry {
+            issue: IssueNumber(7),
+            pull: 12,
+            head: "a".repeat(40),
+            since: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+        };
+        Verdict { entry, run: "merge-queue-20261201T010203004".into(), found, combined_with: vec![IssueNumber(3)] }
+    }
+
+    #[test]
+    fn a_sealed_verdict_reads_back_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = verdict(Found::Conflict {
+            base: "b".repeat(40),
+            files: vec!["src/a.rs".into()],
+            hunks: "<<<<<<<\n=======\n>>>>>>>".into(),
+        });
+        v.write(dir.path()).unwrap();
+        assert_eq!(Verdict::read(dir.path()).unwrap(), v);
+    }
+
+    #[test]
+    fn a_verdict_the_check_job_could_have_rewritten_is_refused_beyond_its_bounds() {
+        let refused = |v: Verdict| {
+            let dir = tempfile::tempdir().unwrap();
+            v.write(dir.path()).unwrap();
+            format!("{:#}", Verdict::read(dir.path()).unwrap_err())
+        };
+        let not_a_commit = verdict(Found::Passed { base: "main".into(), tested: "c".repeat(40) });
+        assert!(refused(not_a_commit).contains("the base is not a commit id"));
+        let mut odd_run = verdict(Found::Stale { why: "moved".into() });
+        odd_run.run = "merge-queue-x; rm -rf /".into();
+        assert!(refused(odd_run).contains("run id"));
+        let long = verdict(Found::Failed { base: "b".repeat(40), output: "x".repeat(9000) });
+        assert!(refused(long).contains("the output is longer than 8000 bytes"));
+        let files =
+            verdict(Found::Conflict { base: "b".repeat(40), files: vec!["f".into(); 201], hunks: String::new() });
+        assert!(refused(files).contains("more than 200"));
+        // Unknown fields, and a file that is not plain, are refused too.
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = serde_json::to_value(verdict(Found::Stale { why: "moved".into() })).unwrap();
+        text["merge_now"] = serde_json::json!(true);
+        std::fs::write(dir.path().join(VERDICT_FILE), text.to_string()).unwrap();
+        assert!(format!("{:#}", Verdict::read(dir.path()).unwrap_err()).contains("not one `ward queue check` writes"));
+        let elsewhere = tempfile::tempdir().unwrap();
+        verdict(Found::Stale { why: "moved".into() }).write(elsewhere.path()).unwrap();
+        let linked = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join(VERDICT_FILE), linked.path().join(VERDICT_FILE)).unwrap();
+        assert!(format!("{:#}", Verdict::read(linked.path()).unwrap_err()).contains("not a plain file"));
+        let big = tempfile::tempdir().unwrap();
+        std::fs::write(big.path().join(VERDICT_FILE), vec![b' '; 300 * 1024]).unwrap();
+        assert!(format!("{:#}", Verdict::read(big.path()).unwrap_err()).contains("at most 262144 bytes"));
+    }
 }

@@ -60,6 +60,11 @@ async fn token(forge: &GitHubForge, branch: &str) -> Check {
 async fn installed_workflows(forge: &GitHubForge, config: &Config) -> Vec<Check> {
     let mut out = Vec::new();
     for (name, text) in shipped() {
+        if name == QUEUE_WORKFLOW && config.integration.is_none() {
+            let why = "not needed: .github/ward.yml sets no `integration:`, so ward's merge queue does not run";
+            out.push(Check::ok(format!("workflow {name}"), why));
+            continue;
+        }
         let path = format!(".github/workflows/{name}");
         let copy = format!("copy `{path}` of ward {VERSION} into the repository's default branch (docs/github.md)");
         let installed = match forge.file_on_default_branch(&path).await {
@@ -114,6 +119,8 @@ async fn installed_workflows(forge: &GitHubForge, config: &Config) -> Vec<Check>
 
 /// The workflow that checks a pull request changing the pipeline.
 const PIPELINE_WORKFLOW: &str = "ward-pipeline.yml";
+/// The workflow that runs ward's own merge queue (with `integration:`).
+const QUEUE_WORKFLOW: &str = "ward-queue.yml";
 
 /// ward-pipeline.yml's `paths:` filter covers ward.yml, the roles, the
 /// skills and the precedent log where ward.yml's `paths` puts them: else a
@@ -246,14 +253,15 @@ async fn merge_queue(forge: &GitHubForge, config: &Config, branch: &str) -> Chec
                 ),
             )
         }
-        Ok(None) if config.integration.is_some() => Check::fail(
+        Ok(None) if config.integration.is_some() => Check::ok(
             NAME,
             format!(
-                "ward.yml sets `integration:`, but ward's integration check runs only on the local forge (`ward \
-                 run`); on GitHub discharge merges the audited pull request directly, and `{branch}` has no merge \
-                 queue"
+                "`{branch}` has no merge queue of GitHub's, and ward.yml sets `integration:`: ward's own merge \
+                 queue runs in {QUEUE_WORKFLOW}. Discharge enqueues the audited patient at `{label}`; each turn \
+                 merges the first one into `{branch}`'s tip and runs the integration check there with a \
+                 read-only token, and merges it at the audited head only if the check passed and `{branch}` \
+                 has not moved since"
             ),
-            format!("{turn_on}; or remove `integration:` from .github/ward.yml"),
         ),
         Ok(None) => Check::ok(
             NAME,

@@ -639,6 +639,17 @@ impl Forge for LocalForge {
         self.repository.is_some()
     }
 
+    async fn branch_tip(&self, branch: &str) -> ForgeResult<Option<String>> {
+        let action = || format!("read the tip of branch `{branch}` in {}", self.describe());
+        let Some(path) = &self.repository else { return Err(ForgeError::io(action(), "no git repository")) };
+        let repo = git2::Repository::open(path).map_err(|e| ForgeError::io(action(), e))?;
+        match repo.refname_to_id(&format!("refs/heads/{branch}")) {
+            Ok(oid) => Ok(Some(oid.to_string())),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(ForgeError::io(action(), e)),
+        }
+    }
+
     async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()> {
         let action = || format!("merge pull request {pull} at {head_sha}");
         let record = self.read_pull(pull)?;

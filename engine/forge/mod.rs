@@ -598,10 +598,25 @@ pub trait Forge: Send + Sync {
         false
     }
 
-    /// Whether ward's own merge queue runs on this forge (`ward run` on the
-    /// local forge); elsewhere discharge merges directly.
+    /// Whether ward's own merge queue runs on this forge: `ward run` runs it
+    /// on the local forge, ward-queue.yml on GitHub. Elsewhere discharge
+    /// merges directly.
     fn runs_merge_queue(&self) -> bool {
         false
+    }
+
+    /// Starts a run of ward's merge queue where a workflow runs it
+    /// (GitHub: `repository_dispatch` of type `ward-queue`). The local
+    /// forge's `ward run` takes the queue whenever it is idle: nothing to send.
+    async fn dispatch_merge_queue(&self) -> ForgeResult<()> {
+        Ok(())
+    }
+
+    /// The commit `branch` points at now, `None` when there is no such
+    /// branch: the merge queue merges only while the base is still the
+    /// commit its check ran on.
+    async fn branch_tip(&self, branch: &str) -> ForgeResult<Option<String>> {
+        Err(ForgeError::io(format!("read branch `{branch}` in {}", self.describe()), "this forge keeps no branches"))
     }
 }
 

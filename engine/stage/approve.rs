@@ -81,11 +81,14 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
                 pull.head_sha,
                 d.approved_label
             ),
-            Landing::Queued { label, note } => {
+            Landing::Queued { label, note, wards } => {
                 let mut notes = notes;
-                notes.extend(note.map(|body| patient.engine_note(h, NoteKind::Waiting, body)));
+                notes.push(patient.engine_note(h, NoteKind::Waiting, note));
                 let moved =
                     transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(label.clone())).await?;
+                if wards {
+                    crate::discharge::queue::start(&*h.forge).await;
+                }
                 (label, moved)
             }
             Landing::Merged => {

@@ -89,7 +89,7 @@ pub fn take_in(h: &Hospital, patient: &Patient<'_>, from: &Path) -> anyhow::Resu
         base: &plan.base,
         branch: &branch,
         restart,
-        resolve: patient.stage.mode() == crate::config::Mode::Resolve,
+        resolve: patient.stage.mode() == crate::config::Mode::Resolve || sent_back_by_the_queue(patient),
     };
     let file = from.join(BUNDLE_FILE);
     let bundle_file = file.exists().then_some(file.as_path());
@@ -139,4 +139,15 @@ fn sealed_checkpoint(patient: &Patient<'_>, from: &Path, intake: &Intake) -> Opt
         return None;
     }
     Some(Box::new(sealed))
+}
+
+/// A treatment the merge queue sent back because its check failed combined
+/// with others: the fellow brings the branch up to the base (where those
+/// others are) as a resolution does, so its rebase is taken in like one.
+/// Only the engine writes the queue's note.
+fn sent_back_by_the_queue(patient: &Patient<'_>) -> bool {
+    patient.stage.mode() == crate::config::Mode::Treat
+        && patient.chart.iter().rfind(|n| n.kind == NoteKind::DischargeChecklist).is_some_and(|n| {
+            n.meta.role == crate::chart::ENGINE_ROLE && n.body.starts_with(crate::discharge::queue::FAILED_NOTE)
+        })
 }

@@ -198,6 +198,7 @@ async fn accept(
     // A passed audit merges, or waits for a chief in human approval mode.
     let discharged = &h.config.discharge.discharged_label;
     let mut after = Vec::new();
+    let mut start_wards_queue = false;
     if let Some((facts, checklist)) = &audit
         && label_out == *discharged
     {
@@ -208,9 +209,10 @@ async fn accept(
                 let queue = facts.merge_queue.as_ref();
                 match crate::discharge::land(&*h.forge, &h.config, number, pull, queue, h.now()).await? {
                     Landing::Merged => {}
-                    Landing::Queued { label, note } => {
+                    Landing::Queued { label, note, wards } => {
                         label_out = label;
-                        after.extend(note.map(|body| patient.engine_note(h, NoteKind::Waiting, body)));
+                        after.push(patient.engine_note(h, NoteKind::Waiting, note));
+                        start_wards_queue = wards;
                     }
                     Landing::HeadMoved => {
                         // A commit pushed while the nurse worked: not merged; the
@@ -238,6 +240,10 @@ async fn accept(
     } else {
         patient.transfer(h, seen, after, Move::To(label_out.clone())).await?
     };
+    // After the move: the queue's turn finds the patient at its label.
+    if start_wards_queue {
+        crate::discharge::queue::start(&*h.forge).await;
+    }
     let total = patient.started.elapsed();
     let agent = std::time::Duration::from_millis(visit.agent_ms);
     let t = Transition {

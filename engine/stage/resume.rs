@@ -89,11 +89,15 @@ pub async fn complete(h: &Hospital, patient: &Patient<'_>, unmoved: Unmoved) -> 
                 match crate::discharge::land(&*h.forge, &h.config, number, pull, queue, h.now()).await? {
                     // A head that moved since: the stage runs and audits it.
                     Landing::HeadMoved => return Ok(None),
-                    Landing::Queued { label, note } => {
+                    Landing::Queued { label, note, wards } => {
                         to = label;
-                        let notes =
-                            note.map(|body| patient.engine_note(h, NoteKind::Waiting, body)).into_iter().collect();
-                        transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to.clone())).await?
+                        let notes = vec![patient.engine_note(h, NoteKind::Waiting, note)];
+                        let moved =
+                            transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to.clone())).await?;
+                        if wards {
+                            crate::discharge::queue::start(&*h.forge).await;
+                        }
+                        moved
                     }
                     Landing::Merged => {
                         let issue = &patient.issue;

@@ -1,5 +1,4 @@
-//! A patient resting in GitHub's merge queue (at the merge-queue label,
-//! on a forge that does not run ward's own queue) is woken by its pull
+//! A patient resting in GitHub's merge queue (at the merge-queue label) is woken by its pull
 //! request closing or being dequeued (`pull_request` closed / dequeued), by
 //! the sweep's look, or by a person's dispatch. What happened is read from
 //! GitHub, never taken from the event (the event gives only the dequeue
@@ -7,6 +6,8 @@
 //! changes nothing; a head that moved since it was enqueued is audited
 //! again; anything else (dequeued, closed) goes back to treatment as a
 //! failed integration does (`audit-failed`, so the send-back limit counts it).
+//! A patient in ward's own queue (GitHub's was off on its base) is left to
+//! that queue while its state holds it.
 
 use tracing::info;
 
@@ -44,6 +45,9 @@ pub async fn settle(h: &Hospital, patient: Patient<'_>, dequeued: Option<&str>) 
         info!(?family, "merged by GitHub's merge queue");
         let to = h.config.discharge.discharged_label.clone();
         return Ok(StageResult::Moved(patient.moved_by_engine("discharged", to, moved.dispatched)));
+    }
+    if wards_queue_holds(&patient.chart) {
+        return in_wards_queue(h, patient, seen, pull).await;
     }
     if pull.state == PullState::Open && queued {
         let reason = format!("{number}: pull request #{} is still in GitHub's merge queue; nothing to do", pull.number);
@@ -85,6 +89,44 @@ pub async fn settle(h: &Hospital, patient: Patient<'_>, dequeued: Option<&str>) 
         _ => format!("Pull request #{} was closed without being merged while in GitHub's merge queue.", pull.number),
     };
     back_to_treatment(h, patient, seen, why).await
+}
+
+/// Whether the latest queue note is ward's own queue's (GitHub's queue
+/// was off on the base when the patient was audited).
+fn wards_queue_holds(chart: &[Note]) -> bool {
+    let queues = [crate::discharge::IN_FORGE_QUEUE, crate::discharge::queue::IN_WARD_QUEUE];
+    chart
+        .iter()
+        .rfind(|n| n.kind == NoteKind::Waiting && queues.iter().any(|q| n.body.starts_with(q)))
+        .is_some_and(|n| n.body.starts_with(crate::discharge::queue::IN_WARD_QUEUE))
+}
+
+/// A patient in ward's own queue is the queue's (ward-queue.yml) while the
+/// queue's state holds it; one the state lost (a crash between the enqueue
+/// and the move, a hand-edited state) is audited again, and the audit
+/// enqueues it again.
+async fn in_wards_queue(
+    h: &Hospital,
+    patient: Patient<'_>,
+    seen: Seen,
+    pull: &crate::forge::PullRequest,
+) -> anyhow::Result<StageResult> {
+    let number = patient.issue.number;
+    let state = crate::sweep::load_state(&*h.forge).await?;
+    if let Some(at) = state.merge_queue.waiting.iter().position(|e| e.issue == number) {
+        let reason = format!("{number} is in ward's merge queue with {at} ahead of it; the queue's turns take it");
+        return Ok(StageResult::NoOp { issue: number, reason });
+    }
+    let Some(stage) = h.config.audit_stage() else { anyhow::bail!("the pipeline has no auditing stage") };
+    let body = format!(
+        "ward's merge queue no longer holds pull request #{} (head {}), and it was not merged: the audit is taken \
+         again, and a pass enqueues it again.",
+        pull.number, pull.head_sha
+    );
+    let notes = vec![patient.engine_note(h, NoteKind::Waiting, body)];
+    let to = stage.config.label.clone();
+    let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to.clone())).await?;
+    Ok(StageResult::Moved(patient.moved_by_engine("not-in-queue", to, moved.dispatched)))
 }
 
 /// The head the patient was enqueued at: the `Head:` line of the latest

@@ -160,6 +160,9 @@ pub struct SweepReport {
     pub closed: Vec<IssueNumber>,
     /// Lockdown issues closed by someone below maintain, reopened now.
     pub reopened: Vec<IssueNumber>,
+    /// A turn of ward's merge queue was started for this many waiting
+    /// patients (the backstop of the dispatch a turn or an enqueue sends).
+    pub queue_started: Option<usize>,
     /// True when a cap stopped the sweep before every due patient was seen.
     pub capped: bool,
     pub cursor: u64,
@@ -182,6 +185,7 @@ impl SweepReport {
             woken: Vec::new(),
             closed: Vec::new(),
             reopened: Vec::new(),
+            queue_started: None,
             capped: false,
             cursor: 0,
         }
@@ -236,6 +240,9 @@ impl fmt::Display for SweepReport {
         }
         for n in &self.reopened {
             writeln!(f, "- {n}: a lockdown closed by someone who may not lift it; reopened")?;
+        }
+        if let Some(n) = self.queue_started {
+            writeln!(f, "- ward's merge queue holds {n} patients; a turn of it was started")?;
         }
         Ok(())
     }
@@ -481,7 +488,8 @@ impl Walk<'_> {
         report.cursor = state.cursor;
         state.watch = watch;
         self.wake_waiting(&mut report).await;
-        self.settle_forge_queue(&mut report).await;
+        self.settle_forge_queue(&state.merge_queue, &mut report).await;
+        self.start_wards_queue(&state.merge_queue, &mut report).await;
         self.start_queued(&mut report).await;
         self.close_discharged(&mut report).await;
         // Families a crash left half released: blocked children whose
@@ -521,7 +529,9 @@ impl Walk<'_> {
     /// it there. Each is read (one pull-request read each; one listing
     /// page), and only one GitHub no longer holds is dispatched a look,
     /// which discharges it when merged or sends it back when let go.
-    async fn settle_forge_queue(&self, report: &mut SweepReport) {
+    /// Patients in ward's own queue (`queue`) rest at the same label and
+    /// are the queue's: they are skipped here.
+    async fn settle_forge_queue(&self, queue: &MergeQueue, report: &mut SweepReport) {
         let label = self.config.merge_queue_label();
         if !self.forge.offers_merge_queue() || !self.config.labels.contains_key(label) {
             return;
@@ -531,6 +541,9 @@ impl Walk<'_> {
             Err(e) => return report.problems.push(format!("could not list the patients resting at `{label}`: {e}")),
         };
         for issue in resting {
+            if queue.waiting.iter().any(|e| e.issue == issue.number) {
+                continue;
+            }
             if report.actions.len() + report.woken.len() >= self.config.departments.sweep.max_actions {
                 report.capped = true;
                 return;
@@ -555,6 +568,24 @@ impl Walk<'_> {
                 Ok(()) => report.woken.push(issue.number),
                 Err(e) => report.problems.push(format!("{}: could not send a look: {e}", issue.number)),
             }
+        }
+    }
+
+    /// The backstop of ward's merge queue where a workflow runs it: a turn
+    /// whose check job failed, or a dispatch that was lost, leaves patients
+    /// waiting with no turn coming. One dispatch starts one; a turn already
+    /// running keeps its place (ward-queue.yml's concurrency group holds one
+    /// pending run at most), and each turn takes the queue's first entry.
+    async fn start_wards_queue(&self, queue: &MergeQueue, report: &mut SweepReport) {
+        // The local forge's `ward run` takes the queue whenever it is idle.
+        let by_workflow = self.forge.as_local().is_none();
+        let runs = self.config.integration.is_some() && self.forge.runs_merge_queue();
+        if queue.waiting.is_empty() || !by_workflow || !runs {
+            return;
+        }
+        match self.forge.dispatch_merge_queue().await {
+            Ok(()) => report.queue_started = Some(queue.waiting.len()),
+            Err(e) => report.problems.push(format!("could not start ward's merge queue: {e}")),
         }
     }
 

@@ -43,6 +43,9 @@ use super::{
 pub const DEFAULT_API_URL: &str = "https://api.github.com";
 /// `repository_dispatch` event type that starts a stage.
 pub const DISPATCH_EVENT: &str = "ward-stage";
+/// `repository_dispatch` event type that starts a run of ward's merge
+/// queue (ward-queue.yml).
+pub const QUEUE_EVENT: &str = "ward-queue";
 /// The git object id of the empty tree, the root of the charts branch.
 const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 /// ward's own jobs are named `ward <what>` (`ward stage`): their check
@@ -777,6 +780,37 @@ impl Forge for GitHubForge {
 
     fn offers_merge_queue(&self) -> bool {
         true
+    }
+
+    /// ward-queue.yml runs ward's queue where the base has no queue of GitHub's.
+    fn runs_merge_queue(&self) -> bool {
+        true
+    }
+
+    async fn dispatch_merge_queue(&self) -> ForgeResult<()> {
+        let action = format!("dispatch `{QUEUE_EVENT}` (ward's merge queue) in {}", self.settings.repo);
+        let mut call = self.call(Method::POST, "/dispatches", action, Access::ContentsWrite);
+        call.body = Some(json!({ "event_type": QUEUE_EVENT }));
+        self.send_ok(&call).await.map(drop)
+    }
+
+    async fn branch_tip(&self, branch: &str) -> ForgeResult<Option<String>> {
+        #[derive(serde::Deserialize)]
+        struct Ref {
+            object: Object,
+        }
+        #[derive(serde::Deserialize)]
+        struct Object {
+            sha: String,
+        }
+        let action = format!("read the tip of branch `{branch}` in {}", self.settings.repo);
+        let call = self.call(Method::GET, &format!("/git/ref/heads/{branch}"), action.clone(), Access::ContentsRead);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => Ok(Some(reply.json::<Ref>(&action)?.object.sha)),
+            404 => Ok(None),
+            _ => Err(self.refusal(&call, &reply)),
+        }
     }
 
     async fn enqueue_pull_request(&self, pull: u64, queue: &ForgeQueue, head_sha: &str) -> ForgeResult<()> {
