@@ -153,7 +153,8 @@ async fn to_resolve(
     let body = format!(
         "{why} To {stage}: rebase this branch onto `{base}` (git names the conflicting files as it stops), keeping \
          what both changes intend; the resolution goes through code review like any change, and the audit \
-         enqueues the new head."
+         enqueues the new head. A branch that rebases cleanly conflicted with a pull request still queued ahead \
+         of it, not yet on `{base}`: there is nothing to resolve until it lands."
     );
     send_back(h, patient, seen, body, to).await
 }
