@@ -2688,6 +2688,50 @@ async fn a_patient_held_while_githubs_queue_took_it_is_discharged_on_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merge_conflict_in_githubs_queue_goes_to_the_resolving_stage() {
     let q = Queued::walk().await;
+    let (gh, n) = (&q.gh, q.n);
+    let (ran, head) = dequeued_for_a_conflict(&q).await;
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:resolve"]), "{}", ran.stdout);
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    let notes = Sentinels::default().parse_chart(&chart).unwrap();
+    let note = notes.iter().rfind(|n| n.kind == "DISCHARGE_CHECKLIST").unwrap();
+    assert!(note.body.contains("(reason: `MERGE_CONFLICT`)"), "{}", note.body);
+    assert!(note.body.contains(&format!("at head {head}")), "{}", note.body);
+    assert!(note.body.contains("To the resolving stage: rebase this branch onto `main`"), "{}", note.body);
+    assert!(note.body.contains("GitHub names no conflicting files"), "{}", note.body);
+    assert_eq!(notes.last().unwrap().body, "audit-failed", "the send-back limit counts it");
+    let resolve = s.dispatches.last().unwrap()["client_payload"].clone();
+    assert_eq!(resolve, json!({ "issue": n, "label": "ward:resolve" }), "the resolving stage starts");
+}
+
+/// A pipeline without a resolving stage sends the conflict to treatment,
+/// with the same note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_conflict_in_githubs_queue_goes_to_treatment_without_a_resolving_stage() {
+    let q = Queued::walk_with(|c| {
+        let start = c.find("  # The merge queue (`integration:`) sends").expect("the resolve stage's comment");
+        let end = start + c[start..].find("\nroles:\n").expect("the roles after the stages");
+        assert!(c[start..end].contains("mode: resolve"), "{}", &c[start..end]);
+        format!("{}{}", &c[..start], &c[end + 1..])
+    })
+    .await;
+    let (gh, n) = (&q.gh, q.n);
+    let (ran, _) = dequeued_for_a_conflict(&q).await;
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:treat"]), "{}", ran.stdout);
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    let notes = Sentinels::default().parse_chart(&chart).unwrap();
+    let note = notes.iter().rfind(|n| n.kind == "DISCHARGE_CHECKLIST").unwrap();
+    assert!(note.body.contains("(reason: `MERGE_CONFLICT`)"), "{}", note.body);
+    assert!(note.body.contains("To treatment: rebase this branch onto `main`"), "{}", note.body);
+}
+
+/// Another pull request changes the file the patient's treatment changed
+/// and goes through GitHub's queue ahead of it; the patient's group then
+/// passes but is built again on the moved base, conflicts, and GitHub
+/// dequeues it (`MERGE_CONFLICT`); the delivery is run. Returns the run
+/// and the patient's head.
+async fn dequeued_for_a_conflict(q: &Queued) -> (Ran, String) {
     let (gh, repo, n) = (&q.gh, &q.repo, q.n);
     let env = q.env();
     let forge = gh.forge();
@@ -2698,7 +2742,6 @@ async fn a_merge_conflict_in_githubs_queue_goes_to_the_resolving_stage() {
         let changed = s.git.changed_files(s.branch_head("main").as_deref(), &pr.head_sha);
         (pr, group, changed.first().expect("the treatment changed a file").clone())
     };
-    // Another change to the same file, through the queue ahead of it.
     let (other, other_head) = {
         let mut s = gh.state();
         let head = s.commit_files("other", &[(file.as_str(), "another change to the same lines\n")], "Other", "alice");
@@ -2709,25 +2752,13 @@ async fn a_merge_conflict_in_githubs_queue_goes_to_the_resolving_stage() {
     let other_group = gh.state().merge_group_of(other).unwrap().clone();
     gh.state().report_check("ci-app", &other_group.head_sha, "test", "success", None);
     assert!(gh.state().pull(other).merged, "the other change is on main");
-    // The patient's group passes too, but main moved: GitHub builds it again, and it conflicts.
     gh.state().report_check("ci-app", &group.head_sha, "test", "success", None);
     assert!(gh.state().merge_group_of(pr.number).is_none() && !gh.state().pull(pr.number).merged);
     let dequeued = last_pull_request_event(gh, "dequeued");
     assert_eq!(dequeued.payload["reason"], "MERGE_CONFLICT");
     let ran = ward_step(gh, repo.path(), "pull_request", &dequeued.payload, &env).await;
     assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
-    let s = gh.state();
-    assert_eq!(s.labels_of(n), strings(&["ward:resolve"]), "{}", ran.stdout);
-    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
-    let notes = Sentinels::default().parse_chart(&chart).unwrap();
-    let note = notes.iter().rfind(|n| n.kind == "DISCHARGE_CHECKLIST").unwrap();
-    assert!(note.body.contains("(reason: `MERGE_CONFLICT`)"), "{}", note.body);
-    assert!(note.body.contains(&format!("at head {}", pr.head_sha)), "{}", note.body);
-    assert!(note.body.contains("rebase this branch onto `main`"), "{}", note.body);
-    assert!(note.body.contains("GitHub names no conflicting files"), "{}", note.body);
-    assert_eq!(notes.last().unwrap().body, "audit-failed", "the send-back limit counts it");
-    let resolve = s.dispatches.last().unwrap()["client_payload"].clone();
-    assert_eq!(resolve, json!({ "issue": n, "label": "ward:resolve" }), "the resolving stage starts");
+    (ran, pr.head_sha)
 }
 
 /// A reason is GitHub's text in an event: a forged one is quoted escaped
