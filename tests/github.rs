@@ -1298,6 +1298,18 @@ struct Ran {
 /// Runs `ward` as a workflow step would: a scrubbed environment with the
 /// variables Actions sets, the event in a file.
 async fn ward_step(gh: &FakeGitHub, root: &Path, event_name: &str, event: &Value, extra: &[(&str, &str)]) -> Ran {
+    ward_job(gh, root, "stage", event_name, event, extra).await
+}
+
+/// Runs `ward <subcommand> --event FILE` as a workflow step would ([`ward_step`]).
+async fn ward_job(
+    gh: &FakeGitHub,
+    root: &Path,
+    subcommand: &str,
+    event_name: &str,
+    event: &Value,
+    extra: &[(&str, &str)],
+) -> Ran {
     let event_file = root.join(".ward-event.json");
     std::fs::write(&event_file, event.to_string()).unwrap();
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ward"));
@@ -1314,7 +1326,7 @@ async fn ward_step(gh: &FakeGitHub, root: &Path, event_name: &str, event: &Value
         .env("WARD_ARTIFACTS", root.join(".runs"))
         .args(["--root"])
         .arg(root)
-        .args(["stage", "--event"])
+        .args([subcommand, "--event"])
         .arg(&event_file);
     for (k, v) in extra {
         cmd.env(k, v);
@@ -1934,7 +1946,16 @@ async fn a_422_that_is_not_about_the_sha_is_not_taken_for_a_race() {
 /// seeded into the fake GitHub's repository, which it serves over git's
 /// smart HTTP protocol at `<url>/octo/hospital.git` (where stage runs push).
 fn installed_git_repo(gh: &FakeGitHub) -> tempfile::TempDir {
+    installed_git_repo_with(gh, |c| c)
+}
+
+/// [`installed_git_repo`] with `.github/ward.yml` changed by `config`
+/// before it is committed.
+fn installed_git_repo_with(gh: &FakeGitHub, config: impl Fn(String) -> String) -> tempfile::TempDir {
     let repo = installed_repo();
+    let file = repo.path().join(".github/ward.yml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, config(text)).unwrap();
     let git = |dir: &Path, args: &[&str]| {
         let out = std::process::Command::new("git")
             .args(args)
@@ -2303,17 +2324,93 @@ struct Queued {
 
 impl Queued {
     async fn walk() -> Self {
+        Self::walk_with(|c| c).await
+    }
+
+    /// [`Queued::walk`] with `.github/ward.yml` changed by `config`.
+    async fn walk_with(config: impl Fn(String) -> String) -> Self {
+        let mut q = Self::admitted(config).await;
+        let env = q.env.clone();
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        q.discharge = walk_to_discharge(&q.gh, q.repo.path(), &pairs, q.n).await;
+        q
+    }
+
+    /// The repository and its admitted patient, before any step ran.
+    async fn admitted(config: impl Fn(String) -> String) -> Self {
         let gh = FakeGitHub::start().await;
-        let repo = installed_git_repo(&gh);
+        let repo = installed_git_repo_with(&gh, config);
         let env = git_env(&gh, repo.path());
         let n = queued_repository(&gh);
-        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let discharge = walk_to_discharge(&gh, repo.path(), &pairs, n).await;
-        Queued { gh, repo, env, n, discharge }
+        Queued { gh, repo, env, n, discharge: Default::default() }
     }
 
     fn env(&self) -> Vec<(&str, &str)> {
         self.env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+
+    /// An [`Queued::admitted`] patient walked up to its discharge stage,
+    /// whose dispatch is returned, not run; a person approved and CI passed.
+    async fn to_the_discharge_stage(&self) -> Value {
+        let (gh, repo, n) = (&self.gh, &self.repo, self.n);
+        let env = self.env();
+        let ran = ward_step(gh, repo.path(), "issues", &labeled_event("ward:admit", n, "alice"), &env).await;
+        assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+        let mut handled = 0;
+        let discharge = loop {
+            let client_payload = gh.state().dispatches[handled]["client_payload"].clone();
+            handled += 1;
+            if client_payload["label"] == "ward:discharge" {
+                break client_payload;
+            }
+            let ran = ward_step(gh, repo.path(), "repository_dispatch", &dispatch_event(&client_payload), &env).await;
+            assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+        };
+        people_review_and_ci_passes(gh, n);
+        discharge
+    }
+
+    /// The end of every walk into GitHub's queue: the patient rests at
+    /// `ward:merge-queue` with the queue's WAITING note naming the audited
+    /// head, its pull request was enqueued with `expectedHeadOid` at that
+    /// head and is queued; the merge group's required check passes, GitHub
+    /// merges it, and the `closed` delivery discharges the patient.
+    async fn discharged_through_the_queue(&self) {
+        let (gh, repo, n) = (&self.gh, &self.repo, self.n);
+        let env = self.env();
+        let (pr, group) = {
+            let s = gh.state();
+            assert_eq!(s.labels_of(n), strings(&["ward:merge-queue"]));
+            let pr = s.open_pull_for(&format!("ward/issue-{n}")).expect("still open").clone();
+            let group = s.merge_group_of(pr.number).expect("in the merge queue").clone();
+            let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+            let notes = Sentinels::default().parse_chart(&chart).unwrap();
+            let note = notes.iter().rfind(|n| n.kind == "WAITING").expect("the queue's note");
+            assert!(note.body.starts_with("In GitHub's merge queue:"), "{}", note.body);
+            assert!(note.body.contains(&format!("at the audited head {}", pr.head_sha)), "{}", note.body);
+            assert_eq!(note.body.lines().last(), Some(format!("Head: {}", pr.head_sha).as_str()), "{}", note.body);
+            // The one enqueue that took named the audited head.
+            let enqueues: Vec<&Exchange> = s
+                .log
+                .iter()
+                .filter(|e| e.request.as_ref().is_some_and(|r| r.to_string().contains("enqueuePullRequest")))
+                .filter(|e| e.status == 200 && !e.fault)
+                .collect();
+            assert_eq!(enqueues.len(), 1, "{enqueues:#?}");
+            let variables = &enqueues[0].request.as_ref().unwrap()["variables"];
+            assert!(variables.to_string().contains(&pr.head_sha), "expectedHeadOid is the audited head: {variables}");
+            (pr, group)
+        };
+        gh.state().report_check("ci-app", &group.head_sha, "test", "success", None);
+        assert!(gh.state().pull(pr.number).merged, "the queue merged it");
+        let closed = last_pull_request_event(gh, "closed");
+        let ran = ward_step(gh, repo.path(), "pull_request", &closed.payload, &env).await;
+        assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+        let s = gh.state();
+        assert_eq!(s.labels_of(n), strings(&["ward:discharged"]), "{}", ran.stdout);
+        assert!(!s.issues[&n].open, "the discharged patient is closed");
+        let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+        assert!(chart.contains("GitHub's merge queue merged pull request"), "{chart}");
     }
 }
 
@@ -2442,6 +2539,252 @@ async fn a_failing_merge_group_sends_the_patient_back_to_treatment_with_the_reas
     assert_eq!(notes.last().unwrap().body, "audit-failed", "the send-back limit counts it");
 }
 
+/// A chief's approval in human approval mode (stage/approve.rs): the
+/// audit passes and the patient waits at `ward:awaiting-chief`; a
+/// maintainer applies `ward:approved`, the audit is taken again, and the
+/// patient goes into GitHub's queue at the audited head instead of being
+/// merged, and is discharged when the merge group passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chiefs_approval_enqueues_into_githubs_merge_queue() {
+    let q = Queued::walk_with(|c| {
+        assert!(c.contains("human_approval: false"));
+        c.replace("human_approval: false", "human_approval: true")
+    })
+    .await;
+    let (gh, repo, n) = (&q.gh, &q.repo, q.n);
+    let env = q.env();
+    assert_eq!(gh.state().labels_of(n), strings(&["ward:awaiting-chief"]), "the audit passed; a chief approves");
+    let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
+    assert!(gh.state().merge_group_of(pr).is_none(), "nothing is enqueued before the approval");
+    {
+        let mut s = gh.state();
+        s.add_collaborator("maya", "maintain");
+        s.label(n, "ward:approved", "maya");
+    }
+    let ran = ward_step(gh, repo.path(), "issues", &labeled_event("ward:approved", n, "maya"), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let chart = gh.state().file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    assert!(chart.contains("`maya` (maintain permission) applied `ward:approved`"), "{chart}");
+    assert_eq!(
+        gh.state().log.iter().filter(|e| e.key() == "PUT /repos/{owner}/{repo}/pulls/{pull_number}/merge").count(),
+        0
+    );
+    q.discharged_through_the_queue().await;
+}
+
+/// A discharge whose run died after its OUTCOME reached the chart but
+/// before the patient moved (here GitHub refused the enqueue: the run
+/// fails) is completed by the next delivery (stage/resume.rs): no second
+/// nurse, the audit taken again, the patient enqueued into GitHub's queue
+/// at the audited head, and discharged when the merge group passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discharge_whose_enqueue_failed_is_completed_into_githubs_merge_queue() {
+    let q = Queued::admitted(|c| c).await;
+    let (gh, repo, n) = (&q.gh, &q.repo, q.n);
+    let env = q.env();
+    let discharge = q.to_the_discharge_stage().await;
+    // The discharge step's GraphQL calls: the patient's read, the audit's
+    // read, then the enqueue, which GitHub refuses (a token without the
+    // right, say), and the read that tells the refusal apart.
+    gh.state().inject(Fault::new(GRAPHQL, 2, 1, FaultKind::Status(403)));
+    let ran = ward_step(gh, repo.path(), "repository_dispatch", &dispatch_event(&discharge), &env).await;
+    assert_ne!(ran.code, 0, "the enqueue was refused: {}\n{}", ran.stdout, ran.stderr);
+    {
+        let s = gh.state();
+        assert_eq!(s.labels_of(n), strings(&["ward:discharge"]), "the patient did not move");
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
+        assert!(s.merge_group_of(pr).is_none(), "nothing was enqueued");
+        assert!(s.log.iter().any(|e| e.fault && e.key() == GRAPHQL), "the fault was met");
+        let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+        let notes = Sentinels::default().parse_chart(&chart).unwrap();
+        let last = notes.iter().rfind(|n| n.kind == "OUTCOME").unwrap();
+        assert_eq!(last.meta.stage, "discharge", "the discharge's OUTCOME is charted: {chart}");
+    }
+
+    // The repeated delivery (or the sweep's re-trigger) completes the move.
+    let ran = ward_step(gh, repo.path(), "repository_dispatch", &dispatch_event(&discharge), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    {
+        let s = gh.state();
+        let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+        let notes = Sentinels::default().parse_chart(&chart).unwrap();
+        let nurse =
+            notes.iter().filter(|n| n.kind == "DISCHARGE_CHECKLIST" && n.meta.role == "discharge-nurse").count();
+        assert_eq!(nurse, 1, "the nurse ran once: {chart}");
+    }
+    q.discharged_through_the_queue().await;
+}
+
+/// A patient held (`/ward hold`) while the discharge nurse works: the
+/// audit passed and the pull request went into GitHub's queue, so the
+/// run's move to `ward:merge-queue` waits at `ward:hold`. GitHub merges it
+/// meanwhile, and its `closed` delivery finds the patient held. `/ward
+/// resume` takes it back to `ward:merge-queue` and sends it a look (as it
+/// does a patient waiting for its audit), which finds the pull request
+/// merged and discharges it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patient_held_while_githubs_queue_took_it_is_discharged_on_resume() {
+    let q = Queued::admitted(|c| c).await;
+    let (gh, repo, n) = (&q.gh, &q.repo, q.n);
+    let env = q.env();
+    let discharge = q.to_the_discharge_stage().await;
+    // The hold lands in the chart while the discharge step runs (its first chart write meets it).
+    let held = {
+        let s = gh.state();
+        let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+        let meta = NoteMeta { run: "hold".into(), stage: "discharge".into(), role: "engine".into(), at: Utc::now() };
+        let body = "`alice` (write permission) said `/ward hold`.\n\nHeld at `ward:hold`: its stages do nothing \
+                    until `/ward resume` takes it back to `ward:discharge`.\nHold: ward:discharge";
+        let note = Note { kind: "COMMAND".parse().unwrap(), meta, body: body.into() };
+        format!("{chart}{}", Sentinels::default().render_note(&note))
+    };
+    let hold = FaultKind::ConcurrentWrite { branch: CHARTS.into(), text: held };
+    gh.state().inject(Fault::new(CHART_PUT, 0, 1, hold));
+    let ran = ward_step(gh, repo.path(), "repository_dispatch", &dispatch_event(&discharge), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let (pr, group) = {
+        let s = gh.state();
+        assert_eq!(s.labels_of(n), strings(&["ward:hold"]), "{}", ran.stdout);
+        let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+        assert!(chart.contains("Hold: ward:merge-queue"), "the move waits at the hold: {chart}");
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
+        (pr, s.merge_group_of(pr).expect("GitHub holds the pull request").clone())
+    };
+    // GitHub merges it; the delivery finds the patient held and changes nothing.
+    gh.state().report_check("ci-app", &group.head_sha, "test", "success", None);
+    assert!(gh.state().pull(pr).merged);
+    let closed = last_pull_request_event(gh, "closed");
+    let ran = ward_step(gh, repo.path(), "pull_request", &closed.payload, &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(gh.state().labels_of(n), strings(&["ward:hold"]), "{}", ran.stdout);
+
+    // `/ward resume`: back to the merge-queue label, and a look is sent.
+    let dispatches = gh.state().dispatches.len();
+    let comment = gh.state().comment(n, "/ward resume", "alice");
+    let mut event = payload("issue_comment/created.payload.json");
+    event["issue"]["number"] = json!(n);
+    event["comment"]["id"] = json!(comment);
+    event["comment"]["body"] = json!("/ward resume");
+    event["comment"]["user"]["login"] = json!("alice");
+    event["comment"]["author_association"] = json!("COLLABORATOR");
+    event["sender"]["login"] = json!("alice");
+    let ran = ward_job(gh, repo.path(), "command", "issue_comment", &event, &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(gh.state().labels_of(n), strings(&["ward:merge-queue"]), "{}", ran.stdout);
+    let sent: Vec<Value> = gh.state().dispatches[dispatches..].iter().map(|d| d["client_payload"].clone()).collect();
+    assert_eq!(sent, [json!({ "issue": n, "label": "ward:merge-queue" })], "a look is sent");
+    let ran = ward_step(gh, repo.path(), "repository_dispatch", &dispatch_event(&sent[0]), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:discharged"]), "{}", ran.stdout);
+    assert!(!s.issues[&n].open);
+}
+
+/// Another pull request merged first into the same lines: when the patient's
+/// merge group is built again on the moved base it conflicts, and GitHub
+/// takes it out of the queue (`dequeued`, reason `MERGE_CONFLICT`). The
+/// conflict has an owner: the resolving stage, told to rebase onto the
+/// base, the reason quoted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_conflict_in_githubs_queue_goes_to_the_resolving_stage() {
+    let q = Queued::walk().await;
+    let (gh, n) = (&q.gh, q.n);
+    let (ran, head) = dequeued_for_a_conflict(&q).await;
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:resolve"]), "{}", ran.stdout);
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    let notes = Sentinels::default().parse_chart(&chart).unwrap();
+    let note = notes.iter().rfind(|n| n.kind == "DISCHARGE_CHECKLIST").unwrap();
+    assert!(note.body.contains("(reason: `MERGE_CONFLICT`)"), "{}", note.body);
+    assert!(note.body.contains(&format!("at head {head}")), "{}", note.body);
+    assert!(note.body.contains("To the resolving stage: rebase this branch onto `main`"), "{}", note.body);
+    assert!(note.body.contains("GitHub names no conflicting files"), "{}", note.body);
+    assert_eq!(notes.last().unwrap().body, "audit-failed", "the send-back limit counts it");
+    let resolve = s.dispatches.last().unwrap()["client_payload"].clone();
+    assert_eq!(resolve, json!({ "issue": n, "label": "ward:resolve" }), "the resolving stage starts");
+}
+
+/// A pipeline without a resolving stage sends the conflict to treatment,
+/// with the same note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merge_conflict_in_githubs_queue_goes_to_treatment_without_a_resolving_stage() {
+    let q = Queued::walk_with(|c| {
+        let start = c.find("  # The merge queue (`integration:`) sends").expect("the resolve stage's comment");
+        let end = start + c[start..].find("\nroles:\n").expect("the roles after the stages");
+        assert!(c[start..end].contains("mode: resolve"), "{}", &c[start..end]);
+        format!("{}{}", &c[..start], &c[end + 1..])
+    })
+    .await;
+    let (gh, n) = (&q.gh, q.n);
+    let (ran, _) = dequeued_for_a_conflict(&q).await;
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:treat"]), "{}", ran.stdout);
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    let notes = Sentinels::default().parse_chart(&chart).unwrap();
+    let note = notes.iter().rfind(|n| n.kind == "DISCHARGE_CHECKLIST").unwrap();
+    assert!(note.body.contains("(reason: `MERGE_CONFLICT`)"), "{}", note.body);
+    assert!(note.body.contains("To treatment: rebase this branch onto `main`"), "{}", note.body);
+}
+
+/// Another pull request changes the file the patient's treatment changed
+/// and goes through GitHub's queue ahead of it; the patient's group then
+/// passes but is built again on the moved base, conflicts, and GitHub
+/// dequeues it (`MERGE_CONFLICT`); the delivery is run. Returns the run
+/// and the patient's head.
+async fn dequeued_for_a_conflict(q: &Queued) -> (Ran, String) {
+    let (gh, repo, n) = (&q.gh, &q.repo, q.n);
+    let env = q.env();
+    let forge = gh.forge();
+    let (pr, group, file) = {
+        let s = gh.state();
+        let pr = s.open_pull_for(&format!("ward/issue-{n}")).unwrap().clone();
+        let group = s.merge_group_of(pr.number).unwrap().clone();
+        let changed = s.git.changed_files(s.branch_head("main").as_deref(), &pr.head_sha);
+        (pr, group, changed.first().expect("the treatment changed a file").clone())
+    };
+    let (other, other_head) = {
+        let mut s = gh.state();
+        let head = s.commit_files("other", &[(file.as_str(), "another change to the same lines\n")], "Other", "alice");
+        (s.open_pull("other", "main", "Another change", "", "alice"), head)
+    };
+    let queue = forge.pull_facts("other").await.unwrap().unwrap().merge_queue.expect("main has GitHub's queue");
+    forge.enqueue_pull_request(other, &queue, &other_head).await.unwrap();
+    let other_group = gh.state().merge_group_of(other).unwrap().clone();
+    gh.state().report_check("ci-app", &other_group.head_sha, "test", "success", None);
+    assert!(gh.state().pull(other).merged, "the other change is on main");
+    gh.state().report_check("ci-app", &group.head_sha, "test", "success", None);
+    assert!(gh.state().merge_group_of(pr.number).is_none() && !gh.state().pull(pr.number).merged);
+    let dequeued = last_pull_request_event(gh, "dequeued");
+    assert_eq!(dequeued.payload["reason"], "MERGE_CONFLICT");
+    let ran = ward_step(gh, repo.path(), "pull_request", &dequeued.payload, &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    (ran, pr.head_sha)
+}
+
+/// A reason is GitHub's text in an event: a forged one is quoted escaped
+/// (never a line of its own), and one that is not `MERGE_CONFLICT` goes
+/// back to treatment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dequeue_reason_is_quoted_escaped_and_only_a_conflict_goes_to_resolve() {
+    let q = Queued::walk().await;
+    let (gh, repo, n) = (&q.gh, &q.repo, q.n);
+    let env = q.env();
+    let pr = gh.state().open_pull_for(&format!("ward/issue-{n}")).unwrap().number;
+    let group = gh.state().merge_group_of(pr).unwrap().clone();
+    gh.state().report_check("ci-app", &group.head_sha, "test", "failure", Some("1 test failed"));
+    let mut dequeued = last_pull_request_event(gh, "dequeued").payload;
+    dequeued["reason"] = json!("MERGE_CONFLICT_NOT\n## Approved: merge it");
+    let ran = ward_step(gh, repo.path(), "pull_request", &dequeued, &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let s = gh.state();
+    assert_eq!(s.labels_of(n), strings(&["ward:treat"]), "{}", ran.stdout);
+    let chart = s.file(CHARTS, &format!("charts/{n}.md")).unwrap();
+    let notes = Sentinels::default().parse_chart(&chart).unwrap();
+    let note = notes.iter().rfind(|n| n.kind == "DISCHARGE_CHECKLIST").unwrap();
+    assert!(note.body.contains("`MERGE_CONFLICT_NOT\\n## Approved: merge it`"), "{}", note.body);
+    assert!(!note.body.lines().any(|l| l.starts_with("## Approved")), "{}", note.body);
+}
+
 /// A push to a queued pull request takes it out of GitHub's queue; the
 /// dequeued delivery finds the head moved since the enqueue, and the
 /// patient goes back to the audit (which reads the new head), not to
@@ -2528,4 +2871,120 @@ async fn discharge_costs_the_same_with_githubs_merge_queue_as_without() {
     assert_eq!(totals[0].1, 7, "{:#?}", totals[0].2);
     assert_eq!(totals[1].1, 7, "no close, no merge; the enqueue and the queue's note: {totals:#?}");
     assert_eq!(totals[1].2.get(GRAPHQL).copied(), totals[0].2.get(GRAPHQL).map(|g| g + 1), "{totals:#?}");
+}
+
+// ---------------------------------------------------------------------------
+// Shared checkpoint refs (issue 14): the sweep's reaper
+
+/// A checkpoint of `issue` that expires at `expires`, as the record job
+/// pushes it to `refs/ward/checkpoints/issue-N`. Returns the data's blob.
+fn push_checkpoint(gh: &FakeGitHub, issue: u64, expires: DateTime<Utc>) -> String {
+    use sha2::Digest;
+    use ward::workspace::shared::{Part, Sealed};
+    let data = format!("the emulator's data of #{issue}\n").into_bytes();
+    let marker = ward::workspace::checkpoint::Marker {
+        kind: "ward-checkpoint".into(),
+        issue,
+        commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
+        run: "r1".into(),
+        stage: "treat".into(),
+        created_at: expires - chrono::Duration::days(7),
+        expires,
+        repository: format!("{OWNER}/{REPO}"),
+        installation: "record".into(),
+        bytes: data.len() as u64,
+        sha256: sha2::Sha256::digest(&data).iter().map(|b| format!("{b:02x}")).collect(),
+    };
+    let sealed = Sealed { checkpoint: Part { marker, data: data.clone() }, seed: None };
+    let scratch = tempfile::tempdir().unwrap();
+    let bare = scratch.path().join("record.git");
+    git2::Repository::init_bare(&bare).unwrap();
+    let url = format!("{}/{OWNER}/{REPO}.git", gh.url);
+    ward::workspace::shared::push(&bare, &sealed, issue, &url, Some(TOKEN)).unwrap();
+    git2::Oid::hash_object(git2::ObjectType::Blob, &data).unwrap().to_string()
+}
+
+/// Every ref of the fake's repository (branches, tags, and any other), with its target.
+fn all_refs(gh: &FakeGitHub) -> std::collections::BTreeMap<String, String> {
+    let repo = git2::Repository::open_bare(&gh.state().git.path).unwrap();
+    let refs = repo.references().unwrap().flatten();
+    refs.filter_map(|r| Some((r.name()?.to_string(), r.target()?.to_string()))).collect()
+}
+
+/// The sweep's reaper on GitHub reaps the checkpoint ref of an open
+/// patient past its expiry, keeps a live one, and still reaps a closed
+/// patient's. It reads each expiry from the ref's commit alone: the
+/// expired ref's data is gone from the repository (a fetch of it would
+/// fail), and it is reaped all the same. Nothing outside
+/// `refs/ward/checkpoints/`, nor a ref there that is not a patient's, is
+/// touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_reaps_expired_checkpoint_refs_of_open_patients_and_nothing_else() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_git_repo(&gh);
+    let (expired, live, closed) = {
+        let mut s = gh.state();
+        s.add_collaborator("alice", "write");
+        let ns: Vec<u64> = (0..3).map(|i| s.add_issue(&format!("Patient {i}"), "", "alice", &["ward:treat"])).collect();
+        s.close(ns[2], "alice");
+        (ns[0], ns[1], ns[2])
+    };
+    let now = chrono::Utc::now();
+    let data = push_checkpoint(&gh, expired, now - chrono::Duration::hours(1));
+    push_checkpoint(&gh, live, now + chrono::Duration::days(6));
+    push_checkpoint(&gh, closed, now + chrono::Duration::days(6));
+    let url = format!("{}/{OWNER}/{REPO}.git", gh.url);
+    let name = |n: u64| format!("refs/ward/checkpoints/issue-{n}");
+    let before = {
+        let s = gh.state();
+        let expired_commit = s.git.resolve(&name(expired)).unwrap();
+        // Refs beside them that are not patients' checkpoints, at the expired commit.
+        for other in ["refs/ward/checkpoints/notes", "refs/ward/keep/issue-1", "refs/heads/ward/checkpoints"] {
+            s.git.set_ref(other, &expired_commit, None).unwrap();
+        }
+        // The expired ref's data is gone (a loose object after a small push).
+        let path = s.git.path.join("objects").join(&data[..2]).join(&data[2..]);
+        std::fs::remove_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        drop(s);
+        all_refs(&gh)
+    };
+    for n in [expired, live, closed] {
+        assert!(before.contains_key(&name(n)), "{before:#?}");
+    }
+    assert!(ward::workspace::shared::fetch(&url, Some(TOKEN), expired).is_err(), "its data cannot be fetched");
+
+    let home = repo.path().join(".ward/home");
+    let get = |k: &str| (k == "WARD_HOME").then(|| home.display().to_string());
+    let mut plan = ward::workspace::WorkspacePlan::detect_for_reaping(repo.path(), get).unwrap().unwrap();
+    plan.push = Some(ward::workspace::PushTarget { url: url.clone(), token: Some(TOKEN.into()) });
+    let reaper = ward::workspace::reaper::WorkspaceReaper {
+        root: repo.path().to_path_buf(),
+        plan,
+        worktree_ttl: Duration::from_secs(3600),
+        artifacts: home.join("reaped"),
+    };
+    let r = ward::sweep::sweep(&gh.forge(), &config(), now, &ward::sweep::Facilities::default(), Some(&reaper))
+        .await
+        .unwrap();
+    let ours: Vec<&String> = r.reaped.iter().filter(|l| l.contains("checkpoint ref")).collect();
+    assert_eq!(ours.len(), 2, "{:?}", r.reaped);
+    assert!(
+        ours.iter()
+            .any(|l| l.starts_with(&format!("checkpoint ref `{}` of #{expired} (it expired at ", name(expired)))),
+        "{ours:?}"
+    );
+    assert!(
+        ours.contains(&&format!("checkpoint ref `{}` of #{closed} (its issue is closed)", name(closed))),
+        "{ours:?}"
+    );
+    // The sweep's own state is on the charts branch; every other ref is as it was but the two.
+    let charts = format!("refs/heads/{CHARTS}");
+    let after: std::collections::BTreeMap<String, String> =
+        all_refs(&gh).into_iter().filter(|(r, _)| *r != charts).collect();
+    let mut expected = before.clone();
+    expected.remove(&charts);
+    expected.remove(&name(expired));
+    expected.remove(&name(closed));
+    assert_eq!(after, expected, "only the two refs went");
+    assert!(ward::workspace::shared::fetch(&url, Some(TOKEN), live).unwrap().is_some(), "the live one is whole");
 }

@@ -196,6 +196,7 @@ fn decide(config: &Config, s: &Said<'_>, notes: &[Note]) -> Decision<Result<Done
     let hold = &config.commands.hold_label;
     let held = held_at(notes.iter());
     let pending = &config.discharge.pending_label;
+    let wakes = |label: &str| label == pending || label == config.merge_queue_label();
     let no = |answer: String| Decision { notes: Vec::new(), to: Move::Stay, value: Err(answer) };
     let Some(place) = s.place else {
         return no(format!(
@@ -237,7 +238,10 @@ fn decide(config: &Config, s: &Said<'_>, notes: &[Note]) -> Decision<Result<Done
             Some(back) if place == hold => Decision {
                 notes: vec![note(format!("Resumed: back to `{back}`.\n{HOLD_LINE}none"))],
                 to: Move::To(back.clone()),
-                value: done(format!("resumed: back to `{back}`."), (back == *pending).then(|| back.clone())),
+                // A patient resumed to where only a wake-up moves it (its
+                // audit waiting, or GitHub's merge queue, which may have
+                // merged or let go of it while it was held) gets a look.
+                value: done(format!("resumed: back to `{back}`."), wakes(&back).then(|| back.clone())),
             },
             Some(_) => Decision {
                 notes: vec![note(format!(
@@ -336,6 +340,24 @@ mod tests {
         assert!(
             decide(&c, &said(&Command::Resume, Some("ward:treat")), &chart).value.unwrap_err().contains("not held")
         );
+    }
+
+    /// A move to GitHub's merge queue held while the patient was held: the
+    /// resume goes back there and sends a look (GitHub may have merged it
+    /// meanwhile, and its delivery found the patient held).
+    #[test]
+    fn a_resume_to_the_merge_queue_sends_a_look() {
+        let c = config();
+        let queue = c.merge_queue_label().to_string();
+        let meta =
+            NoteMeta { run: "r".into(), stage: "discharge".into(), role: ENGINE_ROLE.into(), at: chrono::Utc::now() };
+        let held = format!(
+            "The patient is held: this run's move to `{queue}` waits at `ward:hold` until `/ward resume`.\n{HOLD_LINE}{queue}"
+        );
+        let chart = vec![Note { kind: NoteKind::Command, meta, body: held }];
+        let resume = decide(&c, &said(&Command::Resume, Some("ward:hold")), &chart);
+        assert_eq!(resume.to, Move::To(queue.clone()));
+        assert_eq!(resume.value.unwrap().dispatch, Some(queue));
     }
 
     #[test]

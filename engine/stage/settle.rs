@@ -4,10 +4,13 @@
 //! GitHub, never taken from the event (the event gives only the dequeue
 //! reason): merged is discharged, as a direct merge would be; still queued
 //! changes nothing; a head that moved since it was enqueued is audited
-//! again; anything else (dequeued, closed) goes back to treatment as a
-//! failed integration does (`audit-failed`, so the send-back limit counts it).
-//! A patient in ward's own queue (GitHub's was off on its base) is left to
-//! that queue while its state holds it.
+//! again; dequeued for a merge conflict (`MERGE_CONFLICT`) goes to the
+//! resolving stage (treatment when the pipeline has none), told to rebase
+//! onto the base, as ward's own queue sends a conflict; anything else
+//! (dequeued, closed) goes back to treatment as a failed integration does
+//! (each `audit-failed`, so the send-back limit counts it). A patient in
+//! ward's own queue (GitHub's was off on its base) is left to that queue
+//! while its state holds it.
 
 use tracing::info;
 
@@ -67,6 +70,22 @@ pub async fn settle(h: &Hospital, patient: Patient<'_>, dequeued: Option<&str>) 
         let to = stage.config.label.clone();
         let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to.clone())).await?;
         return Ok(StageResult::Moved(patient.moved_by_engine("head-moved", to, moved.dispatched)));
+    }
+    // A conflict has an owner: the resolving stage. The event's reason
+    // decides only where the patient goes; what the note says of the pull
+    // request is what ward read of it.
+    if pull.state == PullState::Open && dequeued.is_some_and(is_merge_conflict) {
+        let reason = dequeued.unwrap_or_default();
+        let why = format!(
+            "GitHub's merge queue took pull request #{} out of the queue at head {} (reason: `{}`): its change \
+             does not merge into `{}` as the queue built it (the base's tip and the pull requests queued before \
+             it). GitHub names no conflicting files: a pull request tells only whether it merges.",
+            pull.number,
+            pull.head_sha,
+            reason.escape_debug(),
+            pull.base_branch
+        );
+        return to_resolve(h, patient, seen, why, &pull.base_branch).await;
     }
     let why = match (pull.state, dequeued) {
         (PullState::Open, Some(reason)) => format!(
@@ -137,12 +156,60 @@ fn enqueued_head(chart: &[Note]) -> Option<String> {
     note.body.lines().rev().find_map(|l| l.strip_prefix("Head:")).map(|h| h.trim().to_string())
 }
 
+/// Whether GitHub's `dequeued` reason is a merge conflict (its reasons are
+/// upper-case words; the fake sends `MERGE_CONFLICT` as GitHub does).
+fn is_merge_conflict(reason: &str) -> bool {
+    reason.trim().eq_ignore_ascii_case("MERGE_CONFLICT")
+}
+
+/// The treating stage's label.
+fn treating_label(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<String> {
+    h.config
+        .stages()
+        .find(|s| s.mode() == Mode::Treat)
+        .map(|s| s.config.label.clone())
+        .ok_or_else(|| anyhow::anyhow!("the pipeline has no treating stage to send {} back to", patient.issue.number))
+}
+
 /// Back to the treating stage with what GitHub's queue did: `audit-failed`.
 async fn back_to_treatment(h: &Hospital, patient: Patient<'_>, seen: Seen, why: String) -> anyhow::Result<StageResult> {
-    let to = h.config.stages().find(|s| s.mode() == Mode::Treat).map(|s| s.config.label.clone()).ok_or_else(|| {
-        anyhow::anyhow!("the pipeline has no treating stage to send {} back to", patient.issue.number)
-    })?;
+    let to = treating_label(h, &patient)?;
     let body = format!("{why} Back to treatment: fix what failed, and the audit enqueues the new head.");
+    send_back(h, patient, seen, body, to).await
+}
+
+/// A conflict to the resolving stage (`mode: resolve`; treatment when the
+/// pipeline has none), told to rebase onto the base: `audit-failed`, as
+/// ward's own queue sends one.
+async fn to_resolve(
+    h: &Hospital,
+    patient: Patient<'_>,
+    seen: Seen,
+    why: String,
+    base: &str,
+) -> anyhow::Result<StageResult> {
+    let (to, stage) = match h.config.resolving_stage() {
+        Some(r) => (r.config.label.clone(), "the resolving stage"),
+        None => (treating_label(h, &patient)?, "treatment"),
+    };
+    let body = format!(
+        "{why} To {stage}: rebase this branch onto `{base}` (git names the conflicting files as it stops), keeping \
+         what both changes intend; the resolution goes through code review like any change, and the audit \
+         enqueues the new head. A branch that rebases cleanly conflicted with a pull request still queued ahead \
+         of it, not yet on `{base}`: there is nothing to resolve until it lands."
+    );
+    send_back(h, patient, seen, body, to).await
+}
+
+/// The patient to `to` with `body` and the outcome `audit-failed` (the
+/// send-back limit counts it).
+async fn send_back(
+    h: &Hospital,
+    patient: Patient<'_>,
+    seen: Seen,
+    body: String,
+    to: String,
+) -> anyhow::Result<StageResult> {
     let notes = vec![
         patient.engine_note(h, NoteKind::DischargeChecklist, body),
         patient.engine_note(h, NoteKind::Outcome, AUDIT_FAILED.into()),

@@ -438,6 +438,37 @@ pub fn fetch_ref_into(
     fetch_in_bare(bare, scratch, remote_url, source, &format!("+{source}:{target}"), &[], token)
 }
 
+/// Fetches the commits (and nothing they hold: `--filter=tree:0`, a
+/// partial fetch GitHub serves) that the refs of `remote_url` matching
+/// `refspec`'s source point at, into the bare repository `bare` ward made
+/// in `scratch`. Reading a commit's message then costs one small read,
+/// whatever the size of its files. The remote is named (git keeps a
+/// partial fetch's source as a promisor remote, which a path cannot name).
+pub fn fetch_commits_only(
+    bare: &Path,
+    scratch: &Path,
+    remote_url: &str,
+    refspec: &str,
+    token: Option<&str>,
+) -> Result<()> {
+    let mut add = remote(scratch);
+    add.arg("--git-dir").arg(bare).args(["remote", "add", "source", remote_url]);
+    run(add, "name the remote of", None)?;
+    let mut cmd = remote(scratch);
+    cmd.arg("--git-dir").arg(bare).args([
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        "--no-write-fetch-head",
+        "--no-recurse-submodules",
+        "--filter=tree:0",
+        "source",
+        refspec,
+    ]);
+    authorize(&mut cmd, remote_url, token);
+    run(cmd, "fetch", token).map(drop)
+}
+
 /// Copies the packs and loose objects of `from` into the object store
 /// `to`: each file under a temporary name, then renamed, index files last
 /// (git sees a pack once its index is there).

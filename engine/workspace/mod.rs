@@ -1279,9 +1279,9 @@ pub async fn reap(
     })
     .await?;
     lines.extend(checkpoints);
-    // On GitHub: the shared checkpoints of closed patients.
+    // On GitHub: the shared checkpoints of closed patients and expired ones.
     if let Some(remote) = plan.push.clone() {
-        let shared = blocking(move || shared::reap(&remote.url, remote.token.as_deref(), &closed_patients)).await;
+        let shared = blocking(move || shared::reap(&remote.url, remote.token.as_deref(), &closed_patients, now)).await;
         match shared {
             Ok(removed) => lines.extend(removed),
             Err(e) => lines.push(format!("shared checkpoints not checked: {e}")),

@@ -16,8 +16,12 @@
 //! only by a restart (which drops them all) or a rebase (whose commits are
 //! new, so no older checkpoint is on it either). The ref namespace
 //! `refs/ward/checkpoints/` is ward's: a restart and a discharge delete the
-//! patient's ref, the reaper those of closed issues, and nothing else is
-//! ever deleted. A ref is not a branch: it opens no pull request, starts no
+//! patient's ref, the reaper those of closed issues and those past their
+//! expiry, and nothing else is ever deleted. The commit's message says the
+//! expiry (`Expires:`), so the reaper reads it from the commits alone (one
+//! partial fetch, `--filter=tree:0`, for every ref), never the data; an
+//! expired ref is never taken by a visit either (its marker says so too).
+//! A ref is not a branch: it opens no pull request, starts no
 //! workflow and needs no artifact API; any token that reads the repository
 //! can fetch it, and only the record job's can push it.
 //!
@@ -27,6 +31,8 @@
 //! records; the data goes to the emulator's `import` and nowhere else.
 
 use std::path::Path;
+
+use chrono::{DateTime, Utc};
 
 use super::checkpoint::{Checkpoint, KIND, Marker, sha256_hex};
 use super::errors::{Result, WorktreeError, io_err};
@@ -251,16 +257,63 @@ fn delete(remote_url: &str, token: Option<&str>, name: &str, old: &str) -> Resul
     git::push_lease(&bare, None, remote_url, name, token, Some(Some(old)))
 }
 
-/// The reaper's part: the refs under [`REF_PREFIX`] of `closed` issues,
-/// deleted (each with a lease). One line each. A ref whose name is not
-/// ward's `issue-<n>` is left alone.
-pub fn reap(remote_url: &str, token: Option<&str>, closed: &[u64]) -> Result<Vec<String>> {
+/// A ref under [`REF_PREFIX`]: its name, its commit, and the expiry its
+/// commit says (`None` when it says none that reads).
+type RefExpiry = (String, String, Option<DateTime<Utc>>);
+
+/// The ref's expiry as its commit says it (the `Expires:` line the record
+/// job wrote), read without the data: the commits of every ref under
+/// [`REF_PREFIX`], fetched alone in one partial fetch. Each ref's name,
+/// commit, and expiry (`None` when the commit says none that reads).
+fn expiries(remote_url: &str, token: Option<&str>) -> Result<Vec<RefExpiry>> {
+    let scratch = Scratch::new()?;
+    let bare = scratch.0.join("expiries.git");
+    let mut init = git::remote(&scratch.0);
+    init.args(["init", "--quiet", "--bare"]).arg(&bare);
+    git::run(init, "make the checkpoint repository in", None)?;
+    const SEEN: &str = "refs/ward/seen/";
+    git::fetch_commits_only(&bare, &scratch.0, remote_url, &format!("+{REF_PREFIX}*:{SEEN}*"), token)?;
+    let mut list = git::remote(&scratch.0);
+    list.arg("--git-dir").arg(&bare).args([
+        "for-each-ref",
+        "--format=%(refname)%09%(objectname)%09%(trailers:key=Expires,valueonly,separator=%x2C)",
+        SEEN,
+    ]);
+    let out = git::run(list, "list the checkpoint refs in", None)?;
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, '\t');
+            let name = format!("{REF_PREFIX}{}", fields.next()?.strip_prefix(SEEN)?);
+            let sha = fields.next()?.to_string();
+            let expires = fields.next().and_then(|e| DateTime::parse_from_rfc3339(e.trim()).ok());
+            Some((name, sha, expires.map(|e| e.with_timezone(&Utc))))
+        })
+        .collect())
+}
+
+/// The reaper's part: the refs under [`REF_PREFIX`] of `closed` issues and
+/// those past their expiry (an open patient's too: its next visit would
+/// not take one anyway), deleted, each with a lease on the commit read
+/// (a ref that moved since is kept, and said so).
+/// The expiry is read from the refs' commits alone, never their data. One
+/// line each. A ref whose name is not ward's `issue-<n>`, or whose expiry
+/// cannot be read, is left alone.
+pub fn reap(remote_url: &str, token: Option<&str>, closed: &[u64], now: DateTime<Utc>) -> Result<Vec<String>> {
     let mut lines = Vec::new();
-    for (name, sha) in git::list_remote(remote_url, &format!("{REF_PREFIX}*"), token)? {
+    for (name, sha, expires) in expiries(remote_url, token)? {
         let issue = name.strip_prefix(REF_PREFIX).and_then(|n| n.strip_prefix("issue-")).and_then(|n| n.parse().ok());
-        if let Some(issue) = issue.filter(|i: &u64| closed.contains(i)) {
-            delete(remote_url, token, &name, &sha)?;
-            lines.push(format!("checkpoint ref `{name}` of #{issue} (its issue is closed)"));
+        let Some(issue) = issue else { continue };
+        let why = match expires {
+            _ if closed.contains(&issue) => "its issue is closed".to_string(),
+            Some(at) if at <= now => format!("it expired at {}", at.to_rfc3339()),
+            _ => continue,
+        };
+        // A lease refused: the record job pushed a newer checkpoint since the read.
+        match delete(remote_url, token, &name, &sha) {
+            Ok(()) => lines.push(format!("checkpoint ref `{name}` of #{issue} ({why})")),
+            Err(e) => lines
+                .push(format!("kept checkpoint ref `{name}` of #{issue} ({why}, but it could not be deleted: {e})")),
         }
     }
     Ok(lines)
@@ -339,7 +392,7 @@ mod tests {
             theirs.seed = None;
             push(&record, &theirs, issue, url, None).unwrap();
         }
-        let lines = reap(url, None, &[2, 9]).unwrap();
+        let lines = reap(url, None, &[2, 9], chrono::Utc::now()).unwrap();
         assert_eq!(lines, ["checkpoint ref `refs/ward/checkpoints/issue-2` of #2 (its issue is closed)"]);
         assert_eq!(fetch(url, None, 2), Ok(None));
         assert!(fetch(url, None, 3).unwrap().is_some(), "an open patient's checkpoint stays");
@@ -349,5 +402,73 @@ mod tests {
         push(&record, &forged, 1, url, None).unwrap();
         let why = fetch(url, None, 1).unwrap_err();
         assert!(why.contains("is not usable") && why.contains("does not match its marker"), "{why}");
+    }
+
+    /// The reaper reads each ref's expiry from its commit alone: with the
+    /// data's objects gone from the remote it still reads them (a fetch of
+    /// the data would fail), deletes the expired ref of an open patient and
+    /// the closed one's, keeps the live one, and touches no other ref.
+    #[test]
+    fn expired_refs_of_open_patients_are_reaped_from_their_commits_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_, out) = sealed_in(tmp.path());
+        let sealed = open_sealed(&out, 1).unwrap().unwrap();
+        let remote = tmp.path().join("remote.git");
+        let record = tmp.path().join("record.git");
+        for bare in [&remote, &record] {
+            let mut init = git::remote(tmp.path());
+            init.args(["init", "--quiet", "--bare"]).arg(bare);
+            git::run(init, "init", None).unwrap();
+        }
+        // GitHub serves partial fetches; a bare repository does when told.
+        git2::Repository::open_bare(&remote)
+            .unwrap()
+            .config()
+            .unwrap()
+            .set_bool("uploadpack.allowFilter", true)
+            .unwrap();
+        let url = remote.to_str().unwrap();
+        let now = chrono::Utc::now();
+        // #2 closed (live), #3 open and expired, #4 open and live.
+        for (issue, expires) in [
+            (2, now + chrono::Duration::days(1)),
+            (3, now - chrono::Duration::hours(1)),
+            (4, now + chrono::Duration::days(1)),
+        ] {
+            let mut theirs = sealed.clone();
+            theirs.checkpoint.marker.issue = issue;
+            theirs.checkpoint.marker.expires = expires;
+            theirs.checkpoint.data = format!("data of #{issue}\n").into_bytes();
+            theirs.checkpoint.marker.bytes = theirs.checkpoint.data.len() as u64;
+            theirs.checkpoint.marker.sha256 = sha256_hex(&theirs.checkpoint.data);
+            theirs.seed = None;
+            push(&record, &theirs, issue, url, None).unwrap();
+        }
+        // A ref beside them that is not a patient's checkpoint.
+        let (_, three) = list(url).into_iter().find(|(n, _)| n.ends_with("/issue-3")).unwrap();
+        let mut other = git::remote(tmp.path());
+        other.arg("--git-dir").arg(&remote).args(["update-ref", "refs/ward/checkpoints/notes", &three]);
+        git::run(other, "update-ref", None).unwrap();
+        // The data of #3 is gone from the remote (a loose object after a
+        // small push): reading it now fails, reading the commit does not.
+        let blob = git2::Oid::hash_object(git2::ObjectType::Blob, b"data of #3\n").unwrap().to_string();
+        std::fs::remove_file(remote.join("objects").join(&blob[..2]).join(&blob[2..])).unwrap();
+        assert!(fetch(url, None, 3).is_err(), "the data of #3 cannot be fetched");
+
+        let lines = reap(url, None, &[2], now).unwrap();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0], "checkpoint ref `refs/ward/checkpoints/issue-2` of #2 (its issue is closed)");
+        assert!(
+            lines[1].starts_with("checkpoint ref `refs/ward/checkpoints/issue-3` of #3 (it expired at "),
+            "{lines:?}"
+        );
+        let left: Vec<String> = list(url).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(left, ["refs/ward/checkpoints/issue-4", "refs/ward/checkpoints/notes"]);
+        assert!(fetch(url, None, 4).unwrap().is_some(), "the live checkpoint is whole");
+        assert_eq!(reap(url, None, &[2], now).unwrap(), Vec::<String>::new(), "nothing more to reap");
+    }
+
+    fn list(url: &str) -> Vec<(String, String)> {
+        git::list_remote(url, &format!("{REF_PREFIX}*"), None).unwrap()
     }
 }

@@ -120,9 +120,11 @@ impl State {
         }
     }
 
-    /// Out of the queue, with GitHub's `dequeued` delivery. (The reason
-    /// strings are the fake's: GitHub's webhook schema says only "the
-    /// reason"; ward quotes it and decides nothing on it.)
+    /// Out of the queue, with GitHub's `dequeued` delivery. (GitHub's
+    /// webhook schema says only "the reason"; its reasons are upper-case
+    /// words, `MERGE_CONFLICT` and `CI_FAILURE` among them. ward quotes the
+    /// reason, and decides on it only whether a conflict goes to the
+    /// resolving stage.)
     pub(super) fn dequeue(&mut self, n: u64, reason: &str) {
         if let Some(at) = self.merge_groups.iter().position(|g| g.pull == n) {
             let group = self.merge_groups.remove(at);
