@@ -343,7 +343,10 @@ fn share_checkpoint(
 ) -> anyhow::Result<()> {
     let Some(target) = shared_target(h)? else { return Ok(()) };
     let number = patient.issue.number;
-    match shared::push(&intake.bare, sealed, number.0, &target.url, target.token.as_deref()) {
+    let stages = h.config.stages().filter_map(|s| s.config.emulator.as_ref());
+    let keep = h.config.emulator.iter().chain(stages).filter_map(|e| e.checkpoint()).map(|c| c.keep).max();
+    let sealed = sealed.clone().capped(keep.unwrap_or_default(), chrono::Utc::now());
+    match shared::push(&intake.bare, &sealed, number.0, &target.url, target.token.as_deref()) {
         Ok(commit) => info!(%commit, data = %sealed.commit(), "the emulator's data was shared"),
         Err(e) => warn!(
             "could not share the emulator data of {number} as `{}`: {e}; its next stage starts from the checkpoint \

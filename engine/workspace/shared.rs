@@ -72,6 +72,17 @@ impl Sealed {
     pub fn commit(&self) -> &str {
         self.checkpoint.marker.commit.as_deref().unwrap_or_default()
     }
+
+    /// The expiries capped at `keep` from `now`: the visit job wrote them,
+    /// within the agent's reach, and an agent must not keep its data (and
+    /// the ref) alive longer than ward.yml keeps a checkpoint.
+    pub fn capped(mut self, keep: std::time::Duration, now: DateTime<Utc>) -> Self {
+        let cap = now + chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::days(7));
+        for part in std::iter::once(&mut self.checkpoint).chain(self.seed.as_mut()) {
+            part.marker.expires = part.marker.expires.min(cap);
+        }
+        self
+    }
 }
 
 /// Checks one export against its marker: ward's kind, this issue, a commit
@@ -357,6 +368,24 @@ mod tests {
         assert!(why.contains("half there"), "{why}");
         std::fs::remove_file(out.join(DATA_FILE)).unwrap();
         assert_eq!(open_sealed(&out, 1), Ok(None), "no checkpoint sealed");
+    }
+
+    #[test]
+    fn an_expiry_the_visit_job_wrote_is_capped_at_what_ward_yml_keeps() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_, out) = sealed_in(tmp.path());
+        let mut sealed = open_sealed(&out, 1).unwrap().unwrap();
+        let now = Utc::now();
+        let far = now + chrono::Duration::days(3650);
+        sealed.checkpoint.marker.expires = far;
+        sealed.seed.as_mut().unwrap().marker.expires = far;
+        let hour = std::time::Duration::from_secs(3600);
+        let capped = sealed.clone().capped(hour, now);
+        assert_eq!(capped.checkpoint.marker.expires, now + chrono::Duration::hours(1));
+        assert_eq!(capped.seed.unwrap().marker.expires, now + chrono::Duration::hours(1));
+        // A shorter expiry stays as it is.
+        let soon = sealed.clone().capped(hour * 24 * 365 * 20, now);
+        assert_eq!(soon.checkpoint.marker.expires, far);
     }
 
     #[test]
