@@ -605,6 +605,11 @@ fn suspects(co: &Checkout, commit: &str, before: &Snapshot, state_paths: &[Strin
     if head.id().to_string() != commit {
         return None;
     }
+    // Beyond a few hundred, git's matching of each index entry against
+    // each path costs more than re-reading the files.
+    if suspects.len() > MOST_SUSPECTS {
+        return None;
+    }
     let mut paths = Vec::new();
     for path in suspects {
         if names_git(&path) {
@@ -617,6 +622,9 @@ fn suspects(co: &Checkout, commit: &str, before: &Snapshot, state_paths: &[Strin
     }
     Some(paths)
 }
+
+/// The most paths [`commit_leftovers`] stages by name.
+const MOST_SUSPECTS: usize = 200;
 
 /// `git add --all` of exactly `paths` (literal, through the repository's
 /// filters), those git ignores left out as `git add --all .` leaves them.

@@ -19,7 +19,7 @@
 //! leftovers commit stages only the suspects instead of re-reading every
 //! file. Whenever anything is uncertain, the caller runs git as before.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
@@ -86,8 +86,9 @@ pub struct Snapshot {
     /// [`RACY`] before the walk started, as (seconds, nanoseconds) since
     /// the epoch: an entry changed since then may change again unseen.
     racy_from: (i64, i64),
-    /// Every entry under the top (its `.git` file aside), by relative path.
-    entries: BTreeMap<PathBuf, Stamp>,
+    /// Every entry under the top (its `.git` file aside), by the bytes of
+    /// its relative path (`/`-separated; bytes compare and hash fast).
+    entries: HashMap<Vec<u8>, Stamp>,
     /// SHA-256 of the checkout's index and HEAD files (`None`: missing).
     git: Vec<Option<[u8; 32]>>,
 }
@@ -101,15 +102,10 @@ impl Snapshot {
     /// Walks the checkout's work tree (symbolic links are not followed).
     pub fn take(co: &Checkout) -> std::io::Result<Self> {
         let racy_from = since_epoch(SystemTime::now() - RACY);
-        let mut entries = BTreeMap::new();
-        walk(&co.work_tree, Path::new(""), &mut entries)?;
+        let mut entries = HashMap::new();
+        walk(&co.work_tree, b"", &mut entries)?;
         let git = ["index", "HEAD"].iter().map(|f| digest(&co.git_dir.join(f))).collect::<std::io::Result<_>>()?;
         Ok(Self { racy_from, entries, git })
-    }
-
-    /// Every entry, by path relative to the top.
-    pub fn entries(&self) -> &BTreeMap<PathBuf, Stamp> {
-        &self.entries
     }
 
     /// Whether an entry changed too close to this snapshot to prove it
@@ -128,7 +124,7 @@ impl Snapshot {
         }
         let mut out = BTreeSet::new();
         let not_dir = |s: Option<&Stamp>| s.is_some_and(|s| s.kind != Kind::Dir);
-        let paths: BTreeSet<&PathBuf> = self.entries.keys().chain(now.entries.keys()).collect();
+        let paths: HashSet<&Vec<u8>> = self.entries.keys().chain(now.entries.keys()).collect();
         for path in paths {
             let (before, after) = (self.entries.get(path), now.entries.get(path));
             if !not_dir(before) && !not_dir(after) {
@@ -136,7 +132,7 @@ impl Snapshot {
             }
             let same = matches!((before, after), (Some(b), Some(a)) if b == a && !self.racy(b));
             if !same {
-                out.insert(path.clone());
+                out.insert(PathBuf::from(std::ffi::OsStr::from_bytes(path)));
             }
         }
         Some(out)
@@ -149,11 +145,11 @@ pub fn names_git(path: &Path) -> bool {
     path.components().any(|c| c == Component::Normal(".git".as_ref()))
 }
 
-fn walk(dir: &Path, rel: &Path, out: &mut BTreeMap<PathBuf, Stamp>) -> std::io::Result<()> {
+fn walk(dir: &Path, rel: &[u8], out: &mut HashMap<Vec<u8>, Stamp>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
-        if rel.as_os_str().is_empty() && name == ".git" {
+        if rel.is_empty() && name == ".git" {
             continue;
         }
         let meta = match std::fs::symlink_metadata(entry.path()) {
@@ -162,12 +158,16 @@ fn walk(dir: &Path, rel: &Path, out: &mut BTreeMap<PathBuf, Stamp>) -> std::io::
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         };
-        let path = rel.join(&name);
+        let mut path = rel.to_vec();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(name.as_bytes());
         let stamp = Stamp::of(&meta);
-        out.insert(path.clone(), stamp);
         if stamp.kind == Kind::Dir {
             walk(&entry.path(), &path, out)?;
         }
+        out.insert(path, stamp);
     }
     Ok(())
 }
@@ -203,9 +203,15 @@ fn clean_at(co: &Checkout, head: &str, snapshot: &Snapshot) -> Result<bool, git2
     let mut files = 0;
     for entry in index.iter() {
         files += 1;
-        let path = Path::new(std::ffi::OsStr::from_bytes(&entry.path));
-        match snapshot.entries.get(path) {
-            Some(stamp) if matches_entry(&entry, stamp, index_time) => {}
+        match snapshot.entries.get(&entry.path) {
+            Some(stamp) if matches_entry(&entry, stamp) => {
+                // Racily clean (the index was written in the tick the file
+                // last changed): its content decides, as in git.
+                let mtime = (i64::from(entry.mtime.seconds()), i64::from(entry.mtime.nanoseconds()));
+                if mtime >= index_time && !same_content(co, &entry, stamp) {
+                    return Ok(false);
+                }
+            }
             _ => return Ok(false),
         }
     }
@@ -221,9 +227,9 @@ fn clean_at(co: &Checkout, head: &str, snapshot: &Snapshot) -> Result<bool, git2
 }
 
 /// An index entry git would compare as unchanged, and stricter: same kind
-/// and executable bit, size, inode, modification and change times, not
-/// racily clean, merged, and with no flag that makes git skip the file.
-fn matches_entry(entry: &git2::IndexEntry, stamp: &Stamp, index_time: (i64, i64)) -> bool {
+/// and executable bit, size, inode, modification and change times, merged,
+/// and with no flag that makes git skip the file.
+fn matches_entry(entry: &git2::IndexEntry, stamp: &Stamp) -> bool {
     // Assume-valid (0x8000) and a merge stage (0x3000); skip-worktree and
     // intent-to-add are the extended flags.
     let plain = entry.flags & 0xB000 == 0 && entry.flags_extended == 0;
@@ -241,10 +247,25 @@ fn matches_entry(entry: &git2::IndexEntry, stamp: &Stamp, index_time: (i64, i64)
         && u64::from(entry.ino) == stamp.ino & 0xFFFF_FFFF
         && mtime == (stamp.mtime.0 & 0xFFFF_FFFF, stamp.mtime.1)
         && ctime == (stamp.ctime.0 & 0xFFFF_FFFF, stamp.ctime.1)
-        && mtime < index_time
+}
+
+/// Whether the file's raw content is the entry's blob (a file that git
+/// filters on the way in, LFS or line endings, never is: git decides).
+fn same_content(co: &Checkout, entry: &git2::IndexEntry, stamp: &Stamp) -> bool {
+    let path = co.work_tree.join(std::ffi::OsStr::from_bytes(&entry.path));
+    let oid = match stamp.kind {
+        Kind::File => git2::Oid::hash_file(git2::ObjectType::Blob, &path),
+        Kind::Symlink => match std::fs::read_link(&path) {
+            Ok(target) => git2::Oid::hash_object(git2::ObjectType::Blob, target.as_os_str().as_bytes()),
+            Err(_) => return false,
+        },
+        _ => return false,
+    };
+    oid.is_ok_and(|oid| oid == entry.id)
 }
 
 fn no_empty_dir(snapshot: &Snapshot) -> bool {
-    let parents: BTreeSet<&Path> = snapshot.entries.keys().filter_map(|p| p.parent()).collect();
-    snapshot.entries.iter().all(|(path, stamp)| stamp.kind != Kind::Dir || parents.contains(path.as_path()))
+    let parent = |p: &[u8]| p.iter().rposition(|b| *b == b'/').map(|i| p[..i].to_vec());
+    let parents: HashSet<Vec<u8>> = snapshot.entries.keys().filter_map(|p| parent(p)).collect();
+    snapshot.entries.iter().all(|(path, stamp)| stamp.kind != Kind::Dir || parents.contains(path))
 }
