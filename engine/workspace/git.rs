@@ -598,7 +598,7 @@ fn stage_all(co: &Checkout, state_paths: &[String]) -> Result<()> {
 /// say (the index or HEAD moved, a repository inside the worktree, a name
 /// that is not UTF-8).
 fn suspects(co: &Checkout, commit: &str, before: &Snapshot, state_paths: &[String]) -> Option<Vec<String>> {
-    let now = Snapshot::take(co).ok()?;
+    let now = Snapshot::take(&co.work_tree, &co.git_dir).ok()?;
     let suspects = before.suspects(&now)?;
     let repo = git2::Repository::open(&co.git_dir).ok()?;
     let head = repo.head().and_then(|h| h.peel_to_commit()).ok()?;

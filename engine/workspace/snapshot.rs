@@ -27,8 +27,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::Digest;
 
-use super::git::Checkout;
-
 /// How recent a change must be to be indistinguishable from a later one:
 /// file times come from the kernel's coarse clock, at most one tick (10 ms
 /// at the slowest common setting) behind the clock ward reads; five ticks.
@@ -99,12 +97,13 @@ fn since_epoch(t: SystemTime) -> (i64, i64) {
 }
 
 impl Snapshot {
-    /// Walks the checkout's work tree (symbolic links are not followed).
-    pub fn take(co: &Checkout) -> std::io::Result<Self> {
+    /// Walks the work tree of the checkout whose git folder is `git_dir`
+    /// (symbolic links are not followed).
+    pub fn take(work_tree: &Path, git_dir: &Path) -> std::io::Result<Self> {
         let racy_from = since_epoch(SystemTime::now() - RACY);
         let mut entries = HashMap::new();
-        walk(&co.work_tree, b"", &mut entries)?;
-        let git = ["index", "HEAD"].iter().map(|f| digest(&co.git_dir.join(f))).collect::<std::io::Result<_>>()?;
+        walk(work_tree, b"", &mut entries)?;
+        let git = ["index", "HEAD"].iter().map(|f| digest(&git_dir.join(f))).collect::<std::io::Result<_>>()?;
         Ok(Self { racy_from, entries, git })
     }
 
@@ -186,19 +185,19 @@ fn digest(path: &Path) -> std::io::Result<Option<[u8; 32]>> {
 /// every file the index's, unchanged since the index recorded it. The
 /// check is stricter than git's own (the change time is always compared);
 /// any doubt is `false`, and the caller resets and cleans.
-pub fn is_clean_at(co: &Checkout, head: &str, snapshot: &Snapshot) -> bool {
-    clean_at(co, head, snapshot).unwrap_or(false)
+pub fn is_clean_at(work_tree: &Path, git_dir: &Path, head: &str, snapshot: &Snapshot) -> bool {
+    clean_at(work_tree, git_dir, head, snapshot).unwrap_or(false)
 }
 
-fn clean_at(co: &Checkout, head: &str, snapshot: &Snapshot) -> Result<bool, git2::Error> {
-    let repo = git2::Repository::open(&co.git_dir)?;
-    repo.set_workdir(&co.work_tree, false)?;
+fn clean_at(work_tree: &Path, git_dir: &Path, head: &str, snapshot: &Snapshot) -> Result<bool, git2::Error> {
+    let repo = git2::Repository::open(git_dir)?;
+    repo.set_workdir(work_tree, false)?;
     let commit = repo.head()?.peel_to_commit()?;
     if commit.id().to_string() != head {
         return Ok(false);
     }
     let index = repo.index()?;
-    let Ok(written) = std::fs::metadata(co.git_dir.join("index")) else { return Ok(false) };
+    let Ok(written) = std::fs::metadata(git_dir.join("index")) else { return Ok(false) };
     let index_time = (written.mtime(), written.mtime_nsec());
     let mut files = 0;
     for entry in index.iter() {
@@ -208,7 +207,7 @@ fn clean_at(co: &Checkout, head: &str, snapshot: &Snapshot) -> Result<bool, git2
                 // Racily clean (the index was written in the tick the file
                 // last changed): its content decides, as in git.
                 let mtime = (i64::from(entry.mtime.seconds()), i64::from(entry.mtime.nanoseconds()));
-                if mtime >= index_time && !same_content(co, &entry, stamp) {
+                if mtime >= index_time && !same_content(work_tree, &entry, stamp) {
                     return Ok(false);
                 }
             }
@@ -251,8 +250,8 @@ fn matches_entry(entry: &git2::IndexEntry, stamp: &Stamp) -> bool {
 
 /// Whether the file's raw content is the entry's blob (a file that git
 /// filters on the way in, LFS or line endings, never is: git decides).
-fn same_content(co: &Checkout, entry: &git2::IndexEntry, stamp: &Stamp) -> bool {
-    let path = co.work_tree.join(std::ffi::OsStr::from_bytes(&entry.path));
+fn same_content(work_tree: &Path, entry: &git2::IndexEntry, stamp: &Stamp) -> bool {
+    let path = work_tree.join(std::ffi::OsStr::from_bytes(&entry.path));
     let oid = match stamp.kind {
         Kind::File => git2::Oid::hash_file(git2::ObjectType::Blob, &path),
         Kind::Symlink => match std::fs::read_link(&path) {

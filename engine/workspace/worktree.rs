@@ -638,7 +638,9 @@ fn start_snapshot(co: &Checkout, req: &PatientRequest<'_>) -> Option<Snapshot> {
     if req.submodules {
         return None;
     }
-    Snapshot::take(co).inspect_err(|e| tracing::debug!("no snapshot of {}: {e}", co.work_tree.display())).ok()
+    Snapshot::take(&co.work_tree, &co.git_dir)
+        .inspect_err(|e| tracing::debug!("no snapshot of {}: {e}", co.work_tree.display()))
+        .ok()
 }
 
 /// The task branch, when no checkout holds it.
@@ -705,7 +707,7 @@ fn refresh(git: &GitRepo, co: &Checkout, req: &PatientRequest<'_>) -> Result<(Ta
     if !req.restart
         && let Some(head) = git.branch_head(&name)?
         && let Some(snapshot) = start_snapshot(co, req)
-        && snapshot::is_clean_at(co, &head, &snapshot)
+        && snapshot::is_clean_at(&co.work_tree, &co.git_dir, &head, &snapshot)
     {
         return Ok((task(&head), head, Some(snapshot)));
     }
@@ -1034,7 +1036,7 @@ pub fn changed_since(
 /// Whether nothing outside ward's folders changed since `before`, the
 /// index and HEAD included (see [`super::snapshot`]).
 fn untouched(co: &Checkout, before: &Snapshot, state_paths: &[String]) -> bool {
-    let Ok(now) = Snapshot::take(co) else { return false };
+    let Ok(now) = Snapshot::take(&co.work_tree, &co.git_dir) else { return false };
     let Some(suspects) = before.suspects(&now) else { return false };
     suspects.iter().all(|p| p.to_str().is_some_and(|p| state_paths.iter().any(|s| git::under(p, s))))
 }
