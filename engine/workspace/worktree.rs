@@ -34,6 +34,9 @@ pub use super::git::CommitIdentity;
 use super::git::{self, Checkout, local};
 use super::snapshot::{self, Snapshot};
 
+/// The largest index (about 5,000 files) whose worktree ward snapshots.
+const SNAPSHOT_MOST_INDEX_BYTES: u64 = 512 * 1024;
+
 /// Task branches are `ward/issue-<n>`.
 pub const BRANCH_PREFIX: &str = "ward/issue-";
 
@@ -633,9 +636,12 @@ pub fn open_patient(
 }
 
 /// The snapshot a run starts from (see [`super::snapshot`]); none with
-/// submodules (their folders are git's to judge), or when the walk fails.
+/// submodules (their folders are git's to judge), in a large worktree (its
+/// walks cost more than the git processes they save: BENCHMARKS.md), or
+/// when the walk fails.
 fn start_snapshot(co: &Checkout, req: &PatientRequest<'_>) -> Option<Snapshot> {
-    if req.submodules {
+    let index = std::fs::metadata(co.git_dir.join("index")).map(|m| m.len()).unwrap_or(u64::MAX);
+    if req.submodules || index > SNAPSHOT_MOST_INDEX_BYTES {
         return None;
     }
     Snapshot::take(&co.work_tree, &co.git_dir)
