@@ -4,7 +4,8 @@
 //! entries; and the wall time of the whole demo. Targets (release, issue
 //! 13): overhead per stage <= 30 ms, peak memory <= 50 MB, demo < 2 s.
 //!
-//! `cargo bench --bench overhead`
+//! `cargo bench --bench overhead`; `WARD_BENCH_IN_PROCESS_ONLY=1` stops
+//! after the in-process figures.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -99,6 +100,10 @@ async fn bench() -> anyhow::Result<()> {
     println!("whole stage run:           median {:?}, p95 {:?}", percentile(&totals, 0.5), percentile(&totals, 0.95));
     emit_target("overhead/stage-in-process", &overheads, 30.0);
     emit_ms("overhead/stage-run-in-process", &totals, None);
+    // For tracing and profiling the in-process stages alone (strace, perf).
+    if std::env::var_os("WARD_BENCH_IN_PROCESS_ONLY").is_some() {
+        return Ok(());
+    }
 
     // As Actions runs it: one `ward stage` process per stage, which loads
     // ward.yml, the roles and the precedent log before it does anything.

@@ -467,6 +467,142 @@ async fn the_leftovers_commit_never_takes_wards_own_folders() {
     assert_no_worktrees(&repo);
 }
 
+// ------------------------------------------- a worktree proved clean by its snapshot
+
+/// Longer than the snapshot's racy window: what was written before it is
+/// provably older than the next snapshot.
+const PAST_RACY: Duration = Duration::from_millis(120);
+
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().ino()
+}
+
+/// Rewrites a file with content of the same size and puts its modification
+/// time back: only its change time (and its content) tell.
+fn rewrite_in_place(path: &Path, text: &str) {
+    let before = std::fs::metadata(path).unwrap().modified().unwrap();
+    assert_eq!(std::fs::metadata(path).unwrap().len(), text.len() as u64);
+    std::fs::write(path, text).unwrap();
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    file.set_times(std::fs::FileTimes::new().set_modified(before)).unwrap();
+}
+
+/// A patient whose first stage committed `fix.txt`, its worktree left as
+/// the commit and old enough for the next stage's snapshot to prove it.
+async fn settled_patient(issue: u64) -> (TestRepo, PathBuf, String) {
+    let repo = TestRepo::new(&[("README.md", "hello\n"), ("run.sh", "echo\n"), (".gitignore", "/build/\n")]);
+    let mut ws = Workspace::up(repo.request(issue, "treat", "run-1"), &Cancel::new()).await.unwrap();
+    let path = ws.worktree.path.clone();
+    std::fs::write(path.join("fix.txt"), "fixed\n").unwrap();
+    let commit = ws.commit_leftovers().await.unwrap().expect("a commit");
+    ws.down().await.unwrap();
+    std::thread::sleep(PAST_RACY);
+    (repo, path, commit)
+}
+
+#[tokio::test]
+async fn a_later_stage_that_finds_its_worktree_exactly_committed_skips_reset_and_clean() {
+    let (repo, path, commit) = settled_patient(41).await;
+    let index = path.join(".git");
+    let metadata = std::fs::read_to_string(&index).unwrap().trim().trim_start_matches("gitdir: ").to_string();
+    let index = Path::new(&metadata).join("index");
+    let before = inode(&index);
+    let mut ws = Workspace::up(repo.request(41, "code-review", "run-2"), &Cancel::new()).await.unwrap();
+    assert_eq!(inode(&index), before, "git reset --hard rewrites the index; nothing was reset");
+    assert_eq!(ws.worktree.start, commit);
+    std::thread::sleep(PAST_RACY);
+    assert!(ws.changed_paths().await.unwrap().is_empty());
+    assert_eq!(ws.commit_leftovers().await.unwrap(), None);
+    ws.release().await.unwrap();
+    assert_no_worktrees(&repo);
+}
+
+/// Every way an agent can leave the worktree other than its commit while
+/// git's own quick checks would not see it, each caught before the next
+/// stage: it is reset and cleaned as before.
+#[tokio::test]
+async fn a_later_stage_still_resets_what_only_a_stricter_look_than_gits_would_see() {
+    type Tamper = fn(&Path, &Path);
+    let cases: [(&str, Tamper); 7] = [
+        ("same size, modification time put back", |p, _| rewrite_in_place(&p.join("fix.txt"), "FIXED\n")),
+        ("marked assume-unchanged", |p, home| {
+            std::fs::write(p.join("fix.txt"), "changed and hidden\n").unwrap();
+            run(git(p, home).args(["update-index", "--assume-unchanged", "fix.txt"]));
+        }),
+        ("an empty folder", |p, _| std::fs::create_dir_all(p.join("empty/inner")).unwrap()),
+        ("an ignored file", |p, _| {
+            std::fs::create_dir_all(p.join("build")).unwrap();
+            std::fs::write(p.join("build/out.o"), "o\n").unwrap();
+        }),
+        ("a staged change undone in the file", |p, home| {
+            std::fs::write(p.join("README.md"), "staged\n").unwrap();
+            run(git(p, home).args(["add", "README.md"]));
+            std::fs::write(p.join("README.md"), "hello\n").unwrap();
+        }),
+        ("the executable bit dropped", |p, _| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(p.join("run.sh"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        }),
+        ("a file made a symbolic link", |p, _| {
+            std::fs::remove_file(p.join("fix.txt")).unwrap();
+            std::os::unix::fs::symlink("README.md", p.join("fix.txt")).unwrap();
+        }),
+    ];
+    for (issue, (what, tamper)) in (50..).zip(cases) {
+        let (repo, path, commit) = settled_patient(issue).await;
+        tamper(&path, &repo.git_home);
+        std::thread::sleep(PAST_RACY);
+        let ws = Workspace::up(repo.request(issue, "code-review", "run-2"), &Cancel::new()).await.unwrap();
+        assert_eq!(ws.worktree.start, commit, "{what}");
+        run(git(&path, &repo.git_home).args(["update-index", "--no-assume-unchanged", "fix.txt"]));
+        let status = run(git(&path, &repo.git_home).args(["status", "--porcelain", "--ignored"]));
+        assert_eq!(status, "", "{what}: the next stage did not start from the commit");
+        assert_eq!(std::fs::read_to_string(path.join("fix.txt")).unwrap(), "fixed\n", "{what}");
+        assert!(!path.join("empty").exists() && !path.join("build").exists(), "{what}");
+        ws.release().await.unwrap();
+        assert_no_worktrees(&repo);
+    }
+}
+
+/// After a clean start, what the agent did is read from the snapshots
+/// (nothing, or only the suspects staged); every change is still seen and
+/// committed as `git add --all` would, and anything the snapshots cannot
+/// judge goes to git whole.
+#[tokio::test]
+async fn changes_after_a_proved_clean_start_are_all_seen_and_committed() {
+    let (repo, path, _) = settled_patient(60).await;
+    let mut ws = Workspace::up(repo.request(60, "treat", "run-2"), &Cancel::new()).await.unwrap();
+    std::thread::sleep(PAST_RACY);
+    rewrite_in_place(&path.join("fix.txt"), "FIXED\n");
+    std::fs::remove_file(path.join("README.md")).unwrap();
+    std::fs::create_dir_all(path.join("src/deep")).unwrap();
+    std::fs::write(path.join("src/deep/new.rs"), "fn n() {}\n").unwrap();
+    std::fs::write(path.join("*"), "a file named like a glob\n").unwrap();
+    std::fs::create_dir_all(path.join("build")).unwrap();
+    std::fs::write(path.join("build/out.o"), "ignored\n").unwrap();
+    std::fs::write(path.join(".ward-notes"), "not ours to skip\n").unwrap();
+    let changed = ws.changed_paths().await.unwrap();
+    assert_eq!(changed, vec!["*", ".ward-notes", "README.md", "fix.txt", "src/deep/new.rs"]);
+    let commit = ws.commit_leftovers().await.unwrap().expect("a commit");
+    let files = run(repo.git().args(["show", "--name-status", "--format=", &commit]));
+    assert_eq!(files, "A\t*\nA\t.ward-notes\nD\tREADME.md\nM\tfix.txt\nA\tsrc/deep/new.rs\n");
+    ws.down().await.unwrap();
+
+    // An index the agent changed goes to git whole: a file it unstaged
+    // (`git rm --cached`) is added back, as `git add --all` does.
+    std::thread::sleep(PAST_RACY);
+    let mut ws = Workspace::up(repo.request(60, "treat", "run-3"), &Cancel::new()).await.unwrap();
+    std::thread::sleep(PAST_RACY);
+    run(git(&path, &repo.git_home).args(["rm", "--quiet", "--cached", "fix.txt"]));
+    std::fs::write(path.join("more.txt"), "more\n").unwrap();
+    let commit = ws.commit_leftovers().await.unwrap().expect("a commit");
+    let files = run(repo.git().args(["show", "--name-status", "--format=", &commit]));
+    assert_eq!(files, "A\tmore.txt\n");
+    ws.release().await.unwrap();
+    assert_no_worktrees(&repo);
+}
+
 #[test]
 fn the_reaper_removes_only_what_ward_recorded_and_nothing_outside_its_folder() {
     let repo = TestRepo::new(&[("README.md", "hello\n")]);

@@ -25,6 +25,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use super::errors::{Result, WorktreeError, git as git_err, io_err};
+use super::snapshot::{Snapshot, names_git};
 
 /// Who commits what an agent left behind. Default: `ward <ward@users.noreply.github.com>`, now.
 #[derive(Debug, Clone, PartialEq)]
@@ -538,7 +539,7 @@ fn staged(co: &Checkout) -> Result<Vec<Change>> {
 }
 
 /// Whether `path` is `state` or under it (both relative to the top).
-fn under(path: &str, state: &str) -> bool {
+pub(super) fn under(path: &str, state: &str) -> bool {
     let state = state.trim_matches('/');
     path == state || path.strip_prefix(state).is_some_and(|rest| rest.starts_with('/'))
 }
@@ -553,18 +554,29 @@ fn under(path: &str, state: &str) -> bool {
 /// Every changed file that `.gitattributes` puts in LFS must be staged as
 /// an LFS pointer: without `git-lfs`, or when a raw file slipped in, ward
 /// commits nothing and says which file.
+///
+/// With `start` (the commit the run started at, and the snapshot of the
+/// clean checkout there), only the paths the snapshots cannot prove
+/// untouched are staged (see [`super::snapshot`]): git re-reads every file
+/// of a fresh checkout otherwise ("racy git"), and nothing at all runs when
+/// nothing changed. Any doubt stages everything, as without it.
 pub fn commit_leftovers(
     co: &Checkout,
     state_paths: &[String],
     who: &CommitIdentity,
     message: &str,
+    start: Option<(&str, &Snapshot)>,
 ) -> Result<Option<String>> {
-    let mut add = co.git();
-    add.args(["add", "--all", "--", "."]);
-    for p in excludable(co, state_paths)? {
-        add.arg(format!(":(top,exclude){p}"));
+    match start.and_then(|(commit, before)| suspects(co, commit, before, state_paths)) {
+        Some(paths) if paths.is_empty() => return Ok(None),
+        Some(paths) => {
+            if let Err(e) = stage_paths(co, &paths) {
+                tracing::debug!("staging the changed paths failed ({e}); staging everything");
+                stage_all(co, state_paths)?;
+            }
+        }
+        None => stage_all(co, state_paths)?,
     }
-    run(add, "stage the changes in", None)?;
     let mut changes = staged(co)?;
     // Anything the agent staged itself under ward's folders leaves the index again.
     let (theirs, ours): (Vec<Change>, Vec<Change>) =
@@ -600,6 +612,72 @@ pub fn commit_leftovers(
     update.args(["update-ref", "-m", "ward: the agent's leftovers", "HEAD", &made, &parent]);
     run(update, "move the branch of", None)?;
     Ok(Some(made))
+}
+
+/// `git add --all` of the whole checkout, ward's own folders left out.
+fn stage_all(co: &Checkout, state_paths: &[String]) -> Result<()> {
+    let mut add = co.git();
+    add.args(["add", "--all", "--", "."]);
+    for p in excludable(co, state_paths)? {
+        add.arg(format!(":(top,exclude){p}"));
+    }
+    run(add, "stage the changes in", None).map(drop)
+}
+
+/// The paths that may have changed since the snapshot `before` of the clean
+/// checkout at `commit`, ward's folders left out; `None` when only git can
+/// say (the index or HEAD moved, a repository inside the worktree, a name
+/// that is not UTF-8).
+fn suspects(co: &Checkout, commit: &str, before: &Snapshot, state_paths: &[String]) -> Option<Vec<String>> {
+    let now = Snapshot::take(&co.work_tree, &co.git_dir).ok()?;
+    let suspects = before.suspects(&now)?;
+    let repo = git2::Repository::open(&co.git_dir).ok()?;
+    let head = repo.head().and_then(|h| h.peel_to_commit()).ok()?;
+    if head.id().to_string() != commit {
+        return None;
+    }
+    // Beyond a few hundred, git's matching of each index entry against
+    // each path costs more than re-reading the files.
+    if suspects.len() > MOST_SUSPECTS {
+        return None;
+    }
+    let mut paths = Vec::new();
+    for path in suspects {
+        if names_git(&path) {
+            return None;
+        }
+        let path = path.to_str()?;
+        if !state_paths.iter().any(|s| under(path, s)) {
+            paths.push(path.to_string());
+        }
+    }
+    Some(paths)
+}
+
+/// The most paths [`commit_leftovers`] stages by name.
+const MOST_SUSPECTS: usize = 200;
+
+/// `git add --all` of exactly `paths` (literal, through the repository's
+/// filters), those git ignores left out as `git add --all .` leaves them.
+fn stage_paths(co: &Checkout, paths: &[String]) -> Result<()> {
+    let nul = |paths: &[String]| -> Vec<u8> { paths.iter().flat_map(|p| p.bytes().chain([0])).collect() };
+    let mut check = co.git();
+    check.env("GIT_LITERAL_PATHSPECS", "1").args(["check-ignore", "-z", "--stdin"]);
+    // Exit 1 means none is ignored.
+    let ignored: Vec<String> = match run_with_input(check, &nul(paths), "check-ignore") {
+        Ok(out) => {
+            out.split(|b| *b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into()).collect()
+        }
+        Err(WorktreeError::Cli { status, .. }) if status.contains("exit status: 1") => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let kept: Vec<String> = paths.iter().filter(|p| !ignored.contains(p)).cloned().collect();
+    if kept.is_empty() {
+        return Ok(());
+    }
+    let mut add = co.git();
+    add.env("GIT_LITERAL_PATHSPECS", "1").args(["add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul"]);
+    run_with_input(add, &nul(&kept), "stage the changes in").map(drop)
 }
 
 /// The state folders `git add` must be told to leave out: those that exist

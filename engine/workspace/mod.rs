@@ -24,6 +24,7 @@ mod errors;
 pub mod git;
 pub mod reaper;
 pub mod shared;
+pub mod snapshot;
 pub mod worktree;
 
 use std::path::{Path, PathBuf};
@@ -501,6 +502,10 @@ pub struct Workspace {
     data_report: DataReport,
     up_ms: u64,
     commit_ms: u64,
+    /// The patient's worktree as the run started: clean at its start
+    /// ([`snapshot`]); `None` in a job's checkout, with submodules, and
+    /// once the run's changes were discarded.
+    at_start: Option<Arc<snapshot::Snapshot>>,
 }
 
 /// The emulator's data of a run that uses checkpoints.
@@ -722,7 +727,7 @@ impl Workspace {
             source,
         })?;
         let r = req.clone();
-        let (branch, worktree, hold, submodules) = blocking(move || {
+        let (branch, worktree, hold, submodules, at_start) = blocking(move || {
             let git = GitRepo::open(&r.repo)?;
             if let Some(remote) = r.remote.as_ref().filter(|_| !r.restart) {
                 git::fetch_branch(
@@ -742,15 +747,15 @@ impl Workspace {
                 run: &r.run,
                 submodules,
             };
-            let (branch, wt, hold) = match r.mode {
+            let (branch, wt, hold, at_start) = match r.mode {
                 WorkspaceMode::Worktree => {
                     let layout = Layout::new(&r.home, &git)?;
-                    let (branch, wt, lock) = worktree::open_patient(&git, &layout, &preq)?;
-                    (branch, wt, Hold::Patient { layout, lock })
+                    let (branch, wt, lock, at_start) = worktree::open_patient(&git, &layout, &preq)?;
+                    (branch, wt, Hold::Patient { layout, lock }, at_start.map(Arc::new))
                 }
                 WorkspaceMode::Checkout => {
                     let (branch, wt, original) = worktree::switch_checkout(&git, &top, &preq, &r.state_paths)?;
-                    (branch, wt, Hold::Checkout(original))
+                    (branch, wt, Hold::Checkout(original), None)
                 }
             };
             // A repository that keeps files in LFS needs git-lfs to commit them.
@@ -761,7 +766,7 @@ impl Workspace {
                 }
                 return Err(WorktreeError::LfsMissing { path: top, file: None });
             }
-            Ok((branch, wt, hold, submodules))
+            Ok((branch, wt, hold, submodules, at_start))
         })
         .await?;
         let mut ws = Workspace {
@@ -785,6 +790,7 @@ impl Workspace {
             data_report: DataReport::default(),
             up_ms: 0,
             commit_ms: 0,
+            at_start,
         };
         // The patient's checkpoints: dropped on a restart, the latest on the
         // branch chosen (its emulator then starts without the seed).
@@ -1033,10 +1039,12 @@ impl Workspace {
         );
         let (repo, wt, who, state) =
             (self.repo.clone(), self.worktree.clone(), self.identity.clone(), self.state_paths.clone());
+        let at_start = self.at_start.clone();
         let made = blocking(move || {
             let git = GitRepo::open(&repo)?;
             worktree::verify_git_dir(&wt.path, &wt.metadata, git.git_dir())?;
-            git::commit_leftovers(&git::Checkout::new(&wt.metadata, &wt.path), &state, &who, &message)
+            let start = at_start.as_deref().map(|s| (wt.start.as_str(), s));
+            git::commit_leftovers(&git::Checkout::new(&wt.metadata, &wt.path), &state, &who, &message, start)
         })
         .await;
         self.commit_ms += started.elapsed().as_millis() as u64;
@@ -1068,8 +1076,11 @@ impl Workspace {
     /// staged them or left them (untracked files included, ignored ones and
     /// ward's own folders not). For stages that must not change code.
     pub async fn changed_paths(&self) -> Result<Vec<String>, WorkspaceError> {
-        let (wt, state) = (self.worktree.clone(), self.state_paths.clone());
-        blocking(move || worktree::changed_since(&git::Checkout::new(&wt.metadata, &wt.path), &wt.start, &state)).await
+        let (wt, state, at_start) = (self.worktree.clone(), self.state_paths.clone(), self.at_start.clone());
+        blocking(move || {
+            worktree::changed_since(&git::Checkout::new(&wt.metadata, &wt.path), &wt.start, &state, at_start.as_deref())
+        })
+        .await
     }
 
     /// How many lines this run changed against the commit it started at
@@ -1092,6 +1103,7 @@ impl Workspace {
         })
         .await?;
         self.commit = None;
+        self.at_start = None;
         Ok(())
     }
 

@@ -32,6 +32,10 @@ pub use super::errors::WorktreeError;
 use super::errors::{Result, git, io_err};
 pub use super::git::CommitIdentity;
 use super::git::{self, Checkout, local};
+use super::snapshot::{self, Snapshot};
+
+/// The largest index (about 5,000 files) whose worktree ward snapshots.
+const SNAPSHOT_MOST_INDEX_BYTES: u64 = 512 * 1024;
 
 /// Task branches are `ward/issue-<n>`.
 pub const BRANCH_PREFIX: &str = "ward/issue-";
@@ -563,7 +567,7 @@ pub fn open_patient(
     git: &GitRepo,
     layout: &Layout,
     req: &PatientRequest<'_>,
-) -> Result<(TaskBranch, Worktree, PatientLock)> {
+) -> Result<(TaskBranch, Worktree, PatientLock, Option<Snapshot>)> {
     let started = std::time::Instant::now();
     let lock = layout.lock(req.issue)?;
     let path = layout.worktree(req.issue);
@@ -574,14 +578,14 @@ pub fn open_patient(
             && let Some(metadata) = intact(git, layout, req.issue, record)
         {
             let co = Checkout::new(&metadata, &path);
-            let (branch, start) = refresh(git, &co, req)?;
+            let (branch, start, snapshot) = refresh(git, &co, req)?;
             if req.submodules {
                 fresh_submodules(git, &co)?;
             }
             let used = Record { used_at: now, run: req.run.into(), stage: req.stage.into(), ..record.clone() };
             layout.write_record(&used)?;
             let wt = worktree(&path, &metadata, &branch.name, start, started, false);
-            return Ok((branch, wt, lock));
+            return Ok((branch, wt, lock, snapshot));
         }
         // Half-made by a run that was killed, or no longer intact: clear it.
         remove_patient_locked(git, layout, req.issue, Some(record))?;
@@ -620,13 +624,29 @@ pub fn open_patient(
         .filter(|m| m.parent().is_some_and(|p| same(p, &git.root.join("worktrees"))))
         .ok_or_else(|| WorktreeError::Tampered { path: path.clone(), points_to: path.join(".git") })?;
     record.metadata = Some(metadata.clone());
+    let co = Checkout::new(&metadata, &path);
     if req.submodules {
-        submodules(git, &Checkout::new(&metadata, &path))?;
+        submodules(git, &co)?;
     }
     record.state = RecordState::Ready;
     layout.write_record(&record)?;
+    let snapshot = start_snapshot(&co, req);
     let wt = worktree(&path, &metadata, &branch.name, branch.head.clone(), started, true);
-    Ok((branch, wt, lock))
+    Ok((branch, wt, lock, snapshot))
+}
+
+/// The snapshot a run starts from (see [`super::snapshot`]); none with
+/// submodules (their folders are git's to judge), in a large worktree (its
+/// walks cost more than the git processes they save: BENCHMARKS.md), or
+/// when the walk fails.
+fn start_snapshot(co: &Checkout, req: &PatientRequest<'_>) -> Option<Snapshot> {
+    let index = std::fs::metadata(co.git_dir.join("index")).map(|m| m.len()).unwrap_or(u64::MAX);
+    if req.submodules || index > SNAPSHOT_MOST_INDEX_BYTES {
+        return None;
+    }
+    Snapshot::take(&co.work_tree, &co.git_dir)
+        .inspect_err(|e| tracing::debug!("no snapshot of {}: {e}", co.work_tree.display()))
+        .ok()
 }
 
 /// The task branch, when no checkout holds it.
@@ -675,10 +695,28 @@ fn intact(git: &GitRepo, layout: &Layout, issue: u64, record: &Record) -> Option
 
 /// Back to exactly the committed state of the branch head (or of the base
 /// on `restart`): reset, then clean out everything else, ignored files too.
-fn refresh(git: &GitRepo, co: &Checkout, req: &PatientRequest<'_>) -> Result<(TaskBranch, String)> {
+/// Both are skipped when the worktree is already exactly the branch head
+/// (the previous stage left it so), which its snapshot proves without git.
+fn refresh(git: &GitRepo, co: &Checkout, req: &PatientRequest<'_>) -> Result<(TaskBranch, String, Option<Snapshot>)> {
     // The patient's lock is ours: an index lock can only be a killed run's.
     let _ = std::fs::remove_file(co.git_dir.join("index.lock"));
     let base = git.base_id(req.base)?;
+    let name = branch_name(req.issue);
+    let task = |head: &str| TaskBranch {
+        name: name.clone(),
+        head: head.to_string(),
+        base: base.clone(),
+        created: false,
+        reset: req.restart,
+        from_remote: false,
+    };
+    if !req.restart
+        && let Some(head) = git.branch_head(&name)?
+        && let Some(snapshot) = start_snapshot(co, req)
+        && snapshot::is_clean_at(&co.work_tree, &co.git_dir, &head, &snapshot)
+    {
+        return Ok((task(&head), head, Some(snapshot)));
+    }
     let target = if req.restart { base.clone() } else { "HEAD".to_string() };
     let mut reset = co.git();
     reset.args(["reset", "--quiet", "--hard", &target]);
@@ -686,10 +724,8 @@ fn refresh(git: &GitRepo, co: &Checkout, req: &PatientRequest<'_>) -> Result<(Ta
     let mut clean = co.git();
     clean.args(["clean", "-ffdxq"]);
     git::run(clean, "clean", None)?;
-    let name = branch_name(req.issue);
     let head = git.branch_head(&name)?.unwrap_or_default();
-    let branch = TaskBranch { name, head: head.clone(), base, created: false, reset: req.restart, from_remote: false };
-    Ok((branch, head))
+    Ok((task(&head), head, start_snapshot(co, req)))
 }
 
 /// The submodule paths `.gitmodules` names, each a plain relative path
@@ -976,8 +1012,20 @@ pub fn restore_checkout(
 }
 
 /// Files changed in the checkout since `start` (committed, staged, left,
-/// untracked), ward's own folders and ignored files left out.
-pub fn changed_since(co: &Checkout, start: &str, state_paths: &[String]) -> Result<Vec<String>> {
+/// untracked), ward's own folders and ignored files left out. With the
+/// snapshot of the clean checkout at `start`, a run that provably touched
+/// nothing outside ward's folders is answered without git.
+pub fn changed_since(
+    co: &Checkout,
+    start: &str,
+    state_paths: &[String],
+    at_start: Option<&Snapshot>,
+) -> Result<Vec<String>> {
+    if let Some(before) = at_start
+        && untouched(co, before, state_paths)
+    {
+        return Ok(Vec::new());
+    }
     let excludes: Vec<String> = state_paths.iter().map(|p| format!(":(top,exclude){}", p.trim_matches('/'))).collect();
     let mut diff = co.git();
     diff.args(["diff", "--name-only", "-z", "--no-renames", start, "--", "."]).args(&excludes);
@@ -989,6 +1037,14 @@ pub fn changed_since(co: &Checkout, start: &str, state_paths: &[String]) -> Resu
         paths.extend(out.split(|b| *b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()));
     }
     Ok(paths.into_iter().collect())
+}
+
+/// Whether nothing outside ward's folders changed since `before`, the
+/// index and HEAD included (see [`super::snapshot`]).
+fn untouched(co: &Checkout, before: &Snapshot, state_paths: &[String]) -> bool {
+    let Ok(now) = Snapshot::take(&co.work_tree, &co.git_dir) else { return false };
+    let Some(suspects) = before.suspects(&now) else { return false };
+    suspects.iter().all(|p| p.to_str().is_some_and(|p| state_paths.iter().any(|s| git::under(p, s))))
 }
 
 /// How many lines the checkout changed since `start` (added plus removed,
