@@ -411,14 +411,28 @@ impl State {
         let start = ((page - 1) * per_page).min(total);
         let end = (start + per_page).min(total);
         let mut a = answer(200, Value::Array(slice(start, end)));
+        // As GitHub: `next` and `last` while pages follow, `prev` and
+        // `first` after the first page.
+        let last = total.div_ceil(per_page).max(1);
+        let url = |n: usize| {
+            let mut other = q.clone();
+            other.insert("page".into(), n.to_string());
+            let qs: Vec<String> = other.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
+            format!("{}{}?{}", self.base_url, self.current_path, qs.join("&"))
+        };
+        let mut links = Vec::new();
+        if page > 1 {
+            links.push(format!("<{}>; rel=\"prev\"", url((page - 1).min(last))));
+        }
         if start + per_page < total {
-            let mut next = q.clone();
-            next.insert("page".into(), (page + 1).to_string());
-            let qs: Vec<String> = next.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
-            a.headers.push((
-                "link".into(),
-                format!("<{}{}?{}>; rel=\"next\"", self.base_url, self.current_path, qs.join("&")),
-            ));
+            links.push(format!("<{}>; rel=\"next\"", url(page + 1)));
+            links.push(format!("<{}>; rel=\"last\"", url(last)));
+        }
+        if page > 1 {
+            links.push(format!("<{}>; rel=\"first\"", url(1)));
+        }
+        if !links.is_empty() {
+            a.headers.push(("link".into(), links.join(", ")));
         }
         a
     }
