@@ -18,7 +18,8 @@
 //! - The fake GitHub over HTTP on loopback, every request counted by the
 //!   fake: with GraphQL (the search finds the quiet patients, the due are
 //!   read 50 to a query) against its peer, the same sweep over REST alone
-//!   (every stage label listed, three reads per due patient).
+//!   (every stage label listed, three reads per due patient; the pages
+//!   after a listing's first and the due patients' reads four at a time).
 
 #[path = "../tests/support/departments.rs"]
 #[allow(dead_code)]
@@ -161,9 +162,7 @@ async fn on_fake_github(graphql: bool) -> Figures {
     );
     println!("  cold sweep: {} found, {} due, {} revived", cold.listed, cold.due, cold.actions.len());
     figures.print("fake GitHub", "requests");
-    if graphql {
-        println!("  requests by route (all sweeps): {:#?}", gh.state().counts());
-    }
+    println!("  requests by route (all sweeps): {:#?}", gh.state().counts());
     assert!(
         percentile(&figures.steady_calls, 0.95) <= figures.cold_calls,
         "the next sweep costs no more than the first"

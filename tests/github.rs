@@ -108,6 +108,88 @@ async fn lists_follow_every_page() {
     assert_eq!(gh.state().count("GET /repos/{owner}/{repo}/issues"), 2 + 3, "two pages, then three");
 }
 
+/// 1,050 open issues at `ward:treat`: eleven pages of 100, over a network
+/// that answers 20 ms late.
+async fn a_long_listing() -> FakeGitHub {
+    let gh = FakeGitHub::start().await;
+    let mut s = gh.state();
+    for i in 0..1050 {
+        s.add_issue(&format!("issue {i}"), "", "alice", &["ward:treat"]);
+    }
+    s.latency = Duration::from_millis(20);
+    drop(s);
+    gh
+}
+
+/// The `page` each listing request asked for (1 when none), in the order sent.
+fn listing_pages(gh: &FakeGitHub) -> Vec<usize> {
+    let s = gh.state();
+    let page = |path: &str| {
+        let query = path.split_once('?').map_or("", |(_, q)| q);
+        query.split('&').find_map(|p| p.strip_prefix("page=")).map_or(1, |n| n.parse().unwrap())
+    };
+    s.log.iter().filter(|e| e.key() == "GET /repos/{owner}/{repo}/issues").map(|e| page(&e.path)).collect()
+}
+
+/// A listing whose first page names its last (`Link: rel="last"`, as
+/// GitHub's) reads the pages after it side by side, never more than four
+/// requests in flight (GitHub's secondary rate limits): every issue once,
+/// in order, one request per page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_of_a_long_listing_are_read_four_at_a_time_in_order() {
+    let gh = a_long_listing().await;
+    let forge = gh.forge();
+    let listed = forge.open_issues_listed("ward:treat").await.unwrap();
+    let numbers: Vec<u64> = listed.iter().map(|l| l.issue.number.0).collect();
+    let every: Vec<u64> = gh.state().issues.keys().copied().collect();
+    assert_eq!(numbers, every, "every issue once, in the order of the pages");
+    let mut pages = listing_pages(&gh);
+    assert_eq!(pages[0], 1, "the first page first: it says how many there are");
+    pages.sort_unstable();
+    assert_eq!(pages, (1..=11).collect::<Vec<_>>(), "one request per page");
+    assert_eq!(gh.state().peak_in_flight, 4, "the ten pages after the first, four at a time");
+}
+
+/// Each page read side by side is retried on its own, as one read after
+/// another was: a 502, a secondary rate limit and a 429 (waiting what
+/// GitHub asks), and connection resets; the listing is still whole and in
+/// order. A page still failing after its retries fails the listing with
+/// a sentence that names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_read_side_by_side_survive_faults_as_one_by_one() {
+    let gh = a_long_listing().await;
+    let every: Vec<u64> = gh.state().issues.keys().copied().collect();
+    let route = "GET /repos/{owner}/{repo}/issues";
+    gh.state().inject(Fault::new(route, 2, 1, FaultKind::Status(502)));
+    gh.state().inject(Fault::new(route, 4, 1, FaultKind::RetryAfter403(7)));
+    gh.state().inject(Fault::new(route, 6, 1, FaultKind::TooMany(3)));
+    let forge = gh.forge();
+    let listed = forge.open_issues_listed("ward:treat").await.unwrap();
+    assert_eq!(listed.iter().map(|l| l.issue.number.0).collect::<Vec<_>>(), every);
+    assert_eq!(gh.state().count(route), 11 + 3, "each faulted page asked again");
+    let mut waits: Vec<u64> = gh.waits.lock().unwrap().iter().map(|d| d.as_secs()).collect();
+    waits.sort_unstable();
+    assert_eq!(waits, vec![1, 3, 7], "a backoff, then what GitHub asked");
+
+    // Seeded schedules: resets (before and after the request took
+    // effect), 5xx, rate limits, slow answers, on any request.
+    for seed in 1..=12 {
+        gh.state().schedule = Some(Schedule::new(seed));
+        let listed = forge.open_issues_listed("ward:treat").await;
+        let fired = gh.state().schedule.take().map(|s| s.fired.len()).unwrap_or(0);
+        let listed = listed.unwrap_or_else(|e| panic!("seed {seed} ({fired} faults): {e}"));
+        assert_eq!(listed.iter().map(|l| l.issue.number.0).collect::<Vec<_>>(), every, "seed {seed}");
+    }
+
+    gh.state().inject(Fault::new(route, 0, 1000, FaultKind::Status(503)));
+    let err = forge.open_issues_listed("ward:treat").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "could not list open issues labeled `ward:treat` in octo/hospital: GitHub answered 503: injected fault \
+         (still failing after 5 attempts)"
+    );
+}
+
 #[tokio::test]
 async fn missing_labels_are_created_once_with_colours_and_descriptions() {
     let gh = FakeGitHub::start().await;

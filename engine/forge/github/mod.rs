@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine as _;
+use futures_util::StreamExt as _;
 use http::Method;
 use octocrab::Octocrab;
 use serde_json::{Value, json};
@@ -154,6 +155,8 @@ pub struct GitHubForge {
     /// repository's, the patient's comment): what a move's one mutation
     /// needs (see `graphql::NodeIds`).
     ids: std::sync::Mutex<graphql::NodeIds>,
+    /// One slot per request in flight (see `transport::CONCURRENT_REQUESTS`).
+    in_flight: tokio::sync::Semaphore,
 }
 
 /// `WARD_GITHUB_GRAPHQL=false` (or `0`, `off`, `no`) turns the GraphQL
@@ -202,7 +205,14 @@ impl GitHubForge {
 
     pub fn new(settings: GitHubSettings, token: &str) -> ForgeResult<Self> {
         let client = build_client(&settings.api_url, token)?;
-        Ok(Self { client, settings, retry: RetryPolicy::default(), graphql: true, ids: Default::default() })
+        Ok(Self {
+            client,
+            settings,
+            retry: RetryPolicy::default(),
+            graphql: true,
+            ids: Default::default(),
+            in_flight: tokio::sync::Semaphore::new(transport::CONCURRENT_REQUESTS),
+        })
     }
 
     /// Reads over GraphQL where one query does the work of several (on by
@@ -369,11 +379,13 @@ impl Forge for GitHubForge {
         if self.graphql {
             return self.looks_read(numbers).await;
         }
-        let mut out = Vec::with_capacity(numbers.len());
-        for n in numbers {
-            out.push(self.look(*n).await);
-        }
-        out
+        // Over REST, three reads each: several patients read side by side
+        // (within the forge's bound on requests in flight), answers in order.
+        futures_util::stream::iter(numbers.iter().copied())
+            .map(|n| self.look(n))
+            .buffered(transport::CONCURRENT_REQUESTS)
+            .collect()
+            .await
     }
 
     /// Over GraphQL only: REST's search (`GET /search/issues`) has a budget
@@ -400,9 +412,13 @@ impl Forge for GitHubForge {
     async fn open_issues_listed(&self, label: &str) -> ForgeResult<Vec<Listed>> {
         let action = format!("list open issues labeled `{label}` in {}", self.settings.repo);
         let rest = format!("/issues?state=open&labels={}&per_page=100", percent(label));
-        let items = self.get_all(self.call(Method::GET, &rest, action.clone(), Access::IssuesRead), array).await?;
-        let wires: Vec<Value> = items.into_iter().filter(|i| i.get("pull_request").is_none()).collect();
-        convert::<WireListed, Listed>(wires, &action)
+        let call = self.call(Method::GET, &rest, action.clone(), Access::IssuesRead);
+        let wires: Vec<WireListed> = self.get_all_as(call).await?;
+        wires
+            .into_iter()
+            .filter(|w| w.pull_request.is_none())
+            .map(|w| Listed::try_from(w).map_err(|e| bad_shape(&action, e)))
+            .collect()
     }
 
     async fn all_issues(&self) -> ForgeResult<Vec<Issue>> {
@@ -867,7 +883,7 @@ fn event_sender() -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::transport::next_link;
+    use super::transport::link;
     use super::*;
     use crate::forge::CiState;
 
@@ -888,9 +904,10 @@ mod tests {
                 .parse()
                 .unwrap(),
         );
-        assert_eq!(next_link(&h).as_deref(), Some("https://api.github.com/x?page=2"));
+        assert_eq!(link(&h, "next").as_deref(), Some("https://api.github.com/x?page=2"));
+        assert_eq!(link(&h, "last").as_deref(), Some("https://api.github.com/x?page=5"));
         h.insert(http::header::LINK, "<https://api.github.com/x?page=1>; rel=\"prev\"".parse().unwrap());
-        assert_eq!(next_link(&h), None);
+        assert_eq!(link(&h, "next"), None);
     }
 
     #[test]
@@ -945,6 +962,54 @@ mod tests {
             ghes.same_host_path("https://ghe.example/api/v3/repos/o/r?page=2", "a").unwrap(),
             "/repos/o/r?page=2"
         );
+    }
+
+    #[tokio::test]
+    async fn the_pages_between_next_and_last_are_asked_for_by_number() {
+        let forge = GitHubForge::new(
+            GitHubSettings {
+                api_url: "https://api.github.com".into(),
+                repo: "o/r".parse().unwrap(),
+                charts_branch: "ward-charts".into(),
+                engine_account: "bot".into(),
+            },
+            "t",
+        )
+        .unwrap();
+        let first = Call {
+            method: Method::GET,
+            path: "/repos/o/r/issues?per_page=100".into(),
+            body: None,
+            action: "list".into(),
+            access: Access::IssuesRead,
+        };
+        let base = "https://api.github.com/repos/o/r/issues";
+        let pages = |next: &str, last: &str| {
+            let calls = forge.numbered_pages(&first, Some(next), Some(last));
+            calls.map(|calls| calls.map(|calls| calls.into_iter().map(|c| c.path).collect::<Vec<_>>()))
+        };
+        assert_eq!(
+            pages(&format!("{base}?labels=x&page=2&per_page=100"), &format!("{base}?labels=x&page=4&per_page=100"))
+                .unwrap(),
+            Some(vec![
+                "/repos/o/r/issues?labels=x&page=2&per_page=100".to_string(),
+                "/repos/o/r/issues?labels=x&page=3&per_page=100".to_string(),
+                "/repos/o/r/issues?labels=x&page=4&per_page=100".to_string(),
+            ])
+        );
+        let one_more = pages(&format!("{base}?per_page=100&page=2"), &format!("{base}?per_page=100&page=2"));
+        assert_eq!(one_more.unwrap().unwrap().len(), 1);
+        // A cursor, or links that differ beyond the page: one by one.
+        assert_eq!(pages(&format!("{base}?after=Y3Vy"), &format!("{base}?before=Y3Vy")).unwrap(), None);
+        assert_eq!(pages(&format!("{base}?page=2&labels=x"), &format!("{base}?page=9&labels=y")).unwrap(), None);
+        assert!(forge.numbered_pages(&first, Some(&format!("{base}?page=2")), None).unwrap().is_none());
+        // More pages than one by one would follow (50): refused up front.
+        let err = pages(&format!("{base}?page=2"), &format!("{base}?page=51")).unwrap_err();
+        assert!(err.to_string().contains("more than 50 pages; narrow the query"), "{err}");
+        assert_eq!(pages(&format!("{base}?page=2"), &format!("{base}?page=50")).unwrap().unwrap().len(), 49);
+        // The token stays home: a last page elsewhere is refused.
+        let elsewhere = pages(&format!("{base}?page=2"), "https://evil.example/repos/o/r/issues?page=9");
+        assert!(elsewhere.is_err(), "{elsewhere:?}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use futures_util::{StreamExt as _, TryStreamExt as _};
 use http::{HeaderMap, Method, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
@@ -11,6 +12,15 @@ use serde_json::Value;
 use super::{Access, GitHubForge, MAX_PAGES};
 use crate::forge::retry::{Attempt, Decision};
 use crate::forge::{ForgeError, ForgeResult};
+
+/// The most requests one forge has in flight at once. GitHub's secondary
+/// rate limits punish bursts of concurrent requests ("make requests
+/// serially", its best practices say; a 403 or 429 with `Retry-After`
+/// follows): a few at a time hides a listing's round trips without looking
+/// like a burst. Every request waits for one of these slots
+/// ([`GitHubForge::send`]), so readers that run side by side (a listing's
+/// pages, the due patients' reads) share this bound rather than multiply it.
+pub(super) const CONCURRENT_REQUESTS: usize = 4;
 
 /// One request, described for the retry helper and for error messages.
 pub(super) struct Call {
@@ -126,6 +136,8 @@ impl GitHubForge {
             .header("x-github-api-version", "2022-11-28");
         let request =
             self.client.build_request(builder, call.body.as_ref()).map_err(|e| ForgeError::io(&call.action, e))?;
+        // Held for the exchange only, not for a retry's wait.
+        let _slot = self.in_flight.acquire().await.map_err(|e| ForgeError::io(&call.action, e))?;
         let response = self
             .client
             .execute(request)
@@ -166,26 +178,112 @@ impl GitHubForge {
         }
     }
 
-    /// Every page of a list endpoint, following `Link: rel="next"` (only to
-    /// the same API host: the token never goes anywhere else).
+    /// Every page of a list endpoint, in order, following `Link:
+    /// rel="next"` (only to the same API host: the token never goes
+    /// anywhere else). When the first page names the last one (`rel="last"`,
+    /// numbered pages, as GitHub's REST listings give), the pages between
+    /// are read [`CONCURRENT_REQUESTS`] at a time instead of one after
+    /// another; each page is still one request with its own retries, and
+    /// the last page's own `next` (the list grew meanwhile) is followed on.
     pub(super) async fn get_all(&self, first: Call, items: fn(Value) -> Option<Vec<Value>>) -> ForgeResult<Vec<Value>> {
-        let mut out = Vec::new();
-        let mut call = first;
-        for _ in 0..MAX_PAGES {
-            let reply = self.send_ok(&call).await?;
-            let page: Value = reply.json(&call.action)?;
-            let page = items(page).ok_or_else(|| ForgeError::Api {
-                action: call.action.clone(),
+        self.get_pages(first, move |reply: &Reply, action: &str| {
+            let page: Value = reply.json(action)?;
+            items(page).ok_or_else(|| ForgeError::Api {
+                action: action.into(),
                 status: reply.status.as_u16(),
                 message: "the answer is not the list the API documents".into(),
-            })?;
-            out.extend(page);
-            match next_link(&reply.headers) {
-                None => return Ok(out),
-                Some(url) => call.path = self.same_host_path(&url, &call.action)?,
-            }
+            })
+        })
+        .await
+    }
+
+    /// [`Self::get_all`] of a listing whose pages are arrays of `W`, read
+    /// straight into `W` (the fields ward reads): a page of 100 issues is
+    /// some 700 KB of JSON, most of it fields nobody reads.
+    pub(super) async fn get_all_as<W: for<'de> Deserialize<'de> + Send>(&self, first: Call) -> ForgeResult<Vec<W>> {
+        self.get_pages(first, |reply: &Reply, action: &str| reply.json::<Vec<W>>(action)).await
+    }
+
+    /// The pages of [`Self::get_all`], each turned into items by `parse`.
+    async fn get_pages<T: Send>(
+        &self,
+        first: Call,
+        parse: impl Fn(&Reply, &str) -> ForgeResult<Vec<T>> + Sync,
+    ) -> ForgeResult<Vec<T>> {
+        let parse = &parse;
+        let page = self.get_page(&first, parse).await?;
+        let mut out = page.items;
+        let mut next = page.next;
+        let mut pages = 1;
+        if let Some(numbered) = self.numbered_pages(&first, next.as_deref(), page.last.as_deref())? {
+            pages += numbered.len();
+            let read = futures_util::stream::iter(numbered)
+                .map(|call| async move { self.get_page(&call, parse).await })
+                .buffered(CONCURRENT_REQUESTS);
+            let read: Vec<Page<T>> = read.try_collect().await?;
+            next = read.last().and_then(|p| p.next.clone());
+            out.extend(read.into_iter().flat_map(|p| p.items));
         }
-        Err(ForgeError::io(&call.action, format!("more than {MAX_PAGES} pages; narrow the query")))
+        let mut call = first;
+        while let Some(url) = next {
+            if pages >= MAX_PAGES {
+                return Err(too_many_pages(&call.action));
+            }
+            call.path = self.same_host_path(&url, &call.action)?;
+            let page = self.get_page(&call, parse).await?;
+            out.extend(page.items);
+            next = page.next;
+            pages += 1;
+        }
+        Ok(out)
+    }
+
+    /// One page of a list endpoint: its items and where the `Link` header
+    /// says the next and the last pages are.
+    async fn get_page<T>(
+        &self,
+        call: &Call,
+        parse: &impl Fn(&Reply, &str) -> ForgeResult<Vec<T>>,
+    ) -> ForgeResult<Page<T>> {
+        let reply = self.send_ok(call).await?;
+        let items = parse(&reply, &call.action)?;
+        Ok(Page { items, next: link(&reply.headers, "next"), last: link(&reply.headers, "last") })
+    }
+
+    /// The requests for pages `n..=m` when the first page's `next` and
+    /// `last` links are one URL (on our API host) but for `page=n` and
+    /// `page=m`; `None` when they are not (a cursor, no `last`): then the
+    /// pages are followed one by one.
+    pub(super) fn numbered_pages(
+        &self,
+        first: &Call,
+        next: Option<&str>,
+        last: Option<&str>,
+    ) -> ForgeResult<Option<Vec<Call>>> {
+        let (Some(next), Some(last)) = (next, last) else { return Ok(None) };
+        let next = self.same_host_path(next, &first.action)?;
+        let last = self.same_host_path(last, &first.action)?;
+        let (Some((from, before, after)), Some((to, last_before, last_after))) = (page_param(&next), page_param(&last))
+        else {
+            return Ok(None);
+        };
+        if (before, after) != (last_before, last_after) || from > to {
+            return Ok(None);
+        }
+        // The first page and these: no more than one by one would follow.
+        if to - from + 1 >= MAX_PAGES {
+            return Err(too_many_pages(&first.action));
+        }
+        let calls = (from..=to)
+            .map(|n| Call {
+                method: first.method.clone(),
+                path: format!("{before}{n}{after}"),
+                body: first.body.clone(),
+                action: first.action.clone(),
+                access: first.access,
+            })
+            .collect();
+        Ok(Some(calls))
     }
 
     /// The path and query of `url` below our API base, refusing other hosts.
@@ -229,16 +327,46 @@ fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// The `rel="next"` URL of a `Link` header.
-pub(super) fn next_link(headers: &HeaderMap) -> Option<String> {
+/// One page of a listing, as [`GitHubForge::get_all`] reads it.
+struct Page<T> {
+    items: Vec<T>,
+    /// The `rel="next"` and `rel="last"` URLs of its `Link` header.
+    next: Option<String>,
+    last: Option<String>,
+}
+
+fn too_many_pages(action: &str) -> ForgeError {
+    ForgeError::io(action, format!("more than {MAX_PAGES} pages; narrow the query"))
+}
+
+/// The URL of a `Link` header whose relation is `rel` (`next`, `last`).
+pub(super) fn link(headers: &HeaderMap, rel: &str) -> Option<String> {
     let link = headers.get(http::header::LINK)?.to_str().ok()?;
+    let wanted = format!("rel=\"{rel}\"");
     link.split(',').find_map(|part| {
         let (url, params) = part.split_once(';')?;
         params
             .split(';')
-            .any(|p| p.trim() == "rel=\"next\"")
+            .any(|p| p.trim() == wanted)
             .then(|| url.trim().trim_start_matches('<').trim_end_matches('>').to_string())
     })
+}
+
+/// A path's `page=<n>` query parameter: `n`, and the path before and after
+/// the number (to ask for another page of the same listing).
+fn page_param(path: &str) -> Option<(usize, &str, &str)> {
+    let (_, query) = path.split_once('?')?;
+    let query_start = path.len() - query.len();
+    let mut offset = query_start;
+    for pair in query.split('&') {
+        if let Some(value) = pair.strip_prefix("page=") {
+            let start = offset + "page=".len();
+            let end = start + value.len();
+            return Some((value.parse().ok()?, &path[..start], &path[end..]));
+        }
+        offset += pair.len() + 1;
+    }
+    None
 }
 
 /// Percent-encodes a path segment or query value.

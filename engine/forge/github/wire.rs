@@ -59,19 +59,31 @@ impl TryFrom<WireIssue> for Issue {
     }
 }
 
-/// An issue in a listing, with when it last changed.
+/// An issue in a listing, with when it last changed, read straight from
+/// the page (no `#[serde(flatten)]` of [`WireIssue`], which would keep
+/// every field of GitHub's 7 KB issue on the way). `pull_request` marks a
+/// pull request: the issues listing holds both.
 #[derive(Deserialize)]
 pub(super) struct WireListed {
-    #[serde(flatten)]
-    pub(super) issue: WireIssue,
+    pub(super) number: u64,
+    pub(super) title: String,
+    pub(super) body: Option<String>,
+    pub(super) user: Option<WireUser>,
+    pub(super) state: String,
+    #[serde(default)]
+    pub(super) labels: Vec<WireLabelRef>,
     #[serde(default)]
     pub(super) updated_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub(super) pull_request: Option<serde::de::IgnoredAny>,
 }
 
 impl TryFrom<WireListed> for Listed {
     type Error = String;
     fn try_from(w: WireListed) -> Result<Self, String> {
-        Ok(Listed { issue: Issue::try_from(w.issue)?, updated_at: w.updated_at })
+        let WireListed { number, title, body, user, state, labels, updated_at, pull_request: _ } = w;
+        let issue = Issue::try_from(WireIssue { number, title, body, user, state, labels })?;
+        Ok(Listed { issue, updated_at })
     }
 }
 

@@ -411,14 +411,28 @@ impl State {
         let start = ((page - 1) * per_page).min(total);
         let end = (start + per_page).min(total);
         let mut a = answer(200, Value::Array(slice(start, end)));
+        // As GitHub: `next` and `last` while pages follow, `prev` and
+        // `first` after the first page.
+        let last = total.div_ceil(per_page).max(1);
+        let url = |n: usize| {
+            let mut other = q.clone();
+            other.insert("page".into(), n.to_string());
+            let qs: Vec<String> = other.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
+            format!("{}{}?{}", self.base_url, self.current_path, qs.join("&"))
+        };
+        let mut links = Vec::new();
+        if page > 1 {
+            links.push(format!("<{}>; rel=\"prev\"", url((page - 1).min(last))));
+        }
         if start + per_page < total {
-            let mut next = q.clone();
-            next.insert("page".into(), (page + 1).to_string());
-            let qs: Vec<String> = next.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
-            a.headers.push((
-                "link".into(),
-                format!("<{}{}?{}>; rel=\"next\"", self.base_url, self.current_path, qs.join("&")),
-            ));
+            links.push(format!("<{}>; rel=\"next\"", url(page + 1)));
+            links.push(format!("<{}>; rel=\"last\"", url(last)));
+        }
+        if page > 1 {
+            links.push(format!("<{}>; rel=\"first\"", url(1)));
+        }
+        if !links.is_empty() {
+            a.headers.push(("link".into(), links.join(", ")));
         }
         a
     }
@@ -445,7 +459,10 @@ impl State {
     // -- issues -------------------------------------------------------------
 
     pub(super) fn user_json(&self, login: &str) -> Value {
-        let mut u = template("issue")["user"].clone();
+        // The example's user alone (cloning the whole example issue for it
+        // was most of what a listing of thousands of issues cost the fake).
+        static USER: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+        let mut u = USER.get_or_init(|| template("issue")["user"].clone()).clone();
         u["login"] = json!(login);
         u["type"] = json!(if login.ends_with("[bot]") { "Bot" } else { "User" });
         u
@@ -505,7 +522,7 @@ impl State {
                 "closed" => !i.open,
                 _ => true,
             })
-            .filter(|i| wanted.iter().all(|w| w.is_empty() || i.labels.iter().any(|l| l.to_lowercase() == *w)))
+            .filter(|i| wanted.iter().all(|w| w.is_empty() || i.labels.iter().any(|l| same_label(l, w))))
             // `since`: only issues updated at or after it (here: closed or created).
             .filter(|i| match q.get("since") {
                 Some(since) => i.closed_at.as_ref().unwrap_or(&i.created_at).as_str() >= since.as_str(),
@@ -1387,6 +1404,12 @@ fn encode(s: &str) -> String {
         }
     }
     out
+}
+
+/// Whether label `name` is `lowercased` (a name already lowercased), as
+/// GitHub matches label names: case aside. Without a copy for ASCII names.
+fn same_label(name: &str, lowercased: &str) -> bool {
+    if name.is_ascii() { name.eq_ignore_ascii_case(lowercased) } else { name.to_lowercase() == lowercased }
 }
 
 /// A real example body from GitHub's API description (parsed once per process).

@@ -92,6 +92,9 @@
 //! - **Search** (GraphQL `search(type: ISSUE, ...)`, search.rs): the
 //!   qualifiers ward sends, at most 1,000 results with `issueCount`, and
 //!   an index that can lag behind writes (`search_lag`).
+//! - **Pagination** as GitHub's: `Link` with `next` and `last` (and `prev`,
+//!   `first`); every answer can come late (`latency`), and the most API
+//!   requests answered at once is kept (`peak_in_flight`).
 //! - **Contents over 1 MB** come without their content (`content: ""`,
 //!   `encoding: "none"`), as on GitHub; `GET /git/blobs/{sha}` gives them.
 
@@ -259,6 +262,11 @@ async fn serve(
     if parts.uri.path().starts_with(&format!("/{OWNER}/{REPO}.git/")) {
         return Ok(serve_git(state, &parts, &body).await);
     }
+    let _answering = Answering::start(&state);
+    let latency = state.lock().unwrap_or_else(|p| p.into_inner()).latency;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
     // A seeded schedule (schedule.rs) may slow the answer or reset the connection.
     let plan = schedule::plan(&mut state.lock().unwrap_or_else(|p| p.into_inner()), &parts.method, parts.uri.path());
     match plan {
@@ -298,6 +306,24 @@ async fn serve(
         None => Bytes::new(),
     };
     Ok(response.body(Full::new(bytes)).expect("a valid response"))
+}
+
+/// Counts an API request in flight ([`State::in_flight`]) while it lives.
+struct Answering(Arc<Mutex<State>>);
+
+impl Answering {
+    fn start(state: &Arc<Mutex<State>>) -> Self {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        s.in_flight += 1;
+        s.peak_in_flight = s.peak_in_flight.max(s.in_flight);
+        Self(state.clone())
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).in_flight -= 1;
+    }
 }
 
 /// Git's smart HTTP protocol at `{url}/{owner}/{repo}.git`, through `git

@@ -390,6 +390,11 @@ pub struct State {
     pub schedule: Option<super::schedule::Schedule>,
     /// How far the search index lags behind writes (search.rs); zero: none.
     pub search_lag: chrono::Duration,
+    /// Every API answer comes this late (a real delay, as over a network).
+    pub latency: std::time::Duration,
+    /// API requests being answered now, and the most there ever were at once.
+    pub in_flight: usize,
+    pub peak_in_flight: usize,
     pub(super) next_id: u64,
     /// The path of the request being answered (for `Link` headers).
     pub(super) current_path: String,
@@ -448,6 +453,9 @@ impl State {
             faults: Vec::new(),
             schedule: None,
             search_lag: chrono::Duration::zero(),
+            latency: std::time::Duration::ZERO,
+            in_flight: 0,
+            peak_in_flight: 0,
             next_id: 1000,
             current_path: String::new(),
             actor: ENGINE.into(),
