@@ -498,6 +498,12 @@ impl Config {
         self.stages().find(|s| s.config.mode == Some(Mode::Diagnose))
     }
 
+    /// The stage that changes the code, where failed audits and failed
+    /// integrations go back to (validation requires one).
+    pub fn treating_stage(&self) -> Option<Stage<'_>> {
+        self.stages().find(|s| s.config.mode == Some(Mode::Treat))
+    }
+
     /// The stage where the merge queue sends a patient whose branch
     /// conflicts with the base (the treating stage when there is none).
     pub fn resolving_stage(&self) -> Option<Stage<'_>> {

@@ -695,7 +695,7 @@ pub(super) fn validate_modes(config: &super::Config) -> Vec<(String, String)> {
             p.push((path, format!("the auditing stage needs an `{AUDIT_FAILED}` outcome: where a failed audit goes")));
         }
     }
-    if !config.stages().any(|s| s.mode() == Mode::Treat) {
+    if config.treating_stage().is_none() {
         p.push(("stages".into(), "no stage has `mode: treat`: no stage could change the code".into()));
     }
     p

@@ -32,7 +32,7 @@ use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
-use crate::config::{AUDIT_FAILED, Config, IntegrationConfig, Mode};
+use crate::config::{AUDIT_FAILED, Config, IntegrationConfig};
 use crate::forge::{Forge, Issue, IssueNumber, PullRequest};
 use crate::sweep::{MergedEntry, QueueEntry, load_state, update_state};
 use crate::transfer::{Move, transfer};
@@ -715,11 +715,7 @@ async fn merged_plans(forge: &dyn Forge, config: &Config, with: &[IssueNumber]) 
 
 /// The treating stage's label, where a failed integration goes.
 fn treating_label(config: &Config) -> anyhow::Result<String> {
-    config
-        .stages()
-        .find(|s| s.mode() == Mode::Treat)
-        .map(|s| s.config.label.clone())
-        .context("the pipeline has no treating stage")
+    config.treating_stage().map(|s| s.config.label.clone()).context("the pipeline has no treating stage")
 }
 
 /// Back to `to` (the treating or the resolving stage) with what went

@@ -17,7 +17,7 @@ use tracing::info;
 use super::guard::Patient;
 use super::result::StageResult;
 use crate::chart::{Note, NoteKind, Seen};
-use crate::config::{AUDIT_FAILED, Mode};
+use crate::config::AUDIT_FAILED;
 use crate::discharge::audit;
 use crate::forge::PullState;
 use crate::hospital::Hospital;
@@ -165,8 +165,7 @@ fn is_merge_conflict(reason: &str) -> bool {
 /// The treating stage's label.
 fn treating_label(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<String> {
     h.config
-        .stages()
-        .find(|s| s.mode() == Mode::Treat)
+        .treating_stage()
         .map(|s| s.config.label.clone())
         .ok_or_else(|| anyhow::anyhow!("the pipeline has no treating stage to send {} back to", patient.issue.number))
 }

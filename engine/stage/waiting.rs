@@ -15,7 +15,7 @@ use super::guard::Patient;
 use super::result::StageResult;
 use super::wake::ci_fingerprint;
 use crate::chart::{NoteKind, Seen};
-use crate::config::{AUDIT_FAILED, Mode};
+use crate::config::AUDIT_FAILED;
 use crate::discharge::audit;
 use crate::hospital::Hospital;
 use crate::rules::discharge_audit::{self, AuditFacts, Checklist, Verdict};
@@ -39,7 +39,7 @@ pub async fn before_nurse(h: &Hospital, patient: &Patient<'_>, writes: bool) -> 
         .await
         .map_err(|e| unread(number, e))?;
     let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
-    let treat = h.config.stages().find(|s| s.mode() == Mode::Treat).map(|s| s.config.label.clone());
+    let treat = h.config.treating_stage().map(|s| s.config.label.clone());
     let nurse = match (checklist.verdict(), &treat) {
         (Verdict::Waiting, _) => false,
         (Verdict::Failed, Some(_)) => checklist.for_treatment().is_empty(),
