@@ -223,6 +223,13 @@ fn decide(config: &Config, s: &Said<'_>, notes: &[Note]) -> Decision<Result<Done
             to: Move::Stay,
             value: done("the discharge audit runs again.".into(), Some(place.to_string())),
         },
+        // In the merge queue no stage runs, but a look reads what the queue
+        // did (merged, dequeued) when its delivery was missed.
+        Command::Retry if wakes(place) => Decision {
+            notes: vec![note(format!("The patient in the merge queue at `{place}` gets a look."))],
+            to: Move::Stay,
+            value: done("the patient in the merge queue gets a look.".into(), Some(place.to_string())),
+        },
         Command::Retry => no(format!("the patient rests at `{place}`: no stage runs there.")),
         Command::Hold if held.is_some() || place == hold => no(format!("the patient is already held at `{place}`.")),
         Command::Hold if place == config.discharge.discharged_label => no("the patient is discharged.".into()),
@@ -361,12 +368,15 @@ mod tests {
     }
 
     #[test]
-    fn retry_reruns_a_stage_dispatches_a_waiting_audit_and_refuses_a_resting_patient() {
+    fn retry_reruns_a_stage_looks_at_a_waiting_audit_or_the_merge_queue_and_refuses_a_resting_patient() {
         let c = config();
         let d = decide(&c, &said(&Command::Retry, Some("ward:code-review")), &[]);
         assert_eq!((d.to, d.value.unwrap().dispatch), (Move::Rerun, None));
         let d = decide(&c, &said(&Command::Retry, Some("ward:awaiting-review")), &[]);
         assert_eq!((d.to, d.value.unwrap().dispatch), (Move::Stay, Some("ward:awaiting-review".into())));
+        let queue = c.merge_queue_label().to_string();
+        let d = decide(&c, &said(&Command::Retry, Some(&queue)), &[]);
+        assert_eq!((d.to, d.value.unwrap().dispatch), (Move::Stay, Some(queue)));
         let d = decide(&c, &said(&Command::Retry, Some("ward:chief")), &[]);
         assert!(d.notes.is_empty() && d.value.unwrap_err().contains("rests at `ward:chief`"));
         let d = decide(&c, &said(&Command::Retry, None), &[]);
