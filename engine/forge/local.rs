@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{
-    CiState, CiStatus, Comment, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber, IssueState,
-    LabelAction, LabelEvent, LabelSpec, Listed, NewIssue, NewPullRequest, Permission, PullRequest, PullState, Reaction,
-    Review, StoredChart,
+    CiState, CiStatus, Comment, CommentWrite, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber,
+    IssueState, LabelAction, LabelEvent, LabelSpec, Listed, NewIssue, NewPullRequest, Permission, PullRequest,
+    PullState, Reaction, Relabel, RelabelError, Review, StoredChart,
 };
 
 /// Where "now" comes from; tests and `--now` move it.
@@ -259,32 +259,7 @@ impl LocalForge {
     fn replace_labels(&self, n: IssueNumber, labels: &[String], as_engine: bool) -> ForgeResult<()> {
         let now = (self.clock)();
         let actor = self.actor(as_engine);
-        self.update(n, |rec| {
-            let before = rec.issue.labels.clone();
-            for l in before.iter().filter(|l| !labels.contains(l)) {
-                rec.label_events.push(LabelEvent {
-                    label: l.clone(),
-                    action: LabelAction::Removed,
-                    actor: actor.clone(),
-                    at: now,
-                });
-            }
-            for l in labels.iter().filter(|l| !before.contains(l)) {
-                rec.label_events.push(LabelEvent {
-                    label: l.clone(),
-                    action: LabelAction::Added,
-                    actor: actor.clone(),
-                    at: now,
-                });
-            }
-            let mut unique: Vec<String> = Vec::new();
-            for l in labels {
-                if !unique.contains(l) {
-                    unique.push(l.clone());
-                }
-            }
-            rec.issue.labels = unique;
-        })
+        self.update(n, |rec| relabel(rec, labels, &actor, now))
     }
 
     /// Every dispatch received so far, oldest first.
@@ -395,6 +370,22 @@ impl LocalForge {
     pub fn set_ci_status(&self, sha: &str, status: &CiStatus) -> ForgeResult<()> {
         let text = serde_json::to_string_pretty(status).expect("ci status serialises");
         write_atomic(&self.forge_dir().join("ci").join(format!("{sha}.json")), text.as_bytes())
+    }
+}
+
+/// Replaces the record's labels with `labels`, with a label event for each
+/// one removed or added.
+fn relabel(rec: &mut IssueRecord, labels: &[String], actor: &str, at: DateTime<Utc>) {
+    let before = std::mem::take(&mut rec.issue.labels);
+    let event = |label: &String, action| LabelEvent { label: label.clone(), action, actor: actor.to_string(), at };
+    let removed = before.iter().filter(|l| !labels.contains(l)).map(|l| event(l, LabelAction::Removed));
+    let added = labels.iter().filter(|l| !before.contains(l)).map(|l| event(l, LabelAction::Added));
+    let events: Vec<LabelEvent> = removed.chain(added).collect();
+    rec.label_events.extend(events);
+    for l in labels {
+        if !rec.issue.labels.contains(l) {
+            rec.issue.labels.push(l.clone());
+        }
     }
 }
 
@@ -682,6 +673,41 @@ impl Forge for LocalForge {
         })
     }
 
+    /// The labels and the patient's comment in one write of the issue's
+    /// record, as GitHub's one mutation: one durable write, not two. A
+    /// comment that cannot be edited (gone) leaves the labels written.
+    async fn relabel_and_comment(
+        &self,
+        number: IssueNumber,
+        labels: Option<Relabel<'_>>,
+        comment: CommentWrite<'_>,
+    ) -> Result<Option<u64>, RelabelError> {
+        let now = (self.clock)();
+        let actor = self.actor(true);
+        let commented = self
+            .update(number, |rec| {
+                if let Some(labels) = labels {
+                    relabel(rec, labels.to, &actor, now);
+                }
+                match comment {
+                    CommentWrite::Create { body } => {
+                        let id = rec.comments.iter().map(|c| c.id).max().unwrap_or(0) + 1;
+                        rec.comments.push(Comment { id, author: actor.clone(), body: body.to_string(), at: now });
+                        Ok(Some(id))
+                    }
+                    CommentWrite::Edit { id, body } => match rec.comments.iter_mut().find(|c| c.id == id) {
+                        Some(c) => {
+                            c.body = body.to_string();
+                            Ok(None)
+                        }
+                        None => Err(ForgeError::io(format!("edit comment {id} on {number}"), "no such comment")),
+                    },
+                }
+            })
+            .map_err(RelabelError::Labels)?;
+        commented.map_err(RelabelError::Comment)
+    }
+
     async fn post_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<u64> {
         let now = (self.clock)();
         let author = self.engine_account.clone();
@@ -815,6 +841,39 @@ mod tests {
         }
         let rec = forge.read_record(issue.number).unwrap();
         assert_eq!(rec.issue.labels.len(), 81, "no write was lost");
+    }
+
+    /// The labels and the comment land in one record write; a comment
+    /// that is gone fails alone, with the labels moved.
+    #[tokio::test]
+    async fn a_move_writes_its_labels_and_comment_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let forge = LocalForge::new(dir.path(), "ward-bot");
+        let issue =
+            forge.admit(NewIssue { title: "t".into(), body: "b".into(), labels: vec!["ward:admit".into()] }).unwrap();
+        let n = issue.number;
+        let from = vec!["ward:admit".to_string()];
+        let to = vec!["ward:diagnose".to_string()];
+        let moved = forge.relabel_and_comment(
+            n,
+            Some(Relabel { from: &from, to: &to }),
+            CommentWrite::Create { body: "hello" },
+        );
+        let id = moved.await.unwrap().expect("a created comment's id");
+        let rec = forge.read_record(n).unwrap();
+        assert_eq!(rec.issue.labels, to);
+        let events: Vec<_> = rec.label_events.iter().skip(1).map(|e| (e.label.as_str(), e.action)).collect();
+        assert_eq!(events, [("ward:admit", LabelAction::Removed), ("ward:diagnose", LabelAction::Added)]);
+        assert_eq!((rec.comments.len(), rec.comments[0].id, rec.comments[0].author.as_str()), (1, id, "ward-bot"));
+
+        let back = forge.relabel_and_comment(
+            n,
+            Some(Relabel { from: &to, to: &from }),
+            CommentWrite::Edit { id: 99, body: "x" },
+        );
+        assert!(matches!(back.await, Err(RelabelError::Comment(_))));
+        let rec = forge.read_record(n).unwrap();
+        assert_eq!((rec.issue.labels, rec.comments[0].body.as_str()), (from, "hello"));
     }
 
     #[tokio::test]
