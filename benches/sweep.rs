@@ -20,6 +20,12 @@
 //!   read 50 to a query) against its peer, the same sweep over REST alone
 //!   (every stage label listed, three reads per due patient; the pages
 //!   after a listing's first and the due patients' reads four at a time).
+//! - Both again with 25 ms added to every answer, as a server that is not
+//!   on loopback adds: the time that added to each sweep against what it
+//!   adds to the same requests one after another (what the client's
+//!   concurrency saves; the writes stay one at a time, as GitHub asks of
+//!   requests that create content), and the most requests the fake
+//!   answered at once.
 
 #[path = "../tests/support/departments.rs"]
 #[allow(dead_code)]
@@ -44,15 +50,23 @@ const STEADY_ROUNDS: usize = 5;
 const HEALTHY_LABELS: &[&str] =
     &["ward:diagnose", "ward:plan-review", "ward:treat", "ward:consult", "ward:code-review"];
 
+/// Every answer's delay in the latency runs: a round trip to a nearby
+/// server (GitHub's API answers in 50–300 ms; loopback in well under 1).
+const LATENCY: Duration = Duration::from_millis(25);
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let local = rt.block_on(on_the_local_forge());
-    let search = rt.block_on(on_fake_github(true));
-    let listing = rt.block_on(on_fake_github(false));
+    let search = rt.block_on(on_fake_github(true, Duration::ZERO));
+    let listing = rt.block_on(on_fake_github(false, Duration::ZERO));
+    let search_late = rt.block_on(on_fake_github(true, LATENCY));
+    let listing_late = rt.block_on(on_fake_github(false, LATENCY));
     println!();
     local.json("sweep/local", "calls", None);
     search.json("sweep/github", "requests", Some(&listing));
     listing.json("sweep/github-rest", "requests", None);
+    search_late.latency_cost(&search, "sweep/github-latency");
+    listing_late.latency_cost(&listing, "sweep/github-rest-latency");
 }
 
 /// What one set-up measured: the cold sweep, then the steady ones.
@@ -61,6 +75,10 @@ struct Figures {
     cold_time: Duration,
     steady_calls: Vec<usize>,
     steady_time: Vec<Duration>,
+    /// The delay of every answer (zero: loopback as it is).
+    latency: Duration,
+    /// The most requests the fake answered at once.
+    peak_in_flight: usize,
 }
 
 fn percentile<T: Copy + Ord>(v: &[T], p: f64) -> T {
@@ -93,6 +111,25 @@ impl Figures {
         line(&format!("{name}/per-stalled/{unit}"), unit, per, per, peer.map(Figures::per_stalled));
     }
 
+    /// With latency, what it added to each sweep's wall time (over the same
+    /// sweep without, `base`) against what it adds to the same requests
+    /// one after another (requests x latency): the ratio is the share of
+    /// the latency the client still waits for (1.0 = every request waited
+    /// for in turn). The fake answers in the same process, so the time
+    /// without latency is also the fake's own work, which latency overlaps.
+    fn latency_cost(&self, base: &Figures, name: &str) {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let serial = |calls: usize| calls as f64 * ms(self.latency);
+        let added = (ms(self.cold_time) - ms(base.cold_time)).max(0.0);
+        line(&format!("{name}/cold/latency-added"), "ms", added, added, Some(serial(self.cold_calls)));
+        let steady = |f: &Figures, q| ms(percentile(&f.steady_time, q));
+        let (m, p95) =
+            ((steady(self, 0.5) - steady(base, 0.5)).max(0.0), (steady(self, 0.95) - steady(base, 0.5)).max(0.0));
+        line(&format!("{name}/steady/latency-added"), "ms", m, p95, Some(serial(percentile(&self.steady_calls, 0.5))));
+        let peak = self.peak_in_flight as f64;
+        report::emit(&format!("{name}/peak-in-flight"), "requests", peak, peak, None, None);
+    }
+
     fn print(&self, what: &str, unit: &str) {
         println!(
             "  cold sweep:   {} {unit}, {:.2?}; per stalled patient beyond a steady sweep: {:.2}",
@@ -110,9 +147,9 @@ impl Figures {
 }
 
 /// The ward on the fake GitHub (HTTP on loopback), with GraphQL (the
-/// search) or over REST alone (the listing): every request counted by the
-/// fake itself.
-async fn on_fake_github(graphql: bool) -> Figures {
+/// search) or over REST alone (the listing), every answer delayed by
+/// `latency`: every request counted by the fake itself.
+async fn on_fake_github(graphql: bool, latency: Duration) -> Figures {
     let gh = fake_github::FakeGitHub::start().await;
     let config = config_with(|t| t.replace("    max_actions: 50 ", "    max_actions: 100 "));
     {
@@ -132,6 +169,7 @@ async fn on_fake_github(graphql: bool) -> Figures {
     let forge = gh.forge().with_graphql(graphql);
     // Installed: the charts branch is there.
     sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+    gh.state().latency = latency;
     let requests = |gh: &fake_github::FakeGitHub| gh.state().log.len();
 
     let mark = requests(&gh);
@@ -155,11 +193,21 @@ async fn on_fake_github(graphql: bool) -> Figures {
         steady_calls.push(requests(&gh) - mark);
         assert_eq!(steady.due, 0, "{steady}");
     }
-    let figures = Figures { cold_calls, cold_time, steady_calls, steady_time };
+    let peak_in_flight = gh.state().peak_in_flight;
+    let figures = Figures { cold_calls, cold_time, steady_calls, steady_time, latency, peak_in_flight };
     let how = if graphql { "GraphQL: the search" } else { "REST alone: the listing" };
     println!(
-        "\nsweep over {PATIENTS} open patients on the fake GitHub, {how} (HTTP on loopback; every request counted)"
+        "\nsweep over {PATIENTS} open patients on the fake GitHub, {how} (HTTP on loopback, {latency:?} added to every \
+         answer; every request counted)"
     );
+    if !latency.is_zero() {
+        let serial = |calls: usize| latency * calls as u32;
+        println!(
+            "  one request after another would take: cold {:.2?}, steady {:.2?}; at most {peak_in_flight} requests at once",
+            serial(cold_calls),
+            serial(percentile(&figures.steady_calls, 0.5))
+        );
+    }
     println!("  cold sweep: {} found, {} due, {} revived", cold.listed, cold.due, cold.actions.len());
     figures.print("fake GitHub", "requests");
     println!("  requests by route (all sweeps): {:#?}", gh.state().counts());
@@ -228,7 +276,8 @@ async fn on_the_local_forge() -> Figures {
         steady_calls.push(forge.total());
         assert_eq!(steady.due, 0, "{steady}");
     }
-    let figures = Figures { cold_calls, cold_time, steady_calls, steady_time };
+    let figures =
+        Figures { cold_calls, cold_time, steady_calls, steady_time, latency: Duration::ZERO, peak_in_flight: 1 };
     println!("sweep over {PATIENTS} open patients on the local forge (listing charged per page of 100)");
     println!("  cold sweep: {} listed, {} due, {stalled} revived, {pages} listing pages", cold.listed, cold.due);
     println!("    by method: {by_method}");
