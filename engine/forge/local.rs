@@ -389,6 +389,22 @@ fn relabel(rec: &mut IssueRecord, labels: &[String], actor: &str, at: DateTime<U
     }
 }
 
+/// Appends a comment to the record; its id is one past the largest.
+fn add_comment(rec: &mut IssueRecord, author: &str, body: &str, at: DateTime<Utc>) -> u64 {
+    let id = rec.comments.iter().map(|c| c.id).max().unwrap_or(0) + 1;
+    rec.comments.push(Comment { id, author: author.to_string(), body: body.to_string(), at });
+    id
+}
+
+/// Replaces the body of comment `id`; false when the record has no such comment.
+fn edit_comment(rec: &mut IssueRecord, id: u64, body: &str) -> bool {
+    rec.comments.iter_mut().find(|c| c.id == id).map(|c| c.body = body.to_string()).is_some()
+}
+
+fn no_such_comment(number: IssueNumber, id: u64) -> ForgeError {
+    ForgeError::io(format!("edit comment {id} on {number}"), "no such comment")
+}
+
 /// Writes `bytes` to `path` through a temporary file in the same folder and
 /// a rename, so readers see the old file or the new one, never half of one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> ForgeResult<()> {
@@ -690,18 +706,9 @@ impl Forge for LocalForge {
                     relabel(rec, labels.to, &actor, now);
                 }
                 match comment {
-                    CommentWrite::Create { body } => {
-                        let id = rec.comments.iter().map(|c| c.id).max().unwrap_or(0) + 1;
-                        rec.comments.push(Comment { id, author: actor.clone(), body: body.to_string(), at: now });
-                        Ok(Some(id))
-                    }
-                    CommentWrite::Edit { id, body } => match rec.comments.iter_mut().find(|c| c.id == id) {
-                        Some(c) => {
-                            c.body = body.to_string();
-                            Ok(None)
-                        }
-                        None => Err(ForgeError::io(format!("edit comment {id} on {number}"), "no such comment")),
-                    },
+                    CommentWrite::Create { body } => Ok(Some(add_comment(rec, &actor, body, now))),
+                    CommentWrite::Edit { id, body } if edit_comment(rec, id, body) => Ok(None),
+                    CommentWrite::Edit { id, .. } => Err(no_such_comment(number, id)),
                 }
             })
             .map_err(RelabelError::Labels)?;
@@ -711,22 +718,12 @@ impl Forge for LocalForge {
     async fn post_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<u64> {
         let now = (self.clock)();
         let author = self.engine_account.clone();
-        self.update(number, |rec| {
-            let id = rec.comments.iter().map(|c| c.id).max().unwrap_or(0) + 1;
-            rec.comments.push(Comment { id, author, body: body.to_string(), at: now });
-            id
-        })
+        self.update(number, |rec| add_comment(rec, &author, body, now))
     }
 
     async fn edit_comment(&self, number: IssueNumber, id: u64, body: &str) -> ForgeResult<()> {
-        let found = self.update(number, |rec| match rec.comments.iter_mut().find(|c| c.id == id) {
-            Some(c) => {
-                c.body = body.to_string();
-                true
-            }
-            None => false,
-        })?;
-        if found { Ok(()) } else { Err(ForgeError::io(format!("edit comment {id} on {number}"), "no such comment")) }
+        let found = self.update(number, |rec| edit_comment(rec, id, body))?;
+        if found { Ok(()) } else { Err(no_such_comment(number, id)) }
     }
 
     async fn request_reviewers(&self, pull: u64, users: &[String], teams: &[String]) -> ForgeResult<()> {
