@@ -9,9 +9,9 @@
 //! with `with_poll_interval(20 ms)`, its default being 100 ms).
 //!
 //! - create→ready: from the call that creates the container until the
-//!   probe passes (ward: `emulator::start` without a seed command, which
-//!   also checks that the image is present; testcontainers:
-//!   `AsyncRunner::start`).
+//!   probe passes (ward: `emulator::start` without a seed command, whose
+//!   create is refused with a clear error when the image is missing;
+//!   testcontainers: `AsyncRunner::start`).
 //! - remove→verified: from the call that removes the container until
 //!   Docker says it does not exist (ward: `emulator::stop`, which writes
 //!   the container's logs and inspect output first; testcontainers:

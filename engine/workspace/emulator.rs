@@ -154,12 +154,21 @@ impl Docker {
         }
     }
 
+    /// Creates the container. The engine answers 404 when the image is not
+    /// there (it never pulls on a create), so no look at the image first:
+    /// that would be one more round trip on every stage's path.
     async fn create(&self, name: &str, body: ContainerCreateBody) -> Result<String> {
         let opts = CreateContainerOptionsBuilder::default().name(name).build();
+        let image = body.image.clone().unwrap_or_default();
         match self.api.create_container(Some(opts), body).await {
             Ok(r) => Ok(r.id),
             Err(BollardError::DockerResponseServerError { status_code: 409, .. }) => {
                 Err(EmulatorError::NameTaken { name: name.into() })
+            }
+            Err(BollardError::DockerResponseServerError { status_code: 404, message })
+                if message.to_ascii_lowercase().contains("no such image") =>
+            {
+                Err(EmulatorError::ImageMissing { image })
             }
             Err(e) => {
                 Err(EmulatorError::Api { op: "create container", object: format!("`{name}`"), message: message(&e) })
@@ -415,9 +424,6 @@ pub async fn start(
     cancel: &Cancel,
 ) -> Result<Emulator> {
     let name = owner.container_name();
-    if !docker.image_present(&config.image).await? {
-        return Err(EmulatorError::ImageMissing { image: config.image.clone() });
-    }
     std::fs::create_dir_all(artifacts).map_err(io_err("create the artifacts folder", artifacts))?;
     let started = Instant::now();
     let id = docker.create(&name, create_body(config, owner)).await?;
