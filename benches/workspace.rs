@@ -7,19 +7,32 @@
 //!   same round, alternating who goes first (target: ratio <= 1.2); its
 //!   later stages in absolute time (target: <= 1 s). The first stage plus
 //!   the worktree's removal at discharge is reported against the same
-//!   baseline, for the whole life of a patient's worktree.
+//!   baseline, for the whole life of a patient's worktree, and against the
+//!   CLI doing the same work (`git worktree add`, `git add -A`, `git
+//!   commit`, `git worktree remove`), which pays the same commit.
+//! - A patient's worktree created and removed by ward (`Workspace::up`,
+//!   then `release`, no agent, nothing committed) against the same CLI
+//!   pair, alternating (target: ratio <= 1.2): the engine's worktree
+//!   lifecycle alone, without the leftovers commit the CLI never makes.
 //! - Emulator create-to-ready and remove-to-verified for the docstore test
 //!   image, one at a time and three in parallel (target: ready < 1 s).
 //!   `WARD_BENCH_SKIP_DOCKER=1` leaves them out.
 //!
+//! Prints one JSON object per figure beside the human lines (benches/support):
+//! for the pairs, the peer's median and the median of the rounds' ratios.
+//!
 //! Every measured operation starts after a `sync`, so that one's write-back
 //! does not land on the next. Prints medians. `WARD_BENCH_ROUNDS` sets the
-//! rounds (default 9); `WARD_BENCH_VERBOSE=1` prints each stage's own
-//! setup, commit and teardown times.
+//! rounds (default 9), `WARD_BENCH_FILES` the files (default 30,000);
+//! `WARD_BENCH_VERBOSE=1` prints each stage's own setup, commit and
+//! teardown times.
 
 #[allow(dead_code)]
 #[path = "../tests/support/workspace.rs"]
 mod support;
+
+#[path = "support/mod.rs"]
+mod bench_report;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -29,11 +42,29 @@ use ward::workspace::emulator::{self, Docker, Owner};
 use ward::workspace::worktree::{GitRepo, Layout, remove_patient};
 use ward::workspace::{Cancel, Workspace};
 
-const FILES: usize = 30_000;
-
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
+}
+
+/// The median of per-round ratios.
+fn median_ratio(mut ratios: Vec<f64>) -> f64 {
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
+}
+
+/// One JSON line: ward's samples against the peer's, with the rounds' ratio
+/// (or against `target` when there is no peer).
+fn emit(bench: &str, ours: &[Duration], peer: Option<(&[Duration], f64)>, target: Option<Duration>) {
+    let mut sorted = ours.to_vec();
+    sorted.sort();
+    let (mid, p95) = (bench_report::percentile(&sorted, 0.5), bench_report::percentile(&sorted, 0.95));
+    let (peer_median, ratio) = match (peer, target) {
+        (Some((peer, ratio)), _) => (Some(bench_report::ms(median(peer.to_vec()))), Some(ratio)),
+        (None, Some(target)) => (None, Some(mid.as_secs_f64() / target.as_secs_f64())),
+        (None, None) => (None, None),
+    };
+    bench_report::emit(bench, "ms", bench_report::ms(mid), bench_report::ms(p95), peer_median, ratio);
 }
 
 fn ms(d: Duration) -> String {
@@ -115,9 +146,22 @@ async fn stage(repo: &support::TestRepo, issue: u64, run: &str) -> Duration {
     t.elapsed() - agent
 }
 
+/// A patient's worktree created and removed by ward, with nothing in
+/// between: its lifecycle without an agent or a commit.
+async fn lifecycle(repo: &support::TestRepo, issue: u64, run: &str) -> Duration {
+    settle();
+    let t = Instant::now();
+    let ws = Workspace::up(repo.request(issue, "bench", run), &Cancel::new()).await.expect("up");
+    let path = ws.worktree.path.clone();
+    ws.release().await.expect("release");
+    let took = t.elapsed();
+    assert!(!path.exists());
+    took
+}
+
 /// The git CLI's own worktree of the same commit (on a branch of its own:
 /// the patient's stays checked out in its worktree): add, then remove.
-fn cli(repo: &support::TestRepo, round: usize) -> Duration {
+fn cli(repo: &support::TestRepo, round: &str) -> Duration {
     let branch = format!("bench/cli-{round}");
     support::run(repo.git().args(["branch", &branch, "main"]));
     let path = repo.tmp.path().join(format!("cli-{round}"));
@@ -130,25 +174,52 @@ fn cli(repo: &support::TestRepo, round: usize) -> Duration {
     took
 }
 
+/// The same first stage done with the git CLI, as a user would script it:
+/// `git worktree add`, the agent's file, `git add -A`, `git commit`, then
+/// `git worktree remove` (the discharge). The agent's write is not timed,
+/// as in [`stage`].
+fn cli_stage(repo: &support::TestRepo, round: usize) -> Duration {
+    let branch = format!("bench/cli-stage-{round}");
+    support::run(repo.git().args(["branch", &branch, "main"]));
+    let path = repo.tmp.path().join(format!("cli-stage-{round}"));
+    settle();
+    let t = Instant::now();
+    support::run(repo.git().args(["worktree", "add", "--quiet"]).arg(&path).arg(&branch));
+    let agent = Instant::now();
+    std::fs::write(path.join("left.txt"), "left by the agent\n").unwrap();
+    let agent = agent.elapsed();
+    support::run(repo.git().arg("-C").arg(&path).args(["add", "-A"]));
+    support::run(repo.git().arg("-C").arg(&path).args(["commit", "--quiet", "--no-verify", "-m", "leftovers"]));
+    support::run(repo.git().args(["worktree", "remove", "--force"]).arg(&path));
+    let took = t.elapsed() - agent;
+    assert!(!path.exists());
+    took
+}
+
 #[tokio::main]
 async fn main() {
     let rounds: usize = std::env::var("WARD_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(9);
     println!("ward workspace benchmark, {rounds} rounds, medians\n");
 
+    let files: usize = std::env::var("WARD_BENCH_FILES").ok().and_then(|f| f.parse().ok()).unwrap_or(30_000);
     let t = Instant::now();
-    let repo = big_repo(FILES);
-    println!("repository of {FILES} files built in {}", ms(t.elapsed()));
+    let repo = big_repo(files);
+    println!("repository of {files} files built in {}", ms(t.elapsed()));
     let (mut first, mut later, mut baseline, mut ratios) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut removal, mut life_ratios) = (Vec::new(), Vec::new());
+    let (mut script_baseline, mut script_ratios) = (Vec::new(), Vec::new());
+    let (mut alone, mut alone_baseline, mut alone_ratios) = (Vec::new(), Vec::new(), Vec::new());
     let layout = Layout::new(&repo.home, &GitRepo::open(&repo.path).unwrap()).unwrap();
     for round in 0..rounds {
         // A new patient each round: its first stage creates its workspace.
         let issue = 1000 + round as u64;
+        // The CLI doing the same stage goes before ward in even rounds, after in odd ones.
+        let script_first = (round % 2 == 0).then(|| cli_stage(&repo, round));
         let (ours, theirs) = if round % 2 == 0 {
             let ours = stage(&repo, issue, &format!("r{round}-1")).await;
-            (ours, cli(&repo, round))
+            (ours, cli(&repo, &round.to_string()))
         } else {
-            let theirs = cli(&repo, round);
+            let theirs = cli(&repo, &round.to_string());
             (stage(&repo, issue, &format!("r{round}-1")).await, theirs)
         };
         first.push(ours);
@@ -166,25 +237,57 @@ async fn main() {
         assert!(cleanup.verified());
         removal.push(took);
         life_ratios.push((ours + took).as_secs_f64() / theirs.as_secs_f64());
+        let script = script_first.unwrap_or_else(|| cli_stage(&repo, round));
+        script_baseline.push(script);
+        script_ratios.push((ours + took).as_secs_f64() / script.as_secs_f64());
+        // The worktree's lifecycle alone, against the CLI pair again.
+        let (issue, run) = (5000 + round as u64, format!("life{round}"));
+        let (ours, theirs) = if round % 2 == 1 {
+            let ours = lifecycle(&repo, issue, &run).await;
+            (ours, cli(&repo, &run))
+        } else {
+            let theirs = cli(&repo, &run);
+            (lifecycle(&repo, issue, &run).await, theirs)
+        };
+        alone.push(ours);
+        alone_baseline.push(theirs);
+        alone_ratios.push(ours.as_secs_f64() / theirs.as_secs_f64());
     }
-    life_ratios.sort_by(f64::total_cmp);
-    let life_ratio = life_ratios[life_ratios.len() / 2];
-    ratios.sort_by(f64::total_cmp);
-    let ratio = ratios[ratios.len() / 2];
+    let ratio = median_ratio(ratios);
     let verdict = if ratio <= 1.2 { "meets <= 1.2x" } else { "MISSES <= 1.2x" };
     println!(
-        "first stage of a patient, {FILES} files: ward {}, git worktree add+remove {}, ratio {ratio:.2}x ({verdict})",
-        ms(median(first)),
-        ms(median(baseline))
+        "first stage of a patient, {files} files: ward {}, git worktree add+remove {}, ratio {ratio:.2}x ({verdict})",
+        ms(median(first.clone())),
+        ms(median(baseline.clone()))
     );
+    let life_ratio = median_ratio(life_ratios);
     let verdict = if life_ratio <= 1.2 { "meets <= 1.2x" } else { "MISSES <= 1.2x" };
     println!(
         "  plus its removal at discharge ({}): ratio {life_ratio:.2}x to git worktree add+remove ({verdict})",
-        ms(median(removal))
+        ms(median(removal.clone()))
     );
-    let l = median(later);
+    let script_ratio = median_ratio(script_ratios);
+    let verdict = if script_ratio <= 1.2 { "meets <= 1.2x" } else { "MISSES <= 1.2x" };
+    println!(
+        "  the same against the CLI doing the same work (add, add -A, commit, remove: {}): ratio {script_ratio:.2}x ({verdict})",
+        ms(median(script_baseline.clone()))
+    );
+    let alone_ratio = median_ratio(alone_ratios);
+    let verdict = if alone_ratio <= 1.2 { "meets <= 1.2x" } else { "MISSES <= 1.2x" };
+    println!(
+        "worktree create+remove, {files} files: ward {}, git worktree add+remove {}, ratio {alone_ratio:.2}x ({verdict})",
+        ms(median(alone.clone())),
+        ms(median(alone_baseline.clone()))
+    );
+    let l = median(later.clone());
     let verdict = if l <= Duration::from_secs(1) { "meets <= 1 s" } else { "MISSES <= 1 s" };
-    println!("later stages of a patient, {FILES} files: ward {} ({verdict})", ms(l));
+    println!("later stages of a patient, {files} files: ward {} ({verdict})", ms(l));
+    let life: Vec<Duration> = first.iter().zip(&removal).map(|(a, b)| *a + *b).collect();
+    emit("workspace/first-stage vs git-worktree-add+remove", &first, Some((&baseline, ratio)), None);
+    emit("workspace/first-stage+removal vs git-worktree-add+remove", &life, Some((&baseline, life_ratio)), None);
+    emit("workspace/first-stage+removal vs git-cli-same-stage", &life, Some((&script_baseline, script_ratio)), None);
+    emit("workspace/create+remove vs git-worktree-add+remove", &alone, Some((&alone_baseline, alone_ratio)), None);
+    emit("workspace/later-stage (ratio to the 1 s target)", &later, None, Some(Duration::from_secs(1)));
 
     if std::env::var("WARD_BENCH_SKIP_DOCKER").is_ok_and(|v| v == "1") {
         return;
@@ -202,8 +305,15 @@ async fn main() {
                 removed.push(down);
             }
         }
-        let (r, d) = (median(ready), median(removed));
+        let (r, d) = (median(ready.clone()), median(removed.clone()));
         let verdict = if r < Duration::from_secs(1) { "meets < 1 s" } else { "MISSES < 1 s" };
         println!("emulator x{n}: create-to-ready {} ({verdict}), remove-to-verified {}", ms(r), ms(d));
+        emit(
+            &format!("workspace/emulator-x{n}/create-to-ready (ratio to 1 s)"),
+            &ready,
+            None,
+            Some(Duration::from_secs(1)),
+        );
+        emit(&format!("workspace/emulator-x{n}/remove-to-verified"), &removed, None, None);
     }
 }
