@@ -160,18 +160,25 @@ async fn lifecycle(repo: &support::TestRepo, issue: u64, run: &str) -> Duration 
 }
 
 /// The git CLI's own worktree of the same commit (on a branch of its own:
-/// the patient's stays checked out in its worktree): add, then remove.
-fn cli(repo: &support::TestRepo, round: &str) -> Duration {
-    let branch = format!("bench/cli-{round}");
+/// the patient's stays checked out in its worktree): add, then `work` in
+/// it, then remove. `work` returns the part of its time not to count.
+fn cli_worktree(repo: &support::TestRepo, name: &str, work: impl FnOnce(&Path) -> Duration) -> Duration {
+    let branch = format!("bench/{name}");
     support::run(repo.git().args(["branch", &branch, "main"]));
-    let path = repo.tmp.path().join(format!("cli-{round}"));
+    let path = repo.tmp.path().join(name);
     settle();
     let t = Instant::now();
     support::run(repo.git().args(["worktree", "add", "--quiet"]).arg(&path).arg(&branch));
+    let untimed = work(&path);
     support::run(repo.git().args(["worktree", "remove", "--force"]).arg(&path));
-    let took = t.elapsed();
+    let took = t.elapsed() - untimed;
     assert!(!path.exists());
     took
+}
+
+/// `git worktree add` + `git worktree remove`, nothing in between.
+fn cli(repo: &support::TestRepo, round: &str) -> Duration {
+    cli_worktree(repo, &format!("cli-{round}"), |_| Duration::ZERO)
 }
 
 /// The same first stage done with the git CLI, as a user would script it:
@@ -179,21 +186,14 @@ fn cli(repo: &support::TestRepo, round: &str) -> Duration {
 /// `git worktree remove` (the discharge). The agent's write is not timed,
 /// as in [`stage`].
 fn cli_stage(repo: &support::TestRepo, round: usize) -> Duration {
-    let branch = format!("bench/cli-stage-{round}");
-    support::run(repo.git().args(["branch", &branch, "main"]));
-    let path = repo.tmp.path().join(format!("cli-stage-{round}"));
-    settle();
-    let t = Instant::now();
-    support::run(repo.git().args(["worktree", "add", "--quiet"]).arg(&path).arg(&branch));
-    let agent = Instant::now();
-    std::fs::write(path.join("left.txt"), "left by the agent\n").unwrap();
-    let agent = agent.elapsed();
-    support::run(repo.git().arg("-C").arg(&path).args(["add", "-A"]));
-    support::run(repo.git().arg("-C").arg(&path).args(["commit", "--quiet", "--no-verify", "-m", "leftovers"]));
-    support::run(repo.git().args(["worktree", "remove", "--force"]).arg(&path));
-    let took = t.elapsed() - agent;
-    assert!(!path.exists());
-    took
+    cli_worktree(repo, &format!("cli-stage-{round}"), |path| {
+        let agent = Instant::now();
+        std::fs::write(path.join("left.txt"), "left by the agent\n").unwrap();
+        let agent = agent.elapsed();
+        support::run(repo.git().arg("-C").arg(path).args(["add", "-A"]));
+        support::run(repo.git().arg("-C").arg(path).args(["commit", "--quiet", "--no-verify", "-m", "leftovers"]));
+        agent
+    })
 }
 
 #[tokio::main]
