@@ -53,6 +53,11 @@ fn median_ratio(mut ratios: Vec<f64>) -> f64 {
     ratios[ratios.len() / 2]
 }
 
+/// What a ratio says against the 1.2x.
+fn against_target(ratio: f64) -> &'static str {
+    if ratio <= 1.2 { "meets <= 1.2x" } else { "MISSES <= 1.2x" }
+}
+
 /// One JSON line: ward's samples against the peer's, with the rounds' ratio
 /// (or against `target` when there is no peer).
 fn emit(bench: &str, ours: &[Duration], peer: Option<(&[Duration], f64)>, target: Option<Duration>) {
@@ -254,26 +259,26 @@ async fn main() {
         alone_ratios.push(ours.as_secs_f64() / theirs.as_secs_f64());
     }
     let ratio = median_ratio(ratios);
-    let verdict = if ratio <= 1.2 { "meets <= 1.2x" } else { "MISSES <= 1.2x" };
+    let verdict = against_target(ratio);
     println!(
         "first stage of a patient, {files} files: ward {}, git worktree add+remove {}, ratio {ratio:.2}x ({verdict})",
         ms(median(first.clone())),
         ms(median(baseline.clone()))
     );
     let life_ratio = median_ratio(life_ratios);
-    let verdict = if life_ratio <= 1.2 { "meets <= 1.2x" } else { "MISSES <= 1.2x" };
+    let verdict = against_target(life_ratio);
     println!(
         "  plus its removal at discharge ({}): ratio {life_ratio:.2}x to git worktree add+remove ({verdict})",
         ms(median(removal.clone()))
     );
     let script_ratio = median_ratio(script_ratios);
-    let verdict = if script_ratio <= 1.2 { "meets <= 1.2x" } else { "MISSES <= 1.2x" };
+    let verdict = against_target(script_ratio);
     println!(
         "  the same against the CLI doing the same work (add, add -A, commit, remove: {}): ratio {script_ratio:.2}x ({verdict})",
         ms(median(script_baseline.clone()))
     );
     let alone_ratio = median_ratio(alone_ratios);
-    let verdict = if alone_ratio <= 1.2 { "meets <= 1.2x" } else { "MISSES <= 1.2x" };
+    let verdict = against_target(alone_ratio);
     println!(
         "worktree create+remove, {files} files: ward {}, git worktree add+remove {}, ratio {alone_ratio:.2}x ({verdict})",
         ms(median(alone.clone())),
