@@ -9,7 +9,7 @@ use tracing::warn;
 
 use super::guard::Patient;
 use super::result::Phase;
-use super::visit::{CHART_FILE, NOTES_FILE, PROMPT_FILE};
+use super::visit::{CHART_FILE, PROMPT_FILE};
 use crate::chart::{Note, NoteKind, Seen};
 use crate::forge::StoredChart;
 use crate::hospital::Hospital;
@@ -32,7 +32,6 @@ pub struct Prepared {
     /// The emulator's variables, for the agent's environment only.
     pub emulator_env: Vec<(String, String)>,
     pub prompt_file: PathBuf,
-    pub notes_file: PathBuf,
 }
 
 /// In the visit job (`phase` [`Phase::Visit`]) the notes before the agent
@@ -129,15 +128,7 @@ pub async fn prepare(
     let prompt = h.prompts.render(&role.prompt, &ctx)?;
     let prompt_file = patient.folder.join(PROMPT_FILE);
     std::fs::write(&prompt_file, &prompt).with_context(|| format!("could not write {}", prompt_file.display()))?;
-    Ok(Prepared {
-        chart,
-        stored,
-        audit,
-        workdir,
-        emulator_env,
-        prompt_file,
-        notes_file: patient.folder.join(NOTES_FILE),
-    })
+    Ok(Prepared { chart, stored, audit, workdir, emulator_env, prompt_file })
 }
 
 /// The ADMITTED_TEXT note the admission stage writes, if any: the issue's
