@@ -246,6 +246,11 @@ pub enum Command {
         /// `paths:` says where they are.
         #[arg(long, value_name = "DIR")]
         into: Option<String>,
+        /// The agent preset every stage runs (`claude-code`, `codex`, `aider`,
+        /// `gemini`, `opencode`; docs/agents.md) instead of the built-in
+        /// stand-in.
+        #[arg(long, value_name = "PRESET")]
+        agent: Option<String>,
     },
     /// Check the installation: ward.yml, roles, the agent, Docker; with
     /// `--forge github` also the workflows, their permissions, the token,
@@ -525,8 +530,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let out = departments::ReportOutput { html, post: *post, json: *json };
             departments::report(&*forge, &config, since, out, now).await
         }
-        Command::Init { into } => {
-            let written = crate::defaults::install_into(&cli.root, into.as_deref())?;
+        Command::Init { into, agent } => {
+            let written = crate::defaults::install_into(&cli.root, into.as_deref(), agent.as_deref())?;
             println!("wrote {} files under {}; next: `ward config check`", written.len(), cli.root.display());
             match crate::defaults::default_branch(&cli.root) {
                 Some((branch, from)) => println!("base branch: `{branch}` (from {from})"),

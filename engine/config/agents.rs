@@ -40,6 +40,8 @@ pub struct Preset {
     pub scratch: &'static [&'static str],
     /// How its standard output reports a failure.
     pub output: Output,
+    /// Whether it has a shell tool (aider has none: it edits files).
+    pub shell: bool,
     /// How its output reports usage.
     pub usage: UsageFormat,
     /// The workflow step's command that installs its CLI on a runner, pinned.
@@ -132,6 +134,7 @@ pub const PRESETS: &[Preset] = &[
         transcripts: &[(".claude/projects", ".jsonl")],
         scratch: &[],
         output: Output::ClaudeStream,
+        shell: true,
         usage: UsageFormat::ClaudeJson,
         install: "npm install -g @anthropic-ai/claude-code@2.1.328",
         secret: "ANTHROPIC_API_KEY",
@@ -155,6 +158,7 @@ pub const PRESETS: &[Preset] = &[
         transcripts: &[(".codex/sessions", ".jsonl")],
         scratch: &[],
         output: Output::CodexEvents,
+        shell: true,
         usage: UsageFormat::CodexJson,
         install: "npm install -g @openai/codex@0.163.0",
         secret: "CODEX_API_KEY",
@@ -178,6 +182,7 @@ pub const PRESETS: &[Preset] = &[
         transcripts: &[(".gemini/tmp", ".json")],
         scratch: &[],
         output: Output::Opaque,
+        shell: true,
         usage: UsageFormat::GeminiJson,
         install: "npm install -g @google/gemini-cli@0.61.0",
         secret: "GEMINI_API_KEY",
@@ -228,6 +233,7 @@ pub const PRESETS: &[Preset] = &[
         // Its repository map's cache lives in the repository's top folder.
         scratch: &[".aider.tags.cache.v4/"],
         output: Output::AiderText,
+        shell: false,
         usage: UsageFormat::AiderText,
         install: "pipx install aider-chat==0.86.2",
         secret: "ANTHROPIC_API_KEY",
@@ -245,6 +251,7 @@ pub const PRESETS: &[Preset] = &[
         transcripts: &[(".local/share/opencode", ".json")],
         scratch: &[],
         output: Output::Opaque,
+        shell: true,
         usage: UsageFormat::OpencodeJson,
         install: "npm install -g opencode-ai@1.18.33",
         secret: "ANTHROPIC_API_KEY",

@@ -109,9 +109,16 @@ pub async fn prepare(
         path: workdir.display().to_string(),
         branch: crate::workspace::worktree::branch_name(number.0),
         base: h.workspace_plan()?.map_or_else(|| "main".into(), |p| p.base.clone()),
+        head: slot.as_ref().map_or_else(|| "HEAD".into(), |w| w.start().to_string()),
         env: emulator_env.iter().map(|(k, _)| k.clone()).collect(),
     };
     let mut ctx = PromptContext::new(&h.config, &h.sentinels, stage, &patient.issue, &chart, &found, workspace);
+    // An agent without a shell (aider) cannot expand `$WARD_NOTES`: it is
+    // told the file's path, which is in its chat.
+    if h.config.agent.applied.as_ref().is_some_and(|a| !a.preset.shell) {
+        ctx.shell = false;
+        ctx.notes_file = crate::agent::home::Area::at(&patient.folder).notes.display().to_string();
+    }
     // The prompt carries the notes this role needs; the whole chart is a
     // file beside it for the agent to read when it needs an older note.
     let chart_file = patient.folder.join(CHART_FILE);

@@ -546,6 +546,52 @@ mod tests {
         assert!(review.notes[0].body.contains("failed (exit 1)"), "{review:?}");
     }
 
+    /// git's own machinery commits the treatment: a file `.gitattributes`
+    /// routes to LFS lands as its pointer (libgit2 committed the raw bytes),
+    /// and ward's working files in the checkout (a lock, as GitHub's job
+    /// makes one there) are never committed, ignored or not.
+    #[test]
+    fn the_stand_in_commits_through_git_with_lfs_and_never_wards_files() {
+        let git = |dir: &Path, args: &[&str]| {
+            let out = std::process::Command::new("git").args(args).current_dir(dir).output().unwrap();
+            assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let (_dir, env) = sample_app("treat");
+        let root = &env.worktree;
+        git(root, &["lfs", "install", "--local"]);
+        std::fs::write(root.join(".gitattributes"), "*.bin filter=lfs diff=lfs merge=lfs -text\n").unwrap();
+        std::fs::write(root.join("logo.bin"), [0u8, 159, 146, 150, 7, 7, 7]).unwrap();
+        std::fs::create_dir_all(root.join(".ward/locks")).unwrap();
+        std::fs::write(root.join(".ward/locks/stage-1.lock"), "run r1").unwrap();
+        let head = commit_all(root, "treat").expect("committed");
+        let files = git(root, &["ls-tree", "-r", "--name-only", &head]);
+        assert!(files.lines().any(|f| f == "logo.bin"), "{files}");
+        assert!(!files.contains(".ward/"), "ward's own files were committed: {files}");
+        let blob = git(root, &["cat-file", "-p", &format!("{head}:logo.bin")]);
+        assert!(blob.starts_with("version https://git-lfs.github.com/spec/v1"), "not a pointer: {blob:?}");
+        // Nothing left to commit: no commit, and the caller keeps the head.
+        assert_eq!(commit_all(root, "again"), None);
+    }
+
+    /// A repository that keeps its changelog as CHANGES.md (pallets/click):
+    /// the plan and the treatment name it, and never a CHANGELOG.md that
+    /// is not there.
+    #[test]
+    fn the_stand_in_cites_the_changelog_the_repository_keeps_or_none() {
+        let (_dir, mut env) = sample_app("diagnose");
+        std::fs::rename(env.worktree.join("CHANGELOG.md"), env.worktree.join("CHANGES.md")).unwrap();
+        let plan = default_visit(&env).unwrap().notes[0].body.clone();
+        assert!(plan.contains("`CHANGES.md`") && !plan.contains("CHANGELOG"), "{plan}");
+        std::fs::remove_file(env.worktree.join("CHANGES.md")).unwrap();
+        let plan = default_visit(&env).unwrap().notes[0].body.clone();
+        assert!(!plan.contains("CHANGELOG") && !plan.contains("CHANGES"), "{plan}");
+        env.mode = "treat".into();
+        let note = default_visit(&env).unwrap().notes[0].body.clone();
+        assert!(!note.contains("CHANGELOG"), "{note}");
+        assert!(!env.worktree.join("CHANGELOG.md").exists(), "no changelog was made up");
+    }
+
     #[test]
     fn without_a_named_file_the_stand_in_makes_no_claims_it_cannot_back() {
         let (_dir, mut env) = sample_app("diagnose");

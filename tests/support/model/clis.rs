@@ -1,38 +1,46 @@
 //! Where the real agent CLIs are installed, for the tests that run them.
 //!
-//! All three come from PyPI into one folder, `$WARD_AGENTS_DIR` (default
-//! `/tmp/clis`):
-//!
-//! ```text
-//! pip install --target "$WARD_AGENTS_DIR/x" claude-agent-sdk==0.2.185 openai-codex-cli-bin==0.163.0
-//! python3 -m venv "$WARD_AGENTS_DIR/aider" && "$WARD_AGENTS_DIR/aider/bin/pip" install aider-chat==0.86.2
-//! ```
+//! `.ci/agents` installs all three from PyPI, pinned there (Claude Code from
+//! the claude-agent-sdk wheel, codex from openai-codex-cli-bin, aider in a
+//! venv), and links them in one `bin/` folder; `.ci/run` runs it and sets
+//! `WARD_REQUIRE_REAL_AGENTS=1`. `WARD_AGENTS_BIN` names the folder;
+//! without it, `.ci/agents --where` says where it installed them.
 //!
 //! A test whose CLI is missing is skipped with a notice, unless
 //! `WARD_REQUIRE_REAL_AGENTS=1`, where it fails.
 
 use std::path::PathBuf;
 
-/// The CLIs the tests prove, with their versions and where each lies
-/// under `$WARD_AGENTS_DIR`.
-pub const CLIS: &[(&str, &str, &str)] = &[
-    ("claude", "2.1.328", "x/claude_agent_sdk/_bundled/claude"),
-    ("codex", "0.163.0", "x/codex_cli_bin/bin/codex"),
-    ("aider", "0.86.2", "aider/bin/aider"),
-];
+/// The programs, and the preset each one's proven version is kept in.
+pub const CLIS: &[(&str, &str)] = &[("claude", "claude-code"), ("codex", "codex"), ("aider", "aider")];
+
+/// The folder the three programs are linked in, when they are installed.
+pub fn bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("WARD_AGENTS_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/agents");
+    let out = std::process::Command::new("bash").arg(script).arg("--where").output().ok()?;
+    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !dir.is_empty()).then(|| PathBuf::from(dir))
+}
+
+/// The version of `name` the tests prove: its preset's.
+pub fn proven(name: &str) -> &'static str {
+    let preset = CLIS.iter().find(|(n, _)| *n == name).map(|(_, p)| *p);
+    let preset = preset.and_then(ward::config::agents::preset).unwrap_or_else(|| panic!("no preset for `{name}`"));
+    preset.proven.unwrap_or_else(|| panic!("preset `{}` proves no version", preset.name))
+}
 
 /// The installed CLI `name` (`claude`, `codex`, `aider`), or `None` with
 /// a notice on stderr when it is missing; panics when it is missing and
 /// `WARD_REQUIRE_REAL_AGENTS=1`.
 pub fn real_cli(name: &str) -> Option<PathBuf> {
-    let (_, version, place) =
-        CLIS.iter().find(|(n, ..)| *n == name).unwrap_or_else(|| panic!("no CLI named `{name}` in CLIS"));
-    let root = std::env::var_os("WARD_AGENTS_DIR").map_or_else(|| PathBuf::from("/tmp/clis"), PathBuf::from);
-    let path = root.join(place);
-    if path.is_file() {
+    let version = proven(name);
+    if let Some(path) = bin_dir().map(|d| d.join(name)).filter(|p| p.is_file()) {
         return Some(path);
     }
-    let notice = format!("{name} {version} is not installed at {} (set WARD_AGENTS_DIR)", path.display());
+    let notice = format!("{name} {version} is not installed (run .ci/agents, or set WARD_AGENTS_BIN)");
     if std::env::var("WARD_REQUIRE_REAL_AGENTS").as_deref() == Ok("1") {
         panic!("{notice}, and WARD_REQUIRE_REAL_AGENTS=1 requires it");
     }

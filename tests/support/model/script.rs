@@ -41,16 +41,48 @@ pub struct Scene {
     pub turns: Vec<Turn>,
     /// Sent with every response of this scene.
     pub usage: Usage,
+    /// `{{name}}` in a turn's text becomes the first group of `pattern`
+    /// in the conversation's user text (what the prompt told the agent: a
+    /// path, a commit), as a model would read it there.
+    pub captures: Vec<(String, regex::Regex)>,
 }
 
 impl Scene {
     pub fn new(matches: &str, turns: Vec<Turn>) -> Self {
-        Self { matches: matches.into(), turns, usage: Usage::default() }
+        Self { matches: matches.into(), turns, usage: Usage::default(), captures: Vec::new() }
     }
 
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = usage;
         self
+    }
+
+    /// `{{name}}` is read from the prompt by `pattern`'s first group.
+    pub fn capture(mut self, name: &str, pattern: &str) -> Self {
+        self.captures.push((name.into(), regex::Regex::new(pattern).expect("a valid capture pattern")));
+        self
+    }
+
+    /// `turn` with every capture filled in from `user_text`.
+    fn fill(&self, turn: &Turn, user_text: &str) -> Turn {
+        if self.captures.is_empty() {
+            return turn.clone();
+        }
+        let fill = |text: &str| {
+            let mut out = text.to_string();
+            for (name, pattern) in &self.captures {
+                let value = pattern.captures(user_text).and_then(|c| c.get(1)).map_or("", |m| m.as_str());
+                out = out.replace(&format!("{{{{{name}}}}}"), value);
+            }
+            out
+        };
+        match turn {
+            Turn::Shell(c) => Turn::Shell(fill(c)),
+            Turn::Write { path, content } => Turn::Write { path: fill(path), content: fill(content) },
+            Turn::Edit { path, old, new } => Turn::Edit { path: fill(path), old: fill(old), new: fill(new) },
+            Turn::Text(t) => Turn::Text(fill(t)),
+            Turn::Fault(f) => Turn::Fault(f.clone()),
+        }
     }
 }
 
@@ -227,6 +259,7 @@ impl Book {
         let first = conversation.cursor;
         let n = take(rest).clamp(1, rest.len());
         conversation.cursor += n;
-        Step::Turns { scene: i, first, turns: rest[..n].to_vec(), usage: scene.usage }
+        let turns = rest[..n].iter().map(|t| scene.fill(t, user_text)).collect();
+        Step::Turns { scene: i, first, turns, usage: scene.usage }
     }
 }
