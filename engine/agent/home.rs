@@ -21,6 +21,12 @@ use crate::config::agents::{Gateway, Preset};
 
 /// Folder names under the run's folder.
 const AREA: &str = "agent";
+/// Where an agent without a shell (aider) finds its notes file: in the
+/// worktree, as a file of its repository (git is told to ignore it), since
+/// aider takes its repository from the files it is given.
+pub const NOTES_IN_WORKTREE: &str = ".ward-notes.md";
+/// Its line in git's `info/exclude`.
+pub const NOTES_IN_WORKTREE_IGNORED: &str = "/.ward-notes.md";
 pub const TRANSCRIPT_DIR: &str = "transcript";
 /// The most of one configuration file that is copied.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -79,14 +85,29 @@ impl Area {
         Area { home: root.join("home"), notes: tmp.join("ward-notes.md"), tmp, root }
     }
 
-    /// Makes the area afresh (what an earlier attempt of this run left is
-    /// removed first) and puts the setup's files in.
+    /// Where the area of an agent running `preset` is: the notes file in the
+    /// worktree for an agent without a shell.
+    pub fn for_agent(run_folder: &Path, worktree: &Path, preset: Option<&Preset>) -> Area {
+        match preset {
+            Some(p) if !p.shell => Area { notes: worktree.join(NOTES_IN_WORKTREE), ..Area::at(run_folder) },
+            _ => Area::at(run_folder),
+        }
+    }
+
+    /// Makes the area at its usual place.
     pub fn make(run_folder: &Path, setup: &Setup) -> Result<Area, AgentError> {
-        let area = Area::at(run_folder);
+        Area::make_at(Area::at(run_folder), setup)
+    }
+
+    /// Makes `area` afresh (what an earlier attempt of this run left is
+    /// removed first), puts the setup's files in, and an empty notes file
+    /// (aider adds only a file that exists to its chat).
+    pub fn make_at(area: Area, setup: &Setup) -> Result<Area, AgentError> {
         remove_tree(&area.root);
         for dir in [&area.home, &area.tmp] {
             std::fs::create_dir_all(dir).map_err(io(format!("create the agent's folder {}", dir.display())))?;
         }
+        std::fs::write(&area.notes, "").map_err(io(format!("create the notes file {}", area.notes.display())))?;
         if let Some(user_home) = &setup.user_home {
             for rel in &setup.home_files {
                 copy_config(user_home, &area.home, rel)?;

@@ -25,6 +25,11 @@ pub struct ModelError {
     pub status: Option<u16>,
     /// The agent's words for it (bounded).
     pub message: String,
+    /// The status was read from the kind of error the agent named, not
+    /// from a status it printed (aider's litellm names a rejected key a
+    /// `BadRequestError`): it decides whether to retry, and is not quoted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inferred: bool,
 }
 
 impl ModelError {
@@ -37,8 +42,8 @@ impl ModelError {
     /// `HTTP 401: authentication_failed`, for people.
     pub fn describe(&self) -> String {
         match self.status {
-            Some(s) => format!("HTTP {s}: {}", self.message),
-            None => self.message.clone(),
+            Some(s) if !self.inferred => format!("HTTP {s}: {}", self.message),
+            _ => self.message.clone(),
         }
     }
 }
@@ -180,7 +185,8 @@ fn claude(line: &str) -> (Option<ModelError>, Option<String>) {
     match (v.get("type").and_then(Value::as_str), v.get("subtype").and_then(Value::as_str)) {
         (Some("system"), Some("api_retry")) => {
             let message = v.get("error").and_then(Value::as_str).unwrap_or("the request failed");
-            (Some(ModelError { status: v.get("error_status").and_then(status), message: bounded(message) }), None)
+            let status = v.get("error_status").and_then(status);
+            (Some(ModelError { status, message: bounded(message), inferred: false }), None)
         }
         (Some("result"), _) if v.get("is_error").and_then(Value::as_bool) == Some(true) => {
             let said = v.get("result").and_then(Value::as_str).filter(|r| !r.trim().is_empty());
@@ -188,10 +194,11 @@ fn claude(line: &str) -> (Option<ModelError>, Option<String>) {
                 let subtype = v.get("subtype").and_then(Value::as_str).unwrap_or("error");
                 format!("it ended with `{subtype}`")
             });
-            let error = v
-                .get("api_error_status")
-                .and_then(status)
-                .map(|s| ModelError { status: Some(s), message: bounded(&said) });
+            let error = v.get("api_error_status").and_then(status).map(|s| ModelError {
+                status: Some(s),
+                message: bounded(&said),
+                inferred: false,
+            });
             (error, Some(said))
         }
         _ => (None, None),
@@ -207,7 +214,8 @@ static CODEX_STATUS: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
 /// 2/5 (unexpected status 401 Unauthorized: ..., url: http://...)"}` for
 /// each failed attempt, `{"type":"turn.failed","error":{"message":...}}`
 /// when it gives up. Its first attempts go to a WebSocket and fall back to
-/// HTTPS on any answer there: those (`url: ws://`) are no error of the API.
+/// HTTPS on an answer there that says it serves none (404, 426): those are
+/// no error of the API; a refused key there (401, 403) is.
 fn codex(line: &str) -> (Option<ModelError>, Option<String>) {
     let Ok(v) = serde_json::from_str::<Value>(line) else { return (None, None) };
     let message = match v.get("type").and_then(Value::as_str) {
@@ -216,11 +224,14 @@ fn codex(line: &str) -> (Option<ModelError>, Option<String>) {
         _ => None,
     };
     let Some(message) = message else { return (None, None) };
-    if message.contains("url: ws://") || message.contains("url: wss://") {
+    let status: Option<u16> = CODEX_STATUS.captures(message).and_then(|c| c["status"].parse().ok());
+    // A WebSocket the endpoint does not serve is not the API's answer (codex
+    // falls back to HTTPS); a key it refuses there is.
+    let websocket = message.contains("url: ws://") || message.contains("url: wss://");
+    if websocket && !matches!(status, Some(401 | 403)) {
         return (None, None);
     }
-    let status = CODEX_STATUS.captures(message).and_then(|c| c["status"].parse().ok());
-    let error = Some(ModelError { status, message: bounded(message) });
+    let error = Some(ModelError { status, message: bounded(message), inferred: false });
     let gave_up = (v.get("type").and_then(Value::as_str) == Some("turn.failed")).then(|| message.to_string());
     (error, gave_up)
 }
@@ -238,7 +249,8 @@ static AIDER_CODE: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
 /// status is in the text, else it follows from the exception's name.
 fn aider(line: &str) -> Option<ModelError> {
     let caps = AIDER_ERROR.captures(line)?;
-    let status = AIDER_CODE.captures(line).and_then(|c| c["status"].parse().ok()).or(match &caps["kind"] {
+    let printed: Option<u16> = AIDER_CODE.captures(line).and_then(|c| c["status"].parse().ok());
+    let named = match &caps["kind"] {
         "AuthenticationError" => Some(401),
         "PermissionDeniedError" => Some(403),
         "NotFoundError" => Some(404),
@@ -248,8 +260,8 @@ fn aider(line: &str) -> Option<ModelError> {
         "InternalServerError" => Some(500),
         "ServiceUnavailableError" => Some(503),
         _ => None,
-    });
-    Some(ModelError { status, message: bounded(line) })
+    };
+    Some(ModelError { status: printed.or(named), message: bounded(line), inferred: printed.is_none() })
 }
 
 #[cfg(test)]
@@ -264,7 +276,7 @@ mod tests {
 {"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":554,"error_status":401,"error":"authentication_failed","session_id":"s"}
 "#);
         let refused = r.report().refused.clone().expect("refused");
-        assert_eq!(refused, ModelError { status: Some(401), message: "authentication_failed".into() });
+        assert_eq!(refused, ModelError { status: Some(401), message: "authentication_failed".into(), inferred: false });
         r.feed(
             r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":401,"result":"Invalid API key · Fix external API key","total_cost_usd":0}"#
                 .as_bytes(),
@@ -319,6 +331,10 @@ mod tests {
         assert_eq!(r.refused.and_then(|e| e.status), Some(401));
         let r = read(Output::AiderText, "litellm.RateLimitError: RateLimitError: OpenAIException - slow down\n");
         assert_eq!((r.refused, r.last.and_then(|e| e.status)), (None, Some(429)));
+        // What aider 0.86.2 printed for a 401: litellm calls it a bad request.
+        let r = read(Output::AiderText, "litellm.BadRequestError: OpenAIException - invalid x-api-key\n");
+        let refused = r.refused.expect("a bad request is not retried");
+        assert!(refused.inferred && !refused.describe().contains("HTTP"), "{refused:?}");
     }
 
     #[test]

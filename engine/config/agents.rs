@@ -199,6 +199,8 @@ pub const PRESETS: &[Preset] = &[
             "{prompt_file}",
             "--file",
             "{notes_file}",
+            // The notes file is in the worktree, ignored by git (ward says so).
+            "--add-gitignore-files",
             "--yes-always",
             "--no-auto-commits",
             "--no-gitignore",

@@ -191,9 +191,10 @@ fn model_refused(h: &Hospital, error: &ModelError, visit: &Visit) -> String {
     let secret = h.config.agent.applied.as_ref().map_or("the agent's API key", |a| a.preset.secret);
     let remedy = match error.status {
         Some(401) => format!("check the key the agent is given (`{secret}`, a repository secret) and `agent.base_url`"),
-        Some(403) => "the key may not use this model or endpoint: check its permissions and the model".into(),
-        Some(404 | 400 | 422) => "check the model the agent asks for and `agent.base_url`".into(),
-        _ => "check the agent's key, model and `agent.base_url`".into(),
+        Some(403) => {
+            format!("the key (`{secret}`) may not use this model or endpoint: check its permissions and the model")
+        }
+        _ => format!("check the key the agent is given (`{secret}`), the model it asks for and `agent.base_url`"),
     };
     format!(
         "the model API refused the agent's request ({}{}), which asking again cannot change, so ward stopped \

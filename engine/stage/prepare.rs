@@ -115,9 +115,10 @@ pub async fn prepare(
     let mut ctx = PromptContext::new(&h.config, &h.sentinels, stage, &patient.issue, &chart, &found, workspace);
     // An agent without a shell (aider) cannot expand `$WARD_NOTES`: it is
     // told the file's path, which is in its chat.
-    if h.config.agent.applied.as_ref().is_some_and(|a| !a.preset.shell) {
+    if let Some(preset) = h.config.agent.applied.as_ref().map(|a| a.preset).filter(|p| !p.shell) {
         ctx.shell = false;
-        ctx.notes_file = crate::agent::home::Area::at(&patient.folder).notes.display().to_string();
+        let area = crate::agent::home::Area::for_agent(&patient.folder, &workdir, Some(preset));
+        ctx.notes_file = area.notes.display().to_string();
     }
     // The prompt carries the notes this role needs; the whole chart is a
     // file beside it for the agent to read when it needs an older note.

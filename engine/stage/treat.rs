@@ -35,9 +35,10 @@ pub async fn treat(
         Some(p) => Setup::for_preset(p, std::env::var_os("HOME").map(PathBuf::from), gateway.as_deref()),
         None => Setup::default(),
     };
-    let area = Area::make(&patient.folder, &setup)?;
+    let area = Area::make_at(Area::for_agent(&patient.folder, &prepared.workdir, preset), &setup)?;
     if let Some(p) = preset {
-        exclude_scratch(&prepared.workdir, p.scratch);
+        let notes = (!p.shell).then_some(crate::agent::home::NOTES_IN_WORKTREE_IGNORED);
+        exclude_scratch(&prepared.workdir, p.scratch.iter().copied().chain(notes));
     }
     let spec = AgentSpec {
         command: command.unwrap_or_else(|| h.config.agent.command.clone()),
@@ -149,10 +150,12 @@ pub async fn treat(
 fn leave_area(area: &Area, folder: &Path, preset: Option<&Preset>) -> anyhow::Result<Vec<String>> {
     let notes = folder.join(NOTES_FILE);
     let _ = std::fs::remove_file(&notes);
-    // A link would make ward read what it points at: only a plain file moves.
+    // A link would make ward read what it points at: only a plain file moves
+    // (copied when it lies on another file system, the worktree's).
     if area.notes.symlink_metadata().is_ok_and(|m| m.is_file()) {
-        std::fs::rename(&area.notes, &notes)
-            .with_context(|| format!("could not move the agent's notes from {}", area.notes.display()))?;
+        let moved = std::fs::rename(&area.notes, &notes)
+            .or_else(|_| std::fs::copy(&area.notes, &notes).and_then(|_| std::fs::remove_file(&area.notes)));
+        moved.with_context(|| format!("could not move the agent's notes from {}", area.notes.display()))?;
     }
     let kept = preset.map(|p| area.keep_transcripts(folder, p.transcripts)).unwrap_or_default();
     area.remove();
@@ -187,7 +190,8 @@ fn preset_env(preset: &Preset, area: &Area, gateway: Option<&str>) -> Vec<(Strin
 /// Tells git to ignore what the agent's CLI writes into the worktree for
 /// itself (aider's repository map cache), so it is never taken for a
 /// change. The repository's `info/exclude` is shared by its worktrees.
-fn exclude_scratch(worktree: &Path, scratch: &[&str]) {
+fn exclude_scratch<'a>(worktree: &Path, scratch: impl Iterator<Item = &'a str>) {
+    let scratch: Vec<&str> = scratch.collect();
     if scratch.is_empty() {
         return;
     }

@@ -265,7 +265,11 @@ mod tests {
             start: None,
             diff_lines: 3,
             model: Some(ModelTrouble::Unavailable {
-                error: crate::agent::report::ModelError { status: Some(529), message: "overloaded".into() },
+                error: crate::agent::report::ModelError {
+                    status: Some(529),
+                    message: "overloaded".into(),
+                    inferred: false,
+                },
                 errors: 3,
             }),
             gave_up: Some("overloaded".into()),
