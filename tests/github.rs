@@ -878,6 +878,7 @@ async fn an_empty_token_is_refused_before_any_request() {
     let gh = FakeGitHub::start().await;
     let settings = ward::forge::github::GitHubSettings {
         api_url: gh.url.clone(),
+        graphql_url: format!("{}/graphql", gh.url),
         repo: "octo/hospital".parse().unwrap(),
         charts_branch: CHARTS.into(),
         engine_account: ENGINE.into(),
@@ -1832,6 +1833,7 @@ async fn no_answer_at_all_is_retried_then_named() {
     drop(closed);
     let settings = ward::forge::github::GitHubSettings {
         api_url: url.clone(),
+        graphql_url: format!("{url}/graphql"),
         repo: "octo/hospital".parse().unwrap(),
         charts_branch: CHARTS.into(),
         engine_account: ENGINE.into(),

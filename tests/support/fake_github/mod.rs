@@ -105,6 +105,7 @@ mod handlers;
 pub mod merge_queue;
 mod releases;
 mod schedule;
+pub mod schema;
 mod search;
 mod settings;
 mod state;
@@ -179,6 +180,7 @@ impl FakeGitHub {
     pub fn forge_with(&self, token: &str, repo: &str) -> GitHubForge {
         let settings = GitHubSettings {
             api_url: self.url.clone(),
+            graphql_url: format!("{}/graphql", self.url),
             repo: format!("{OWNER}/{repo}").parse().expect("valid repository"),
             charts_branch: "ward-charts".into(),
             engine_account: ENGINE.into(),
