@@ -5,6 +5,7 @@ pub mod actions;
 pub mod departments;
 pub mod fake_github;
 pub mod openapi;
+pub mod release;
 pub mod rules;
 pub mod workspace;
 
