@@ -15,10 +15,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ward::agent::{StandInEnv, default_visit, render_notes};
 use ward::forge::NewIssue;
 use ward::forge::local::LocalForge;
 use ward::hospital::Hospital;
+use ward::stand_in::{StandInEnv, default_visit, render_notes};
 
 const PATIENTS: usize = 40;
 

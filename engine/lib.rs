@@ -32,6 +32,7 @@ pub mod runner;
 pub mod secrets;
 pub mod simulate;
 pub mod stage;
+pub mod stand_in;
 pub mod sweep;
 pub mod transfer;
 pub mod untrusted;

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::ScriptedVisit;
 use crate::chart::Sentinels;
 use crate::forge::local::LocalForge;
 use crate::forge::{
@@ -18,6 +17,7 @@ use crate::forge::{
 };
 use crate::hospital::Hospital;
 use crate::stage::{self, StageRequest, StageResult};
+use crate::stand_in::ScriptedVisit;
 
 /// A scenario file.
 #[derive(Debug, Clone, Deserialize)]

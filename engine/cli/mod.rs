@@ -566,7 +566,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Init { into, action } => init(&cli, into.as_deref(), action.as_deref()).await,
         Command::Doctor { fix } => doctor(&cli, *fix).await,
-        Command::StandIn { script } => match crate::agent::stand_in(script.as_deref()) {
+        Command::StandIn { script } => match crate::stand_in::stand_in(script.as_deref()) {
             Ok(()) => Ok(ExitCode::SUCCESS),
             Err(message) => {
                 eprintln!("stand-in: {message}");

@@ -39,7 +39,7 @@ pub async fn treat(
     };
     info!(command = ?spec.command.first(), "agent starts");
     // The engine enforces the run's dollars while it goes (the wall clock is
-    // agent.rs's); dropping the agent's future kills its process group.
+    // crate::agent's); dropping the agent's future kills its process group.
     let budget = &h.config.departments.budget;
     let stdout = patient.folder.join(STDOUT_FILE);
     let watch = crate::budget::watch(
