@@ -2029,6 +2029,46 @@ async fn a_visit_whose_commits_carry_a_huge_file_is_refused_and_nothing_is_pushe
     assert_eq!(gh.state().branch_head(&format!("ward/issue-{n}")), None, "nothing was pushed");
 }
 
+/// An agent that commits everything in the visit job's checkout, ward's own
+/// files included (its stage lock under `.ward/`, in a repository whose
+/// `.gitignore` does not ignore it: installed by hand): `git add -A` leaves
+/// them out (ward excluded them before the agent ran); forced in, the record
+/// job refuses the visit, naming them, and pushes nothing. Before, the next
+/// stage's checkout of such a branch failed ("Please move or remove them").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_visit_whose_commits_carry_wards_own_files_is_refused_naming_them_and_nothing_is_pushed() {
+    let gh = FakeGitHub::start().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let loot = scratch.path().join("loot.txt");
+    let _repo = hostile_hospital(&gh, "wardfiles.sh", &format!("\"{}\"", loot.display()), None);
+    {
+        let mut s = gh.state();
+        // As installed by hand: the build's target/ ignored, ward's .ward/ not.
+        s.put_file("main", ".gitignore", "/target\n");
+        s.add_collaborator("maya", "maintain");
+    }
+    let n =
+        gh.state().add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[]);
+    let mut runner = Runner::new(&gh);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(10).await;
+
+    let loot = std::fs::read_to_string(&loot).unwrap_or_default();
+    assert!(loot.contains("git add -A left .ward out"), "ward's files were not excluded: {loot}");
+    assert!(loot.contains("committed .ward/"), "the attack did not run: {loot}");
+    assert_eq!(gh.state().labels_of(n), ["ward:treat"], "{}", failures(&runner));
+    let records: Vec<Option<&str>> =
+        runner.runs_of("ward-stage.yml").iter().map(|r| r.job("record").conclusion.as_deref()).collect();
+    assert!(records.contains(&Some("failure")), "an invalid run: {records:?}\n{}", failures(&runner));
+    let refusal = notes_of(&gh, n, "REFUSAL").pop().unwrap_or_default();
+    assert!(
+        refusal.contains("this run's commits hold ward's own")
+            && refusal.contains(&format!("`.ward/locks/stage-{n}.lock`")),
+        "{refusal}"
+    );
+    assert_eq!(gh.state().branch_head(&format!("ward/issue-{n}")), None, "nothing was pushed");
+}
+
 // Commands in comments (issue 11, scenario (f))
 
 /// How many agent runs the chart of `n` records (an ADMISSION note each).

@@ -1138,6 +1138,14 @@ pub fn diff_lines_since(co: &Checkout, start: &str, state_paths: &[String]) -> R
 /// out (ignored files too when `ignored`; never ward's own folders).
 pub fn reset_to(co: &Checkout, commit: &str, ignored: bool, state_paths: &[String]) -> Result<()> {
     let _ = std::fs::remove_file(co.git_dir.join("index.lock"));
+    // ward's own files an agent committed: out of the index first, so that
+    // the reset leaves them (its locks, runs and the local forge) on disk.
+    if !state_paths.is_empty() {
+        let mut untrack = co.git();
+        untrack.args(["rm", "-r", "-q", "--cached", "--ignore-unmatch", "--"]);
+        untrack.args(state_paths.iter().map(|p| format!(":(top){}", p.trim_matches('/'))));
+        git::run(untrack, "rm --cached", None)?;
+    }
     let mut reset = co.git();
     reset.args(["reset", "--quiet", "--hard", commit]);
     git::run(reset, "reset", None)?;
