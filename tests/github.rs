@@ -3072,3 +3072,144 @@ async fn the_sweep_reaps_expired_checkpoint_refs_of_open_patients_and_nothing_el
     assert_eq!(after, expected, "only the two refs went");
     assert!(ward::workspace::shared::fetch(&url, Some(TOKEN), live).unwrap().is_some(), "the live one is whole");
 }
+
+// ---------------------------------------------------------------------------
+// The engine's account as GitHub spells it: REST's `github-actions[bot]`,
+// GraphQL's `github-actions` as a `Bot` (the fake answers both as GitHub
+// does). Each comparison of an actor or an author with the engine.
+
+/// The label events of a look (GraphQL): the engine's own moves read as
+/// the engine's, so the admission that counts is the person's, and the
+/// sweep and the approval path tell ward's moves from people's.
+#[tokio::test]
+async fn the_engines_label_moves_in_a_graphql_look_are_the_engines() {
+    let gh = FakeGitHub::start().await;
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("alice", "triage");
+        let n = s.add_issue("Login fails", "steps", "reporter", &[]);
+        s.label(n, "ward:admit", "alice");
+        n
+    };
+    let forge = gh.forge();
+    // ward puts the admission label back on (a re-run), over REST, as itself.
+    forge.set_labels(IssueNumber(n), &strings(&["ward:diagnose"])).await.unwrap();
+    forge.set_labels(IssueNumber(n), &strings(&["ward:admit"])).await.unwrap();
+    let look = forge.look(IssueNumber(n)).await.unwrap();
+    let last = look.label_events.last().unwrap();
+    assert_eq!((last.label.as_str(), last.actor.as_str()), ("ward:admit", ENGINE), "GraphQL's `Bot` is REST's bot");
+    assert!(forge.engine_account().is(&last.actor));
+    let config = config();
+    let admitted = ward::rules::admitted::last_admission(&config, &look.label_events).expect("a person admitted it");
+    assert_eq!(admitted.actor, "alice", "the engine's own application is no person's admission");
+    let by = ward::rules::approval::applied_by(&look.label_events, "ward:admit").unwrap();
+    assert!(forge.engine_account().is(&by.actor), "{by:?}");
+}
+
+/// The audit's facts (GraphQL): a review by the engine's own account (a
+/// workflow's token may approve) never counts, whatever it can push, and
+/// the pull request's author reads as REST spells it.
+#[tokio::test]
+async fn an_approval_by_the_engines_own_account_never_counts_in_the_audit() {
+    let gh = FakeGitHub::start().await;
+    let pr = {
+        let mut s = gh.state();
+        s.actions_can_create_pull_requests = true;
+        s.add_collaborator("alice", "write");
+        s.add_collaborator(ENGINE, "write");
+        s.commit_files("ward/issue-1", &[("a.txt", "a\n")], "Fix the login", "alice");
+        let pr = s.open_pull("ward/issue-1", "main", "Fix the login", "", "alice");
+        s.review(pr, ENGINE, "APPROVE", "LGTM", &[]);
+        s.commit_files("ward/issue-2", &[("b.txt", "b\n")], "Fix the export", "alice");
+        s.open_pull("ward/issue-2", "main", "Fix the export", "", ENGINE);
+        pr
+    };
+    let forge = gh.forge();
+    let theirs = ward::discharge::audit::gather(&forge, "ward/issue-2", Permission::Write).await.unwrap();
+    assert_eq!(theirs.pull.unwrap().author, ENGINE, "the engine's pull request's author as REST spells it");
+    let facts = ward::discharge::audit::gather(&forge, "ward/issue-1", Permission::Write).await.unwrap();
+    assert_eq!(facts.pull.as_ref().unwrap().number, pr);
+    let reviews = facts.reviews.as_ref().unwrap();
+    assert_eq!(reviews[0].author, ENGINE, "the reviewer as REST spells it");
+    let config = config();
+    let checklist = ward::rules::discharge_audit::audit(&config, &[], &facts);
+    let approval = checklist.items.iter().find(|i| i.id == "pr-approval").unwrap();
+    assert_eq!(approval.mark, ward::rules::discharge_audit::Mark::Waiting, "{}", approval.note);
+    assert!(approval.note.contains(&format!("the engine `{ENGINE}`")), "{}", approval.note);
+    // A person's approval counts, and only theirs.
+    gh.state().add_collaborator("rob", "write");
+    gh.state().review(pr, "rob", "APPROVE", "Reviewed the change.", &[]);
+    let facts = ward::discharge::audit::gather(&forge, "ward/issue-1", Permission::Write).await.unwrap();
+    let checklist = ward::rules::discharge_audit::audit(&config, &[], &facts);
+    let approval = checklist.items.iter().find(|i| i.id == "pr-approval").unwrap();
+    assert_eq!(approval.mark, ward::rules::discharge_audit::Mark::Pass, "{}", approval.note);
+}
+
+/// A follow-up the engine filed (an issue whose author is the engine,
+/// listed over REST as `github-actions[bot]`) is found again and not filed
+/// twice; a person's issue carrying the same marker is not trusted.
+#[tokio::test]
+async fn a_follow_up_the_engine_filed_is_trusted_and_a_copy_by_a_person_is_not() {
+    let gh = FakeGitHub::start().await;
+    let config = config();
+    let patient = IssueNumber(7);
+    let notes = vec![note("TREATMENT_NOTE", "r1", "Done.\n\nFollow-up: the export drops the header row too")];
+    let forge = gh.forge();
+    let first = ward::followups::file(&forge, &config, patient, &notes).await.unwrap().expect("filed");
+    let filed: Vec<(u64, String)> = gh.state().issues.values().map(|i| (i.number, i.author.clone())).collect();
+    assert_eq!(filed.len(), 1, "{filed:?}");
+    assert_eq!(filed[0].1, ENGINE);
+    // A crash before the chart was written: the next run finds the engine's issue.
+    let again = ward::followups::file(&forge, &config, patient, &notes).await.unwrap().expect("charted");
+    assert_eq!(gh.state().issues.len(), 1, "not filed twice: {again}");
+    assert_eq!(first.lines().next(), again.lines().next());
+    // The same marker in a person's issue (named like the engine without `[bot]`) is text.
+    let body = gh.state().issues.values().next().unwrap().body.clone();
+    gh.state().issues.clear();
+    gh.state().add_issue("copy", &body, "github-actions", &["ward:follow-up"]);
+    ward::followups::file(&forge, &config, patient, &notes).await.unwrap();
+    let authors: Vec<String> = gh.state().issues.values().map(|i| i.author.clone()).collect();
+    assert_eq!(authors, ["github-actions".to_string(), ENGINE.to_string()], "the person's copy is not the engine's");
+}
+
+/// GitHub Enterprise Server: REST under `https://HOST/api/v3`, GraphQL at
+/// `https://HOST/api/graphql` (not below REST's base). Derived from the API
+/// URL when `GITHUB_GRAPHQL_URL` is not set; the fake answers nothing at
+/// `/api/v3/graphql`, as GHES does.
+#[tokio::test]
+async fn on_github_enterprise_server_graphql_goes_to_api_graphql() {
+    let gh = FakeGitHub::start().await;
+    gh.state().enterprise = true;
+    let n = gh.state().add_issue("Login fails", "steps", "alice", &["ward:admit"]);
+    let api_url = format!("{}/api/v3", gh.url);
+    let graphql_url = ward::forge::github::graphql_url_for(&api_url);
+    assert_eq!(graphql_url, format!("{}/api/graphql", gh.url));
+    assert_eq!(ward::forge::github::graphql_url_for("https://api.github.com"), "https://api.github.com/graphql");
+    assert_eq!(
+        ward::forge::github::graphql_url_for("https://api.octo.ghe.com/"),
+        "https://api.octo.ghe.com/graphql",
+        "GHE.com's API is GitHub's"
+    );
+    let settings = ward::forge::github::GitHubSettings {
+        api_url: api_url.clone(),
+        graphql_url,
+        repo: "octo/hospital".parse().unwrap(),
+        charts_branch: CHARTS.into(),
+        engine_account: ENGINE.into(),
+    };
+    let forge = ward::forge::github::GitHubForge::new(settings, TOKEN).unwrap().with_retry(gh.retry_policy());
+    let read = forge.patient(IssueNumber(n), "ward:lockdown").await.unwrap();
+    assert_eq!(read.issue.title, "Login fails");
+    forge.add_comment(IssueNumber(n), "REST under /api/v3").await.unwrap();
+    assert_eq!(gh.state().count("POST /graphql"), 1, "the read went to GraphQL");
+    // Another host for GraphQL would carry the token elsewhere: refused before any request.
+    let elsewhere = ward::forge::github::GitHubSettings {
+        api_url,
+        graphql_url: "https://graphql.example/graphql".into(),
+        repo: "octo/hospital".parse().unwrap(),
+        charts_branch: CHARTS.into(),
+        engine_account: ENGINE.into(),
+    };
+    let err = ward::forge::github::GitHubForge::new(elsewhere, TOKEN).unwrap_err().to_string();
+    assert!(err.contains("is not on the API's host") && err.contains("GITHUB_GRAPHQL_URL"), "{err}");
+}

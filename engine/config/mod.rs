@@ -51,6 +51,7 @@ pub struct Config {
     /// The login the engine acts as. Labels it applies are trusted; it may
     /// never author a precedent. Default `github-actions[bot]`.
     #[serde(default = "default_engine_account")]
+    #[schemars(with = "String")]
     pub engine_account: crate::forge::EngineAccount,
     /// Sentinel prefix in charts and notes. Default `WARD`.
     #[serde(default = "default_prefix")]

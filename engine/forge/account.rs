@@ -27,7 +27,7 @@ pub fn rest_login(typename: Option<&str>, login: String) -> String {
 
 /// The login the engine acts as (`engine_account` in ward.yml), in REST's
 /// spelling.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct EngineAccount(String);
 

@@ -259,10 +259,22 @@ async fn serve(
     state: Arc<Mutex<State>>,
     req: Request<hyper::body::Incoming>,
 ) -> Result<Response<Full<Bytes>>, ConnectionReset> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     if parts.uri.path().starts_with(&format!("/{OWNER}/{REPO}.git/")) {
         return Ok(serve_git(state, &parts, &body).await);
+    }
+    if state.lock().unwrap_or_else(|p| p.into_inner()).enterprise {
+        match enterprise_route(&parts.uri) {
+            Some(uri) => parts.uri = uri,
+            None => {
+                let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+                s.unknown
+                    .push(format!("{} {} (GitHub Enterprise Server serves nothing there)", parts.method, parts.uri));
+                let body = Bytes::from_static(br#"{"message":"Not Found"}"#);
+                return Ok(Response::builder().status(404).body(Full::new(body)).expect("a valid response"));
+            }
+        }
     }
     let _answering = Answering::start(&state);
     let latency = state.lock().unwrap_or_else(|p| p.into_inner()).latency;
@@ -308,6 +320,23 @@ async fn serve(
         None => Bytes::new(),
     };
     Ok(response.body(Full::new(bytes)).expect("a valid response"))
+}
+
+/// What a GitHub Enterprise Server request is in the fake's routes: REST's
+/// `/api/v3/...` without its prefix, GraphQL's `/api/graphql` as
+/// `/graphql`; `None` for anything else (`/graphql`, `/api/v3/graphql`).
+fn enterprise_route(uri: &http::Uri) -> Option<http::Uri> {
+    let path = uri.path();
+    let inner = if path == "/api/graphql" {
+        "/graphql"
+    } else {
+        path.strip_prefix("/api/v3").filter(|p| p.starts_with('/') && *p != "/graphql")?
+    };
+    let rebuilt = match uri.query() {
+        Some(q) => format!("{inner}?{q}"),
+        None => inner.to_string(),
+    };
+    rebuilt.parse().ok()
 }
 
 /// Counts an API request in flight ([`State::in_flight`]) while it lives.
