@@ -36,7 +36,7 @@ impl Runner<'_> {
                 record.outputs.insert("cache-hit".into(), "false".into());
                 Ok(format!("Cache not found for input keys: {}\n", input("key").unwrap_or_default()))
             }
-            n if n == super::composite::WARD_ACTION_REPO => self.ward_action(job, r, j, with, record).await,
+            n if n == super::composite::WARD_ACTION_REPO => self.ward_action(job, r, j, with, token, record).await,
             _ => {
                 self.unsupported.push(format!("{}: `uses: {uses}`", self.runs[r].workflow));
                 Err(format!("the test runner does not implement the action `{uses}`"))

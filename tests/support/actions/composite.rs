@@ -23,12 +23,14 @@ use super::step::StepRecord;
 pub const WARD_ACTION_REPO: &str = "wardhq/ward";
 
 impl Runner<'_> {
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn ward_action(
         &mut self,
         job: &mut JobExec,
         r: usize,
         j: usize,
         with: &Value,
+        token: &str,
         record: &mut StepRecord,
     ) -> Result<String, String> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -39,6 +41,8 @@ impl Runner<'_> {
         let mut ctx = self.base_contexts(run, Some(j), Status::Success, &["github", "vars", "secrets"]);
         let mut github = ctx.values["github"].clone();
         github["action_repository"] = json!(WARD_ACTION_REPO);
+        // The job's token, as `${{ github.token }}` gives it to the action's input.
+        github["token"] = json!(token);
         github["action_path"] = json!(root.display().to_string());
         ctx.set("github", github);
         ctx.set("runner", json!({ "os": "Linux", "arch": "X64", "temp": job.temp.display().to_string() }));
