@@ -78,8 +78,8 @@
 //! events, starts what is ready, and otherwise moves the clock to the next
 //! thing: a job's end, or something the test scheduled ([`Runner::at`]: a
 //! review an hour later). What it cannot do: `strategy.matrix`, services,
-//! containers, reusable workflows, composite actions and `hashFiles()` fail
-//! loudly; `timeout-minutes` is not enforced (a step gets ten real minutes).
+//! containers, reusable workflows, composite actions other than ward's and
+//! `hashFiles()` fail loudly; `timeout-minutes` is not enforced (a step gets ten real minutes).
 //! ward reads the machine's clock; the runner gives every step one variable
 //! GitHub does not, `WARD_NOW` (the simulated time), which `ward sweep` and
 //! `ward report` read, so the charge nurse ages labels by the simulation.

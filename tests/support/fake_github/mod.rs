@@ -81,14 +81,20 @@
 //! - **Repository settings** `ward doctor` reads (`settings`, in
 //!   settings.rs): the workflow token's defaults, the Actions runs list,
 //!   and a token refused one permission (`settings.denied`).
-//! - **GraphQL** (`POST /graphql`, graphql.rs): the query is parsed and
-//!   every field asked for is answered from the same state (issues and
+//! - **GraphQL** (`POST /graphql`, graphql.rs): the document is checked
+//!   against GitHub's published schema first (schema.rs; an invalid one is
+//!   HTTP 200 with `errors` and no `data`, and fails the test), then every
+//!   field asked for is answered from the same state (issues and
 //!   labels, the charts branch's blobs, pull requests with reviews, threads,
 //!   commits and the head's check runs and statuses, label events), in
 //!   GitHub's shapes (`data`, `errors` with `type` and `path`), one call per
 //!   query; connections need `first`/`last`; a field the fake does not
 //!   model fails the test. `Blob.text` is cut beyond 512 KB
-//!   (`isTruncated`), `null` for binary content.
+//!   (`isTruncated`), `null` for binary content. A bot is a `Bot` whose
+//!   `login` has no `[bot]` (`github-actions`), as GitHub answers; REST
+//!   says `github-actions[bot]`.
+//! - **GitHub Enterprise Server** (`State::enterprise`): REST under
+//!   `/api/v3`, GraphQL at `/api/graphql`, nothing anywhere else.
 //! - **Search** (GraphQL `search(type: ISSUE, ...)`, search.rs): the
 //!   qualifiers ward sends, at most 1,000 results with `issueCount`, and
 //!   an index that can lag behind writes (`search_lag`).
