@@ -367,6 +367,8 @@ struct Ran {
     code: i32,
     stdout: String,
     outputs: String,
+    /// What the step added to `GITHUB_PATH`.
+    path: String,
 }
 
 /// Runs `action/run.sh` with a stand-in ward that prints its arguments, one
@@ -381,6 +383,7 @@ fn run_action(command: &str, args: &str, preset: &str) -> Ran {
     .unwrap();
     std::fs::set_permissions(&ward, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let outputs = dir.path().join("outputs");
+    let github_path = dir.path().join("path");
     let out = std::process::Command::new("bash")
         .arg(repo_root().join("action/run.sh"))
         .current_dir(dir.path())
@@ -393,6 +396,7 @@ fn run_action(command: &str, args: &str, preset: &str) -> Ran {
         .env("WARD_ARTIFACTS", dir.path().join("ward-runs"))
         .env("GITHUB_EVENT_PATH", "/runner/event.json")
         .env("GITHUB_OUTPUT", &outputs)
+        .env("GITHUB_PATH", &github_path)
         .output()
         .unwrap();
     assert!(!dir.path().join("pwned").exists(), "an argument was evaluated");
@@ -400,6 +404,7 @@ fn run_action(command: &str, args: &str, preset: &str) -> Ran {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         outputs: std::fs::read_to_string(&outputs).unwrap_or_default().replace(dir.path().to_str().unwrap(), "[TMP]"),
+        path: std::fs::read_to_string(&github_path).unwrap_or_default().replace(dir.path().to_str().unwrap(), "[TMP]"),
     }
 }
 
@@ -416,7 +421,14 @@ fn argv(ran: &Ran) -> String {
 
 #[test]
 fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
+    // `install`: ward on PATH for the job's later steps (as `ward init`
+    // writes the workflows), and nothing run.
+    let ran = run_action("install", "--reap", "");
+    // (the one call is the version it names)
+    assert_eq!((ran.code, argv(&ran).as_str(), ran.path.as_str()), (0, "[--version]", "[TMP]\n"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("is on PATH for the next steps"), "{}", ran.stdout);
     let table = [
+        ("install", ""),
         ("stage", "[--forge] [github] [stage] [--event] [/runner/event.json]"),
         ("visit", "[--forge] [github] [visit] [--event] [/runner/event.json]"),
         ("record", "[--forge] [github] [record] [--event] [/runner/event.json]"),
@@ -432,7 +444,7 @@ fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
         ("doctor", "[--forge] [github] [doctor]"),
     ];
     assert_eq!(run_sh_commands(), table.map(|(c, _)| c), "a command of run.sh is not tested here");
-    for (command, expected) in table {
+    for (command, expected) in table.into_iter().skip(1) {
         let ran = run_action(command, "", "");
         assert_eq!((ran.code, argv(&ran).as_str()), (0, expected), "{command}: {}", ran.stdout);
         assert!(ran.stdout.contains("preset=unset"), "an empty preset is no preset");
@@ -451,7 +463,7 @@ fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
     assert_eq!(ran.code, 2);
     assert_eq!(
         ran.stdout,
-        "::error title=ward::input command must be one of stage, visit, record, slot, release, queue-check, queue-record, event, sweep, report, precedents-check, simulate, doctor; \
+        "::error title=ward::input command must be one of install, stage, visit, record, slot, release, queue-check, queue-record, event, sweep, report, precedents-check, simulate, doctor; \
          not 'deploy; rm -rf /'\n"
     );
 }
