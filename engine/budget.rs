@@ -16,12 +16,11 @@
 //! spend so far and can stop a run before it ends. Other agents report
 //! through a configured regex with named groups.
 //!
-//! Everything here is pure, except [`watch`] (polls the agent's stdout file)
-//! and [`send_to_chief`] (writes the notes and moves the label).
+//! Everything here is pure, except [`send_to_chief`] (writes the notes and
+//! moves the label); `stage::watch` feeds the [`Meter`] while the agent runs.
 
 use std::collections::HashSet;
 use std::fmt;
-use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -136,6 +135,8 @@ pub struct Meter {
     events: Option<Usage>,
     /// Gemini's output, read whole at the end (it is one pretty-printed object).
     whole: String,
+    /// aider's sentences, added up as they come.
+    aider: AiderLines,
 }
 
 /// Gemini's output is one object; more than this is not its result.
@@ -155,6 +156,7 @@ impl Meter {
             last_match: None,
             events: None,
             whole: String::new(),
+            aider: AiderLines::default(),
         }
     }
 
@@ -173,6 +175,7 @@ impl Meter {
         if !rest.is_empty() {
             self.line(&String::from_utf8_lossy(&rest));
         }
+        self.aider.finish();
     }
 
     fn line(&mut self, line: &str) {
@@ -187,6 +190,7 @@ impl Meter {
                     total.add(&step);
                 }
             }
+            UsageFormat::AiderText => self.aider.line(line),
             UsageFormat::GeminiJson => {
                 if self.whole.len() + line.len() <= GEMINI_OUTPUT_MAX {
                     self.whole.push_str(line);
@@ -233,6 +237,7 @@ impl Meter {
             UsageFormat::Regex => self.last_match.clone(),
             UsageFormat::CodexJson | UsageFormat::OpencodeJson => self.events.clone().map(priced),
             UsageFormat::GeminiJson => parse_gemini(&self.whole).map(priced),
+            UsageFormat::AiderText => self.aider.usage.clone().map(priced),
             UsageFormat::ClaudeJson => {
                 if let Some(r) = &self.result {
                     return Some(r.clone());
@@ -244,6 +249,82 @@ impl Meter {
                 })
             }
         }
+    }
+}
+
+/// aider's usage sentence, once its line breaks are spaces:
+/// `Tokens: 2.3k sent, 1.1k cache write, 12k cache hit, 345 received.
+/// Cost: $0.0038 message, $0.05 session.` (aider/coders/base_coder.py,
+/// `calculate_and_show_tokens_and_cost`; the cost part only when it knows
+/// the model's prices). It wraps at its terminal's width, so a sentence
+/// may span lines.
+static AIDER_USAGE: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
+    Regex::new(
+        r"Tokens: (?P<sent>[0-9.]+k?) sent(?:, (?P<write>[0-9.]+k?) cache write)?(?:, (?P<hit>[0-9.]+k?) cache hit)?, (?P<received>[0-9.]+k?) received\.(?: Cost: \$(?P<message>[0-9.]+) message, \$(?P<session>[0-9.]+) session\.)?",
+    )
+    .expect("the aider usage pattern is valid")
+});
+
+/// aider's output as it comes: a window of the latest lines, joined by
+/// spaces, in which each complete sentence is read once.
+#[derive(Default)]
+struct AiderLines {
+    window: String,
+    usage: Option<Usage>,
+}
+
+impl AiderLines {
+    /// The longest a sentence gets, wrapped over a few lines.
+    const WINDOW: usize = 1024;
+
+    fn line(&mut self, line: &str) {
+        let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+        if !self.window.is_empty() {
+            self.window.push(' ');
+        }
+        self.window.push_str(&line);
+        self.read(false);
+    }
+
+    /// The output ended: a sentence without its cost part counts now.
+    fn finish(&mut self) {
+        self.read(true);
+    }
+
+    fn read(&mut self, ended: bool) {
+        let mut read_to = 0;
+        for caps in AIDER_USAGE.captures_iter(&self.window) {
+            // A cost part may still be on the next line: wait for it while
+            // the sentence ends the window.
+            let whole = caps.get(0).map_or(0..0, |m| m.range());
+            if !ended && caps.name("session").is_none() && whole.end + " Cost:".len() > self.window.len() {
+                break;
+            }
+            read_to = whole.end;
+            let tokens = |k: &str| caps.name(k).map_or(0, |m| aider_tokens(m.as_str()));
+            let u = self.usage.get_or_insert_with(|| Usage { source: "aider-text".into(), ..Usage::default() });
+            u.input_tokens += tokens("sent");
+            u.cache_creation_input_tokens += tokens("write");
+            u.cache_read_input_tokens += tokens("hit");
+            u.output_tokens += tokens("received");
+            if let Some(session) = caps.name("session").and_then(|m| m.as_str().parse::<f64>().ok()) {
+                u.cost_usd = Some(session);
+            }
+        }
+        self.window.drain(..read_to);
+        if self.window.len() > Self::WINDOW {
+            let cut = self.window.len() - Self::WINDOW;
+            let cut = (cut..self.window.len()).find(|i| self.window.is_char_boundary(*i)).unwrap_or(0);
+            self.window.drain(..cut);
+        }
+    }
+}
+
+/// `2.3k`, `12k` or `345`, as aider's `format_tokens` wrote them.
+fn aider_tokens(s: &str) -> u64 {
+    match s.strip_suffix('k') {
+        Some(k) => (k.parse::<f64>().unwrap_or(0.0) * 1000.0).round() as u64,
+        None => s.parse().unwrap_or(0),
     }
 }
 
@@ -325,7 +406,7 @@ pub fn parse_usage(stdout: &str, budget: &BudgetConfig) -> Option<Usage> {
             parse_regex(stdout, &re)
         }
         UsageFormat::None => None,
-        UsageFormat::CodexJson | UsageFormat::GeminiJson | UsageFormat::OpencodeJson => {
+        UsageFormat::CodexJson | UsageFormat::GeminiJson | UsageFormat::OpencodeJson | UsageFormat::AiderText => {
             let mut meter = Meter::new(budget);
             meter.feed(stdout.as_bytes());
             meter.finish();
@@ -412,12 +493,21 @@ pub struct PatientSpend {
     pub send_backs: u32,
 }
 
+/// How the REFUSAL of a run the model service failed begins: such a run
+/// is not counted against the patient's stage visits.
+pub const SERVICE_DOWN: &str = "The model service failed this run";
+
 pub fn patient_spend(notes: &[Note], send_backs: &HashSet<(String, String)>) -> PatientSpend {
     let mut s = PatientSpend::default();
+    let service_down: HashSet<&str> = notes
+        .iter()
+        .filter(|n| n.kind == NoteKind::Refusal && n.body.starts_with(SERVICE_DOWN))
+        .map(|n| n.meta.run.as_str())
+        .collect();
     for n in notes {
         match n.kind.as_str() {
             "COST" => s.dollars += parse_cost_note(&n.body).and_then(|u| u.cost_usd).unwrap_or(0.0),
-            "ADMISSION" => s.stage_visits += 1,
+            "ADMISSION" if !service_down.contains(n.meta.run.as_str()) => s.stage_visits += 1,
             "OUTCOME" if send_backs.contains(&(n.meta.stage.clone(), n.body.trim().to_string())) => {
                 s.send_backs += 1;
             }
@@ -473,6 +563,9 @@ pub fn cost_note(usage: Option<&Usage>, stage: &str, run: &str, at: DateTime<Utc
     }
 }
 
+/// The COST note's line naming the agent's session log kept with the run.
+pub const TRANSCRIPT_LINE: &str = "transcript: ";
+
 /// Reads a COST note back.
 pub fn parse_cost_note(body: &str) -> Option<Usage> {
     let mut u = Usage::default();
@@ -495,39 +588,6 @@ pub fn parse_cost_note(body: &str) -> Option<Usage> {
         }
     }
     any.then_some(u)
-}
-
-/// Polls the agent's stdout file every `poll` until a run limit is reached,
-/// and returns it with the usage seen. Never returns while the run stays
-/// within its limits: the stage runner races it against the agent and kills
-/// the agent (its process tree) when this wins. Only the bytes added since
-/// the last poll are read.
-pub async fn watch(
-    stdout: &Path,
-    budget: &BudgetConfig,
-    time_limit: Duration,
-    poll: Duration,
-) -> (Breach, Option<Usage>) {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let started = tokio::time::Instant::now();
-    let mut meter = Meter::new(budget);
-    let mut offset = 0u64;
-    loop {
-        if let Ok(mut file) = tokio::fs::File::open(stdout).await
-            && file.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
-        {
-            let mut fresh = Vec::new();
-            if let Ok(n) = file.read_to_end(&mut fresh).await {
-                offset += n as u64;
-                meter.feed(&fresh);
-            }
-        }
-        let usage = meter.usage();
-        if let Some(breach) = check_run(budget, time_limit, started.elapsed(), usage.as_ref()) {
-            return (breach, usage);
-        }
-        tokio::time::sleep(poll).await;
-    }
 }
 
 /// When a budget limit stopped a patient.
@@ -624,6 +684,31 @@ mod tests {
         assert_eq!(meter.usage().unwrap().cost_usd, Some(1.5), "the same message counts once; no newline yet");
         meter.finish();
         assert_eq!(meter.usage().unwrap().cost_usd, Some(0.4321));
+    }
+
+    /// What aider 0.86.2 printed through ward (tests/fixtures/agents/aider-output.txt
+    /// has the story): its sentence wrapped at 80 columns, a message without
+    /// prices, then two messages whose session total is the run's.
+    #[test]
+    fn aider_text_is_read_across_its_line_breaks() {
+        let out = "Applied edit to greet.sh\nTokens: 2.3k sent, 345 received. Cost: $0.0038 message, $0.0038 \nsession.\n\
+                   Tokens: 12k sent, 1.1k cache write, 9.5k cache hit, 100 received.\n\
+                   Tokens: 900 sent, 40 received. Cost: $0.01 message, $0.05 session.\n";
+        let budget = BudgetConfig { usage: Some(UsageFormat::AiderText), ..BudgetConfig::default() };
+        let u = parse_usage(out, &budget).unwrap();
+        assert_eq!(u.cost_usd, Some(0.05), "the session's dollars: {u:?}");
+        assert_eq!((u.input_tokens, u.output_tokens), (2300 + 12_000 + 900, 345 + 100 + 40), "{u:?}");
+        assert_eq!((u.cache_creation_input_tokens, u.cache_read_input_tokens), (1100, 9500), "{u:?}");
+        // A sentence with no cost part at the very end still counts.
+        let u = parse_usage("Tokens: 900 sent, 40 received.", &budget).unwrap();
+        assert_eq!((u.cost_usd, u.input_tokens, u.output_tokens), (None, 900, 40));
+        // Fed a byte at a time, the same figures.
+        let mut meter = Meter::new(&budget);
+        for b in out.as_bytes() {
+            meter.feed(std::slice::from_ref(b));
+        }
+        meter.finish();
+        assert_eq!(meter.usage().unwrap().cost_usd, Some(0.05));
     }
 
     #[test]

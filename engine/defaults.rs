@@ -65,7 +65,7 @@ pub fn files() -> Vec<(String, &'static str)> {
 
 /// Writes the defaults under `root` in the top-level layout; see [`install_into`].
 pub fn install(root: &Path) -> anyhow::Result<Vec<String>> {
-    install_into(root, None)
+    install_into(root, None, None)
 }
 
 /// The commented example of `paths:` in the shipped ward.yml, which
@@ -86,7 +86,12 @@ const PATHS_EXAMPLE: &str = "\
 /// ward.yml, its schema and the local forge's `charts/` stay where they
 /// are. `base_branch` in ward.yml is the repository's default branch
 /// ([`default_branch`]).
-pub fn install_into(root: &Path, into: Option<&str>) -> anyhow::Result<Vec<String>> {
+pub fn install_into(root: &Path, into: Option<&str>, agent: Option<&str>) -> anyhow::Result<Vec<String>> {
+    if let Some(name) = agent
+        && crate::config::agents::preset(name).is_none()
+    {
+        anyhow::bail!("--agent: `{name}` is not a known agent preset; known: {}", crate::config::agents::known());
+    }
     let into = match into {
         None => None,
         Some(raw) => match crate::config::PathsConfig::folder_problem(raw) {
@@ -108,6 +113,9 @@ pub fn install_into(root: &Path, into: Option<&str>) -> anyhow::Result<Vec<Strin
     if let Some(paths) = &into {
         pipeline = place(&pipeline, paths)?;
     }
+    if let Some(name) = agent {
+        pipeline = with_preset(&pipeline, name)?;
+    }
     for (path, text) in &files {
         let text = if path == crate::config::CONFIG_PATH { pipeline.as_str() } else { text };
         let dest = root.join(path);
@@ -121,6 +129,13 @@ pub fn install_into(root: &Path, into: Option<&str>) -> anyhow::Result<Vec<Strin
         written.push(".gitignore".into());
     }
     Ok(written)
+}
+
+/// The shipped pipeline with the agent preset `name` instead of the stand-in.
+fn with_preset(pipeline: &str, name: &str) -> anyhow::Result<String> {
+    const STAND_IN: &str = "  command: [\"{ward}\", \"stand-in\"]\n";
+    anyhow::ensure!(pipeline.contains(STAND_IN), "the shipped ward.yml names no stand-in command to replace");
+    Ok(pipeline.replacen(STAND_IN, &format!("  preset: {name}\n"), 1))
 }
 
 /// Every default file, with roles, skills and the precedent log where `paths` puts them.

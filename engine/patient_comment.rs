@@ -86,6 +86,18 @@ pub fn render(
     if let Some(run) = &links.run {
         rows.push(("Run", format!("[this stage's run]({run})")));
     }
+    if let Some((cost, path)) =
+        notes.iter().rev().filter(|n| n.kind == NoteKind::Cost).find_map(|n| {
+            n.body.lines().find_map(|l| l.strip_prefix(crate::budget::TRANSCRIPT_LINE)).map(|path| (n, path))
+        })
+    {
+        let path = untrusted::excerpt(path).replace(['|', '`'], "");
+        let place = match &links.run {
+            Some(run) => format!("[the `ward-visit` artifact]({run})"),
+            None => format!("the run's folder (`{}/<issue>/{}`)", "WARD_ARTIFACTS", cost.meta.run),
+        };
+        rows.push(("Transcript", format!("`{path}` of stage `{}`, in {place}", cost.meta.stage)));
+    }
     let branch = format!("{}{}", crate::event::BRANCH_PREFIX, number.0);
     if let Some(repo) = &links.repository {
         let pulls = format!("{repo}/pulls?q=is%3Apr+head%3A{}", branch.replace('/', "%2F"));

@@ -47,6 +47,9 @@ pub struct PromptContext {
     pub data: Option<DataContext>,
     pub sentinel: String,
     pub notes_file: String,
+    /// Whether the agent has a shell tool (aider has none: it edits the
+    /// notes file as a file of its chat, named by its path).
+    pub shell: bool,
 }
 
 /// The most of a data diff a prompt carries.
@@ -142,6 +145,9 @@ pub struct WorkspaceContext {
     pub path: String,
     pub branch: String,
     pub base: String,
+    /// The commit the worktree is at when the run starts (`HEAD` when ward
+    /// runs without a worktree of its own).
+    pub head: String,
     /// Names of the extra variables the agent gets (emulator endpoints).
     pub env: Vec<String>,
 }
@@ -179,6 +185,7 @@ impl PromptContext {
             data: None,
             sentinel: sentinels.prefix().into(),
             notes_file: "$WARD_NOTES".into(),
+            shell: true,
         }
     }
 }
@@ -577,6 +584,7 @@ fn sample_context(config: &Config, stage: Stage<'_>, root: &Path) -> PromptConte
         path: root.display().to_string(),
         branch: "ward/issue-1".into(),
         base: "main".into(),
+        head: "HEAD".into(),
         env: Vec::new(),
     };
     PromptContext::new(config, &sentinels, stage, &issue, &[], &[], workspace)
@@ -760,10 +768,17 @@ mod tests {
             chart_file: None,
             handoff: None,
             precedents: vec![],
-            workspace: WorkspaceContext { path: ".".into(), branch: "b".into(), base: "main".into(), env: vec![] },
+            workspace: WorkspaceContext {
+                path: ".".into(),
+                branch: "b".into(),
+                base: "main".into(),
+                head: "HEAD".into(),
+                env: vec![],
+            },
             data: None,
             sentinel: "WARD".into(),
             notes_file: "$WARD_NOTES".into(),
+            shell: true,
         }
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use support::departments::{Counting, Shared, Ward, config_with, minutes};
 use ward::budget::{self, Limit};
 use ward::chart::ENGINE_ROLE;
+use ward::config::agents::Output;
 use ward::config::{BudgetConfig, Prices};
 use ward::forge::{CiState, CiStatus, Forge, IssueNumber, IssueState, Permission};
 use ward::groundedness::{self, Decision, Facts};
@@ -457,10 +458,11 @@ async fn a_budget_exceeded_mid_run_stops_the_agent_and_sends_the_patient_to_the_
         .spawn()
         .unwrap();
     let started = std::time::Instant::now();
-    let (breach, usage) = tokio::select! {
-        b = budget::watch(&out, &budget, Duration::from_secs(60), Duration::from_millis(20)) => b,
+    let stop = tokio::select! {
+        stop = ward::stage::watch::watch(&out, &budget, Output::ClaudeStream, Duration::from_secs(60), Duration::from_millis(20)) => stop,
         status = child.wait() => panic!("the agent ended by itself: {status:?}"),
     };
+    let ward::stage::watch::Stop::Budget(breach, usage) = stop else { panic!("stopped for another reason: {stop:?}") };
     child.kill().await.unwrap();
     assert!(child.try_wait().unwrap().is_some(), "the agent is stopped");
     assert!(started.elapsed() < Duration::from_secs(10));

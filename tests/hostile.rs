@@ -107,7 +107,10 @@ fn the_parents_memory_holds_no_credential_the_agent_can_read() {
 fn files_the_agent_can_read_hold_no_credential() {
     let s = Sandbox::new();
     let (runner_temp, repo) = (s.runner_temp.display().to_string(), s.repo.display().to_string());
-    s.agent("files", &[&runner_temp, &repo], &[]);
+    // The agent's $HOME is a private one of the run's; the runner's HOME is
+    // searched by name, as an agent finds it (its worktree lives under it).
+    let home = s.home.display().to_string();
+    s.agent("files", &[&runner_temp, &repo, &home], &[]);
     let out = s.stage(&[]);
     let loot = s.loot();
     assert_found(&loot, DECOY_FILE, "~/.git-credentials");
@@ -566,8 +569,8 @@ mod github {
         };
         let s = Sandbox::new();
         let _decoy = s.decoy();
-        let folders = [s.runner_temp.display().to_string(), s.repo.display().to_string()];
-        s.agent("all", &[DECOY_MEM, &folders[0], &folders[1]], &[]);
+        let folders = [s.runner_temp.display().to_string(), s.repo.display().to_string(), s.home.display().to_string()];
+        s.agent("all", &[DECOY_MEM, &folders[0], &folders[1], &folders[2]], &[]);
         let event = admission(&s.runner_temp, n);
         let (summary, output) = (s.runner_temp.join("summary.md"), s.runner_temp.join("output"));
         let server_url = s.git_server(OWNER, REPO);

@@ -116,6 +116,7 @@ fn every_roles_prompt_for_a_fixed_chart() {
             path: "/work/ward/worktrees/issue-7".into(),
             branch: "ward/issue-7".into(),
             base: "main".into(),
+            head: "0123456789abcdef0123456789abcdef01234567".into(),
             env: vec!["DOCSTORE_ENDPOINT".into()],
         };
         let ctx = PromptContext::new(&config, &sentinels, stage, &issue, &chart, &found, workspace);
@@ -381,6 +382,7 @@ fn prompt_sizes(chart: &[Note]) -> Vec<(String, usize, String)> {
                 path: "/work/ward/worktrees/issue-7".into(),
                 branch: "ward/issue-7".into(),
                 base: "main".into(),
+                head: "0123456789abcdef0123456789abcdef01234567".into(),
                 env: vec![],
             };
             let ctx = PromptContext::new(&config, &sentinels, stage, &issue, chart, &[], workspace);

@@ -3,12 +3,17 @@
 //! ward's own process is closed to it, see [`crate::secrets`]), its
 //! prompt is a file, its notes come back through `$WARD_NOTES`, and its
 //! wall-clock limit is enforced here by killing its whole process group.
+//! It gets a HOME and a temp folder of its own for the run ([`home`]);
+//! what it says of its own failures is read as it comes ([`report`]).
 //! The built-in stand-in agent is a program of its own: `crate::stand_in`.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+pub mod home;
+pub mod report;
 
 /// Everything one agent run needs.
 #[derive(Debug, Clone)]
@@ -20,8 +25,12 @@ pub struct AgentSpec {
     pub env: Vec<(String, String)>,
     /// Names of engine variables passed through as they are.
     pub pass_env: Vec<String>,
+    /// Set whatever ward's environment holds (the preset's: telemetry off,
+    /// the gateway); the engine's own `env` still wins.
+    pub fixed_env: Vec<(String, String)>,
+    /// Its private HOME and temp folder; `$WARD_NOTES` is `area.notes`.
+    pub area: home::Area,
     pub prompt_file: PathBuf,
-    pub notes_file: PathBuf,
     /// Where `stdout.log` and `stderr.log` go.
     pub artifacts: PathBuf,
     pub time_limit: Duration,
@@ -65,14 +74,16 @@ fn io(action: impl Into<String>) -> impl FnOnce(std::io::Error) -> AgentError {
 }
 
 /// Substitutes the placeholders of one argument.
-pub fn substitute(arg: &str, prompt: &str, prompt_file: &Path, ward_exe: &Path) -> String {
-    arg.replace("{prompt_file}", &prompt_file.to_string_lossy())
-        .replace("{ward}", &ward_exe.to_string_lossy())
+pub fn substitute(arg: &str, prompt: &str, spec: &AgentSpec) -> String {
+    arg.replace("{prompt_file}", &spec.prompt_file.to_string_lossy())
+        .replace("{notes_file}", &spec.area.notes.to_string_lossy())
+        .replace("{ward}", &spec.ward_exe.to_string_lossy())
         .replace("{prompt}", prompt)
 }
 
-/// The agent's whole environment: a few basics, the pass-through names,
-/// then the engine's own variables (which win).
+/// The agent's whole environment: a few basics, its own HOME and temp
+/// folder, the pass-through names, the preset's settings, then the engine's
+/// own variables (which win).
 pub fn build_env(spec: &AgentSpec, from: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = Vec::new();
     let mut set = |k: &str, v: String| {
@@ -80,17 +91,20 @@ pub fn build_env(spec: &AgentSpec, from: impl Fn(&str) -> Option<String>) -> Vec
         env.push((k.to_string(), v));
     };
     set("PATH", from("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()));
-    set("HOME", from("HOME").unwrap_or_else(|| spec.workdir.to_string_lossy().into_owned()));
     set("LANG", from("LANG").unwrap_or_else(|| "C.UTF-8".into()));
+    for (k, v) in spec.area.env() {
+        set(&k, v);
+    }
     // Credentials never pass, whatever the config says (it refuses them too).
     for name in spec.pass_env.iter().filter(|n| !crate::secrets::is_credential(n)) {
         if let Some(v) = from(name) {
             set(name, v);
         }
     }
-    for (k, v) in &spec.env {
+    for (k, v) in spec.fixed_env.iter().chain(&spec.env) {
         set(k, v.clone());
     }
+    set("WARD_NOTES", spec.area.notes.to_string_lossy().into_owned());
     env
 }
 
@@ -99,8 +113,7 @@ pub async fn run(spec: &AgentSpec) -> Result<AgentExit, AgentError> {
     std::fs::create_dir_all(&spec.artifacts).map_err(io(format!("create {}", spec.artifacts.display())))?;
     let prompt = std::fs::read_to_string(&spec.prompt_file)
         .map_err(io(format!("read the prompt {}", spec.prompt_file.display())))?;
-    let args: Vec<String> =
-        spec.command.iter().map(|a| substitute(a, &prompt, &spec.prompt_file, &spec.ward_exe)).collect();
+    let args: Vec<String> = spec.command.iter().map(|a| substitute(a, &prompt, spec)).collect();
     let stdout = spec.artifacts.join("agent.stdout.log");
     let stderr = spec.artifacts.join("agent.stderr.log");
     let out = File::create(&stdout).map_err(io(format!("create {}", stdout.display())))?;
@@ -175,13 +188,16 @@ pub fn reap_orphans() -> usize {
         if children.is_empty() {
             break;
         }
-        for pid in children {
+        for (pid, state) in children {
             // SAFETY: kill(2) and waitpid(2) on our own child.
             unsafe {
-                libc::kill(pid, libc::SIGKILL);
+                // One that already exited (a zombie) is only reaped.
+                if state != 'Z' {
+                    libc::kill(pid, libc::SIGKILL);
+                    killed += 1;
+                }
                 libc::waitpid(pid, std::ptr::null_mut(), 0);
             }
-            killed += 1;
         }
     }
     if killed > 0 {
@@ -190,17 +206,20 @@ pub fn reap_orphans() -> usize {
     killed
 }
 
-/// The processes whose parent is `parent`, from `/proc/*/stat`.
-fn children_of(parent: i32) -> Vec<i32> {
+/// The processes whose parent is `parent`, with their state (`Z` for one
+/// that exited and waits to be reaped), from `/proc/*/stat`.
+fn children_of(parent: i32) -> Vec<(i32, char)> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
             let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-            after.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok()) == Some(parent)
+            let mut fields = after.split_whitespace();
+            let state = fields.next()?.chars().next()?;
+            (fields.next()?.parse::<i32>().ok()? == parent).then_some((pid, state))
         })
         .collect()
 }
@@ -241,10 +260,11 @@ mod tests {
         AgentSpec {
             command: command.iter().map(|s| s.to_string()).collect(),
             workdir: dir.to_path_buf(),
-            env: vec![("WARD_NOTES".into(), dir.join("notes.md").to_string_lossy().into())],
+            env: vec![],
             pass_env: vec![],
+            fixed_env: vec![],
+            area: home::Area::make(dir, &home::Setup::default()).unwrap(),
             prompt_file: dir.join("prompt.md"),
-            notes_file: dir.join("notes.md"),
             artifacts: dir.join("artifacts"),
             time_limit: limit,
             ward_exe: "/bin/false".into(),
@@ -262,7 +282,8 @@ mod tests {
         let env = std::fs::read_to_string(&exit.stdout).unwrap();
         assert!(!env.contains("secret-token"), "the token leaked: {env}");
         assert!(env.contains("WARD_NOTES="));
-        assert_eq!(std::fs::read_to_string(dir.path().join("notes.md")).unwrap(), "hello prompt\n");
+        assert!(env.contains(&format!("HOME={}", s.area.home.display())), "its own HOME: {env}");
+        assert_eq!(std::fs::read_to_string(&s.area.notes).unwrap(), "hello prompt\n");
     }
 
     #[test]
@@ -272,7 +293,23 @@ mod tests {
         s.pass_env = vec!["ANTHROPIC_API_KEY".into(), "GITHUB_TOKEN".into(), "ACTIONS_RUNTIME_TOKEN".into()];
         let env = build_env(&s, |k| Some(format!("value of {k}")));
         let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(names, ["PATH", "HOME", "LANG", "ANTHROPIC_API_KEY", "WARD_NOTES"]);
+        assert_eq!(
+            names,
+            [
+                "PATH",
+                "LANG",
+                "HOME",
+                "XDG_CONFIG_HOME",
+                "XDG_CACHE_HOME",
+                "XDG_DATA_HOME",
+                "XDG_STATE_HOME",
+                "TMPDIR",
+                "TMP",
+                "TEMP",
+                "ANTHROPIC_API_KEY",
+                "WARD_NOTES"
+            ]
+        );
     }
 
     #[tokio::test]

@@ -251,6 +251,11 @@ pub enum Command {
         /// Default: the release this ward was built from.
         #[arg(long, value_name = "OWNER/NAME@SHA", env = "WARD_ACTION")]
         action: Option<String>,
+        /// The agent preset every stage runs (`claude-code`, `codex`, `aider`,
+        /// `gemini`, `opencode`; docs/agents.md) instead of the built-in
+        /// stand-in.
+        #[arg(long, value_name = "PRESET")]
+        agent: Option<String>,
     },
     /// Check the installation: ward.yml, roles, the agent, Docker; with
     /// `--forge github` also the workflows, their permissions, the token,
@@ -392,21 +397,21 @@ pub async fn run(cli: Cli) -> ExitCode {
 
 /// `ward init`: the pipeline, and on GitHub (`--forge github`, in Actions,
 /// or a GitHub remote) the workflows, the CI named, the labels.
-async fn init(cli: &Cli, into: Option<&str>, action: Option<&str>) -> anyhow::Result<ExitCode> {
+async fn init(cli: &Cli, into: Option<&str>, action: Option<&str>, agent: Option<&str>) -> anyhow::Result<ExitCode> {
     if init_for_github(cli) {
         let repo = cli
             .repo
             .clone()
             .or_else(|| std::env::var("GITHUB_REPOSITORY").ok().filter(|r| !r.is_empty()))
             .or_else(|| crate::install::github_remote(&cli.root));
-        let init = crate::install::GitHubInit { root: &cli.root, into, action, repo };
+        let init = crate::install::GitHubInit { root: &cli.root, into, agent, action, repo };
         for line in crate::install::init_github(&init).await? {
             println!("{line}");
         }
         println!("next: commit and push; then `ward doctor --forge github` (docs/github.md)");
         return Ok(ExitCode::SUCCESS);
     }
-    let written = crate::defaults::install_into(&cli.root, into)?;
+    let written = crate::defaults::install_into(&cli.root, into, agent)?;
     println!("wrote {} files under {}; next: `ward config check`", written.len(), cli.root.display());
     match crate::defaults::default_branch(&cli.root) {
         Some((branch, from)) => println!("base branch: `{branch}` (from {from})"),
@@ -564,7 +569,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let out = departments::ReportOutput { html, post: *post, json: *json };
             departments::report(&*forge, &config, since, out, now).await
         }
-        Command::Init { into, action } => init(&cli, into.as_deref(), action.as_deref()).await,
+        Command::Init { into, action, agent } => init(&cli, into.as_deref(), action.as_deref(), agent.as_deref()).await,
         Command::Doctor { fix } => doctor(&cli, *fix).await,
         Command::StandIn { script } => match crate::stand_in::stand_in(script.as_deref()) {
             Ok(()) => Ok(ExitCode::SUCCESS),

@@ -18,17 +18,80 @@ pub struct Preset {
     pub program: &'static str,
     /// The argument vector, as `agent.command` writes it.
     pub command: &'static [&'static str],
-    /// What it needs passed from ward's environment (its API keys).
+    /// What it needs passed from ward's environment: its API keys, and the
+    /// variables a job sets to steer it (a gateway, a model).
     pub pass_env: &'static [&'static str],
+    /// Set in its environment whatever ward's holds: the CLI's telemetry,
+    /// updates and other traffic a stage does not need, off; `{home}` is
+    /// the run's private HOME.
+    pub env: &'static [(&'static str, &'static str)],
+    /// Set only when ward runs as root, where the CLI needs it to run at all.
+    pub as_root: &'static [(&'static str, &'static str)],
+    /// How a gateway (`agent.base_url`) reaches it.
+    pub gateway: Gateway,
+    /// Files under the user's HOME it reads its configuration from, copied
+    /// into the run's private HOME when they exist (never a credential).
+    pub home_files: &'static [&'static str],
+    /// Where it keeps its session log under HOME: a folder and the ending of
+    /// the files in it (searched below the folder).
+    pub transcripts: &'static [(&'static str, &'static str)],
+    /// Paths it writes into the worktree for itself (caches), which git is
+    /// told to ignore so they are never taken for a change.
+    pub scratch: &'static [&'static str],
+    /// How its standard output reports a failure.
+    pub output: Output,
+    /// Whether it has a shell tool (aider has none: it edits files).
+    pub shell: bool,
     /// How its output reports usage.
     pub usage: UsageFormat,
     /// The workflow step's command that installs its CLI on a runner, pinned.
     pub install: &'static str,
     /// The repository secret to set (passed to the job's `env:`).
     pub secret: &'static str,
+    /// The version ward's end-to-end tests run (tests/real_agents.rs), as
+    /// its `--version` prints it; `None`: nothing here proves the preset.
+    pub proven: Option<&'static str>,
 }
 
-/// Every preset. Versions are the ones these flags were checked against.
+/// How the gateway's URL (ward.yml's `agent.base_url`, else the variable a
+/// job sets for it) is handed to an agent, the way its CLI reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gateway {
+    /// The job's variable (the first) carries it; ward sets every one of them.
+    Env(&'static [&'static str]),
+    /// codex ignores `OPENAI_BASE_URL`: `openai_base_url` in the private
+    /// `$CODEX_HOME/config.toml`, from the job's `OPENAI_BASE_URL` or ward.yml.
+    CodexConfig,
+}
+
+impl Gateway {
+    /// The job's variable that names a gateway for this agent.
+    pub fn variable(self) -> &'static str {
+        match self {
+            Gateway::Env(names) => names.first().copied().unwrap_or("OPENAI_BASE_URL"),
+            Gateway::CodexConfig => "OPENAI_BASE_URL",
+        }
+    }
+}
+
+/// What an agent's standard output is, for reading its own account of a
+/// failure (a rejected key, an overloaded service) as it comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Claude Code's `--output-format stream-json` events: `api_retry`, and
+    /// the `result` object.
+    ClaudeStream,
+    /// codex's `exec --json` events: `error` and `turn.failed`.
+    CodexEvents,
+    /// aider's text for people: litellm's exception lines.
+    AiderText,
+    /// Nothing read but its stderr.
+    Opaque,
+}
+
+const CLAUDE_HOME: &[&str] = &[".claude/settings.json", ".claude/CLAUDE.md"];
+
+/// Every preset. `proven` names the versions tests/real_agents.rs runs.
 pub const PRESETS: &[Preset] = &[
     Preset {
         name: "claude-code",
@@ -36,14 +99,46 @@ pub const PRESETS: &[Preset] = &[
         command: &[
             "sh",
             "-c",
-            r#"exec claude -p --output-format json --dangerously-skip-permissions < "$1""#,
+            r#"exec claude -p --output-format stream-json --verbose --dangerously-skip-permissions < "$1""#,
             "claude-code",
             "{prompt_file}",
         ],
-        pass_env: &["ANTHROPIC_API_KEY"],
+        pass_env: &[
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_MODEL",
+            "ANTHROPIC_SMALL_FAST_MODEL",
+            "ANTHROPIC_CUSTOM_HEADERS",
+            "CLAUDE_CODE_USE_BEDROCK",
+            "CLAUDE_CODE_USE_VERTEX",
+            "AWS_REGION",
+            "CLOUD_ML_REGION",
+            "ANTHROPIC_VERTEX_PROJECT_ID",
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "NO_PROXY",
+        ],
+        env: &[
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ("DISABLE_TELEMETRY", "1"),
+            ("DISABLE_ERROR_REPORTING", "1"),
+            ("DISABLE_AUTOUPDATER", "1"),
+            ("CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY", "1"),
+        ],
+        // It refuses `--dangerously-skip-permissions` as root unless told it
+        // runs in a sandbox: the patient's worktree is the agent's own, and
+        // ward judges everything it leaves.
+        as_root: &[("IS_SANDBOX", "1")],
+        gateway: Gateway::Env(&["ANTHROPIC_BASE_URL"]),
+        home_files: CLAUDE_HOME,
+        transcripts: &[(".claude/projects", ".jsonl")],
+        scratch: &[],
+        output: Output::ClaudeStream,
+        shell: true,
         usage: UsageFormat::ClaudeJson,
         install: "npm install -g @anthropic-ai/claude-code@2.1.328",
         secret: "ANTHROPIC_API_KEY",
+        proven: Some("2.1.328"),
     },
     Preset {
         name: "codex",
@@ -55,10 +150,19 @@ pub const PRESETS: &[Preset] = &[
             "codex",
             "{prompt_file}",
         ],
-        pass_env: &["CODEX_API_KEY", "OPENAI_API_KEY"],
+        pass_env: &["CODEX_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"],
+        env: &[],
+        as_root: &[],
+        gateway: Gateway::CodexConfig,
+        home_files: &[".codex/config.toml", ".codex/AGENTS.md"],
+        transcripts: &[(".codex/sessions", ".jsonl")],
+        scratch: &[],
+        output: Output::CodexEvents,
+        shell: true,
         usage: UsageFormat::CodexJson,
-        install: "npm install -g @openai/codex@0.169.0",
+        install: "npm install -g @openai/codex@0.163.0",
         secret: "CODEX_API_KEY",
+        proven: Some("0.163.0"),
     },
     Preset {
         name: "gemini",
@@ -70,18 +174,31 @@ pub const PRESETS: &[Preset] = &[
             "gemini",
             "{prompt_file}",
         ],
-        pass_env: &["GEMINI_API_KEY"],
+        pass_env: &["GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"],
+        env: &[("GEMINI_TELEMETRY_ENABLED", "false")],
+        as_root: &[],
+        gateway: Gateway::Env(&["GOOGLE_GEMINI_BASE_URL"]),
+        home_files: &[".gemini/settings.json"],
+        transcripts: &[(".gemini/tmp", ".json")],
+        scratch: &[],
+        output: Output::Opaque,
+        shell: true,
         usage: UsageFormat::GeminiJson,
         install: "npm install -g @google/gemini-cli@0.61.0",
         secret: "GEMINI_API_KEY",
+        proven: None,
     },
     Preset {
         name: "aider",
         program: "aider",
+        // aider has no shell tool: the notes file is one more file in its
+        // chat, edited like the others.
         command: &[
             "aider",
             "--message-file",
             "{prompt_file}",
+            "--file",
+            "{notes_file}",
             "--yes-always",
             "--no-auto-commits",
             "--no-gitignore",
@@ -91,20 +208,54 @@ pub const PRESETS: &[Preset] = &[
             "--no-show-release-notes",
             "--analytics-disable",
         ],
-        pass_env: &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"],
-        // Aider prints its usage as a sentence for people, not as data.
-        usage: UsageFormat::None,
+        pass_env: &[
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "GEMINI_API_KEY",
+            "OPENAI_API_BASE",
+            "ANTHROPIC_BASE_URL",
+            "AIDER_MODEL",
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "NO_PROXY",
+        ],
+        env: &[
+            // Its chat and input histories in the private HOME, not the worktree.
+            ("AIDER_CHAT_HISTORY_FILE", "{home}/.aider.chat.history.md"),
+            ("AIDER_INPUT_HISTORY_FILE", "{home}/.aider.input.history"),
+            // litellm fetches its price table from GitHub at every start otherwise.
+            ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+        ],
+        as_root: &[],
+        gateway: Gateway::Env(&["OPENAI_API_BASE", "ANTHROPIC_BASE_URL"]),
+        home_files: &[".aider.conf.yml", ".aider.model.settings.yml", ".aider.model.metadata.json"],
+        transcripts: &[("", ".aider.chat.history.md")],
+        // Its repository map's cache lives in the repository's top folder.
+        scratch: &[".aider.tags.cache.v4/"],
+        output: Output::AiderText,
+        shell: false,
+        usage: UsageFormat::AiderText,
         install: "pipx install aider-chat==0.86.2",
         secret: "ANTHROPIC_API_KEY",
+        proven: Some("0.86.2"),
     },
     Preset {
         name: "opencode",
         program: "opencode",
         command: &["sh", "-c", r#"exec opencode run --format json --auto < "$1""#, "opencode", "{prompt_file}"],
-        pass_env: &["ANTHROPIC_API_KEY", "OPENAI_API_KEY"],
+        pass_env: &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"],
+        env: &[("OPENCODE_DISABLE_AUTOUPDATE", "1")],
+        as_root: &[],
+        gateway: Gateway::Env(&["ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"]),
+        home_files: &[".config/opencode/opencode.json"],
+        transcripts: &[(".local/share/opencode", ".json")],
+        scratch: &[],
+        output: Output::Opaque,
+        shell: true,
         usage: UsageFormat::OpencodeJson,
         install: "npm install -g opencode-ai@1.18.33",
         secret: "ANTHROPIC_API_KEY",
+        proven: None,
     },
 ];
 

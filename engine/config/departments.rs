@@ -193,6 +193,10 @@ pub enum UsageFormat {
     GeminiJson,
     /// opencode's `run --format json` events: tokens and dollars of each `step_finish`.
     OpencodeJson,
+    /// aider's sentences for people (`Tokens: 2.3k sent, 345 received.
+    /// Cost: $0.01 message, $0.05 session.`), read across its line breaks:
+    /// the session's dollars, the tokens as it rounds them.
+    AiderText,
     /// `usage_regex` with named groups `cost`, `input_tokens`, `output_tokens`.
     Regex,
     /// The agent reports nothing; dollar limits cannot be enforced.
@@ -206,6 +210,7 @@ impl UsageFormat {
             UsageFormat::CodexJson => "codex-json",
             UsageFormat::GeminiJson => "gemini-json",
             UsageFormat::OpencodeJson => "opencode-json",
+            UsageFormat::AiderText => "aider-text",
             UsageFormat::Regex => "regex",
             UsageFormat::None => "none",
         }

@@ -202,6 +202,13 @@ pub struct AgentConfig {
     /// the preset's. Nothing else is (tokens included). Default: none.
     #[serde(default)]
     pub pass_env: Vec<String>,
+    /// The model API's base URL, for a gateway or a proxy in front of the
+    /// model: handed to the preset's CLI the way it reads it (Claude Code's
+    /// `ANTHROPIC_BASE_URL`, codex's `openai_base_url`, aider's
+    /// `OPENAI_API_BASE`; docs/agents.md). Default: the job's own variable
+    /// for it, else the CLI's default endpoint.
+    #[serde(default)]
+    pub base_url: Option<String>,
     /// The preset that applied, and why (set by [`super::Config::parse`]).
     #[serde(skip)]
     pub applied: Option<super::agents::Applied>,
@@ -518,6 +525,18 @@ pub(super) fn validate_agent(agent: &AgentConfig) -> Vec<(String, String)> {
     for (i, arg) in agent.command.iter().enumerate() {
         if let Some(why) = prompt_as_code(&agent.command, i, arg) {
             p.push((format!("agent.command.{i}"), why));
+        }
+    }
+    if let Some(url) = &agent.base_url {
+        let scheme = url.split_once("://").map(|(s, rest)| (s, rest.trim()));
+        if !matches!(scheme, Some(("http" | "https", host)) if !host.is_empty() && !host.contains(char::is_whitespace))
+        {
+            p.push((
+                "agent.base_url".into(),
+                format!(
+                    "`{url}` is not an http(s) URL; write the gateway's base, e.g. `https://gateway.example.com/v1`"
+                ),
+            ));
         }
     }
     for (i, name) in agent.pass_env.iter().enumerate() {

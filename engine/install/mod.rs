@@ -297,6 +297,8 @@ pub struct GitHubInit<'a> {
     pub root: &'a Path,
     /// `--into`: where the roles, skills and precedent log go.
     pub into: Option<&'a str>,
+    /// `--agent`: the agent preset ward.yml names.
+    pub agent: Option<&'a str>,
     /// `--action`: the action to pin, when not this release's own.
     pub action: Option<&'a str>,
     /// `owner/name` (`--repo`, `GITHUB_REPOSITORY` or the GitHub remote),
@@ -328,7 +330,7 @@ pub async fn init_github(init: &GitHubInit<'_>) -> anyhow::Result<Vec<String>> {
             crate::config::CONFIG_PATH
         ));
     } else {
-        let written = crate::defaults::install_into(root, init.into)?;
+        let written = crate::defaults::install_into(root, init.into, init.agent)?;
         let config = root.join(crate::config::CONFIG_PATH);
         let text = std::fs::read_to_string(&config)?;
         std::fs::write(&config, format!("{text}{}", ci_section(&found)))?;

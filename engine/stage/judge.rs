@@ -11,6 +11,7 @@ use super::guard::Patient;
 use super::prepare::Prepared;
 use super::visit::{AgentText, Visit};
 use crate::agent::AgentEnd;
+use crate::agent::report::{ModelError, ModelTrouble};
 use crate::budget::{Breach, Stopped};
 use crate::chart::{AgentNotes, Note};
 use crate::groundedness as g;
@@ -29,6 +30,12 @@ pub enum Judgment {
     },
     /// The run does not count: a REFUSAL, the label stays, exit 1.
     Invalid {
+        reason: String,
+    },
+    /// The model service failed the run (429, 5xx, 529 until the agent
+    /// gave up): a REFUSAL that blames the service, the label stays, exit
+    /// 1; the run is not counted against the patient's stage visits.
+    ServiceDown {
         reason: String,
     },
     /// A rule turned the run back: a REFUSAL, and the rule's route.
@@ -73,6 +80,9 @@ pub async fn judge(
         crate::budget::check_run(budget, std::time::Duration::MAX, std::time::Duration::ZERO, visit.usage.as_ref())
     {
         return Ok(Judgment::OverBudget { breach, when: Stopped::AfterRun });
+    }
+    if let Some(ModelTrouble::Unavailable { error, errors }) = &visit.model {
+        return Ok(Judgment::ServiceDown { reason: service_down(error, *errors, visit) });
     }
     // Only a treating stage changes code: ward's own reading of the worktree.
     if let Err(refusal) = rules::changes::read_only(patient.stage, &visit.changed) {
@@ -134,6 +144,9 @@ pub async fn judge(
 /// kinds the stage and the outcome require, and exactly one outcome.
 fn contract(h: &Hospital, patient: &Patient<'_>, visit: &Visit) -> Result<(AgentNotes, String), String> {
     let stage = patient.stage;
+    if let Some(ModelTrouble::Refused { error }) = &visit.model {
+        return Err(model_refused(h, error, visit));
+    }
     match visit.end {
         AgentEnd::Exited(0) => {}
         AgentEnd::TimedOut => {
@@ -144,8 +157,13 @@ fn contract(h: &Hospital, patient: &Patient<'_>, visit: &Visit) -> Result<(Agent
             ));
         }
         AgentEnd::Exited(code) => {
+            let said = visit
+                .gave_up
+                .as_deref()
+                .map(|why| format!("; it said: `{}`", crate::untrusted::excerpt(why).replace('`', "'")))
+                .unwrap_or_default();
             return Err(format!(
-                "the agent exited with code {code}; last lines of its stderr (each cut to {} characters):\n\n```\n{}\n```",
+                "the agent exited with code {code}{said}; last lines of its stderr (each cut to {} characters):\n\n```\n{}\n```",
                 crate::untrusted::EXCERPT_LINE_CHARS,
                 crate::untrusted::excerpt(&visit.stderr_tail)
             ));
@@ -165,6 +183,42 @@ fn contract(h: &Hospital, patient: &Patient<'_>, visit: &Visit) -> Result<(Agent
     let notes = h.sentinels.parse_agent_notes(text).map_err(|e| format!("$WARD_NOTES {e}"))?;
     within_limits(patient, &notes)?;
     validate_notes(&h.config, stage, &notes).map(|outcome| (notes, outcome))
+}
+
+/// A run ward stopped because the model refused it: what the model said,
+/// and what to change.
+fn model_refused(h: &Hospital, error: &ModelError, visit: &Visit) -> String {
+    let secret = h.config.agent.applied.as_ref().map_or("the agent's API key", |a| a.preset.secret);
+    let remedy = match error.status {
+        Some(401) => format!("check the key the agent is given (`{secret}`, a repository secret) and `agent.base_url`"),
+        Some(403) => "the key may not use this model or endpoint: check its permissions and the model".into(),
+        Some(404 | 400 | 422) => "check the model the agent asks for and `agent.base_url`".into(),
+        _ => "check the agent's key, model and `agent.base_url`".into(),
+    };
+    format!(
+        "the model API refused the agent's request ({}{}), which asking again cannot change, so ward stopped \
+         the agent after {:.1}s instead of waiting out its retries; {remedy}",
+        crate::untrusted::excerpt(&error.describe()).replace('`', "'"),
+        visit
+            .gave_up
+            .as_deref()
+            .map(|g| format!("; the agent said: {}", crate::untrusted::excerpt(g)))
+            .unwrap_or_default(),
+        visit.agent_ms as f64 / 1000.0
+    )
+}
+
+/// A run the model service failed: what it last answered, and that the
+/// run can simply be started again.
+fn service_down(error: &ModelError, errors: u32, visit: &Visit) -> String {
+    format!(
+        "the model service was unavailable: the agent's last of {errors} failed requests got {} and it {} after \
+         {:.0}s; this is the service's failure, not the patient's. Nothing was judged; the stage runs again when \
+         it is re-triggered (the charge nurse's sweep, or `/ward retry`)",
+        crate::untrusted::excerpt(&error.describe()).replace('`', "'"),
+        if visit.end == AgentEnd::TimedOut { "was stopped at its time limit" } else { "gave up" },
+        visit.agent_ms as f64 / 1000.0
+    )
 }
 
 /// The size limits: each note, and the chart it would grow (the engine's

@@ -45,6 +45,7 @@ mod treat;
 pub mod visit;
 mod waiting;
 mod wake;
+pub mod watch;
 
 use tracing::{Instrument, info_span, warn};
 

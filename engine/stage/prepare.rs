@@ -9,7 +9,7 @@ use tracing::warn;
 
 use super::guard::Patient;
 use super::result::Phase;
-use super::visit::{CHART_FILE, NOTES_FILE, PROMPT_FILE};
+use super::visit::{CHART_FILE, PROMPT_FILE};
 use crate::chart::{Note, NoteKind, Seen};
 use crate::forge::StoredChart;
 use crate::hospital::Hospital;
@@ -32,7 +32,6 @@ pub struct Prepared {
     /// The emulator's variables, for the agent's environment only.
     pub emulator_env: Vec<(String, String)>,
     pub prompt_file: PathBuf,
-    pub notes_file: PathBuf,
 }
 
 /// In the visit job (`phase` [`Phase::Visit`]) the notes before the agent
@@ -110,9 +109,16 @@ pub async fn prepare(
         path: workdir.display().to_string(),
         branch: crate::workspace::worktree::branch_name(number.0),
         base: h.workspace_plan()?.map_or_else(|| "main".into(), |p| p.base.clone()),
+        head: slot.as_ref().map_or_else(|| "HEAD".into(), |w| w.start().to_string()),
         env: emulator_env.iter().map(|(k, _)| k.clone()).collect(),
     };
     let mut ctx = PromptContext::new(&h.config, &h.sentinels, stage, &patient.issue, &chart, &found, workspace);
+    // An agent without a shell (aider) cannot expand `$WARD_NOTES`: it is
+    // told the file's path, which is in its chat.
+    if h.config.agent.applied.as_ref().is_some_and(|a| !a.preset.shell) {
+        ctx.shell = false;
+        ctx.notes_file = crate::agent::home::Area::at(&patient.folder).notes.display().to_string();
+    }
     // The prompt carries the notes this role needs; the whole chart is a
     // file beside it for the agent to read when it needs an older note.
     let chart_file = patient.folder.join(CHART_FILE);
@@ -129,15 +135,7 @@ pub async fn prepare(
     let prompt = h.prompts.render(&role.prompt, &ctx)?;
     let prompt_file = patient.folder.join(PROMPT_FILE);
     std::fs::write(&prompt_file, &prompt).with_context(|| format!("could not write {}", prompt_file.display()))?;
-    Ok(Prepared {
-        chart,
-        stored,
-        audit,
-        workdir,
-        emulator_env,
-        prompt_file,
-        notes_file: patient.folder.join(NOTES_FILE),
-    })
+    Ok(Prepared { chart, stored, audit, workdir, emulator_env, prompt_file })
 }
 
 /// The ADMITTED_TEXT note the admission stage writes, if any: the issue's

@@ -34,7 +34,11 @@ pub async fn record(
     let stage = patient.stage;
     let judgment = keep_or_discard(patient, visit, judgment, workspace.as_deref_mut()).await?;
     note_agent_health(h, patient, visit).await;
-    let cost = crate::budget::cost_note(visit.usage.as_ref(), stage.name, &patient.run, h.now());
+    let mut cost = crate::budget::cost_note(visit.usage.as_ref(), stage.name, &patient.run, h.now());
+    if let Some(first) = visit.transcript.first() {
+        // The agent's session log, which the patient's comment links.
+        cost.body.push_str(&format!("\n{}{first} ({} files)", crate::budget::TRANSCRIPT_LINE, visit.transcript.len()));
+    }
     let seen = Seen::Read(prepared.stored.clone());
     match judgment {
         Judgment::OverBudget { breach, when } => {
@@ -67,6 +71,18 @@ pub async fn record(
                 patient,
                 &serde_json::json!({"issue": patient.issue.number, "stage": stage.name, "run": patient.run,
                     "result": "invalid", "reason": reason}),
+            );
+            Ok(invalid(patient, reason))
+        }
+        Judgment::ServiceDown { reason } => {
+            warn!(%reason, "the model service failed the run");
+            let body = format!("{}: {reason}", crate::budget::SERVICE_DOWN);
+            let notes = vec![cost, patient.engine_note(h, NoteKind::Refusal, body)];
+            transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::Stay).await?;
+            write_run_json(
+                patient,
+                &serde_json::json!({"issue": patient.issue.number, "stage": stage.name, "run": patient.run,
+                    "result": "service-unavailable", "reason": reason}),
             );
             Ok(invalid(patient, reason))
         }

@@ -2,7 +2,7 @@
 //! engine enforces, and what it produced is sealed into the run's folder as
 //! a [`Visit`]. What comes after reads the visit back, never the agent.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,8 +10,12 @@ use tracing::{info, warn};
 
 use super::guard::Patient;
 use super::prepare::Prepared;
-use super::visit::{STDOUT_FILE, Visit};
+use super::visit::{NOTES_FILE, STDOUT_FILE, Visit};
+use super::watch::{POLL, Stop};
+use crate::agent::home::{Area, Setup};
+use crate::agent::report::ModelTrouble;
 use crate::agent::{self, AgentEnd, AgentSpec};
+use crate::config::agents::{Gateway, Output, Preset};
 use crate::hospital::Hospital;
 use crate::workspace::{Cancel, Workspace};
 
@@ -25,29 +29,37 @@ pub async fn treat(
     slot: Option<&Workspace>,
 ) -> anyhow::Result<Visit> {
     let stage = patient.stage;
+    let preset = h.config.agent.applied.as_ref().map(|a| a.preset);
+    let gateway = gateway_url(h, preset);
+    let setup = match preset {
+        Some(p) => Setup::for_preset(p, std::env::var_os("HOME").map(PathBuf::from), gateway.as_deref()),
+        None => Setup::default(),
+    };
+    let area = Area::make(&patient.folder, &setup)?;
+    if let Some(p) = preset {
+        exclude_scratch(&prepared.workdir, p.scratch);
+    }
     let spec = AgentSpec {
         command: command.unwrap_or_else(|| h.config.agent.command.clone()),
         workdir: prepared.workdir.clone(),
         // The emulator's variables go to the agent's environment and nowhere else.
         env: agent_env(h, patient, prepared).into_iter().chain(prepared.emulator_env.iter().cloned()).collect(),
         pass_env: h.config.agent.pass_env.clone(),
+        fixed_env: preset.map(|p| preset_env(p, &area, gateway.as_deref())).unwrap_or_default(),
+        area,
         prompt_file: prepared.prompt_file.clone(),
-        notes_file: prepared.notes_file.clone(),
         artifacts: patient.folder.clone(),
         time_limit: stage.config.time_limit,
         ward_exe: h.ward_exe.clone(),
     };
     info!(command = ?spec.command.first(), "agent starts");
-    // The engine enforces the run's dollars while it goes (the wall clock is
-    // crate::agent's); dropping the agent's future kills its process group.
+    // The engine enforces the run's dollars while it goes and stops a run
+    // the model refuses (the wall clock is crate::agent's); dropping the
+    // agent's future kills its process group.
     let budget = &h.config.departments.budget;
+    let output = preset.map_or(Output::Opaque, |p| p.output);
     let stdout = patient.folder.join(STDOUT_FILE);
-    let watch = crate::budget::watch(
-        &stdout,
-        budget,
-        stage.config.time_limit + Duration::from_secs(60),
-        Duration::from_secs(2),
-    );
+    let watch = super::watch::watch(&stdout, budget, output, stage.config.time_limit + Duration::from_secs(60), POLL);
     let in_workspace = slot.is_some();
     let run_agent = async {
         if !in_workspace {
@@ -66,15 +78,26 @@ pub async fn treat(
             .map_err(anyhow::Error::from)
     };
     let started = std::time::Instant::now();
-    let (end, stopped) = tokio::select! {
+    let (end, stop) = tokio::select! {
         exit = run_agent => (exit?.end, None),
-        (breach, _) = watch => {
-            warn!(%breach, "budget reached; the agent was stopped");
-            (AgentEnd::Signalled(libc::SIGKILL), Some(breach))
-        }
+        stop = watch => (AgentEnd::Signalled(libc::SIGKILL), Some(stop)),
     };
     let agent_ms = started.elapsed().as_millis() as u64;
     info!(agent_ms, ?end, "agent ended");
+    let (stopped, refused) = match stop {
+        Some(Stop::Budget(breach, _)) => {
+            warn!(%breach, "budget reached; the agent was stopped");
+            (Some(breach), None)
+        }
+        Some(Stop::Refused(error)) => {
+            warn!(error = %error.describe(), "the model refused the agent's requests; the agent was stopped");
+            (None, Some(error))
+        }
+        None => (None, None),
+    };
+    let transcript = leave_area(&spec.area, &patient.folder, preset)?;
+    let report = crate::agent::report::read(output, &Visit::stdout_tail(&patient.folder));
+    let model = ModelTrouble::after(&end, refused, &report);
     // What the run changed is read now, by ward; nothing of it is committed
     // before it is judged (record commits a treating stage's accepted run,
     // and discards everything else).
@@ -109,11 +132,87 @@ pub async fn treat(
         changed,
         start: slot.map(|ws| ws.start().to_string()),
         diff_lines,
+        model,
+        gave_up: report.gave_up,
+        transcript,
         notes: Default::default(),
         stderr_tail: String::new(),
     };
     visit.seal(&patient.folder)?;
     Ok(Visit::open(&patient.folder)?)
+}
+
+/// After the agent: its notes moved to where the visit reads them, its
+/// session logs kept with the run, and its private HOME and temp folder
+/// removed (whatever it left running was killed already). Returns the
+/// session logs kept.
+fn leave_area(area: &Area, folder: &Path, preset: Option<&Preset>) -> anyhow::Result<Vec<String>> {
+    let notes = folder.join(NOTES_FILE);
+    let _ = std::fs::remove_file(&notes);
+    // A link would make ward read what it points at: only a plain file moves.
+    if area.notes.symlink_metadata().is_ok_and(|m| m.is_file()) {
+        std::fs::rename(&area.notes, &notes)
+            .with_context(|| format!("could not move the agent's notes from {}", area.notes.display()))?;
+    }
+    let kept = preset.map(|p| area.keep_transcripts(folder, p.transcripts)).unwrap_or_default();
+    area.remove();
+    Ok(kept)
+}
+
+/// The gateway's URL: ward.yml's `agent.base_url`, else the variable the
+/// job sets for the preset's CLI.
+fn gateway_url(h: &Hospital, preset: Option<&Preset>) -> Option<String> {
+    let from_job = || preset.and_then(|p| std::env::var(p.gateway.variable()).ok()).filter(|v| !v.trim().is_empty());
+    h.config.agent.base_url.clone().or_else(from_job)
+}
+
+/// The preset's own variables: its settings (`{home}` the private HOME),
+/// what it needs as root, and the gateway where its CLI reads one from the
+/// environment.
+fn preset_env(preset: &Preset, area: &Area, gateway: Option<&str>) -> Vec<(String, String)> {
+    let home = area.home.to_string_lossy();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut env: Vec<(String, String)> =
+        preset.env.iter().map(|(k, v)| (k.to_string(), v.replace("{home}", &home))).collect();
+    if root {
+        env.extend(preset.as_root.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    }
+    if let (Gateway::Env(names), Some(url)) = (preset.gateway, gateway) {
+        env.extend(names.iter().map(|n| (n.to_string(), url.to_string())));
+    }
+    env
+}
+
+/// Tells git to ignore what the agent's CLI writes into the worktree for
+/// itself (aider's repository map cache), so it is never taken for a
+/// change. The repository's `info/exclude` is shared by its worktrees.
+fn exclude_scratch(worktree: &Path, scratch: &[&str]) {
+    if scratch.is_empty() {
+        return;
+    }
+    let Ok(repo) = git2::Repository::open(worktree) else { return };
+    let file = repo.commondir().join("info/exclude");
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let missing: Vec<&str> = scratch.iter().copied().filter(|p| !text.lines().any(|l| l.trim() == *p)).collect();
+    if missing.is_empty() {
+        return;
+    }
+    let mut text = text;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str("# what agents' CLIs write for themselves (ward)\n");
+    for p in missing {
+        text.push_str(p);
+        text.push('\n');
+    }
+    if let Some(dir) = file.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Err(e) = std::fs::write(&file, text) {
+        warn!(file = %file.display(), error = %e, "could not tell git to ignore the agent's scratch files");
+    }
 }
 
 /// What the agent's output says it spent.
@@ -132,7 +231,6 @@ fn agent_env(h: &Hospital, patient: &Patient<'_>, prepared: &Prepared) -> Vec<(S
         ("WARD_ROLE", stage.config.role.clone()),
         ("WARD_RUN", patient.run.clone()),
         ("WARD_PROMPT", prepared.prompt_file.display().to_string()),
-        ("WARD_NOTES", prepared.notes_file.display().to_string()),
         ("WARD_WORKTREE", prepared.workdir.display().to_string()),
         ("WARD_SENTINEL", h.sentinels.prefix().to_string()),
     ]

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::agent::AgentEnd;
+use crate::agent::report::ModelTrouble;
 use crate::budget::{Breach, Usage};
 use crate::forge::IssueNumber;
 
@@ -79,6 +80,15 @@ pub struct Visit {
     /// `max_diff_lines` is checked against. 0 for the other stages.
     #[serde(default)]
     pub diff_lines: u64,
+    /// What the model service did to the run, from the agent's own report.
+    #[serde(default)]
+    pub model: Option<ModelTrouble>,
+    /// The reason the agent gave when it gave up, in its own output.
+    #[serde(default)]
+    pub gave_up: Option<String>,
+    /// Its session logs kept in the run's folder (`transcript/...`).
+    #[serde(default)]
+    pub transcript: Vec<String>,
     /// What it wrote to `$WARD_NOTES`, read back from the folder.
     #[serde(skip)]
     pub notes: AgentText,
@@ -140,7 +150,36 @@ impl Visit {
             write(out.join(NOTES_FILE), &notes)?;
         }
         write(out.join(STDOUT_FILE), stdout.as_bytes())?;
-        write(out.join(STDERR_FILE), self.stderr_tail.as_bytes())
+        write(out.join(STDERR_FILE), self.stderr_tail.as_bytes())?;
+        self.copy_transcript(from, out)
+    }
+
+    /// The session logs the visit names, copied with the visit (bounded in
+    /// all; a name that is not a plain relative path under `transcript/`,
+    /// or not a plain file, is skipped).
+    fn copy_transcript(&self, from: &Path, out: &Path) -> Result<(), VisitError> {
+        use std::io::Read;
+        let mut room = crate::agent::home::MAX_TRANSCRIPT_BYTES;
+        for rel in &self.transcript {
+            let path = Path::new(rel);
+            let plain = path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !plain || !path.starts_with(crate::agent::home::TRANSCRIPT_DIR) || room == 0 {
+                continue;
+            }
+            let source = from.join(path);
+            if !source.symlink_metadata().is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            let to = out.join(path);
+            let write_err = |cause| VisitError::Write { path: to.clone(), cause };
+            if let Some(parent) = to.parent() {
+                std::fs::create_dir_all(parent).map_err(write_err)?;
+            }
+            let file = std::fs::File::open(&source).map_err(write_err)?;
+            let mut dest = std::fs::File::create(&to).map_err(write_err)?;
+            room -= std::io::copy(&mut file.take(room), &mut dest).map_err(write_err)?;
+        }
+        Ok(())
     }
 
     /// The end of the agent's stdout in `dir`, bounded.
@@ -225,6 +264,12 @@ mod tests {
             changed: vec!["src/lib.rs".into()],
             start: None,
             diff_lines: 3,
+            model: Some(ModelTrouble::Unavailable {
+                error: crate::agent::report::ModelError { status: Some(529), message: "overloaded".into() },
+                errors: 3,
+            }),
+            gave_up: Some("overloaded".into()),
+            transcript: vec!["transcript/.claude/projects/-w/s.jsonl".into(), "../escape".into()],
             notes: AgentText::Missing,
             stderr_tail: String::new(),
         }
@@ -241,6 +286,27 @@ mod tests {
         assert_eq!(opened.notes, AgentText::Text("<!-- WARD:OUTCOME plan-posted -->\n".into()));
         assert_eq!(opened.stderr_tail, "warming up\nall done\n");
         assert_eq!(Visit { notes: AgentText::Missing, stderr_tail: String::new(), ..opened }, sealed);
+    }
+
+    /// The visit job hands on the session log with the visit, and nothing a
+    /// name outside `transcript/` could point at.
+    #[test]
+    fn the_transcript_travels_with_the_visit_and_nothing_else_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("run");
+        let log = from.join("transcript/.claude/projects/-w/s.jsonl");
+        std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+        std::fs::write(&log, "{\"type\":\"user\"}\n").unwrap();
+        std::fs::write(dir.path().join("escape"), "outside").unwrap();
+        let v = visit();
+        v.seal(&from).unwrap();
+        let out = dir.path().join("out");
+        v.write_out(&from, &out).unwrap();
+        let copied = std::fs::read_to_string(out.join("transcript/.claude/projects/-w/s.jsonl")).unwrap();
+        assert_eq!(copied, "{\"type\":\"user\"}\n");
+        assert!(!out.join("escape").exists(), "only what the visit names under transcript/ is copied");
+        let opened = Visit::open(&out).unwrap();
+        assert_eq!(opened.model, v.model, "the model's trouble is part of the sealed visit");
     }
 
     #[test]

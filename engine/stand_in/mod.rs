@@ -199,14 +199,28 @@ fn treat(env: &StandInEnv, sample: &Sample) -> Result<(Vec<String>, Vec<String>)
             tests.push(format!("`sh {check}` after the fix: {}", run_check(&env.worktree, check).1));
         }
     }
-    let mut text = read_inside(&env.worktree, "CHANGELOG.md").unwrap_or_default();
-    text.push_str(&format!("- Treated #{}: the entry point validates its input.\n", env.issue));
-    write("CHANGELOG.md", &text)?;
-    match sample.entry {
-        Some(_) => changes.push(format!("`CHANGELOG.md:{}`: records the change", text.lines().count())),
-        None => changes.push("CHANGELOG.md: recorded the change, as planned".into()),
+    // A changelog the repository keeps is written and cited; without an
+    // entry point to fix, a new CHANGELOG.md is the treatment's one change.
+    let log = changelog(&env.worktree).or(sample.entry.is_none().then_some("CHANGELOG.md"));
+    if let Some(log) = log {
+        let mut text = read_inside(&env.worktree, log).unwrap_or_default();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("- Treated #{}: the entry point validates its input.\n", env.issue));
+        write(log, &text)?;
+        changes.push(match sample.entry {
+            Some(_) => format!("`{log}:{}`: records the change", text.lines().count()),
+            None => format!("{log}: recorded the change, as planned"),
+        });
     }
     Ok((changes, tests))
+}
+
+/// The changelog the repository keeps, by the names projects give it.
+pub(crate) fn changelog(worktree: &Path) -> Option<&'static str> {
+    const NAMES: &[&str] = &["CHANGELOG.md", "CHANGES.md", "HISTORY.md", "NEWS.md", "CHANGES.rst", "CHANGELOG"];
+    NAMES.iter().copied().find(|name| read_inside(worktree, name).is_some())
 }
 
 /// Runs the sample's check script in the worktree, as a fellow runs the
@@ -224,16 +238,17 @@ fn run_check(worktree: &Path, check: &str) -> (bool, String) {
 
 /// The stand-in's treatment plan: what the sample's entry point does wrong,
 /// cited by path and line when the issue names it.
-fn diagnosis_plan(cited: Option<&(&str, String)>, sample: &Sample) -> ScriptedNote {
+fn diagnosis_plan(cited: Option<&(&str, String)>, sample: &Sample, log: Option<&str>) -> ScriptedNote {
+    let log_line = log.map(|l| format!("\n- `{l}`: record the fix.")).unwrap_or_default();
     let (reading, diagnosis, files, tests) = match (cited, &sample.check) {
         (Some((path, line)), check) => (
             format!("Read {line}: it runs whatever it is given, the empty input included."),
             format!("{line} does not validate its input."),
             format!(
-                "- `{path}`: refuse the empty input on stderr with exit code 2.\n{}- `CHANGELOG.md`: record the fix.",
+                "- `{path}`: refuse the empty input on stderr with exit code 2.{}{log_line}",
                 check
                     .as_ref()
-                    .map(|c| format!("- `{c}`: check that the empty input is refused.\n"))
+                    .map(|c| format!("\n- `{c}`: check that the empty input is refused."))
                     .unwrap_or_default()
             ),
             match check {
@@ -244,7 +259,7 @@ fn diagnosis_plan(cited: Option<&(&str, String)>, sample: &Sample) -> ScriptedNo
         (None, _) => (
             "Ran the sample app's check; the behaviour described in the issue reproduces.".into(),
             "The entry point does not validate its input.".into(),
-            "- CHANGELOG.md".into(),
+            format!("- {}", log.unwrap_or("CHANGELOG.md")),
             "- A check that the empty input is refused.".into(),
         ),
     };
@@ -318,7 +333,7 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
             )],
         ),
         "diagnose" => match side_by_side::issue_recipes(env).as_slice() {
-            [] => visit("plan-posted", vec![diagnosis_plan(cited.as_ref(), &sample)]),
+            [] => visit("plan-posted", vec![diagnosis_plan(cited.as_ref(), &sample, changelog(&env.worktree))]),
             recipes => visit("plan-posted", vec![side_by_side::plan(recipes)]),
         },
         "plan" => visit(
@@ -343,6 +358,7 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
         "treat" => {
             let (changes, tests) = treat(env, &sample)?;
             let head = commit_all(&env.worktree, &format!("Treat #{issue}: validate the entry point's input"))
+                .or_else(|| git_head(&env.worktree))
                 .unwrap_or_else(|| "not a git repository".into());
             let tests = match tests.as_slice() {
                 [] => "- None: the issue names no shell entry point with a check script to run.".into(),
@@ -398,19 +414,32 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
     })
 }
 
-/// Commits everything in `dir` (the stand-in's treatment), returning the
-/// new head; `None` when `dir` is not a git repository.
+/// Commits everything in `dir` (the stand-in's treatment) with git itself,
+/// so the repository's `.gitattributes` apply (a file routed to LFS is
+/// committed as its pointer), and never ward's own files; returns the new
+/// head. `None` when there is nothing to commit or git refuses (a CLI's
+/// sandbox that keeps `.git` read-only): ward commits what was left.
 fn commit_all(dir: &Path, message: &str) -> Option<String> {
-    let repo = git2::Repository::open(dir).ok()?;
-    let mut index = repo.index().ok()?;
-    index.add_all(["*"], git2::IndexAddOption::DEFAULT, None).ok()?;
-    index.write().ok()?;
-    let tree = repo.find_tree(index.write_tree().ok()?).ok()?;
-    let who = git2::Signature::now("ward stand-in", "stand-in@ward.invalid").ok()?;
-    let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
-    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-    let id = repo.commit(Some("HEAD"), &who, &who, message, &tree, &parents).ok()?;
-    Some(id.to_string())
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=ward stand-in",
+                "-c",
+                "user.email=stand-in@ward.invalid",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    };
+    git(&["add", "--all", "--", ".", ":(exclude,top).ward"])?;
+    git(&["commit", "--quiet", "--no-verify", "-m", message])?;
+    git_head(dir)
 }
 
 fn git_head(dir: &Path) -> Option<String> {
@@ -515,6 +544,52 @@ mod tests {
         let review = default_visit(&env).unwrap();
         assert_eq!(review.outcome, "changes-requested", "{review:?}");
         assert!(review.notes[0].body.contains("failed (exit 1)"), "{review:?}");
+    }
+
+    /// git's own machinery commits the treatment: a file `.gitattributes`
+    /// routes to LFS lands as its pointer (libgit2 committed the raw bytes),
+    /// and ward's working files in the checkout (a lock, as GitHub's job
+    /// makes one there) are never committed, ignored or not.
+    #[test]
+    fn the_stand_in_commits_through_git_with_lfs_and_never_wards_files() {
+        let git = |dir: &Path, args: &[&str]| {
+            let out = std::process::Command::new("git").args(args).current_dir(dir).output().unwrap();
+            assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let (_dir, env) = sample_app("treat");
+        let root = &env.worktree;
+        git(root, &["lfs", "install", "--local"]);
+        std::fs::write(root.join(".gitattributes"), "*.bin filter=lfs diff=lfs merge=lfs -text\n").unwrap();
+        std::fs::write(root.join("logo.bin"), [0u8, 159, 146, 150, 7, 7, 7]).unwrap();
+        std::fs::create_dir_all(root.join(".ward/locks")).unwrap();
+        std::fs::write(root.join(".ward/locks/stage-1.lock"), "run r1").unwrap();
+        let head = commit_all(root, "treat").expect("committed");
+        let files = git(root, &["ls-tree", "-r", "--name-only", &head]);
+        assert!(files.lines().any(|f| f == "logo.bin"), "{files}");
+        assert!(!files.contains(".ward/"), "ward's own files were committed: {files}");
+        let blob = git(root, &["cat-file", "-p", &format!("{head}:logo.bin")]);
+        assert!(blob.starts_with("version https://git-lfs.github.com/spec/v1"), "not a pointer: {blob:?}");
+        // Nothing left to commit: no commit, and the caller keeps the head.
+        assert_eq!(commit_all(root, "again"), None);
+    }
+
+    /// A repository that keeps its changelog as CHANGES.md (pallets/click):
+    /// the plan and the treatment name it, and never a CHANGELOG.md that
+    /// is not there.
+    #[test]
+    fn the_stand_in_cites_the_changelog_the_repository_keeps_or_none() {
+        let (_dir, mut env) = sample_app("diagnose");
+        std::fs::rename(env.worktree.join("CHANGELOG.md"), env.worktree.join("CHANGES.md")).unwrap();
+        let plan = default_visit(&env).unwrap().notes[0].body.clone();
+        assert!(plan.contains("`CHANGES.md`") && !plan.contains("CHANGELOG"), "{plan}");
+        std::fs::remove_file(env.worktree.join("CHANGES.md")).unwrap();
+        let plan = default_visit(&env).unwrap().notes[0].body.clone();
+        assert!(!plan.contains("CHANGELOG") && !plan.contains("CHANGES"), "{plan}");
+        env.mode = "treat".into();
+        let note = default_visit(&env).unwrap().notes[0].body.clone();
+        assert!(!note.contains("CHANGELOG"), "{note}");
+        assert!(!env.worktree.join("CHANGELOG.md").exists(), "no changelog was made up");
     }
 
     #[test]

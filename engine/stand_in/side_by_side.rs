@@ -329,15 +329,19 @@ pub fn treat(env: &StandInEnv, recipes: &[Recipe]) -> Result<ScriptedVisit, Stri
         }
     }
     changes.extend(apply(&env.worktree, recipes)?);
-    let log = env.worktree.join("CHANGELOG.md");
-    if let Ok(mut text) = std::fs::read_to_string(&log) {
+    if let Some(name) = super::changelog(&env.worktree) {
+        let log = env.worktree.join(name);
+        let mut text = std::fs::read_to_string(&log).unwrap_or_default();
         let entry = format!("- Treated #{}: as the issue asks.", env.issue);
         if !text.lines().any(|l| l == entry) {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
             text.push_str(&entry);
             text.push('\n');
-            std::fs::write(&log, &text).map_err(|e| format!("could not write CHANGELOG.md: {e}"))?;
+            std::fs::write(&log, &text).map_err(|e| format!("could not write {name}: {e}"))?;
         }
-        changes.push("`CHANGELOG.md`: records the change".into());
+        changes.push(format!("`{name}`: records the change"));
     }
     let tests = check(env).map_or("- None: the project has no check script.".into(), |(_, said)| format!("- {said}."));
     let head = super::commit_all(&env.worktree, &format!("Treat #{}: as the issue asks", env.issue))

@@ -4,6 +4,7 @@
 pub mod actions;
 pub mod departments;
 pub mod fake_github;
+pub mod model;
 pub mod openapi;
 pub mod release;
 pub mod rules;
