@@ -13,6 +13,7 @@ set -euo pipefail
 # One line per command: the input's value and ward's arguments for it.
 args_for() {
   case "$1" in
+    install) args=() ;;
     stage) args=(--forge github stage --event "${GITHUB_EVENT_PATH:?}") ;;
     visit) args=(--forge github visit --event "${GITHUB_EVENT_PATH:?}") ;;
     record) args=(--forge github record --event "${GITHUB_EVENT_PATH:?}") ;;
@@ -39,6 +40,15 @@ if ! args_for "${WARD_COMMAND:-}"; then
   message="${message//$'\r'/%0D}"
   printf '::error title=ward::%s\n' "${message//$'\n'/%0A}"
   exit 2
+fi
+
+# `install`: ward on PATH for the job's later steps (`run: ward ...`), as
+# `ward init` writes the workflows; nothing runs here.
+if [ "$WARD_COMMAND" = install ]; then
+  bin_dir="$(dirname "${WARD_BIN:?the install step names the ward binary}")"
+  printf '%s\n' "$bin_dir" >>"${GITHUB_PATH:?GITHUB_PATH is set by the runner}"
+  printf '%s is on PATH for the next steps (%s)\n' "$("$WARD_BIN" --version)" "$bin_dir"
+  exit 0
 fi
 
 extra=()

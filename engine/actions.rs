@@ -99,7 +99,7 @@ pub fn check_trigger(trigger: &Trigger, config: &Config) -> Result<Check, GuardE
             let label = trigger.label.clone().unwrap_or_default();
             // A chief's approval (human approval mode): who applied it is
             // looked up; the approval path checks the lockdown first.
-            if label == config.discharge.approved_label && trigger.actor != config.engine_account {
+            if label == config.discharge.approved_label && !config.engine_account.is(&trigger.actor) {
                 return Ok(Check::NeedsPermission {
                     login: trigger.actor.clone(),
                     needed: config.discharge.approver_permission,
@@ -108,7 +108,7 @@ pub fn check_trigger(trigger: &Trigger, config: &Config) -> Result<Check, GuardE
             if config.stage_by_label(&label).is_none() {
                 return decided(Admission::Ignore { reason: format!("label `{label}` starts no ward stage") });
             }
-            if trigger.actor == config.engine_account {
+            if config.engine_account.is(&trigger.actor) {
                 return decided(match config.dispatch {
                     DispatchMode::Label => Admission::Run { issue, label: Some(label) },
                     DispatchMode::RepositoryDispatch => Admission::Ignore {
@@ -215,7 +215,7 @@ async fn take_back(forge: &dyn Forge, issue: IssueNumber, label: &str, actor: &s
     let events =
         forge.label_events(issue).await.with_context(|| format!("could not read the label events of {issue}"))?;
     let last = events.iter().rev().find(|e| e.label == label && e.action == crate::forge::LabelAction::Added);
-    if last.is_none_or(|e| e.actor != actor) {
+    if last.is_none_or(|e| !e.actor.eq_ignore_ascii_case(actor)) {
         return Ok(());
     }
     let current = forge.issue(issue).await.with_context(|| format!("could not read {issue}"))?;

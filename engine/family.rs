@@ -72,7 +72,7 @@ async fn discharged_in_fact(forge: &dyn Forge, label: &str, n: IssueNumber) -> a
     }
     let events = forge.label_events(n).await.with_context(|| format!("could not read the label events of {n}"))?;
     let applied = events.iter().rev().find(|e| e.label == label && e.action == LabelAction::Added);
-    Ok(applied.is_some_and(|e| e.actor == forge.engine_account()))
+    Ok(applied.is_some_and(|e| forge.engine_account().is(&e.actor)))
 }
 
 /// How many trusted parent links lead up from `issue` (0: admitted by a person).

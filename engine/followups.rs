@@ -112,8 +112,8 @@ pub fn new_issue(config: &Config, patient: IssueNumber, follow_up: &FollowUp) ->
 }
 
 /// The key of a follow-up issue the engine filed for `patient`, if `issue` is one.
-fn trusted_key(issue: &Issue, patient: IssueNumber, engine: &str) -> Option<String> {
-    if issue.author != engine {
+fn trusted_key(issue: &Issue, patient: IssueNumber, engine: &crate::forge::EngineAccount) -> Option<String> {
+    if !engine.is(&issue.author) {
         return None;
     }
     let caps = MARKER.captures(issue.body.lines().next()?)?;
@@ -230,10 +230,17 @@ mod tests {
             state: crate::forge::IssueState::Open,
             labels: new.labels.clone(),
         };
-        assert_eq!(trusted_key(&engine, IssueNumber(7), "github-actions[bot]").as_deref(), Some("0123456789abcdef"));
-        assert_eq!(trusted_key(&engine, IssueNumber(8), "github-actions[bot]"), None, "another patient's");
+        assert_eq!(
+            trusted_key(&engine, IssueNumber(7), &"github-actions[bot]".into()).as_deref(),
+            Some("0123456789abcdef")
+        );
+        assert_eq!(trusted_key(&engine, IssueNumber(8), &"github-actions[bot]".into()), None, "another patient's");
         let forged = Issue { author: "mallory".into(), ..engine };
-        assert_eq!(trusted_key(&forged, IssueNumber(7), "github-actions[bot]"), None, "a person's copy of the marker");
+        assert_eq!(
+            trusted_key(&forged, IssueNumber(7), &"github-actions[bot]".into()),
+            None,
+            "a person's copy of the marker"
+        );
     }
 
     #[test]

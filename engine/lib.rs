@@ -21,6 +21,7 @@ pub mod forge;
 pub mod governance;
 pub mod groundedness;
 pub mod hospital;
+pub mod install;
 pub mod lockdown;
 pub mod patient_comment;
 pub mod precedent;

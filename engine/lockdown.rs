@@ -104,7 +104,7 @@ pub async fn declare(
     if reason.is_empty() {
         return Err(LockdownError::NoReason);
     }
-    if actor != forge.engine_account() {
+    if !forge.engine_account().is(actor) {
         let has = forge.permission(actor).await.map_err(forge_err(format!("read the permission of `{actor}`")))?;
         if has < Permission::Triage {
             return Err(LockdownError::DeclareNotAllowed { login: actor.into(), has });
@@ -190,7 +190,7 @@ pub async fn reopen_closed_below_maintain(
         .map_err(forge_err(format!("list the closed issues labeled `{LOCKDOWN_LABEL}`")))?;
     let mut reopened = Vec::new();
     for issue in closed {
-        let Some(who) = issue.closed_by.filter(|w| !w.eq_ignore_ascii_case(forge.engine_account())) else {
+        let Some(who) = issue.closed_by.filter(|w| !forge.engine_account().is(w)) else {
             continue;
         };
         let has = forge.permission(&who).await.map_err(forge_err(format!("read the permission of `{who}`")))?;

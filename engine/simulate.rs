@@ -489,7 +489,7 @@ async fn check_children(expect: &Expectations, forge: &dyn Forge, parent: IssueN
     let issues = forge.all_issues().await?;
     let found = crate::rules::decomposition::existing_children(parent, &issues, forge.engine_account());
     let mut failures = Vec::new();
-    let created = issues.iter().filter(|i| i.author == forge.engine_account()).count();
+    let created = issues.iter().filter(|i| forge.engine_account().is(&i.author)).count();
     if created != expect.children.len() {
         failures
             .push(format!("children: expected {} issues created by the engine, got {created}", expect.children.len()));

@@ -10,101 +10,13 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::OnceLock;
-
-use sha2::Digest as _;
 use support::fake_github::{FakeGitHub, TOKEN};
 use support::openapi::OpenApi;
+use support::release::{platform, release, release_step, repo_root, run_step, sha256, tarball};
 
 /// The repository the action comes from (not the hospital's: `octo/hospital`).
 const ACTION_REPO: &str = "wardhq/ward";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-fn repo_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `RUNNER_ARCH` and the release target of this machine, and the other target.
-fn platform() -> (&'static str, &'static str, &'static str) {
-    match std::env::consts::ARCH {
-        "x86_64" => ("X64", "x86_64-unknown-linux-musl", "aarch64-unknown-linux-musl"),
-        "aarch64" => ("ARM64", "aarch64-unknown-linux-musl", "x86_64-unknown-linux-musl"),
-        other => panic!("releases have no binary for {other}"),
-    }
-}
-
-fn tarball(target: &str) -> String {
-    format!("ward-{VERSION}-{target}.tar.gz")
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The `run:` script of the step named `name` in `.github/workflows/release.yml`.
-fn release_step(name: &str) -> String {
-    let text = std::fs::read_to_string(repo_root().join(".github/workflows/release.yml")).unwrap();
-    let workflow: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
-    let jobs = workflow["jobs"].as_mapping().unwrap();
-    let step = jobs
-        .values()
-        .flat_map(|job| job["steps"].as_sequence().unwrap())
-        .find(|step| step["name"].as_str() == Some(name))
-        .unwrap_or_else(|| panic!("release.yml has no step named `{name}`"));
-    step["run"].as_str().unwrap().to_string()
-}
-
-/// Runs a workflow step's script the way the runner does (`bash -e`), in
-/// `dir`, with only PATH, HOME and `env`.
-fn run_step(script: &str, dir: &Path, env: &[(&str, &str)]) -> std::process::Output {
-    std::process::Command::new("bash")
-        .args(["--noprofile", "--norc", "-e", "-c", script])
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", std::env::var("HOME").unwrap_or_default())
-        .envs(env.iter().copied())
-        .output()
-        .expect("bash runs")
-}
-
-/// What the release workflow attaches to a release.
-struct Release {
-    /// This platform's tarball, holding the ward under test, and its SHA-256.
-    bytes: Vec<u8>,
-    sha256: String,
-    /// The other platform's tarball (a stand-in binary: it never runs here).
-    other: Vec<u8>,
-    sums: Vec<u8>,
-}
-
-/// Runs release.yml's own "Package" step for both targets (over the ward
-/// under test for this platform) and its "SHA256SUMS" step. Built once.
-fn release() -> &'static Release {
-    static RELEASE: OnceLock<Release> = OnceLock::new();
-    RELEASE.get_or_init(|| {
-        let (_, target, other) = platform();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::copy(repo_root().join("README.md"), dir.path().join("README.md")).unwrap();
-        for (t, bin) in [(target, Path::new(env!("CARGO_BIN_EXE_ward"))), (other, &dir.path().join("README.md"))] {
-            let built = dir.path().join(format!("target/{t}/release"));
-            std::fs::create_dir_all(&built).unwrap();
-            std::fs::copy(bin, built.join("ward")).unwrap();
-            let out = run_step(&release_step("Package"), dir.path(), &[("TARGET", t), ("VERSION", VERSION)]);
-            assert!(out.status.success(), "Package ({t}): {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let dist = dir.path().join("dist");
-        let out = run_step(&release_step("SHA256SUMS"), &dist, &[("VERSION", VERSION)]);
-        assert!(out.status.success(), "SHA256SUMS: {}", String::from_utf8_lossy(&out.stderr));
-        let bytes = std::fs::read(dist.join(tarball(target))).unwrap();
-        Release {
-            sha256: sha256(&bytes),
-            bytes,
-            other: std::fs::read(dist.join(tarball(other))).unwrap(),
-            sums: std::fs::read(dist.join("SHA256SUMS")).unwrap(),
-        }
-    })
-}
 
 /// SHA256SUMS as `sha256sum` writes it.
 fn sums(lines: &[(&str, &str)]) -> Vec<u8> {
@@ -455,6 +367,8 @@ struct Ran {
     code: i32,
     stdout: String,
     outputs: String,
+    /// What the step added to `GITHUB_PATH`.
+    path: String,
 }
 
 /// Runs `action/run.sh` with a stand-in ward that prints its arguments, one
@@ -469,6 +383,7 @@ fn run_action(command: &str, args: &str, preset: &str) -> Ran {
     .unwrap();
     std::fs::set_permissions(&ward, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let outputs = dir.path().join("outputs");
+    let github_path = dir.path().join("path");
     let out = std::process::Command::new("bash")
         .arg(repo_root().join("action/run.sh"))
         .current_dir(dir.path())
@@ -481,6 +396,7 @@ fn run_action(command: &str, args: &str, preset: &str) -> Ran {
         .env("WARD_ARTIFACTS", dir.path().join("ward-runs"))
         .env("GITHUB_EVENT_PATH", "/runner/event.json")
         .env("GITHUB_OUTPUT", &outputs)
+        .env("GITHUB_PATH", &github_path)
         .output()
         .unwrap();
     assert!(!dir.path().join("pwned").exists(), "an argument was evaluated");
@@ -488,6 +404,7 @@ fn run_action(command: &str, args: &str, preset: &str) -> Ran {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         outputs: std::fs::read_to_string(&outputs).unwrap_or_default().replace(dir.path().to_str().unwrap(), "[TMP]"),
+        path: std::fs::read_to_string(&github_path).unwrap_or_default().replace(dir.path().to_str().unwrap(), "[TMP]"),
     }
 }
 
@@ -504,7 +421,14 @@ fn argv(ran: &Ran) -> String {
 
 #[test]
 fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
+    // `install`: ward on PATH for the job's later steps (as `ward init`
+    // writes the workflows), and nothing run.
+    let ran = run_action("install", "--reap", "");
+    // (the one call is the version it names)
+    assert_eq!((ran.code, argv(&ran).as_str(), ran.path.as_str()), (0, "[--version]", "[TMP]\n"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("is on PATH for the next steps"), "{}", ran.stdout);
     let table = [
+        ("install", ""),
         ("stage", "[--forge] [github] [stage] [--event] [/runner/event.json]"),
         ("visit", "[--forge] [github] [visit] [--event] [/runner/event.json]"),
         ("record", "[--forge] [github] [record] [--event] [/runner/event.json]"),
@@ -520,7 +444,7 @@ fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
         ("doctor", "[--forge] [github] [doctor]"),
     ];
     assert_eq!(run_sh_commands(), table.map(|(c, _)| c), "a command of run.sh is not tested here");
-    for (command, expected) in table {
+    for (command, expected) in table.into_iter().skip(1) {
         let ran = run_action(command, "", "");
         assert_eq!((ran.code, argv(&ran).as_str()), (0, expected), "{command}: {}", ran.stdout);
         assert!(ran.stdout.contains("preset=unset"), "an empty preset is no preset");
@@ -539,7 +463,7 @@ fn the_run_script_maps_each_command_to_ward_and_never_evaluates_args() {
     assert_eq!(ran.code, 2);
     assert_eq!(
         ran.stdout,
-        "::error title=ward::input command must be one of stage, visit, record, slot, release, queue-check, queue-record, event, sweep, report, precedents-check, simulate, doctor; \
+        "::error title=ward::input command must be one of install, stage, visit, record, slot, release, queue-check, queue-record, event, sweep, report, precedents-check, simulate, doctor; \
          not 'deploy; rm -rf /'\n"
     );
 }

@@ -25,7 +25,12 @@ async fn sound() -> (Sandbox, FakeGitHub) {
         for (name, text) in ward::doctor::workflows::shipped() {
             st.put_file("main", &format!(".github/workflows/{name}"), text);
         }
-        st.put_file("main", ".github/workflows/ci.yml", "on:\n  push: {}\n  workflow_dispatch: {}\njobs: {}\n");
+        // Named as ward-stage.yml's `workflow_run` wake-up names it.
+        st.put_file(
+            "main",
+            ".github/workflows/ci.yml",
+            "name: ci\non:\n  push: {}\n  workflow_dispatch: {}\njobs: {}\n",
+        );
         for spec in config.label_specs() {
             st.label_named(&spec.name);
         }
@@ -231,7 +236,7 @@ async fn no_charts_branch_is_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ci_workflow_without_workflow_dispatch_is_named() {
     let (s, fake) = sound().await;
-    fake.state().put_file("main", ".github/workflows/ci.yml", "on: [push, pull_request]\njobs: {}\n");
+    fake.state().put_file("main", ".github/workflows/ci.yml", "name: ci\non: [push, pull_request]\njobs: {}\n");
     let line = only_failure(&doctor(&s, &fake, &[]), "ci ci.yml");
     assert!(line.contains("add `workflow_dispatch:` to the `on:` of `.github/workflows/ci.yml`"), "{line}");
 }
@@ -337,4 +342,78 @@ fn an_outdated_schema_is_named_and_fixed() {
     assert!(line.contains("is an older ward's"), "{line}");
     assert!(local(&s, &["--fix"], &[]).status.success());
     assert_eq!(s.read(ward::config::schema::SCHEMA_PATH), ward::config::schema::schema_text());
+}
+
+/// GraphQL goes where `GITHUB_GRAPHQL_URL` says, else where the API's URL
+/// puts it: on GitHub Enterprise Server `https://HOST/api/graphql`, not
+/// below REST's `/api/v3`. Doctor asks it and names the endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_names_the_graphql_endpoint_and_fails_on_one_that_does_not_answer() {
+    let (s, fake) = sound().await;
+    fake.state().enterprise = true;
+    let repo = format!("{OWNER}/{REPO}");
+    let api = format!("{}/api/v3", fake.url);
+    let env = [("GITHUB_API_URL", api.as_str()), ("GITHUB_TOKEN", TOKEN), ("GITHUB_REPOSITORY", repo.as_str())];
+    let out = s.ward_env(&["--forge", "github", "doctor"], &env);
+    let text = stdout(&out);
+    assert!(text.contains(&format!("ok    graphql: {}/api/graphql answers for {repo}", fake.url)), "{text}");
+    assert!(out.status.success(), "{text}");
+    // GITHUB_GRAPHQL_URL decides when set: here one GHES does not serve.
+    let wrong = format!("{api}/graphql");
+    let mut env = env.to_vec();
+    env.push(("GITHUB_GRAPHQL_URL", wrong.as_str()));
+    let line = only_failure(&s.ward_env(&["--forge", "github", "doctor"], &env), "graphql");
+    assert!(line.contains(&wrong) && line.contains("GITHUB_GRAPHQL_URL"), "{line}");
+    fake.state().unknown.clear(); // the 404 this test asked for
+}
+
+/// The discharge audit waits for CI, and the workflow token's pushes start
+/// none: with nothing in `ci.workflows`, doctor fails and says what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_fails_when_nothing_would_start_ci_on_a_treatment_branch() {
+    let (s, fake) = sound().await;
+    s.edit_config("ci:\n  workflows: [ci.yml]\n\n", "");
+    let line = only_failure(&doctor(&s, &fake, &[]), "ci");
+    assert!(line.contains("nothing starts CI on a treatment branch"), "{line}");
+    assert!(line.contains("`ci.workflows`") && line.contains("workflow_dispatch"), "{line}");
+    // With an app token the push starts CI by itself.
+    s.edit_config("dispatch: repository_dispatch", "dispatch: label");
+    let text = stdout(&doctor(&s, &fake, &[]));
+    assert!(text.contains("ok    ci: `dispatch: label`"), "{text}");
+}
+
+/// A CI workflow of `ci.workflows` whose completion wakes no waiting
+/// patient (ward-stage.yml's `workflow_run` names another) is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ci_workflow_the_stage_does_not_wake_after_is_named() {
+    let (s, fake) = sound().await;
+    fake.state().put_file("main", ".github/workflows/ci.yml", "name: Tests\non: [push, workflow_dispatch]\njobs: {}\n");
+    let line = only_failure(&doctor(&s, &fake, &[]), "wake-ups");
+    assert!(line.contains("`Tests`") && line.contains("on.workflow_run.workflows"), "{line}");
+}
+
+/// What `ward init --forge github` writes passes doctor as it is, the
+/// action pinned by its full sha; an action pinned by a tag is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_init_writes_for_github_passes_doctor_and_a_loose_pin_is_named() {
+    let (s, fake) = sound().await;
+    let action = "wardhq/ward@0123456789abcdef0123456789abcdef01234567";
+    let files = ward::install::workflows(&ward::install::ActionRef::parse(action).unwrap(), &["ci".into()], false);
+    {
+        let mut st = fake.state();
+        for (name, text) in &files {
+            st.put_file("main", &format!(".github/workflows/{name}"), text);
+        }
+    }
+    let out = doctor(&s, &fake, &[]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("ok    action in ward-stage.yml: pinned by a full commit sha ({action})")),
+        "{text}"
+    );
+    let stage = &files.iter().find(|(n, _)| n == "ward-stage.yml").unwrap().1;
+    fake.state().put_file("main", ".github/workflows/ward-stage.yml", &stage.replace(action, "wardhq/ward@v0.1.0"));
+    let line = only_failure(&doctor(&s, &fake, &[]), "action in ward-stage.yml");
+    assert!(line.contains("`wardhq/ward@v0.1.0` is not pinned by a full commit sha"), "{line}");
 }

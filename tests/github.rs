@@ -878,6 +878,7 @@ async fn an_empty_token_is_refused_before_any_request() {
     let gh = FakeGitHub::start().await;
     let settings = ward::forge::github::GitHubSettings {
         api_url: gh.url.clone(),
+        graphql_url: format!("{}/graphql", gh.url),
         repo: "octo/hospital".parse().unwrap(),
         charts_branch: CHARTS.into(),
         engine_account: ENGINE.into(),
@@ -1510,46 +1511,36 @@ async fn walk_every_stage(graphql: bool) {
         s.add_issue("Login fails on empty password", "Steps: submit the empty form.", "alice", &["bug", "ward:admit"])
     };
 
+    // Setup made ward's labels and the charts branch (`ward init` with a
+    // token, or `ward doctor --fix`): no stage run makes them.
+    gh.forge().ensure_labels(&config().label_specs()).await.unwrap();
+    gh.forge().set_up_charts_branch().await.unwrap();
+
     // The person's label starts it.
     let mark = gh.state().log.len();
     let first = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "alice"), &env).await;
     assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
-    let specs = config().label_specs().len();
-    let mut expected = vec![
-        ("GET /repos/{owner}/{repo}/collaborators/{username}/permission", 1),
-        ("POST /repos/{owner}/{repo}/labels", specs - 1), // ward:admit exists: a person applied it
-    ];
-    // Read once: the admission note is stored on what that read found. The
-    // GraphQL read names the repository's labels too; over REST they are listed.
+    // The permission of the person (the event names them, not their role),
+    // one read, the admission note and the notes, the move, the dispatch.
+    let mut expected = vec![("GET /repos/{owner}/{repo}/collaborators/{username}/permission", 1), (CHART_PUT, 2)];
     expected.extend(patient_read(graphql));
-    if !graphql {
-        // The comment's id charted: the chart as the move wrote it, no read.
-        expected.extend([("GET /repos/{owner}/{repo}/labels", 1), (CHART_PUT, 1)]);
+    if graphql {
+        // The labels and the patient's comment, created, in one mutation.
+        expected.push((GRAPHQL, 1));
+    } else {
+        // Over REST the repository's labels are listed, the labels set, the
+        // comment created and its id charted.
+        expected.extend([
+            ("GET /repos/{owner}/{repo}/labels", 1),
+            (LABELS_PUT, 1),
+            ("POST /repos/{owner}/{repo}/issues/{issue_number}/comments", 1),
+            (CHART_PUT, 1),
+        ]);
     }
-    assert_eq!(
-        calls_since(&gh, mark),
-        expect(
-            &[
-                expected.as_slice(),
-                &[
-                    ("GET /repos/{owner}/{repo}/git/ref/{ref}", 1),
-                    ("POST /repos/{owner}/{repo}/git/commits", 1),
-                    ("POST /repos/{owner}/{repo}/git/refs", 1),
-                    // The first finds no branch, then the admission note, then
-                    // the notes (over REST a PATIENT_COMMENT note too: below).
-                    (CHART_PUT, 3),
-                    // The labels this run created have no node id in the
-                    // read: the move goes over REST, the labels then the
-                    // patient's comment (issue 11), created.
-                    (LABELS_PUT, 1),
-                    ("POST /repos/{owner}/{repo}/issues/{issue_number}/comments", 1),
-                    (DISPATCH, 1),
-                ]
-            ]
-            .concat()
-        ),
-        "the first transition, with the permission lookup and first-use setup"
-    );
+    expected.push((DISPATCH, 1));
+    assert_eq!(calls_since(&gh, mark), expect(&expected), "the admission: no label or branch made in the run");
+    let admission: usize = calls_since(&gh, mark).values().sum();
+    assert!(admission <= if graphql { 6 } else { 11 }, "an admission costs at most 6 calls with GraphQL: {admission}");
     let calls_first: usize = calls_since(&gh, mark).values().sum();
     let mut walls = vec![first.wall];
     let mut engine = vec![engine_ms(&first.stdout)];
@@ -1671,8 +1662,8 @@ async fn walk_every_stage(graphql: bool) {
 
     let mean = walls.iter().sum::<Duration>() / walls.len() as u32;
     eprintln!(
-        "MEASURE graphql={graphql} transitions={} api_calls_per_transition={} (first: {} with permission lookup \
-         and setup) wall_per_transition_mean_ms={} engine_ms={engine:?}",
+        "MEASURE graphql={graphql} transitions={} api_calls_per_transition={} (first: {} with the permission \
+         lookup) wall_per_transition_mean_ms={} engine_ms={engine:?}",
         walls.len(),
         if graphql { 5 } else { 7 },
         calls_first,
@@ -1832,6 +1823,7 @@ async fn no_answer_at_all_is_retried_then_named() {
     drop(closed);
     let settings = ward::forge::github::GitHubSettings {
         api_url: url.clone(),
+        graphql_url: format!("{url}/graphql"),
         repo: "octo/hospital".parse().unwrap(),
         charts_branch: CHARTS.into(),
         engine_account: ENGINE.into(),
@@ -3069,4 +3061,169 @@ async fn the_sweep_reaps_expired_checkpoint_refs_of_open_patients_and_nothing_el
     expected.remove(&name(closed));
     assert_eq!(after, expected, "only the two refs went");
     assert!(ward::workspace::shared::fetch(&url, Some(TOKEN), live).unwrap().is_some(), "the live one is whole");
+}
+
+// ---------------------------------------------------------------------------
+// The engine's account as GitHub spells it: REST's `github-actions[bot]`,
+// GraphQL's `github-actions` as a `Bot` (the fake answers both as GitHub
+// does). Each comparison of an actor or an author with the engine.
+
+/// The label events of a look (GraphQL): the engine's own moves read as
+/// the engine's, so the admission that counts is the person's, and the
+/// sweep and the approval path tell ward's moves from people's.
+#[tokio::test]
+async fn the_engines_label_moves_in_a_graphql_look_are_the_engines() {
+    let gh = FakeGitHub::start().await;
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("alice", "triage");
+        let n = s.add_issue("Login fails", "steps", "reporter", &[]);
+        s.label(n, "ward:admit", "alice");
+        n
+    };
+    let forge = gh.forge();
+    // ward puts the admission label back on (a re-run), over REST, as itself.
+    forge.set_labels(IssueNumber(n), &strings(&["ward:diagnose"])).await.unwrap();
+    forge.set_labels(IssueNumber(n), &strings(&["ward:admit"])).await.unwrap();
+    let look = forge.look(IssueNumber(n)).await.unwrap();
+    let last = look.label_events.last().unwrap();
+    assert_eq!((last.label.as_str(), last.actor.as_str()), ("ward:admit", ENGINE), "GraphQL's `Bot` is REST's bot");
+    assert!(forge.engine_account().is(&last.actor));
+    let config = config();
+    let admitted = ward::rules::admitted::last_admission(&config, &look.label_events).expect("a person admitted it");
+    assert_eq!(admitted.actor, "alice", "the engine's own application is no person's admission");
+    let by = ward::rules::approval::applied_by(&look.label_events, "ward:admit").unwrap();
+    assert!(forge.engine_account().is(&by.actor), "{by:?}");
+}
+
+/// The audit's facts (GraphQL): a review by the engine's own account (a
+/// workflow's token may approve) never counts, whatever it can push, and
+/// the pull request's author reads as REST spells it.
+#[tokio::test]
+async fn an_approval_by_the_engines_own_account_never_counts_in_the_audit() {
+    let gh = FakeGitHub::start().await;
+    let pr = {
+        let mut s = gh.state();
+        s.actions_can_create_pull_requests = true;
+        s.add_collaborator("alice", "write");
+        s.add_collaborator(ENGINE, "write");
+        s.commit_files("ward/issue-1", &[("a.txt", "a\n")], "Fix the login", "alice");
+        let pr = s.open_pull("ward/issue-1", "main", "Fix the login", "", "alice");
+        s.review(pr, ENGINE, "APPROVE", "LGTM", &[]);
+        s.commit_files("ward/issue-2", &[("b.txt", "b\n")], "Fix the export", "alice");
+        s.open_pull("ward/issue-2", "main", "Fix the export", "", ENGINE);
+        pr
+    };
+    let forge = gh.forge();
+    let theirs = ward::discharge::audit::gather(&forge, "ward/issue-2", Permission::Write).await.unwrap();
+    assert_eq!(theirs.pull.unwrap().author, ENGINE, "the engine's pull request's author as REST spells it");
+    let facts = ward::discharge::audit::gather(&forge, "ward/issue-1", Permission::Write).await.unwrap();
+    assert_eq!(facts.pull.as_ref().unwrap().number, pr);
+    let reviews = facts.reviews.as_ref().unwrap();
+    assert_eq!(reviews[0].author, ENGINE, "the reviewer as REST spells it");
+    let config = config();
+    let checklist = ward::rules::discharge_audit::audit(&config, &[], &facts);
+    let approval = checklist.items.iter().find(|i| i.id == "pr-approval").unwrap();
+    assert_eq!(approval.mark, ward::rules::discharge_audit::Mark::Waiting, "{}", approval.note);
+    assert!(approval.note.contains(&format!("the engine `{ENGINE}`")), "{}", approval.note);
+    // A person's approval counts, and only theirs.
+    gh.state().add_collaborator("rob", "write");
+    gh.state().review(pr, "rob", "APPROVE", "Reviewed the change.", &[]);
+    let facts = ward::discharge::audit::gather(&forge, "ward/issue-1", Permission::Write).await.unwrap();
+    let checklist = ward::rules::discharge_audit::audit(&config, &[], &facts);
+    let approval = checklist.items.iter().find(|i| i.id == "pr-approval").unwrap();
+    assert_eq!(approval.mark, ward::rules::discharge_audit::Mark::Pass, "{}", approval.note);
+}
+
+/// A follow-up the engine filed (an issue whose author is the engine,
+/// listed over REST as `github-actions[bot]`) is found again and not filed
+/// twice; a person's issue carrying the same marker is not trusted.
+#[tokio::test]
+async fn a_follow_up_the_engine_filed_is_trusted_and_a_copy_by_a_person_is_not() {
+    let gh = FakeGitHub::start().await;
+    let config = config();
+    let patient = IssueNumber(7);
+    let notes = vec![note("TREATMENT_NOTE", "r1", "Done.\n\nFollow-up: the export drops the header row too")];
+    let forge = gh.forge();
+    let first = ward::followups::file(&forge, &config, patient, &notes).await.unwrap().expect("filed");
+    let filed: Vec<(u64, String)> = gh.state().issues.values().map(|i| (i.number, i.author.clone())).collect();
+    assert_eq!(filed.len(), 1, "{filed:?}");
+    assert_eq!(filed[0].1, ENGINE);
+    // A crash before the chart was written: the next run finds the engine's issue.
+    let again = ward::followups::file(&forge, &config, patient, &notes).await.unwrap().expect("charted");
+    assert_eq!(gh.state().issues.len(), 1, "not filed twice: {again}");
+    assert_eq!(first.lines().next(), again.lines().next());
+    // The same marker in a person's issue (named like the engine without `[bot]`) is text.
+    let body = gh.state().issues.values().next().unwrap().body.clone();
+    gh.state().issues.clear();
+    gh.state().add_issue("copy", &body, "github-actions", &["ward:follow-up"]);
+    ward::followups::file(&forge, &config, patient, &notes).await.unwrap();
+    let authors: Vec<String> = gh.state().issues.values().map(|i| i.author.clone()).collect();
+    assert_eq!(authors, ["github-actions".to_string(), ENGINE.to_string()], "the person's copy is not the engine's");
+}
+
+/// GitHub Enterprise Server: REST under `https://HOST/api/v3`, GraphQL at
+/// `https://HOST/api/graphql` (not below REST's base). Derived from the API
+/// URL when `GITHUB_GRAPHQL_URL` is not set; the fake answers nothing at
+/// `/api/v3/graphql`, as GHES does.
+#[tokio::test]
+async fn on_github_enterprise_server_graphql_goes_to_api_graphql() {
+    let gh = FakeGitHub::start().await;
+    gh.state().enterprise = true;
+    let n = gh.state().add_issue("Login fails", "steps", "alice", &["ward:admit"]);
+    let api_url = format!("{}/api/v3", gh.url);
+    let graphql_url = ward::forge::github::graphql_url_for(&api_url);
+    assert_eq!(graphql_url, format!("{}/api/graphql", gh.url));
+    assert_eq!(ward::forge::github::graphql_url_for("https://api.github.com"), "https://api.github.com/graphql");
+    assert_eq!(
+        ward::forge::github::graphql_url_for("https://api.octo.ghe.com/"),
+        "https://api.octo.ghe.com/graphql",
+        "GHE.com's API is GitHub's"
+    );
+    let settings = ward::forge::github::GitHubSettings {
+        api_url: api_url.clone(),
+        graphql_url,
+        repo: "octo/hospital".parse().unwrap(),
+        charts_branch: CHARTS.into(),
+        engine_account: ENGINE.into(),
+    };
+    let forge = ward::forge::github::GitHubForge::new(settings, TOKEN).unwrap().with_retry(gh.retry_policy());
+    let read = forge.patient(IssueNumber(n), "ward:lockdown").await.unwrap();
+    assert_eq!(read.issue.title, "Login fails");
+    forge.add_comment(IssueNumber(n), "REST under /api/v3").await.unwrap();
+    assert_eq!(gh.state().count("POST /graphql"), 1, "the read went to GraphQL");
+    // Another host for GraphQL would carry the token elsewhere: refused before any request.
+    let elsewhere = ward::forge::github::GitHubSettings {
+        api_url,
+        graphql_url: "https://graphql.example/graphql".into(),
+        repo: "octo/hospital".parse().unwrap(),
+        charts_branch: CHARTS.into(),
+        engine_account: ENGINE.into(),
+    };
+    let err = ward::forge::github::GitHubForge::new(elsewhere, TOKEN).unwrap_err().to_string();
+    assert!(err.contains("is not on the API's host") && err.contains("GITHUB_GRAPHQL_URL"), "{err}");
+}
+
+/// Setup makes ward's labels; an admission that still finds one of them
+/// missing (deleted since) creates that one only, not the whole set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_that_finds_one_label_missing_creates_only_that_one() {
+    let gh = FakeGitHub::start().await;
+    let repo = installed_git_repo(&gh);
+    let env = git_env(&gh, repo.path()).to_vec();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let specs: Vec<LabelSpec> = config().label_specs().into_iter().filter(|l| l.name != "ward:needs-info").collect();
+    gh.forge().ensure_labels(&specs).await.unwrap();
+    gh.forge().set_up_charts_branch().await.unwrap();
+    let n = {
+        let mut s = gh.state();
+        s.add_collaborator("alice", "triage");
+        s.add_issue("Login fails", "Steps.", "alice", &["ward:admit"])
+    };
+    let mark = gh.state().log.len();
+    let ran = ward_step(&gh, repo.path(), "issues", &labeled_event("ward:admit", n, "alice"), &env).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let calls = calls_since(&gh, mark);
+    assert_eq!(calls.get("POST /repos/{owner}/{repo}/labels"), Some(&1), "{calls:#?}");
+    assert!(gh.state().labels.values().any(|l| l.name == "ward:needs-info"));
 }

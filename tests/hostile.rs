@@ -36,6 +36,7 @@
 //! | a visit whose label moved while the agent ran       | dropped, nothing written (tests/workflows.rs) |
 //! | the token attacks above through the two jobs        | not re-run in the visit job: it holds only a read token (`steal.sh` shows what that token can do) |
 //! | a lockdown issue closed by a triager                | reopened by the sweep (tests/github.rs `a_lockdown_closed_by_someone_*`) |
+//! | ward's own files (its lock, its state) committed    | `wardfiles.sh`: one process in the checkout (`git add -A` leaves them out; forced, refused naming them); through the two jobs (tests/workflows.rs) |
 //!
 //! `hold.sh` is not an attack: it holds a stage open while the test looks
 //! at ward from outside.
@@ -630,5 +631,47 @@ fn a_daemonised_child_dies_with_the_agent_in_one_process() {
     // SAFETY: kill(2) with signal 0 only asks whether the process exists.
     assert_ne!(unsafe { libc::kill(daemon, 0) }, 0, "the daemon {daemon} outlived ward: {loot}");
     assert!(!loot.contains("daemon survived"), "{loot}");
+    s.assert_no_canary(&out);
+}
+
+/// An agent that commits everything, in the checkout ward runs in (CI's
+/// mode) of a repository whose `.gitignore` does not ignore `.ward/`:
+/// `git add -A` leaves ward's own files out (ward excluded them in the
+/// checkout's `info/exclude` before the agent ran), and when the agent
+/// forces them in, the run is refused with their paths and nothing of it is
+/// kept: the branch has no commit of the run. Locally, in the patient's
+/// worktree, `.ward/` is not in the work tree at all.
+#[test]
+fn wards_own_files_committed_by_the_agent_refuse_the_run_and_nothing_of_it_is_kept() {
+    let s = Sandbox::new();
+    s.agent("wardfiles", &[], &[]);
+    std::fs::write(s.repo.join(".gitignore"), "").unwrap();
+    s.git_as(("tester", "tester@ward.invalid"), &["commit", "-q", "-a", "-m", "a .gitignore that names no .ward/"]);
+    // Every stage in the checkout, as in a CI job.
+    let checkout = [("WARD_WORKSPACE", "checkout")];
+    for _ in 0..10 {
+        if s.labels(1) == ["ward:treat"] {
+            break;
+        }
+        let out = s.stage(&checkout);
+        assert!(out.status.success(), "a stage on the way to treatment: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let before = s.git_out(&["rev-parse", "--verify", "--quiet", "refs/heads/ward/issue-1"]);
+    let out = s.stage(&checkout);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let loot = s.loot();
+    assert!(loot.contains("git add -A left .ward out"), "ward's files were not excluded:\n{loot}\n{stdout}\n{stderr}");
+    assert!(loot.contains("committed .ward/"), "the attack did not run:\n{loot}\n{stderr}");
+    assert_eq!(out.status.code(), Some(1), "an invalid run:\n{stdout}\n{stderr}");
+    assert_eq!(s.labels(1), ["ward:treat"], "the label stays");
+    let chart = s.chart(1);
+    assert!(
+        chart.contains("this run's commits hold ward's own") && chart.contains("`.ward/locks/stage-1.lock`"),
+        "the REFUSAL names the paths:\n{chart}"
+    );
+    let after = s.git_out(&["rev-parse", "--verify", "--quiet", "refs/heads/ward/issue-1"]);
+    assert_eq!(before, after, "the branch kept a commit of the refused run");
+    // ward's own files are where they were: the discard took the agent's commit, not them.
+    assert!(s.repo.join(".ward/forge").is_dir() && s.repo.join(".ward/locks").is_dir());
     s.assert_no_canary(&out);
 }

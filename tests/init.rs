@@ -221,3 +221,110 @@ fn init_into_refuses_a_folder_that_is_not_wards_and_a_place_outside_the_reposito
         assert!(!root.join(".github").exists(), "{into}: nothing written");
     }
 }
+
+// ---------------------------------------------------------------------------
+// `ward init` on GitHub
+
+const ACTION: &str = "wardhq/ward@0123456789abcdef0123456789abcdef01234567";
+
+/// A clone of a GitHub repository with CI of its own, as pallets/click has
+/// (`tests.yaml`, named `Tests`, on push and pull_request, no dispatch), and
+/// a publishing workflow that is no CI.
+fn click_like() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["remote", "add", "origin", "https://github.com/pallets/click.git"]);
+    let workflows = root.join(".github/workflows");
+    std::fs::create_dir_all(&workflows).unwrap();
+    std::fs::write(
+        workflows.join("tests.yaml"),
+        "name: Tests\non:\n  push:\n    branches: [main]\n  pull_request:\njobs:\n  tests:\n    runs-on: ubuntu-latest\n    \
+         steps:\n      - run: echo tests\n",
+    )
+    .unwrap();
+    std::fs::write(
+        workflows.join("publish.yaml"),
+        "name: Publish\non:\n  release:\n    types: [published]\njobs: {}\n",
+    )
+    .unwrap();
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "the repository"]);
+    dir
+}
+
+/// `ward init` in a clone of a GitHub repository (its remote says so):
+/// ward.yml names the CI it found, the workflows are written adapted (the
+/// action pinned by the full sha, never a build from source; the stage
+/// woken after `Tests`; no merge queue workflow without `integration:`),
+/// and init says the one line the CI lacks and where. The labels wait for
+/// a token. A second run changes nothing; a workflow a person edited is
+/// never overwritten, and is named with the difference.
+#[test]
+fn init_on_a_github_clone_installs_the_workflows_adapted_and_names_the_ci() {
+    let dir = click_like();
+    let root = dir.path();
+    let said = ward_ok(root, &["init", "--action", ACTION]);
+    for file in ["ward-stage.yml", "ward-sweep.yml", "ward-pipeline.yml", "ward-report.yml", "ward-commands.yml"] {
+        let text = std::fs::read_to_string(root.join(".github/workflows").join(file)).unwrap();
+        assert!(!text.contains("cargo build") && !text.contains("target/release"), "{file} builds ward:\n{text}");
+        assert!(text.contains(&format!("uses: {ACTION} # v{}\n", env!("CARGO_PKG_VERSION"))), "{file}:\n{text}");
+        assert!(said.contains(&format!("wrote .github/workflows/{file}")), "{said}");
+    }
+    assert!(!root.join(".github/workflows/ward-queue.yml").exists(), "no merge queue without `integration:`");
+    let stage = std::fs::read_to_string(root.join(".github/workflows/ward-stage.yml")).unwrap();
+    assert!(stage.contains("    workflows: [\"Tests\"]\n"), "{stage}");
+    let config = std::fs::read_to_string(root.join(".github/ward.yml")).unwrap();
+    assert!(config.contains("\nci:\n  workflows: [tests.yaml]\n"), "{config}");
+    assert!(said.contains("ci: `tests.yaml` (Tests, on push, pull_request): ward starts it"), "{said}");
+    assert!(
+        said.contains(
+            "ci: `tests.yaml` cannot be started by ward yet: add `workflow_dispatch:` under the `on:` of \
+                       `.github/workflows/tests.yaml`"
+        ),
+        "{said}"
+    );
+    assert!(!said.contains("publish.yaml"), "a release workflow is no CI: {said}");
+    assert!(said.contains("labels: not created (no WARD_TOKEN or GITHUB_TOKEN)"), "{said}");
+    assert!(ward(root, &["config", "check"]).status.success());
+
+    // Again: nothing changes, and it says so.
+    let before = tree(root);
+    let again = ward_ok(root, &["init", "--action", ACTION]);
+    assert!(tree(root) == before, "a second `ward init` changed files");
+    assert!(again.contains(".github/workflows/ward-stage.yml is as this ward writes it"), "{again}");
+
+    // A person's edit is theirs: kept, named, the difference shown.
+    let sweep = root.join(".github/workflows/ward-sweep.yml");
+    let edited = std::fs::read_to_string(&sweep).unwrap().replace("*/30 * * * *", "*/10 * * * *");
+    std::fs::write(&sweep, &edited).unwrap();
+    let third = ward_ok(root, &["init", "--action", ACTION]);
+    assert_eq!(std::fs::read_to_string(&sweep).unwrap(), edited, "an edited workflow was overwritten");
+    assert!(third.contains(".github/workflows/ward-sweep.yml differs from what this ward writes"), "{third}");
+    assert!(third.contains("*/10 * * * *") && third.contains("*/30 * * * *"), "the difference is shown: {third}");
+
+    // With `integration:`, the merge queue's workflow too.
+    let with = config.replace("\nci:\n", "\nintegration:\n  command: [\"true\"]\n\nci:\n");
+    std::fs::write(root.join(".github/ward.yml"), with).unwrap();
+    let fourth = ward_ok(root, &["init", "--action", ACTION]);
+    assert!(fourth.contains("wrote .github/workflows/ward-queue.yml"), "{fourth}");
+}
+
+/// Without a release to pin (a ward built from source, no `--action`),
+/// init writes no workflow that would build ward: it says what to pass,
+/// and writes nothing at all.
+#[test]
+fn init_for_github_without_a_release_to_pin_writes_nothing() {
+    let dir = click_like();
+    let before = tree(dir.path());
+    let out = ward(dir.path(), &["init", "--forge", "github"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stderr(&out).contains("pass `--action OWNER/NAME@<the 40-hex commit of the tag v"), "{}", stderr(&out));
+    assert!(tree(dir.path()) == before, "something was written");
+    let loose = ward(dir.path(), &["init", "--action", "wardhq/ward@v0.1.0"]);
+    assert!(stderr(&loose).contains("is not the ward action pinned by a full commit sha"), "{}", stderr(&loose));
+    // `--forge local` keeps the local installation, remote or not.
+    let local = ward(dir.path(), &["--forge", "local", "init"]);
+    assert!(local.status.success(), "{}", stderr(&local));
+    assert!(!dir.path().join(".github/workflows/ward-stage.yml").exists());
+}

@@ -101,7 +101,7 @@ async fn a_diamond_is_treated_child_by_child_and_discharges_its_parent() {
     .await;
     assert!(matches!(first, StageResult::Moved(ref t) if t.to == "ward:waiting"), "{first:?}");
     let issues = forge.all_issues().await.unwrap();
-    let children = decomposition::existing_children(parent.number, &issues, ENGINE);
+    let children = decomposition::existing_children(parent.number, &issues, &ENGINE.into());
     let labels: BTreeMap<&str, String> =
         children.iter().map(|(k, c)| (k.as_str(), label_of(&forge, c.number.0))).collect();
     assert_eq!(
@@ -181,7 +181,7 @@ async fn a_marker_in_a_persons_issue_is_not_a_parent_link() {
         })
         .unwrap();
     let issues = forge.all_issues().await.unwrap();
-    let children = decomposition::existing_children(IssueNumber(1), &issues, ENGINE);
+    let children = decomposition::existing_children(IssueNumber(1), &issues, &ENGINE.into());
     assert_ne!(children["docs"].number, forged.number);
     // And its admission is not held back by `docs`'s dependencies.
     let deps = ward::family::dependencies(&*forge, &h.config, &h.sentinels, &forged).await.unwrap();
@@ -544,7 +544,7 @@ async fn an_interrupted_release_is_repaired() {
         },
     )
     .await;
-    let children = decomposition::existing_children(IssueNumber(1), &forge.all_issues().await.unwrap(), ENGINE);
+    let children = decomposition::existing_children(IssueNumber(1), &forge.all_issues().await.unwrap(), &ENGINE.into());
     // `schema` was discharged, but the run died before releasing anyone.
     let schema = children["schema"].number;
     forge.set_labels(schema, &["ward:discharged".into()]).await.unwrap();
@@ -586,7 +586,7 @@ async fn a_discharged_label_a_person_applied_releases_nobody() {
         },
     )
     .await;
-    let children = decomposition::existing_children(IssueNumber(1), &forge.all_issues().await.unwrap(), ENGINE);
+    let children = decomposition::existing_children(IssueNumber(1), &forge.all_issues().await.unwrap(), &ENGINE.into());
     let schema = children["schema"].number;
     let now = chrono::Utc::now();
     // A person's label, on an open issue and then on a closed one: no pull

@@ -168,7 +168,7 @@ fn the_engines_notes() {
             number: 12,
             title: "CSV export drops the header row (#7)".into(),
             body: "Closes #7.".into(),
-            author: config.engine_account.clone(),
+            author: config.engine_account.to_string(),
             head_branch: "ward/issue-7".into(),
             head_sha: head.into(),
             base_branch: "main".into(),

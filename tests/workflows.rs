@@ -2029,6 +2029,46 @@ async fn a_visit_whose_commits_carry_a_huge_file_is_refused_and_nothing_is_pushe
     assert_eq!(gh.state().branch_head(&format!("ward/issue-{n}")), None, "nothing was pushed");
 }
 
+/// An agent that commits everything in the visit job's checkout, ward's own
+/// files included (its stage lock under `.ward/`, in a repository whose
+/// `.gitignore` does not ignore it: installed by hand): `git add -A` leaves
+/// them out (ward excluded them before the agent ran); forced in, the record
+/// job refuses the visit, naming them, and pushes nothing. Before, the next
+/// stage's checkout of such a branch failed ("Please move or remove them").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_visit_whose_commits_carry_wards_own_files_is_refused_naming_them_and_nothing_is_pushed() {
+    let gh = FakeGitHub::start().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let loot = scratch.path().join("loot.txt");
+    let _repo = hostile_hospital(&gh, "wardfiles.sh", &format!("\"{}\"", loot.display()), None);
+    {
+        let mut s = gh.state();
+        // As installed by hand: the build's target/ ignored, ward's .ward/ not.
+        s.put_file("main", ".gitignore", "/target\n");
+        s.add_collaborator("maya", "maintain");
+    }
+    let n =
+        gh.state().add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[]);
+    let mut runner = Runner::new(&gh);
+    gh.state().label(n, "ward:admit", "maya");
+    runner.run_until_idle(10).await;
+
+    let loot = std::fs::read_to_string(&loot).unwrap_or_default();
+    assert!(loot.contains("git add -A left .ward out"), "ward's files were not excluded: {loot}");
+    assert!(loot.contains("committed .ward/"), "the attack did not run: {loot}");
+    assert_eq!(gh.state().labels_of(n), ["ward:treat"], "{}", failures(&runner));
+    let records: Vec<Option<&str>> =
+        runner.runs_of("ward-stage.yml").iter().map(|r| r.job("record").conclusion.as_deref()).collect();
+    assert!(records.contains(&Some("failure")), "an invalid run: {records:?}\n{}", failures(&runner));
+    let refusal = notes_of(&gh, n, "REFUSAL").pop().unwrap_or_default();
+    assert!(
+        refusal.contains("this run's commits hold ward's own")
+            && refusal.contains(&format!("`.ward/locks/stage-{n}.lock`")),
+        "{refusal}"
+    );
+    assert_eq!(gh.state().branch_head(&format!("ward/issue-{n}")), None, "nothing was pushed");
+}
+
 // Commands in comments (issue 11, scenario (f))
 
 /// How many agent runs the chart of `n` records (an ADMISSION note each).
@@ -2770,4 +2810,132 @@ async fn wards_merge_queue_on_github_checks_each_patient_combined_with_main_and_
     );
     let state = sweep_state(&gh);
     assert!(state["merge_queue"]["waiting"].as_array().is_none_or(Vec::is_empty), "{state}");
+}
+
+// ---------------------------------------------------------------------------
+// From `ward init` to a merged pull request (issue 27)
+
+/// A repository's own CI, as a project has it before ward: `Tests`, on push
+/// and pull_request; it checks that every change is in the change log.
+const OWN_CI: &str = "name: Tests
+on:
+  push:
+    branches: [main]
+  pull_request:
+permissions: {}
+jobs:
+  tests:
+    runs-on: ubuntu-24.04
+    permissions:
+      contents: read
+    steps:
+      - uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2
+        with:
+          persist-credentials: false
+      - name: Every change is in the change log
+        run: grep -q Treated CHANGELOG.md
+";
+
+/// The whole installation as a new user makes it: a repository with CI of
+/// its own, `ward init` (with a token: it makes the labels and the charts
+/// branch), the one `workflow_dispatch:` line init asks for, a push. Then a
+/// patient goes from a triager's label to a merged pull request through the
+/// workflows init wrote, each installing the release's binary through the
+/// action pinned by its sha (nothing builds ward), on a fake that spells
+/// bots as GraphQL does: CI started by ward on the treatment branch and
+/// arriving ten minutes later, a sweep while the patient waits, the
+/// maintainer's approval an hour after admission. None of ward's own label
+/// moves is taken for a person's: no refusal, no label taken back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_ward_init_to_a_merged_pull_request_through_the_workflows_init_writes() {
+    let gh = FakeGitHub::start().await;
+    support::release::publish_this_ward(&gh, support::actions::composite::WARD_ACTION_REPO);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for (path, text) in [(".github/workflows/tests.yml", OWN_CI), ("CHANGELOG.md", "# Changelog\n")] {
+        std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
+        std::fs::write(root.join(path), text).unwrap();
+    }
+    git(root, &["init", "-q", "-b", "main"]);
+    let action = format!("{}@0123456789abcdef0123456789abcdef01234567", support::actions::composite::WARD_ACTION_REPO);
+    let repo = format!("{OWNER}/{REPO}");
+    let init = std::process::Command::new(support::ward_bin())
+        .args(["init", "--forge", "github", "--action", &action])
+        .current_dir(root)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", root)
+        .env("GITHUB_API_URL", &gh.url)
+        .env("GITHUB_TOKEN", TOKEN)
+        .env("GITHUB_REPOSITORY", &repo)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&init.stdout).into_owned();
+    assert!(init.status.success(), "{said}\n{}", String::from_utf8_lossy(&init.stderr));
+    assert!(said.contains("add `workflow_dispatch:` under the `on:` of `.github/workflows/tests.yml`"), "{said}");
+    assert!(said.contains("labels: the "), "{said}");
+    // The one line init asks for, by hand.
+    let ci = root.join(".github/workflows/tests.yml");
+    let text =
+        std::fs::read_to_string(&ci).unwrap().replace("  pull_request:\n", "  pull_request:\n  workflow_dispatch:\n");
+    std::fs::write(&ci, text).unwrap();
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "Install ward"]);
+    gh.seed(root);
+    let n = {
+        let mut s = gh.state();
+        s.actions_can_create_pull_requests = true;
+        s.add_collaborator("tia", "triage");
+        s.add_collaborator("maya", "maintain");
+        s.add_issue("Login accepts an empty password", "Submit the form empty: you are in.", "reporter", &[])
+    };
+
+    let mut runner = Runner::new(&gh);
+    runner.job_takes("tests.yml", "tests", 10 * MINUTE);
+    runner.at(60 * MINUTE, "the maintainer approves the pull request", move |s| {
+        // No pull request by then: the assertions below say why.
+        if let Some(pr) = s.open_pull_for(&format!("ward/issue-{n}")).map(|p| p.number) {
+            s.review(pr, "maya", "APPROVE", "Looks right.", &[]);
+        }
+    });
+    gh.state().label(n, "ward:admit", "tia");
+    runner.run_until(40, |s| s.labels_of(n) == ["ward:awaiting-review"]).await;
+    // The charge nurse's rounds while the patient waits (it looks at it again).
+    runner.schedule("ward-sweep.yml");
+    runner.run_until_idle(40).await;
+
+    assert_eq!(gh.state().labels_of(n), ["ward:discharged"], "{}", failures(&runner));
+    let pr = gh.state().pulls.values().find(|p| p.head == format!("ward/issue-{n}")).unwrap().clone();
+    assert!(pr.merged, "{}", runner.summary());
+    // CI was started by ward on the branch, and ran green on the merged head.
+    let ci = runner.runs_of("tests.yml");
+    assert!(
+        ci.iter().any(|r| r.event == "workflow_dispatch"
+            && r.git_ref == format!("refs/heads/ward/issue-{n}")
+            && r.conclusion.as_deref() == Some("success")
+            && r.head_sha == pr.head_sha),
+        "{}",
+        runner.summary()
+    );
+    // The sweep ran in between, and every run of ward's succeeded.
+    let sweep = runner.runs_of("ward-sweep.yml");
+    assert_eq!(sweep.len(), 1, "{}", runner.summary());
+    for r in runner.runs.iter().filter(|r| r.workflow.starts_with("ward-")) {
+        assert_eq!(r.conclusion.as_deref(), Some("success"), "{}\n{}", r.describe(), failures(&runner));
+    }
+    // ward was installed from the release, never built.
+    let logs: String = runner.runs.iter().flat_map(|r| r.jobs.iter().map(|j| j.log())).collect();
+    assert!(logs.contains(&format!("installed ward {} (", env!("CARGO_PKG_VERSION"))), "{logs}");
+    assert!(!logs.contains("instead of building it"), "a workflow built ward");
+    // The engine's own moves were the engine's: no refusal, no label taken back.
+    assert!(notes_of(&gh, n, "REFUSAL").is_empty(), "{:#?}", notes_of(&gh, n, "REFUSAL"));
+    let people: Vec<String> = gh
+        .state()
+        .label_events
+        .iter()
+        .filter(|e| e.issue == n && e.actor != ACTIONS_BOT)
+        .map(|e| format!("{} {} {}", e.actor, if e.labeled { "+" } else { "-" }, e.label))
+        .collect();
+    assert_eq!(people, ["tia + ward:admit"], "only the triager's label is a person's");
+    assert_eq!(agent_stages(&gh, n), ["admit", "diagnose", "plan-review", "treat", "code-review", "discharge"]);
 }

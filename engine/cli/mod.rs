@@ -246,6 +246,11 @@ pub enum Command {
         /// `paths:` says where they are.
         #[arg(long, value_name = "DIR")]
         into: Option<String>,
+        /// With `--forge github` (or a GitHub remote): the ward action the
+        /// workflows use, `OWNER/NAME@<full commit sha of a release tag>`.
+        /// Default: the release this ward was built from.
+        #[arg(long, value_name = "OWNER/NAME@SHA", env = "WARD_ACTION")]
+        action: Option<String>,
         /// The agent preset every stage runs (`claude-code`, `codex`, `aider`,
         /// `gemini`, `opencode`; docs/agents.md) instead of the built-in
         /// stand-in.
@@ -390,6 +395,40 @@ pub async fn run(cli: Cli) -> ExitCode {
     }
 }
 
+/// `ward init`: the pipeline, and on GitHub (`--forge github`, in Actions,
+/// or a GitHub remote) the workflows, the CI named, the labels.
+async fn init(cli: &Cli, into: Option<&str>, action: Option<&str>, agent: Option<&str>) -> anyhow::Result<ExitCode> {
+    if init_for_github(cli) {
+        let repo = cli
+            .repo
+            .clone()
+            .or_else(|| std::env::var("GITHUB_REPOSITORY").ok().filter(|r| !r.is_empty()))
+            .or_else(|| crate::install::github_remote(&cli.root));
+        let init = crate::install::GitHubInit { root: &cli.root, into, agent, action, repo };
+        for line in crate::install::init_github(&init).await? {
+            println!("{line}");
+        }
+        println!("next: commit and push; then `ward doctor --forge github` (docs/github.md)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let written = crate::defaults::install_into(&cli.root, into, agent)?;
+    println!("wrote {} files under {}; next: `ward config check`", written.len(), cli.root.display());
+    match crate::defaults::default_branch(&cli.root) {
+        Some((branch, from)) => println!("base branch: `{branch}` (from {from})"),
+        None => println!("base branch: `main` (no git repository or setting names one; edit ward.yml)"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ward init` installs for GitHub with `--forge github`, in Actions, or
+/// when the repository has a GitHub remote (`--forge local` says no).
+fn init_for_github(cli: &Cli) -> bool {
+    match cli.forge {
+        Some(kind) => kind == ForgeKind::Github,
+        None => forge_kind(cli) == ForgeKind::Github || crate::install::github_remote(&cli.root).is_some(),
+    }
+}
+
 fn forge_kind(cli: &Cli) -> ForgeKind {
     cli.forge.unwrap_or_else(|| {
         if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") { ForgeKind::Github } else { ForgeKind::Local }
@@ -530,15 +569,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let out = departments::ReportOutput { html, post: *post, json: *json };
             departments::report(&*forge, &config, since, out, now).await
         }
-        Command::Init { into, agent } => {
-            let written = crate::defaults::install_into(&cli.root, into.as_deref(), agent.as_deref())?;
-            println!("wrote {} files under {}; next: `ward config check`", written.len(), cli.root.display());
-            match crate::defaults::default_branch(&cli.root) {
-                Some((branch, from)) => println!("base branch: `{branch}` (from {from})"),
-                None => println!("base branch: `main` (no git repository or setting names one; edit ward.yml)"),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Init { into, action, agent } => init(&cli, into.as_deref(), action.as_deref(), agent.as_deref()).await,
         Command::Doctor { fix } => doctor(&cli, *fix).await,
         Command::StandIn { script } => match crate::stand_in::stand_in(script.as_deref()) {
             Ok(()) => Ok(ExitCode::SUCCESS),

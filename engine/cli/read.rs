@@ -61,7 +61,7 @@ pub fn precedents_check(root: &Path, base: Option<&str>, today: Option<chrono::N
     // committed under it.
     let ward = crate::workspace::git::CommitIdentity::default();
     let engine = crate::precedent::EngineIdentity {
-        account: &config.engine_account,
+        account: config.engine_account.as_str(),
         commit_name: &ward.name,
         commit_email: &ward.email,
     };

@@ -43,7 +43,7 @@ pub async fn act(h: &Hospital, event: &CommentEvent) -> anyhow::Result<Acted> {
     if event.on_pull_request {
         return Ok(Acted::NotOurs("a comment on a pull request; give commands on the patient's issue".into()));
     }
-    if event.author.eq_ignore_ascii_case(h.forge.engine_account()) {
+    if h.forge.engine_account().is(&event.author) {
         return Ok(Acted::NotOurs("ward's own comment".into()));
     }
     let (number, forge) = (event.issue, &*h.forge);

@@ -51,7 +51,8 @@ pub struct Config {
     /// The login the engine acts as. Labels it applies are trusted; it may
     /// never author a precedent. Default `github-actions[bot]`.
     #[serde(default = "default_engine_account")]
-    pub engine_account: String,
+    #[schemars(with = "String")]
+    pub engine_account: crate::forge::EngineAccount,
     /// Sentinel prefix in charts and notes. Default `WARD`.
     #[serde(default = "default_prefix")]
     pub sentinel_prefix: String,
@@ -151,7 +152,7 @@ pub struct Config {
     pub integration: Option<IntegrationConfig>,
 }
 
-fn default_engine_account() -> String {
+fn default_engine_account() -> crate::forge::EngineAccount {
     "github-actions[bot]".into()
 }
 fn default_prefix() -> String {

@@ -37,7 +37,7 @@ pub fn patient_branch(issue: IssueNumber) -> String {
 /// forge's retries) is the error: a transient failure of GitHub never
 /// becomes a ❔ that sends the patient back.
 pub async fn gather(forge: &dyn Forge, branch: &str, needed: Permission) -> Result<AuditFacts, ForgeError> {
-    let engine_account = forge.engine_account().to_string();
+    let engine_account = forge.engine_account().clone();
     let Some(read) = forge.pull_facts(branch).await? else {
         return Ok(no_pull(engine_account, format!("no open pull request has head branch `{branch}`")));
     };
@@ -62,7 +62,7 @@ pub async fn gather(forge: &dyn Forge, branch: &str, needed: Permission) -> Resu
 }
 
 /// The facts when the forge says the branch has no pull request: each says why.
-fn no_pull(engine_account: String, why: String) -> AuditFacts {
+fn no_pull(engine_account: crate::forge::EngineAccount, why: String) -> AuditFacts {
     AuditFacts {
         engine_account,
         merge_queue: None,

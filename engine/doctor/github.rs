@@ -1,5 +1,9 @@
 //! The checks of the repository on GitHub. Reads only, except what `--fix`
-//! sets up: the labels and the charts branch.
+//! sets up: the labels and the charts branch. The workflows are checked
+//! against what `ward init --forge github` writes for this repository
+//! (`install::adapt`: the action pinned by a full sha, the stage woken by
+//! the CI workflows ward.yml names), and the CI against what the discharge
+//! audit needs: something that starts it on a treatment branch.
 
 use super::workflows::{differences, dispatchable, excess_permissions, missing_permissions, shipped, unfiltered};
 use super::{Check, Report};
@@ -24,8 +28,10 @@ pub async fn github(forge: &GitHubForge, config: &Config, fix: bool) -> Report {
             return report;
         }
     };
+    report.0.push(graphql(forge).await);
     report.0.push(token(forge, &branch).await);
-    report.0.extend(installed_workflows(forge, config).await);
+    let ci_names = ci_names(forge, config).await;
+    report.0.extend(installed_workflows(forge, config, &ci_names).await);
     report.0.push(labels(forge, config, fix).await);
     report.0.push(charts_branch(forge, fix).await);
     report.0.push(pull_requests(forge, config).await);
@@ -55,11 +61,48 @@ async fn token(forge: &GitHubForge, branch: &str) -> Check {
     )
 }
 
-/// Each workflow ward ships: present, not outdated, its jobs' permissions;
-/// the pipeline's check started by changes to ward's files where they are.
-async fn installed_workflows(forge: &GitHubForge, config: &Config) -> Vec<Check> {
+/// GraphQL answers where ward sends it (`GITHUB_GRAPHQL_URL`, else derived
+/// from the API's URL: `/api/graphql` on GitHub Enterprise Server).
+async fn graphql(forge: &GitHubForge) -> Check {
+    const NAME: &str = "graphql";
+    let url = forge.graphql_url();
+    if !forge.graphql_on() {
+        return Check::ok(NAME, "off (WARD_GITHUB_GRAPHQL=false): every read goes over REST");
+    }
+    match forge.graphql_answers().await {
+        Ok(repo) => Check::ok(NAME, format!("{url} answers for {repo}")),
+        Err(e) => Check::fail(
+            NAME,
+            format!("{url}: {e}"),
+            "set GITHUB_GRAPHQL_URL to the GraphQL endpoint (GitHub Enterprise Server: https://HOST/api/graphql), \
+             or WARD_GITHUB_GRAPHQL=false to read over REST alone",
+        ),
+    }
+}
+
+/// The `name:` of each CI workflow ward.yml lists, as the default branch
+/// has it (what ward-stage.yml's `workflow_run` wake-up must name).
+async fn ci_names(forge: &GitHubForge, config: &Config) -> Vec<String> {
     let mut out = Vec::new();
-    for (name, text) in shipped() {
+    for file in &config.ci.workflows {
+        if let Ok(Some(text)) = forge.file_on_default_branch(&format!(".github/workflows/{file}")).await {
+            out.push(crate::install::ci::name_of(file, &text));
+        }
+    }
+    out
+}
+
+/// Each workflow ward ships: present, not outdated, its jobs' permissions;
+/// the pipeline's check started by changes to ward's files where they are;
+/// the action pinned; the stage woken by the CI.
+async fn installed_workflows(forge: &GitHubForge, config: &Config, ci_names: &[String]) -> Vec<Check> {
+    let mut out = Vec::new();
+    // Which commit of the action a file pins is its own business (checked
+    // below); the rest is what `ward init` writes.
+    let any = crate::install::ActionRef { repository: "ward/ward".into(), sha: "0".repeat(40) };
+    for (name, shipped_text) in shipped() {
+        let adapted = crate::install::adapt(shipped_text, &any, ci_names);
+        let text = adapted.as_str();
         if name == QUEUE_WORKFLOW && config.integration.is_none() {
             let why = "not needed: .github/ward.yml sets no `integration:`, so ward's merge queue does not run";
             out.push(Check::ok(format!("workflow {name}"), why));
@@ -90,6 +133,12 @@ async fn installed_workflows(forge: &GitHubForge, config: &Config) -> Vec<Check>
         if name == PIPELINE_WORKFLOW {
             out.push(pipeline_paths(&path, &installed, config));
         }
+        if let Some(check) = pinned(name, &installed) {
+            out.push(check);
+        }
+        if name == STAGE_WORKFLOW {
+            out.push(wake_ups(&path, &installed, ci_names));
+        }
         // The job that runs the agent holds no write permission.
         for (job, excess) in excess_permissions(text, &installed).unwrap_or_default() {
             let name = format!("read-only {name}/{job}");
@@ -115,6 +164,63 @@ async fn installed_workflows(forge: &GitHubForge, config: &Config) -> Vec<Check>
         }
     }
     out
+}
+
+/// The workflow of the stages, woken by CI.
+const STAGE_WORKFLOW: &str = "ward-stage.yml";
+
+/// Each use of the ward action in a workflow is pinned by a full commit sha
+/// (a tag or a branch can be moved under the workflow). `None` when the
+/// workflow builds ward instead (ward's own repository).
+fn pinned(name: &str, installed: &str) -> Option<Check> {
+    let check = format!("action in {name}");
+    let uses: Vec<String> = installed
+        .lines()
+        .filter_map(|l| l.trim_start().trim_start_matches("- ").strip_prefix("uses: "))
+        .map(|u| u.split('#').next().unwrap_or(u).trim().to_string())
+        .filter(|u| u.split('@').next().is_some_and(|repo| repo.ends_with("/ward")))
+        .collect();
+    if uses.is_empty() {
+        return None;
+    }
+    let loose: Vec<String> =
+        uses.iter().filter(|u| crate::install::ActionRef::parse(u).is_err()).map(|u| format!("`{u}`")).collect();
+    Some(if loose.is_empty() {
+        Check::ok(check, format!("pinned by a full commit sha ({})", uses[0]))
+    } else {
+        Check::fail(
+            check,
+            format!("{} is not pinned by a full commit sha", loose.join(", ")),
+            "pin the action by the 40-hex commit of its release tag, as `ward init --forge github` writes it",
+        )
+    })
+}
+
+/// ward-stage.yml's `workflow_run` wakes a waiting patient when a CI
+/// workflow of `ci.workflows` completes: it must name each of them.
+fn wake_ups(path: &str, installed: &str, ci_names: &[String]) -> Check {
+    const NAME: &str = "wake-ups";
+    let workflow: serde_yaml::Value = serde_yaml::from_str(installed).unwrap_or_default();
+    let on = workflow.get("on").or_else(|| workflow.get(serde_yaml::Value::Bool(true)));
+    let listed: Vec<String> = on
+        .and_then(|o| o.get("workflow_run"))
+        .and_then(|w| w.get("workflows"))
+        .and_then(serde_yaml::Value::as_sequence)
+        .map(|l| l.iter().filter_map(|n| n.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    let missing: Vec<String> = ci_names.iter().filter(|n| !listed.contains(n)).map(|n| format!("`{n}`")).collect();
+    if missing.is_empty() {
+        let woken = if listed.is_empty() { "no workflow run".to_string() } else { listed.join(", ") };
+        return Check::ok(NAME, format!("`{path}` wakes a patient waiting for CI when {woken} completes"));
+    }
+    Check::fail(
+        NAME,
+        format!(
+            "`{path}` wakes no waiting patient when {} completes (a CI workflow of `ci.workflows`)",
+            missing.join(", ")
+        ),
+        format!("list them under `on.workflow_run.workflows` in `{path}` (each by its `name:`)"),
+    )
 }
 
 /// The workflow that checks a pull request changing the pipeline.
@@ -273,9 +379,22 @@ async fn merge_queue(forge: &GitHubForge, config: &Config, branch: &str) -> Chec
     }
 }
 
-/// Each CI workflow ward.yml lists must be startable by `workflow_dispatch`.
+/// Each CI workflow ward.yml lists must be startable by `workflow_dispatch`,
+/// and something must start CI on a treatment branch: the discharge audit
+/// waits for it, and the workflow token's pushes start no workflow.
 async fn ci(forge: &GitHubForge, config: &Config) -> Vec<Check> {
     let mut out = Vec::new();
+    if config.dispatch == DispatchMode::Label {
+        out.push(Check::ok("ci", "`dispatch: label`: the app token's pushes start the repository's CI by themselves"));
+    } else if config.ci.workflows.is_empty() {
+        out.push(Check::fail(
+            "ci",
+            "nothing starts CI on a treatment branch: ward.yml's `ci.workflows` names no workflow, and the workflow \
+             token's pushes start none, so every patient would wait at the discharge audit for CI that never runs",
+            "name the repository's CI workflows under `ci.workflows` in .github/ward.yml (`ward init --forge github` \
+             finds them), each with `workflow_dispatch` in its `on:`; or use an app token (`dispatch: label`)",
+        ));
+    }
     for name in &config.ci.workflows {
         let path = format!(".github/workflows/{name}");
         let check = format!("ci {name}");

@@ -4,10 +4,11 @@
 //! Locally (`local`): ward.yml, the roles, skills and precedent log, the
 //! agent's program, Docker when an emulator is configured, `.ward/` kept
 //! out of git, the schema beside ward.yml. On GitHub (`github`): the
-//! workflows and their jobs' permissions against the ones this ward
-//! ships, what the token may do, the labels, the charts branch, the
-//! setting that lets Actions open pull requests, the CI workflows ward
-//! starts. Doctor reads only; with `--fix` it sets up what ward owns
+//! GraphQL endpoint, the workflows and their jobs' permissions against what
+//! `ward init` writes (the action pinned, the stage woken by the CI), what
+//! the token may do, the labels, the charts branch, the setting that lets
+//! Actions open pull requests, the CI workflows ward starts (and that some
+//! do). Doctor reads only; with `--fix` it sets up what ward owns
 //! (labels, the charts branch, `.gitignore`, the schema), which is where
 //! setup belongs rather than in a stage's run.
 

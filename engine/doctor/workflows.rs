@@ -11,22 +11,11 @@
 
 use std::collections::BTreeMap;
 
-use include_dir::{Dir, include_dir};
 use serde_yaml::Value;
 
-static WORKFLOWS: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/.github/workflows");
-const ACTION_RUN: &str = include_str!("../../action/run.sh");
+pub use crate::install::shipped;
 
-/// The workflows this ward ships for an installation (`ward-*.yml`), by file name.
-pub fn shipped() -> Vec<(&'static str, &'static str)> {
-    let mut out: Vec<(&str, &str)> = WORKFLOWS
-        .files()
-        .filter_map(|f| Some((f.path().file_name()?.to_str()?, f.contents_utf8()?)))
-        .filter(|(name, _)| name.starts_with("ward-") && name.ends_with(".yml"))
-        .collect();
-    out.sort();
-    out
-}
+const ACTION_RUN: &str = include_str!("../../action/run.sh");
 
 fn parse(text: &str) -> Result<Value, String> {
     serde_yaml::from_str(text).map_err(|e| format!("is not YAML ({e})"))
@@ -193,7 +182,11 @@ fn ward_calls(job: &Value) -> Vec<(String, Vec<String>)> {
         if let Some(run) = key(step, "run").and_then(Value::as_str) {
             for line in run.lines() {
                 let words: Vec<&str> = line.split_whitespace().collect();
-                if let Some(at) = words.iter().position(|w| w.trim_matches('"').rsplit('/').next() == Some("ward")) {
+                // `ward` the program, not the `--bin ward` of the build.
+                let is_ward = |i: usize| {
+                    words[i].trim_matches('"').rsplit('/').next() == Some("ward") && (i == 0 || words[i - 1] != "--bin")
+                };
+                if let Some(at) = (0..words.len()).find(|&i| is_ward(i)) {
                     let end = words[at + 1..].iter().position(|w| ["&&", "||", "|", ";"].contains(w));
                     let args = &words[at + 1..end.map_or(words.len(), |e| at + 1 + e)];
                     calls.push(normalize(args));
@@ -204,6 +197,10 @@ fn ward_calls(job: &Value) -> Vec<(String, Vec<String>)> {
         if uses.split('@').next().is_some_and(|repo| repo.ends_with("/ward") || repo == "./") {
             let with = key(step, "with");
             let command = with.and_then(|w| key(w, "command")).and_then(Value::as_str).unwrap_or("stage");
+            if command == "install" {
+                // ward put on PATH: the `run:` lines after it are its calls.
+                continue;
+            }
             let mut args = action_args(command);
             let extra = with.and_then(|w| key(w, "args")).and_then(Value::as_str).unwrap_or_default();
             args.extend(extra.split_whitespace().map(String::from));

@@ -71,7 +71,7 @@ pub struct Dispatch {
 
 pub struct LocalForge {
     root: PathBuf,
-    engine_account: String,
+    engine_account: super::EngineAccount,
     /// Who acts when the engine is not acting: the person at the keyboard.
     actor: String,
     clock: Clock,
@@ -86,7 +86,7 @@ pub struct LocalForge {
 }
 
 impl LocalForge {
-    pub fn new(root: &Path, engine_account: &str) -> Self {
+    pub fn new(root: &Path, engine_account: impl AsRef<str>) -> Self {
         let actor = std::env::var("USER")
             .ok()
             .filter(|u| !u.is_empty())
@@ -95,7 +95,7 @@ impl LocalForge {
         let repository = root.join(".git").exists().then(|| root.to_path_buf());
         Self {
             root: root.to_path_buf(),
-            engine_account: engine_account.into(),
+            engine_account: super::EngineAccount::new(engine_account.as_ref()),
             actor,
             clock: system_clock(),
             repository,
@@ -148,7 +148,7 @@ impl LocalForge {
 
     /// Records the login as acting `as_engine` or as the local person.
     fn actor(&self, as_engine: bool) -> String {
-        if as_engine { self.engine_account.clone() } else { self.actor.clone() }
+        if as_engine { self.engine_account.to_string() } else { self.actor.clone() }
     }
 
     pub fn read_record(&self, n: IssueNumber) -> ForgeResult<IssueRecord> {
@@ -325,7 +325,7 @@ impl LocalForge {
             Ok(t) => serde_json::from_str(&t).map_err(|e| ForgeError::io(format!("parse {}", path.display()), e))?,
             Err(_) => BTreeMap::from([
                 (self.actor.clone(), Permission::Admin),
-                (self.engine_account.clone(), Permission::Admin),
+                (self.engine_account.to_string(), Permission::Admin),
             ]),
         };
         perms.insert(login.to_string(), permission);
@@ -433,7 +433,7 @@ impl Forge for LocalForge {
         format!("the local forge at {}", self.forge_dir().display())
     }
 
-    fn engine_account(&self) -> &str {
+    fn engine_account(&self) -> &super::EngineAccount {
         &self.engine_account
     }
 
@@ -530,7 +530,7 @@ impl Forge for LocalForge {
 
     async fn add_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<()> {
         let now = (self.clock)();
-        let author = self.engine_account.clone();
+        let author = self.engine_account.to_string();
         self.update(number, |rec| {
             let id = rec.comments.iter().map(|c| c.id).max().unwrap_or(0) + 1;
             rec.comments.push(Comment { id, author, body: body.to_string(), at: now });
@@ -547,9 +547,7 @@ impl Forge for LocalForge {
                 let found = perms.iter().find(|(who, _)| who.eq_ignore_ascii_case(login));
                 Ok(found.map_or(Permission::None, |(_, p)| *p))
             }
-            Err(_) if login.eq_ignore_ascii_case(&self.actor) || login.eq_ignore_ascii_case(&self.engine_account) => {
-                Ok(Permission::Admin)
-            }
+            Err(_) if login.eq_ignore_ascii_case(&self.actor) || self.engine_account.is(login) => Ok(Permission::Admin),
             Err(_) => Ok(Permission::None),
         }
     }
@@ -609,7 +607,7 @@ impl Forge for LocalForge {
             number,
             title: new.title,
             body: new.body,
-            author: self.engine_account.clone(),
+            author: self.engine_account.to_string(),
             head_branch: new.head_branch,
             head_sha: String::new(),
             base_branch: new.base_branch,
@@ -666,8 +664,12 @@ impl Forge for LocalForge {
         }
         let merged_as = match &self.repository {
             Some(repository) => {
-                let who = git2::Signature::new(&self.engine_account, "engine@ward.invalid", &git_time((self.clock)()))
-                    .map_err(|e| ForgeError::io(action(), e))?;
+                let who = git2::Signature::new(
+                    self.engine_account.as_str(),
+                    "engine@ward.invalid",
+                    &git_time((self.clock)()),
+                )
+                .map_err(|e| ForgeError::io(action(), e))?;
                 let message = format!("Merge pull request #{pull} from {}\n\n{}", p.head_branch, p.title);
                 let req = super::merge::MergeRequest {
                     repository,
@@ -717,7 +719,7 @@ impl Forge for LocalForge {
 
     async fn post_comment(&self, number: IssueNumber, body: &str) -> ForgeResult<u64> {
         let now = (self.clock)();
-        let author = self.engine_account.clone();
+        let author = self.engine_account.to_string();
         self.update(number, |rec| add_comment(rec, &author, body, now))
     }
 

@@ -5,6 +5,7 @@
 //! make the separate calls). The engine above this line never knows which
 //! one it has.
 
+pub mod account;
 pub mod github;
 pub mod local;
 pub mod merge;
@@ -15,6 +16,8 @@ use std::fmt;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+pub use account::{EngineAccount, rest_login};
 
 /// An issue number, printed the way people write it: `#42`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -408,8 +411,9 @@ pub trait Forge: Send + Sync {
     /// `owner/name` on GitHub, the folder locally; used in messages.
     fn describe(&self) -> String;
 
-    /// The login the engine acts as (labels it applies are trusted).
-    fn engine_account(&self) -> &str;
+    /// The account the engine acts as (labels it applies are trusted):
+    /// compare a login with it by [`EngineAccount::is`], nothing else.
+    fn engine_account(&self) -> &EngineAccount;
 
     /// The local forge, when this is it: what only it does (record a
     /// treatment's commits as its pull request's head, the local CI's check

@@ -95,11 +95,10 @@ pub fn admitted(chart: &[Note]) -> Option<Admitted> {
 /// someone other than the engine. The caller checks that person's
 /// permission.
 pub fn last_admission<'a>(config: &Config, events: &'a [LabelEvent]) -> Option<&'a LabelEvent> {
-    events.iter().rev().find(|e| {
-        e.label == config.admission
-            && e.action == LabelAction::Added
-            && !e.actor.eq_ignore_ascii_case(&config.engine_account)
-    })
+    events
+        .iter()
+        .rev()
+        .find(|e| e.label == config.admission && e.action == LabelAction::Added && !config.engine_account.is(&e.actor))
 }
 
 /// What the admission stage keeps. `readmitted_at`: when a person with the

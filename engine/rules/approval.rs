@@ -83,7 +83,7 @@ pub fn may_merge(config: &Config, chart: &[Note], labels: &[String], approver: O
             back,
         ));
     };
-    if who.eq_ignore_ascii_case(&config.engine_account) {
+    if config.engine_account.is(who) {
         return Err(Refusal::new(
             NAME,
             format!(

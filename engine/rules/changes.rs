@@ -18,6 +18,12 @@
 //!   is discarded and the patient goes back to the diagnosing stage, where
 //!   the plan is split.
 //!
+//! - No run commits ward's own files: its locks, runs and state (`.ward/`,
+//!   and the local forge's `charts/`). An agent that commits everything
+//!   (`git add -A` in a checkout that does not ignore them) is refused,
+//!   the paths named, and nothing of the run is pushed: a lock on the
+//!   treatment branch would break the next stage's checkout of it.
+//!
 //! The paths are what ward read from the worktree after the agent ended
 //! (`Workspace::changed_paths`), never what the agent says it changed.
 
@@ -29,6 +35,7 @@ use crate::config::{Config, Stage};
 pub const READ_ONLY: &str = "no-change-outside-treatment";
 pub const PROTECTED: &str = "protected-paths";
 pub const TOO_LARGE: &str = "max-diff-lines";
+pub const WARD_FILES: &str = "no-ward-files-in-commits";
 
 /// How many paths a refusal names before it says how many more.
 const NAMED: usize = 20;
@@ -50,6 +57,27 @@ pub fn read_only(stage: Stage<'_>, changed: &[String]) -> Verdict {
         ),
         "Read the code and write notes only; changes to the code belong to the treating stage, after an approved \
          plan.",
+        Route::Stay,
+    ))
+}
+
+/// The run's commits hold none of ward's own files (`committed`: the paths
+/// under ward's folders the commits changed, as ward read them).
+pub fn no_ward_files(committed: &[String]) -> Verdict {
+    if committed.is_empty() {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        WARD_FILES,
+        format!(
+            "this run's commits hold ward's own {}: {}. They are ward's locks, runs and state, not the patient's, \
+             and a treatment branch that carries them breaks the next stage's checkout; the run is refused and \
+             nothing of it was pushed.",
+            count(committed.len(), "file"),
+            named(committed)
+        ),
+        "Commit only the files the treatment changes (not `git add -A` over ward's `.ward/`), or leave the \
+         changes uncommitted: ward commits what the agent leaves, without its own files.",
         Route::Stay,
     ))
 }

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use super::{DependencyFact, GuardInput, Refusal, Route, RunInput, Verdict, run_was_refused};
 use crate::chart::{Note, NoteKind, Sentinels};
 use crate::config::{Config, DecompositionConfig};
-use crate::forge::{Issue, IssueNumber, NewIssue};
+use crate::forge::{EngineAccount, Issue, IssueNumber, NewIssue};
 
 pub const NAME: &str = "decomposition";
 
@@ -291,8 +291,8 @@ pub fn parse_marker(body: &str) -> Option<ChildMarker> {
 }
 
 /// The marker of `issue`, trusted only when the engine account created it.
-pub fn trusted_marker(issue: &Issue, engine_account: &str) -> Option<ChildMarker> {
-    if !issue.author.eq_ignore_ascii_case(engine_account) {
+pub fn trusted_marker(issue: &Issue, engine_account: &EngineAccount) -> Option<ChildMarker> {
+    if !engine_account.is(&issue.author) {
         return None;
     }
     parse_marker(&issue.body)
@@ -307,7 +307,11 @@ pub struct Sibling {
 
 /// The children of `parent` that already exist, by key (trusted markers
 /// only; with duplicates, the lowest number wins).
-pub fn existing_children(parent: IssueNumber, issues: &[Issue], engine_account: &str) -> BTreeMap<String, Sibling> {
+pub fn existing_children(
+    parent: IssueNumber,
+    issues: &[Issue],
+    engine_account: &EngineAccount,
+) -> BTreeMap<String, Sibling> {
     let mut out: BTreeMap<String, Sibling> = BTreeMap::new();
     let mut sorted: Vec<&Issue> = issues.iter().collect();
     sorted.sort_by_key(|i| i.number);
@@ -537,7 +541,7 @@ mod tests {
         for round in 0..2 {
             // Each round is a rerun that starts from what the forge holds.
             loop {
-                let existing = existing_children(parent, &issues, "ward-bot");
+                let existing = existing_children(parent, &issues, &"ward-bot".into());
                 let Some((key, new)) = next_to_create(&config, parent, &children, &existing) else { break };
                 let n = 100 + issues.len() as u64;
                 let labels: Vec<&str> = new.labels.iter().map(String::as_str).collect();
@@ -563,8 +567,8 @@ mod tests {
     fn markers_are_trusted_only_from_the_engine_and_cannot_be_smuggled() {
         let body = "<!-- ward-child parent=12 key=schema -->\nx";
         assert_eq!(parse_marker(body), Some(ChildMarker { parent: IssueNumber(12), key: "schema".into() }));
-        assert!(trusted_marker(&issue(5, "mallory", body, &[]), "ward-bot").is_none());
-        assert!(trusted_marker(&issue(5, "Ward-Bot", body, &[]), "ward-bot").is_some());
+        assert!(trusted_marker(&issue(5, "mallory", body, &[]), &"ward-bot".into()).is_none());
+        assert!(trusted_marker(&issue(5, "Ward-Bot", body, &[]), &"ward-bot".into()).is_some());
         assert!(parse_marker(&format!("hello\n{body}")).is_none(), "first line only");
         assert!(parse_marker("<!-- ward-child parent=12 key=a --> trailing").is_none());
         // A planner's child body that carries a marker and a sentinel.

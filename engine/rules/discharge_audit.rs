@@ -14,7 +14,7 @@ use super::plan_gate::{PlanStatus, plan_status};
 use super::{list, missing_sections, outcome_of_run, run_was_refused};
 use crate::chart::{Note, NoteKind};
 use crate::config::Config;
-use crate::forge::{CiState, CiStatus, CommitInfo, Permission, PullRequest, Review, ReviewState};
+use crate::forge::{CiState, CiStatus, CommitInfo, EngineAccount, Permission, PullRequest, Review, ReviewState};
 
 /// Sections of a CODE_REVIEW (the review template), plus a `Commit: <sha>` line.
 pub const CODE_REVIEW_SECTIONS: &[&str] = &["Scope against the plan", "Correctness", "Tests", "Security", "Verdict"];
@@ -28,7 +28,7 @@ pub type Fact<T> = Result<T, String>;
 /// What the audit looks at; gathered by `crate::audit` (the I/O half).
 #[derive(Debug, Clone)]
 pub struct AuditFacts {
-    pub engine_account: String,
+    pub engine_account: EngineAccount,
     /// The patient's pull request.
     pub pull: Fact<PullRequest>,
     pub reviews: Fact<Vec<Review>>,
@@ -309,8 +309,7 @@ fn pr_approval_item(config: &Config, facts: &AuditFacts, head: &Fact<&str>, deta
         (_, _, Err(e)) => return it(Mark::Unknown, format!("the reviewers' permissions could not be read: {e}")),
         (Ok(p), Ok(r), Ok(perms)) => (p, r, perms),
     };
-    let excluded =
-        |login: &str| login.eq_ignore_ascii_case(&pull.author) || login.eq_ignore_ascii_case(&facts.engine_account);
+    let excluded = |login: &str| login.eq_ignore_ascii_case(&pull.author) || facts.engine_account.is(login);
     let permission = |login: &str| permissions.get(&login.to_lowercase()).copied();
     let counts = |login: &str| !excluded(login) && permission(login).is_some_and(|p| p >= needed);
     // Each reviewer's standing is their latest approving, rejecting or
@@ -408,12 +407,12 @@ fn pr_approval_item(config: &Config, facts: &AuditFacts, head: &Fact<&str>, deta
 
 /// The reviewers whose permission the audit needs: everyone with an
 /// approving or rejecting review, but the author and the engine.
-pub fn reviewers_to_check(facts_pull: &PullRequest, engine: &str, reviews: &[Review]) -> Vec<String> {
+pub fn reviewers_to_check(facts_pull: &PullRequest, engine: &EngineAccount, reviews: &[Review]) -> Vec<String> {
     let mut out: Vec<String> = reviews
         .iter()
         .filter(|r| matches!(r.state, ReviewState::Approved | ReviewState::ChangesRequested))
         .map(|r| r.author.to_lowercase())
-        .filter(|a| !a.eq_ignore_ascii_case(&facts_pull.author) && !a.eq_ignore_ascii_case(engine))
+        .filter(|a| !a.eq_ignore_ascii_case(&facts_pull.author) && !engine.is(a))
         .collect();
     out.sort();
     out.dedup();

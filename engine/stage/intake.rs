@@ -99,6 +99,12 @@ pub fn take_in(h: &Hospital, patient: &Patient<'_>, from: &Path) -> anyhow::Resu
     };
     match bundle::take_in(bundle_file, &start, &expect) {
         Ok(mut intake) => {
+            // ward's own files in the agent's commits: refused, nothing pushed.
+            if let Err(refusal) =
+                crate::rules::changes::no_ward_files(&crate::workspace::ward_files(&intake.changed, &plan.state_paths))
+            {
+                return Ok(Taken::Refused(Box::new(visit), refusal.to_string()));
+            }
             intake.checkpoint = sealed_checkpoint(patient, from, &intake);
             visit.changed = intake.changed.clone();
             visit.diff_lines = intake.diff_lines;

@@ -116,11 +116,17 @@ async fn keep_or_discard(
     let (number, stage) = (patient.issue.number, patient.stage.name);
     let context = || format!("could not read or reset the worktree of issue {number}, stage `{stage}`");
     let now = ws.changed_paths().await.with_context(context)?;
+    // An agent that committed ward's own files (its lock, its runs): refused, nothing of it kept.
+    let own = ws.ward_files_committed().await.with_context(context)?;
+    let judgment = match (crate::rules::changes::no_ward_files(&own), judgment) {
+        (Err(refusal), Judgment::Accepted(_)) => Judgment::Invalid { reason: refusal.to_string() },
+        (_, judgment) => judgment,
+    };
     let keeps = patient.stage.mode().treats() && matches!(judgment, Judgment::Accepted(_));
     if keeps && now == visit.changed {
         return Ok(judgment);
     }
-    if !now.is_empty() {
+    if !now.is_empty() || !own.is_empty() {
         ws.discard().await.with_context(context)?;
         info!(files = now.len(), "the run's changes were discarded");
     }

@@ -34,7 +34,7 @@ fn recorded<'a>(note: &'a Note, key: &str) -> Option<&'a str> {
 pub async fn nothing_new(h: &Hospital, chart: &[Note], wake: &Wake) -> anyhow::Result<Option<String>> {
     let Some(note) = chart.iter().rfind(|n| n.kind == NoteKind::Waiting) else { return Ok(None) };
     if let Some(reviewer) = &wake.reviewer {
-        if reviewer.eq_ignore_ascii_case(&h.config.engine_account) {
+        if h.config.engine_account.is(reviewer) {
             return Ok(Some(format!("the review by `{reviewer}` is the engine's own")));
         }
         let have = h.forge.permission(reviewer).await?;

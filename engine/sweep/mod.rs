@@ -695,7 +695,8 @@ impl Walk<'_> {
             return Ok(None);
         }
         let reason = failures.join("; ");
-        let (declared, _) = lockdown::declare(self.forge, &reason, self.forge.engine_account(), self.now).await?;
+        let (declared, _) =
+            lockdown::declare(self.forge, &reason, self.forge.engine_account().as_str(), self.now).await?;
         // The declaration consumed these signals; a lifted lockdown starts afresh.
         self.consume_streak(state);
         state.base_red_since = None;

@@ -693,7 +693,10 @@ fn excludable(co: &Checkout, state_paths: &[String]) -> Result<Vec<String>> {
         return Ok(present);
     }
     let mut check = co.git();
-    check.args(["check-ignore", "--"]).args(&present);
+    // By the rules alone (`--no-index`): a folder git ignores is named in no
+    // exclude even when an agent committed files under it (git refuses a
+    // pathspec that names an ignored path).
+    check.args(["check-ignore", "--no-index", "--"]).args(&present);
     // Exit 1 means none is ignored.
     let ignored = match run(check, "check-ignore", None) {
         Ok(out) => String::from_utf8_lossy(&out).lines().map(str::to_string).collect(),

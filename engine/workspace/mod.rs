@@ -263,6 +263,12 @@ impl PushTarget {
     }
 }
 
+/// Which of `paths` (from the top of the repository) are ward's own: under
+/// one of `state_paths` (`.ward/`, locally the local forge's `charts/`).
+pub fn ward_files(paths: &[String], state_paths: &[String]) -> Vec<String> {
+    paths.iter().filter(|p| state_paths.iter().any(|s| git::under(p, s))).cloned().collect()
+}
+
 impl WorkspacePlan {
     /// The plan for the repository whose top folder is `root`. `Ok(None)`
     /// when `root` is in no git repository at all (there is no checkout to
@@ -1081,6 +1087,16 @@ impl Workspace {
             worktree::changed_since(&git::Checkout::new(&wt.metadata, &wt.path), &wt.start, &state, at_start.as_deref())
         })
         .await
+    }
+
+    /// The files under ward's own folders (its state paths) that the
+    /// branch's commits changed since the run started: an agent that
+    /// committed ward's locks or runs (see [`crate::rules::changes::no_ward_files`]).
+    /// What is left uncommitted there is ward's and no change.
+    pub async fn ward_files_committed(&self) -> Result<Vec<String>, WorkspaceError> {
+        let (wt, state) = (self.worktree.clone(), self.state_paths.clone());
+        blocking(move || worktree::committed_under(&git::Checkout::new(&wt.metadata, &wt.path), &wt.start, &state))
+            .await
     }
 
     /// How many lines this run changed against the commit it started at

@@ -964,6 +964,8 @@ pub fn switch_checkout(
         files.iter_mut().for_each(|f| *f = format!("`{f}`"));
         return Err(WorktreeError::CheckoutDirty { path: root.to_path_buf(), files });
     }
+    // ward's own files (the stage's lock is already there) stay out of what an agent commits.
+    exclude_state_paths(&co, state_paths)?;
     let branch = git.task_branch(req.issue, req.base, req.restart)?;
     let mut checkout = co.git();
     checkout.args(["checkout", "--quiet", &branch.name]);
@@ -1039,6 +1041,49 @@ pub fn changed_since(
     Ok(paths.into_iter().collect())
 }
 
+/// The paths under `state_paths` that differ between `start` and the
+/// checkout's `HEAD`: what the run's commits changed in ward's own folders
+/// (nothing left uncommitted counts: that is ward's own working state).
+pub fn committed_under(co: &Checkout, start: &str, state_paths: &[String]) -> Result<Vec<String>> {
+    if state_paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    let only: Vec<String> = state_paths.iter().map(|p| format!(":(top){}", p.trim_matches('/'))).collect();
+    let mut diff = co.git();
+    diff.args(["diff", "--name-only", "-z", "--no-renames", start, "HEAD", "--"]).args(&only);
+    let out = git::run(diff, "diff", None)?;
+    Ok(out.split(|b| *b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()).collect())
+}
+
+/// Keeps ward's own folders out of what git sees in the checkout
+/// (`info/exclude`, where git reads it: the common git folder of a linked
+/// worktree), before any agent runs there: `git add -A` then leaves them
+/// out, whatever the repository's `.gitignore` says.
+pub fn exclude_state_paths(co: &Checkout, state_paths: &[String]) -> Result<()> {
+    let mut path = co.git();
+    path.args(["rev-parse", "--git-path", "info/exclude"]);
+    let file = PathBuf::from(git::text(path, "rev-parse")?);
+    let file = if file.is_absolute() { file } else { co.work_tree.join(file) };
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let missing: Vec<String> = state_paths
+        .iter()
+        .map(|p| format!("/{}/", p.trim_matches('/')))
+        .filter(|line| !text.lines().any(|l| l.trim() == line))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if let Some(parent) = file.parent() {
+        std::fs::create_dir_all(parent).map_err(io_err("create", parent))?;
+    }
+    let sep = if text.is_empty() || text.ends_with('\n') { "" } else { "\n" };
+    let added = format!(
+        "{text}{sep}# ward's own files (its locks, runs and state): never the patient's\n{}\n",
+        missing.join("\n")
+    );
+    std::fs::write(&file, added).map_err(io_err("write", &file))
+}
+
 /// Whether nothing outside ward's folders changed since `before`, the
 /// index and HEAD included (see [`super::snapshot`]).
 fn untouched(co: &Checkout, before: &Snapshot, state_paths: &[String]) -> bool {
@@ -1093,6 +1138,14 @@ pub fn diff_lines_since(co: &Checkout, start: &str, state_paths: &[String]) -> R
 /// out (ignored files too when `ignored`; never ward's own folders).
 pub fn reset_to(co: &Checkout, commit: &str, ignored: bool, state_paths: &[String]) -> Result<()> {
     let _ = std::fs::remove_file(co.git_dir.join("index.lock"));
+    // ward's own files an agent committed: out of the index first, so that
+    // the reset leaves them (its locks, runs and the local forge) on disk.
+    if !state_paths.is_empty() {
+        let mut untrack = co.git();
+        untrack.args(["rm", "-r", "-q", "--cached", "--ignore-unmatch", "--"]);
+        untrack.args(state_paths.iter().map(|p| format!(":(top){}", p.trim_matches('/'))));
+        git::run(untrack, "rm --cached", None)?;
+    }
     let mut reset = co.git();
     reset.args(["reset", "--quiet", "--hard", commit]);
     git::run(reset, "reset", None)?;

@@ -200,7 +200,7 @@ impl<F: Forge> Forge for Counting<F> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
-    fn engine_account(&self) -> &str {
+    fn engine_account(&self) -> &ward::forge::EngineAccount {
         self.inner.engine_account()
     }
     async fn issue(&self, number: IssueNumber) -> ForgeResult<Issue> {
@@ -379,7 +379,7 @@ impl Forge for Shared {
     fn describe(&self) -> String {
         self.0.describe()
     }
-    fn engine_account(&self) -> &str {
+    fn engine_account(&self) -> &ward::forge::EngineAccount {
         self.0.engine_account()
     }
     async fn issue(&self, n: IssueNumber) -> ForgeResult<Issue> {

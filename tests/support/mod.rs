@@ -6,6 +6,7 @@ pub mod departments;
 pub mod fake_github;
 pub mod model;
 pub mod openapi;
+pub mod release;
 pub mod rules;
 pub mod workspace;
 

@@ -33,11 +33,11 @@ use crate::forge::{
 
 pub(super) const PATIENT_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!, \
 $lockdown: [String!], $chart: String!) { repository(owner: $owner, name: $name) { \
-issue(number: $number) { id number title body state author { login } labels(first: 100) { nodes { id name } \
+issue(number: $number) { id number title body state author { __typename login } labels(first: 100) { nodes { id name } \
 pageInfo { hasNextPage } } comments(first: 100) { nodes { id databaseId viewerDidAuthor body } \
 pageInfo { hasNextPage } } } \
 lockdown: issues(first: 1, states: [OPEN], labels: $lockdown, orderBy: {field: CREATED_AT, direction: ASC}) { \
-nodes { number title body state author { login } } } \
+nodes { number title body state author { __typename login } } } \
 chart: object(expression: $chart) { __typename ... on Blob { oid text isBinary isTruncated } } \
 repositoryLabels: labels(first: 100) { nodes { id name } pageInfo { hasNextPage } } } }";
 
@@ -72,18 +72,18 @@ pub(super) struct Mutation {
 
 pub(super) const LOOK_QUERY: &str = "query($owner: String!, $name: String!, $number: Int!, $chart: String!) { \
 repository(owner: $owner, name: $name) { \
-issue(number: $number) { number title body state author { login } labels(first: 100) { nodes { name } \
+issue(number: $number) { number title body state author { __typename login } labels(first: 100) { nodes { name } \
 pageInfo { hasNextPage } } \
 timelineItems(last: 100, itemTypes: [LABELED_EVENT, UNLABELED_EVENT]) { nodes { __typename \
-... on LabeledEvent { createdAt actor { login } label { name } } \
-... on UnlabeledEvent { createdAt actor { login } label { name } } } pageInfo { hasPreviousPage } } } \
+... on LabeledEvent { createdAt actor { __typename login } label { name } } \
+... on UnlabeledEvent { createdAt actor { __typename login } label { name } } } pageInfo { hasPreviousPage } } } \
 chart: object(expression: $chart) { __typename ... on Blob { oid text isBinary isTruncated } } } }";
 
 pub(super) const PULL_QUERY: &str = "query($owner: String!, $name: String!, $branch: String!) { \
 repository(owner: $owner, name: $name) { \
 pullRequests(headRefName: $branch, states: [OPEN, MERGED], first: 5) { pageInfo { hasNextPage } nodes { \
-id number title body url state headRefName headRefOid baseRefName isCrossRepository author { login } \
-isMergeQueueEnabled isInMergeQueue reviews(first: 100) { nodes { author { login } state body commit { oid } authorCanPushToRepository } \
+id number title body url state headRefName headRefOid baseRefName isCrossRepository author { __typename login } \
+isMergeQueueEnabled isInMergeQueue reviews(first: 100) { nodes { author { __typename login } state body commit { oid } authorCanPushToRepository } \
 pageInfo { hasNextPage } } \
 reviewThreads(first: 100) { nodes { isResolved } pageInfo { hasNextPage } } \
 commits(first: 100) { nodes { commit { oid message parents(first: 2) { totalCount } } } pageInfo { hasNextPage } } \
@@ -91,9 +91,51 @@ head: commits(last: 1) { nodes { commit { oid statusCheckRollup { contexts(first
 ... on CheckRun { name status conclusion url title summary } \
 ... on StatusContext { context state targetUrl description } } pageInfo { hasNextPage } } } } } } } } } }";
 
+/// `ward doctor`'s look at the GraphQL endpoint: the repository's name.
+pub(super) const PROBE_QUERY: &str =
+    "query($owner: String!, $name: String!) { repository(owner: $owner, name: $name) { nameWithOwner } }";
+
 /// GitHub's merge queue takes the pull request only while its head is the audited commit.
 const ENQUEUE_MUTATION: &str = "mutation($pull: ID!, $head: GitObjectID!) { \
 enqueuePullRequest(input: { pullRequestId: $pull, expectedHeadOid: $head }) { clientMutationId } }";
+
+/// The document of a move's mutation (see [`GitHubForge::move_mutation`]):
+/// the labels out, the labels in, the comment edited or created; only the
+/// parts the move has.
+fn move_document(issue: &str, remove: &[String], add: &[String], edit: Option<&str>, body: &str) -> (String, Value) {
+    let (mut decls, mut fields) = (vec!["$body: String!"], Vec::new());
+    let mut variables = json!({ "body": body });
+    if !remove.is_empty() {
+        fields.push(
+            "remove: removeLabelsFromLabelable(input: {labelableId: $issue, labelIds: $remove}) { \
+             clientMutationId }",
+        );
+        decls.push("$remove: [ID!]!");
+        variables["remove"] = json!(remove);
+    }
+    if !add.is_empty() {
+        fields.push("add: addLabelsToLabelable(input: {labelableId: $issue, labelIds: $add}) { clientMutationId }");
+        decls.push("$add: [ID!]!");
+        variables["add"] = json!(add);
+    }
+    match edit {
+        Some(comment) => {
+            fields.push(
+                "comment: updateIssueComment(input: {id: $comment, body: $body}) { issueComment { databaseId } }",
+            );
+            decls.push("$comment: ID!");
+            variables["comment"] = json!(comment);
+        }
+        None => fields.push(
+            "comment: addComment(input: {subjectId: $issue, body: $body}) { commentEdge { node { id databaseId } } }",
+        ),
+    }
+    if !remove.is_empty() || !add.is_empty() || edit.is_none() {
+        decls.push("$issue: ID!");
+        variables["issue"] = json!(issue);
+    }
+    (format!("mutation({}) {{ {} }}", decls.join(", "), fields.join(" ")), variables)
+}
 
 /// GraphQL's answer: `data`, and `errors` each with a `type` and `path`.
 #[derive(Deserialize)]
@@ -113,9 +155,27 @@ struct AnswerError {
     path: Vec<Value>,
 }
 
+/// An actor as GraphQL names it: a `User`, or a `Bot` whose `login` has no
+/// `[bot]` (`github-actions`, where REST says `github-actions[bot]`).
 #[derive(Deserialize)]
 struct Login {
+    #[serde(rename = "__typename", default)]
+    typename: Option<String>,
     login: String,
+}
+
+impl Login {
+    /// The login as REST spells it, the one spelling ward compares
+    /// (`crate::forge::EngineAccount`): a bot's gets its `[bot]` back.
+    fn rest(self) -> String {
+        crate::forge::rest_login(self.typename.as_deref(), self.login)
+    }
+}
+
+/// An author or actor GitHub no longer knows (a deleted account) is `null`;
+/// REST and GitHub's pages call it `ghost`.
+fn login_of(actor: Option<Login>) -> String {
+    actor.map_or_else(|| "ghost".into(), Login::rest)
 }
 
 #[derive(Deserialize)]
@@ -216,7 +276,7 @@ impl GqlIssue {
             number: IssueNumber(self.number),
             title: self.title,
             body: self.body.unwrap_or_default(),
-            author: self.author.map_or_else(|| "ghost".into(), |a| a.login),
+            author: login_of(self.author),
             state,
             labels,
         })
@@ -363,13 +423,7 @@ impl GitHubForge {
     /// One GraphQL request; `data` when GitHub gave it. Errors GitHub sent
     /// are returned with it (a missing issue is `null` and a `NOT_FOUND`).
     async fn graphql(&self, query: &str, variables: Value, action: &str, access: Access) -> ForgeResult<Answer> {
-        let call = Call {
-            method: Method::POST,
-            path: "/graphql".into(),
-            body: Some(json!({ "query": query, "variables": variables })),
-            action: action.to_string(),
-            access,
-        };
+        let call = Call::graphql(query, variables, action.to_string(), access);
         self.send_ok(&call).await?.json(action)
     }
 
@@ -449,9 +503,8 @@ impl GitHubForge {
         }
         let engine = &self.settings.engine_account;
         let all = self.comments(number).await?;
-        let mine = all.iter().rev().find(|c| {
-            c.author.eq_ignore_ascii_case(engine) && c.body.starts_with(crate::forge::PATIENT_COMMENT_MARKER)
-        });
+        let mine =
+            all.iter().rev().find(|c| engine.is(&c.author) && c.body.starts_with(crate::forge::PATIENT_COMMENT_MARKER));
         Ok(mine.map(|c| c.id))
     }
 
@@ -495,46 +548,9 @@ impl GitHubForge {
         edit: Option<&str>,
         body: &str,
     ) -> Call {
-        let (mut decls, mut fields) = (vec!["$body: String!"], Vec::new());
-        let mut variables = json!({ "body": body });
-        if !remove.is_empty() {
-            fields.push(
-                "remove: removeLabelsFromLabelable(input: {labelableId: $issue, labelIds: $remove}) { \
-                 clientMutationId }",
-            );
-            decls.push("$remove: [ID!]!");
-            variables["remove"] = json!(remove);
-        }
-        if !add.is_empty() {
-            fields.push("add: addLabelsToLabelable(input: {labelableId: $issue, labelIds: $add}) { clientMutationId }");
-            decls.push("$add: [ID!]!");
-            variables["add"] = json!(add);
-        }
-        match edit {
-            Some(comment) => {
-                fields.push(
-                    "comment: updateIssueComment(input: {id: $comment, body: $body}) { issueComment { databaseId } }",
-                );
-                decls.push("$comment: ID!");
-                variables["comment"] = json!(comment);
-            }
-            None => fields.push(
-                "comment: addComment(input: {subjectId: $issue, body: $body}) { commentEdge { node { id databaseId } } }",
-            ),
-        }
-        if !remove.is_empty() || !add.is_empty() || edit.is_none() {
-            decls.push("$issue: ID!");
-            variables["issue"] = json!(issue);
-        }
-        let query = format!("mutation({}) {{ {} }}", decls.join(", "), fields.join(" "));
+        let (query, variables) = move_document(issue, remove, add, edit, body);
         let action = format!("move {number} and write its patient's comment in {} (GraphQL)", self.settings.repo);
-        Call {
-            method: Method::POST,
-            path: "/graphql".into(),
-            body: Some(json!({ "query": query, "variables": variables })),
-            action,
-            access: Access::IssuesWrite,
-        }
+        Call::graphql(&query, variables, action, Access::IssuesWrite)
     }
 
     /// Sends a move's mutation. Any error in its answer fails the whole
@@ -638,7 +654,7 @@ impl GitHubForge {
                 .map(|e| LabelEvent {
                     action: if e.typename == "UnlabeledEvent" { LabelAction::Removed } else { LabelAction::Added },
                     label: e.label.name,
-                    actor: e.actor.map_or_else(|| "ghost".into(), |a| a.login),
+                    actor: login_of(e.actor),
                     at: e.created_at,
                 })
                 .collect(),
@@ -763,7 +779,7 @@ impl GitHubForge {
             number: p.number,
             title: p.title,
             body: p.body.unwrap_or_default(),
-            author: p.author.map_or_else(|| "ghost".into(), |a| a.login),
+            author: login_of(p.author),
             head_branch: p.head_ref_name,
             head_sha: p.head_ref_oid,
             base_branch: p.base_ref_name,
@@ -778,7 +794,7 @@ impl GitHubForge {
         let reviews = if p.reviews.whole() {
             let mut out = Vec::new();
             for r in p.reviews.nodes {
-                let login = r.author.map_or_else(|| "ghost".to_string(), |a| a.login);
+                let login = login_of(r.author);
                 can_push.insert(login.to_lowercase(), r.author_can_push_to_repository);
                 let wire = WireReview {
                     user: Some(WireUser { login }),
@@ -835,17 +851,77 @@ impl GitHubForge {
 // -- The sweep's reads: the search for candidates, several looks at once ------
 
 /// The fields of an issue a search gives (the listing's, with `updatedAt`).
-const SEARCH_NODE: &str = "__typename ... on Issue { number title body state updatedAt author { login } \
+const SEARCH_NODE: &str = "__typename ... on Issue { number title body state updatedAt author { __typename login } \
 labels(first: 100) { nodes { name } pageInfo { hasNextPage } } }";
 
 /// The fields of one look (as [`LOOK_QUERY`]'s issue).
-const LOOK_ISSUE: &str = "number title body state author { login } labels(first: 100) { nodes { name } \
+const LOOK_ISSUE: &str = "number title body state author { __typename login } labels(first: 100) { nodes { name } \
 pageInfo { hasNextPage } } \
 timelineItems(last: 100, itemTypes: [LABELED_EVENT, UNLABELED_EVENT]) { nodes { __typename \
-... on LabeledEvent { createdAt actor { login } label { name } } \
-... on UnlabeledEvent { createdAt actor { login } label { name } } } pageInfo { hasPreviousPage } }";
+... on LabeledEvent { createdAt actor { __typename login } label { name } } \
+... on UnlabeledEvent { createdAt actor { __typename login } label { name } } } pageInfo { hasPreviousPage } }";
 
 const LOOK_CHART: &str = "__typename ... on Blob { oid text isBinary isTruncated }";
+
+/// GitHub's issue search string of one [`crate::forge::IssueSearch`] in
+/// `repo`, times to the second in UTC.
+fn search_string_of(repo: &super::RepoName, search: &crate::forge::IssueSearch) -> String {
+    use crate::forge::Updated;
+    let at = |t: &chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S+00:00").to_string();
+    let updated = match &search.updated {
+        Updated::Before(t) => format!("updated:<{}", at(t)),
+        Updated::Since(t) => format!("updated:>={}", at(t)),
+    };
+    let label = search.label.replace('"', "");
+    let open = if search.open { " is:open" } else { "" };
+    format!("repo:{repo} is:issue{open} label:\"{label}\" {updated}")
+}
+
+/// The sweep's search: one `search` per `(alias index, search string, the
+/// cursor after which its next page starts)`.
+fn search_document(asked: &[(usize, String, Option<String>)]) -> (String, Value) {
+    let mut defs = Vec::new();
+    let mut fields = Vec::new();
+    let mut variables = serde_json::Map::new();
+    for (i, search, after) in asked {
+        defs.push(format!("$q{i}: String!"));
+        variables.insert(format!("q{i}"), json!(search));
+        let after = match after {
+            Some(c) => {
+                defs.push(format!("$a{i}: String"));
+                variables.insert(format!("a{i}"), json!(c));
+                format!(", after: $a{i}")
+            }
+            None => String::new(),
+        };
+        fields.push(format!(
+            "s{i}: search(type: ISSUE, first: 100, query: $q{i}{after}) {{ issueCount \
+             pageInfo {{ hasNextPage endCursor }} nodes {{ {SEARCH_NODE} }} }}"
+        ));
+    }
+    (format!("query({}) {{ {} }}", defs.join(", "), fields.join(" ")), Value::Object(variables))
+}
+
+/// The sweep's read of due patients: each one's issue (`i0`, ...) and its
+/// chart by `object(expression:)` (`c0`, ...).
+fn looks_document(repo: &super::RepoName, charts: &[(IssueNumber, String)]) -> (String, Value) {
+    let mut defs = vec!["$owner: String!".to_string(), "$name: String!".to_string()];
+    let mut variables = serde_json::Map::new();
+    variables.insert("owner".into(), json!(repo.owner));
+    variables.insert("name".into(), json!(repo.name));
+    let mut fields = Vec::new();
+    for (k, (n, chart)) in charts.iter().enumerate() {
+        defs.push(format!("$c{k}: String!"));
+        variables.insert(format!("c{k}"), json!(chart));
+        fields.push(format!(
+            "i{k}: issue(number: {}) {{ {LOOK_ISSUE} }} c{k}: object(expression: $c{k}) {{ {LOOK_CHART} }}",
+            n.0
+        ));
+    }
+    let query =
+        format!("query({}) {{ repository(owner: $owner, name: $name) {{ {} }} }}", defs.join(", "), fields.join(" "));
+    (query, Value::Object(variables))
+}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -874,15 +950,7 @@ impl GitHubForge {
     /// The search string of one [`crate::forge::IssueSearch`]: GitHub's
     /// issue search syntax, times to the second in UTC.
     pub(super) fn search_string(&self, search: &crate::forge::IssueSearch) -> String {
-        use crate::forge::Updated;
-        let at = |t: &chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S+00:00").to_string();
-        let updated = match &search.updated {
-            Updated::Before(t) => format!("updated:<{}", at(t)),
-            Updated::Since(t) => format!("updated:>={}", at(t)),
-        };
-        let label = search.label.replace('"', "");
-        let open = if search.open { " is:open" } else { "" };
-        format!("repo:{} is:issue{open} label:\"{label}\" {updated}", self.settings.repo)
+        search_string_of(&self.settings.repo, search)
     }
 
     /// [`Forge::search_issues`]: one GraphQL query with a `search` per
@@ -904,27 +972,10 @@ impl GitHubForge {
             if pending.is_empty() {
                 break;
             }
-            let mut defs = Vec::new();
-            let mut fields = Vec::new();
-            let mut variables = serde_json::Map::new();
-            for (i, after) in &pending {
-                defs.push(format!("$q{i}: String!"));
-                variables.insert(format!("q{i}"), json!(self.search_string(&searches[*i])));
-                let after = match after {
-                    Some(c) => {
-                        defs.push(format!("$a{i}: String"));
-                        variables.insert(format!("a{i}"), json!(c));
-                        format!(", after: $a{i}")
-                    }
-                    None => String::new(),
-                };
-                fields.push(format!(
-                    "s{i}: search(type: ISSUE, first: 100, query: $q{i}{after}) {{ issueCount \
-                     pageInfo {{ hasNextPage endCursor }} nodes {{ {SEARCH_NODE} }} }}"
-                ));
-            }
-            let query = format!("query({}) {{ {} }}", defs.join(", "), fields.join(" "));
-            let answer = self.graphql(&query, Value::Object(variables), &action, Access::IssuesRead).await?;
+            let asked: Vec<(usize, String, Option<String>)> =
+                pending.iter().map(|(i, after)| (*i, self.search_string(&searches[*i]), after.clone())).collect();
+            let (query, variables) = search_document(&asked);
+            let answer = self.graphql(&query, variables, &action, Access::IssuesRead).await?;
             if let Some(e) = answer.errors.first() {
                 return Err(self.graphql_error(&action, Access::IssuesRead, e));
             }
@@ -986,26 +1037,10 @@ impl GitHubForge {
         let repo = &self.settings.repo;
         let list: Vec<String> = numbers.iter().map(ToString::to_string).collect();
         let action = format!("read {} with their charts and label histories in {repo} (GraphQL)", list.join(", "));
-        let mut defs = vec!["$owner: String!".to_string(), "$name: String!".to_string()];
-        let mut variables = serde_json::Map::new();
-        variables.insert("owner".into(), json!(repo.owner));
-        variables.insert("name".into(), json!(repo.name));
-        let mut fields = Vec::new();
-        for (k, n) in numbers.iter().enumerate() {
-            defs.push(format!("$c{k}: String!"));
-            variables
-                .insert(format!("c{k}"), json!(format!("{}:{}", self.settings.charts_branch, Self::chart_path(*n))));
-            fields.push(format!(
-                "i{k}: issue(number: {}) {{ {LOOK_ISSUE} }} c{k}: object(expression: $c{k}) {{ {LOOK_CHART} }}",
-                n.0
-            ));
-        }
-        let query = format!(
-            "query({}) {{ repository(owner: $owner, name: $name) {{ {} }} }}",
-            defs.join(", "),
-            fields.join(" ")
-        );
-        let answer = self.graphql(&query, Value::Object(variables), &action, Access::IssuesRead).await?;
+        let charts: Vec<(IssueNumber, String)> =
+            numbers.iter().map(|n| (*n, format!("{}:{}", self.settings.charts_branch, Self::chart_path(*n)))).collect();
+        let (query, variables) = looks_document(repo, &charts);
+        let answer = self.graphql(&query, variables, &action, Access::IssuesRead).await?;
         let data = answer.data.as_ref().and_then(|d| d.get("repository")).filter(|r| !r.is_null());
         let Some(data) = data else {
             return Err(match answer.errors.first() {
@@ -1049,4 +1084,105 @@ impl GitHubForge {
         };
         self.look_whole(number, issue, chart, action).await
     }
+}
+
+// -- Every document this module can send, for the test against GitHub's schema --
+
+/// One GraphQL request ward can send: what it is for, its document and
+/// variables as ward fills them.
+#[derive(Debug, Clone)]
+pub struct Document {
+    pub name: String,
+    pub query: String,
+    pub variables: Value,
+}
+
+/// Every GraphQL document ward can send, assembled ones in each of their
+/// shapes (a move's mutation with and without each of its parts, the
+/// sweep's search and read of one patient and of many, with and without a
+/// page's cursor), built by the same functions the forge sends them with,
+/// with variables of the types it gives. `tests/graphql.rs` validates each
+/// against GitHub's published schema.
+pub fn documents() -> Vec<Document> {
+    let doc =
+        |name: &str, query: &str, variables: Value| Document { name: name.into(), query: query.into(), variables };
+    let repo: super::RepoName = "octo/hospital".parse().expect("a valid repository name");
+    let chart = "ward-charts:charts/7.md";
+    let issue = json!({ "owner": "octo", "name": "hospital", "number": 7 });
+    let mut out = vec![
+        doc(
+            "the stage's read",
+            PATIENT_QUERY,
+            json!({
+                "owner": "octo", "name": "hospital", "number": 7, "lockdown": ["ward:lockdown"], "chart": chart,
+            }),
+        ),
+        doc("the patient's comment, looked for", COMMENTS_QUERY, issue.clone()),
+        doc(
+            "one patient's look",
+            LOOK_QUERY,
+            json!({ "owner": "octo", "name": "hospital", "number": 7, "chart": chart }),
+        ),
+        doc(
+            "the audit's pull request facts",
+            PULL_QUERY,
+            json!({ "owner": "octo", "name": "hospital", "branch": "ward/issue-7" }),
+        ),
+        doc("doctor's look at the endpoint", PROBE_QUERY, json!({ "owner": "octo", "name": "hospital" })),
+        doc(
+            "the merge queue's enqueue",
+            ENQUEUE_MUTATION,
+            json!({ "pull": "PR_x", "head": "0123456789abcdef0123456789abcdef01234567" }),
+        ),
+        doc(
+            "review threads, first page",
+            super::wire::THREADS_QUERY,
+            json!({ "owner": "octo", "name": "hospital", "number": 3, "after": null }),
+        ),
+        doc(
+            "review threads, a later page",
+            super::wire::THREADS_QUERY,
+            json!({ "owner": "octo", "name": "hospital", "number": 3, "after": "Y3Vyc29y" }),
+        ),
+    ];
+    let labels = ["LA_out".to_string()];
+    let added = ["LA_in".to_string(), "LA_too".to_string()];
+    for remove in [&labels[..0], &labels[..]] {
+        for add in [&added[..0], &added[..]] {
+            for edit in [None, Some("IC_comment")] {
+                let (query, variables) = move_document("I_issue", remove, add, edit, "where the patient is");
+                let name = format!(
+                    "a move's mutation: {} labels out, {} in, the comment {}",
+                    remove.len(),
+                    add.len(),
+                    if edit.is_some() { "edited" } else { "created" }
+                );
+                out.push(Document { name, query, variables });
+            }
+        }
+    }
+    let at = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").expect("a time").to_utc();
+    let search = |i: usize, after: Option<&str>| {
+        let updated =
+            if i.is_multiple_of(2) { crate::forge::Updated::Before(at) } else { crate::forge::Updated::Since(at) };
+        let asked = crate::forge::IssueSearch { label: "ward:treat".into(), open: i != 7, updated };
+        (i, search_string_of(&repo, &asked), after.map(String::from))
+    };
+    for (name, asked) in [
+        ("the sweep's search, one label", vec![search(0, None)]),
+        (
+            "the sweep's search, labels and a later page",
+            vec![search(0, None), search(3, Some("Y3Vyc29y")), search(7, None)],
+        ),
+    ] {
+        let (query, variables) = search_document(&asked);
+        out.push(Document { name: name.into(), query, variables });
+    }
+    for count in [1, crate::forge::LOOKS_PER_REQUEST] {
+        let charts: Vec<(IssueNumber, String)> =
+            (1..=count as u64).map(|n| (IssueNumber(n), format!("ward-charts:charts/{n}.md"))).collect();
+        let (query, variables) = looks_document(&repo, &charts);
+        out.push(Document { name: format!("the sweep's read of {count} due patient(s)"), query, variables });
+    }
+    out
 }

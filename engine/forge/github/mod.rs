@@ -20,6 +20,7 @@ mod setup;
 mod transport;
 mod wire;
 
+pub use graphql::{Document, documents as graphql_documents};
 pub use setup::{Probe, WorkflowSettings};
 
 use std::time::Duration;
@@ -42,6 +43,21 @@ use super::{
 
 /// The public API; `GITHUB_API_URL` overrides it (GitHub Enterprise, tests).
 pub const DEFAULT_API_URL: &str = "https://api.github.com";
+/// Where Actions says GraphQL is served (`https://api.github.com/graphql`,
+/// on GitHub Enterprise Server `https://HOST/api/graphql`).
+pub const GRAPHQL_URL_ENV: &str = "GITHUB_GRAPHQL_URL";
+
+/// The GraphQL endpoint of the REST API at `api_url`, when nothing names
+/// it: `{api}/graphql` on github.com (and GHE.com's `api.SUBDOMAIN.ghe.com`),
+/// `https://HOST/api/graphql` on GitHub Enterprise Server, whose REST API is
+/// `https://HOST/api/v3` (GraphQL is not below it).
+pub fn graphql_url_for(api_url: &str) -> String {
+    let base = api_url.trim_end_matches('/');
+    match base.strip_suffix("/api/v3") {
+        Some(host) => format!("{host}/api/graphql"),
+        None => format!("{base}/graphql"),
+    }
+}
 /// `repository_dispatch` event type that starts a stage.
 pub const DISPATCH_EVENT: &str = "ward-stage";
 /// `repository_dispatch` event type that starts a run of ward's merge
@@ -55,11 +71,15 @@ pub const OWN_CHECK_PREFIX: &str = "ward ";
 /// Longest pagination the engine follows (100 items a page).
 const MAX_PAGES: usize = 50;
 
-/// Builds the one octocrab client: `api_url` is the REST base
-/// (`https://api.github.com`, or the fake GitHub's loopback URL in tests).
-/// octocrab's retry layer is not compiled in; [`GitHubForge`] retries.
+/// Builds the one octocrab client for the host of `api_url` (the REST base:
+/// `https://api.github.com`, `https://HOST/api/v3`, or the fake GitHub's
+/// loopback URL in tests). Its base is the host alone: each request names
+/// its whole path ([`Endpoints`]), since octocrab would put a base's path
+/// (`/api/v3`) before GHES's `/api/graphql` too. octocrab's retry layer is
+/// not compiled in; [`GitHubForge`] retries.
 pub fn build_client(api_url: &str, token: &str) -> ForgeResult<Octocrab> {
     let action = format!("set up the GitHub client for {api_url}");
+    let origin = Endpoints::origin(api_url).map_err(|e| ForgeError::io(&action, e))?;
     if token.trim().is_empty() {
         return Err(ForgeError::Forbidden {
             action,
@@ -68,7 +88,7 @@ pub fn build_client(api_url: &str, token: &str) -> ForgeResult<Octocrab> {
         });
     }
     Octocrab::builder()
-        .base_uri(api_url.trim_end_matches('/'))
+        .base_uri(origin.as_str())
         .map_err(|e| ForgeError::io(&action, format!("`{api_url}` is not a URL ({e})")))?
         .personal_token(token.to_string())
         .set_connect_timeout(Some(Duration::from_secs(10)))
@@ -76,6 +96,54 @@ pub fn build_client(api_url: &str, token: &str) -> ForgeResult<Octocrab> {
         .set_write_timeout(Some(Duration::from_secs(60)))
         .build()
         .map_err(|e| ForgeError::io(&action, e))
+}
+
+/// The paths requests go to on the API's host: REST's base (`/api/v3` on
+/// GHES, nothing on api.github.com) and GraphQL's endpoint.
+#[derive(Debug, Clone)]
+pub(super) struct Endpoints {
+    pub(super) rest: String,
+    pub(super) graphql: String,
+}
+
+impl Endpoints {
+    /// `scheme://authority` of `url`.
+    fn origin(url: &str) -> Result<String, String> {
+        let uri: http::Uri = url.trim().parse().map_err(|e| format!("`{url}` is not a URL ({e})"))?;
+        match (uri.scheme_str(), uri.authority()) {
+            (Some(scheme), Some(authority)) => Ok(format!("{scheme}://{authority}")),
+            _ => Err(format!("`{url}` is not an absolute URL (`https://HOST/...`)")),
+        }
+    }
+
+    /// The paths of `settings`' REST and GraphQL URLs, which must be on one
+    /// host: the token is sent to the API's host only.
+    fn of(settings: &GitHubSettings) -> ForgeResult<Self> {
+        let action = format!("set up the GitHub client for {}", settings.api_url);
+        let path = |url: &str| -> ForgeResult<String> {
+            let uri: http::Uri =
+                url.trim().parse().map_err(|e| ForgeError::io(&action, format!("`{url}` is not a URL ({e})")))?;
+            Ok(uri.path().trim_end_matches('/').to_string())
+        };
+        let (api, graphql) = (Self::origin(&settings.api_url), Self::origin(&settings.graphql_url));
+        let (api, graphql) =
+            (api.map_err(|e| ForgeError::io(&action, e))?, graphql.map_err(|e| ForgeError::io(&action, e))?);
+        if !api.eq_ignore_ascii_case(&graphql) {
+            return Err(ForgeError::io(
+                &action,
+                format!(
+                    "the GraphQL endpoint `{}` ({GRAPHQL_URL_ENV}) is not on the API's host `{api}`: ward sends its token \
+                     to that host only; set {GRAPHQL_URL_ENV} to the API host's endpoint, or unset it",
+                    settings.graphql_url
+                ),
+            ));
+        }
+        let graphql_path = path(&settings.graphql_url)?;
+        Ok(Self {
+            rest: path(&settings.api_url)?,
+            graphql: if graphql_path.is_empty() { "/".into() } else { graphql_path },
+        })
+    }
 }
 
 /// `owner/name`, validated.
@@ -139,15 +207,21 @@ impl Access {
 /// Settings of one [`GitHubForge`].
 #[derive(Clone)]
 pub struct GitHubSettings {
+    /// The REST API's base: `GITHUB_API_URL`.
     pub api_url: String,
+    /// GraphQL's endpoint: `GITHUB_GRAPHQL_URL`, else [`graphql_url_for`]
+    /// the API.
+    pub graphql_url: String,
     pub repo: RepoName,
     pub charts_branch: String,
-    pub engine_account: String,
+    pub engine_account: super::EngineAccount,
 }
 
 pub struct GitHubForge {
     client: Octocrab,
     settings: GitHubSettings,
+    /// Where REST's paths start and GraphQL is, on the API's host.
+    endpoints: Endpoints,
     retry: RetryPolicy,
     /// Combined reads over GraphQL (see `graphql`); off: REST alone.
     graphql: bool,
@@ -184,7 +258,11 @@ impl GitHubForge {
     /// counts as unset).
     ///
     /// [`Secrets::github_token`]: crate::secrets::Secrets::github_token
-    pub fn from_env(repo: Option<&str>, charts_branch: &str, engine_account: &str) -> ForgeResult<Self> {
+    pub fn from_env(
+        repo: Option<&str>,
+        charts_branch: &str,
+        engine_account: &super::EngineAccount,
+    ) -> ForgeResult<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let repo = repo.map(str::to_string).or_else(|| var("GITHUB_REPOSITORY")).ok_or_else(|| {
             ForgeError::io(
@@ -194,11 +272,13 @@ impl GitHubForge {
         })?;
         let repo: RepoName = repo.parse().map_err(|e: String| ForgeError::io("find the repository", e))?;
         let token = crate::secrets::Secrets::global().github_token().unwrap_or_default();
+        let api_url = var("GITHUB_API_URL").unwrap_or_else(|| DEFAULT_API_URL.into());
         let settings = GitHubSettings {
-            api_url: var("GITHUB_API_URL").unwrap_or_else(|| DEFAULT_API_URL.into()),
+            graphql_url: var(GRAPHQL_URL_ENV).unwrap_or_else(|| graphql_url_for(&api_url)),
+            api_url,
             repo,
             charts_branch: charts_branch.into(),
-            engine_account: engine_account.into(),
+            engine_account: engine_account.clone(),
         };
         Ok(Self::new(settings, token)?.with_graphql(graphql_enabled(var(GRAPHQL_ENV).as_deref())))
     }
@@ -207,6 +287,7 @@ impl GitHubForge {
         let client = build_client(&settings.api_url, token)?;
         Ok(Self {
             client,
+            endpoints: Endpoints::of(&settings)?,
             settings,
             retry: RetryPolicy::default(),
             graphql: true,
@@ -225,6 +306,16 @@ impl GitHubForge {
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
+    }
+
+    /// Where GraphQL requests go (`ward doctor` says it).
+    pub fn graphql_url(&self) -> &str {
+        &self.settings.graphql_url
+    }
+
+    /// Whether the reads go over GraphQL ([`GRAPHQL_ENV`]).
+    pub fn graphql_on(&self) -> bool {
+        self.graphql
     }
 
     pub fn repo(&self) -> &RepoName {
@@ -330,7 +421,7 @@ impl Forge for GitHubForge {
         self.settings.repo.to_string()
     }
 
-    fn engine_account(&self) -> &str {
+    fn engine_account(&self) -> &super::EngineAccount {
         &self.settings.engine_account
     }
 
@@ -699,19 +790,10 @@ impl Forge for GitHubForge {
         let mut after: Option<String> = None;
         let mut unresolved = 0;
         for _ in 0..MAX_PAGES {
-            let call = Call {
-                method: Method::POST,
-                path: "/graphql".into(),
-                body: Some(json!({
-                    "query": THREADS_QUERY,
-                    "variables": {
-                        "owner": self.settings.repo.owner, "name": self.settings.repo.name,
-                        "number": pull, "after": after,
-                    },
-                })),
-                action: action.clone(),
-                access: Access::PullsRead,
-            };
+            let variables = json!({
+                "owner": self.settings.repo.owner, "name": self.settings.repo.name, "number": pull, "after": after,
+            });
+            let call = Call::graphql(THREADS_QUERY, variables, action.clone(), Access::PullsRead);
             let answer: WireGraphql = self.send_ok(&call).await?.json(&action)?;
             if let Some(e) = answer.errors.first() {
                 return Err(ForgeError::Api { action, status: 200, message: e.message.clone() });
@@ -949,6 +1031,7 @@ mod tests {
     async fn next_pages_stay_on_the_api_host() {
         let settings = |api_url: &str| GitHubSettings {
             api_url: api_url.into(),
+            graphql_url: graphql_url_for(api_url),
             repo: "o/r".parse().unwrap(),
             charts_branch: "ward-charts".into(),
             engine_account: "bot".into(),
@@ -969,6 +1052,7 @@ mod tests {
         let forge = GitHubForge::new(
             GitHubSettings {
                 api_url: "https://api.github.com".into(),
+                graphql_url: "https://api.github.com/graphql".into(),
                 repo: "o/r".parse().unwrap(),
                 charts_branch: "ward-charts".into(),
                 engine_account: "bot".into(),

@@ -183,4 +183,22 @@ impl GitHubForge {
     pub fn charts_branch(&self) -> &str {
         &self.settings.charts_branch
     }
+
+    /// Whether GraphQL answers at [`GitHubForge::graphql_url`]: one small
+    /// query ([`super::graphql::PROBE_QUERY`]) for the repository's name.
+    pub async fn graphql_answers(&self) -> ForgeResult<String> {
+        let action = format!("ask GraphQL at {} for {}", self.settings.graphql_url, self.settings.repo);
+        let variables = json!({ "owner": self.settings.repo.owner, "name": self.settings.repo.name });
+        let call =
+            super::transport::Call::graphql(super::graphql::PROBE_QUERY, variables, action.clone(), Access::Metadata);
+        let answer: Value = self.send_ok(&call).await?.json(&action)?;
+        if let Some(e) = answer.pointer("/errors/0/message").and_then(Value::as_str) {
+            return Err(ForgeError::Api { action, status: 200, message: e.to_string() });
+        }
+        answer
+            .pointer("/data/repository/nameWithOwner")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| bad_shape(&action, "no `repository` in the answer"))
+    }
 }

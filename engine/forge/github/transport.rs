@@ -22,10 +22,15 @@ use crate::forge::{ForgeError, ForgeResult};
 /// pages, the due patients' reads) share this bound rather than multiply it.
 pub(super) const CONCURRENT_REQUESTS: usize = 4;
 
+/// The path of a [`Call`] to GraphQL: sent to the GraphQL endpoint
+/// (`GITHUB_GRAPHQL_URL`, `/api/graphql` on GHES), not below REST's base.
+pub(super) const GRAPHQL: &str = "/graphql";
+
 /// One request, described for the retry helper and for error messages.
 pub(super) struct Call {
     pub(super) method: Method,
-    /// Path and query below the API base, e.g. `/repos/o/r/issues/1`.
+    /// Path and query below the API base, e.g. `/repos/o/r/issues/1`, or
+    /// [`GRAPHQL`].
     pub(super) path: String,
     pub(super) body: Option<Value>,
     /// What we were doing, for messages: "read issue #4 of o/r".
@@ -38,6 +43,14 @@ pub(super) struct Reply {
     pub(super) status: StatusCode,
     pub(super) headers: HeaderMap,
     pub(super) body: String,
+}
+
+impl Call {
+    /// A GraphQL request: `query` with its `variables`.
+    pub(super) fn graphql(query: &str, variables: Value, action: String, access: Access) -> Self {
+        let body = serde_json::json!({ "query": query, "variables": variables });
+        Call { method: Method::POST, path: GRAPHQL.into(), body: Some(body), action, access }
+    }
 }
 
 impl Reply {
@@ -129,9 +142,14 @@ impl GitHubForge {
     }
 
     async fn send_once(&self, call: &Call) -> ForgeResult<Reply> {
+        let path = if call.path == GRAPHQL {
+            self.endpoints.graphql.clone()
+        } else {
+            format!("{}{}", self.endpoints.rest, call.path)
+        };
         let builder = http::Request::builder()
             .method(call.method.clone())
-            .uri(call.path.as_str())
+            .uri(path.as_str())
             .header(http::header::ACCEPT, "application/vnd.github+json")
             .header("x-github-api-version", "2022-11-28");
         let request =

@@ -1,7 +1,8 @@
 //! The actions the runner implements itself: `actions/checkout` (a real
 //! clone over smart HTTP), `actions/upload-artifact` and
 //! `actions/download-artifact` (a store per run), `actions/cache` (a
-//! miss). Any other `uses:` fails the step and, on drop, the test.
+//! miss), and the ward action (composite.rs). Any other `uses:` fails the
+//! step and, on drop, the test.
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,7 @@ impl Runner<'_> {
                 record.outputs.insert("cache-hit".into(), "false".into());
                 Ok(format!("Cache not found for input keys: {}\n", input("key").unwrap_or_default()))
             }
+            n if n == super::composite::WARD_ACTION_REPO => self.ward_action(job, r, j, with, token, record).await,
             _ => {
                 self.unsupported.push(format!("{}: `uses: {uses}`", self.runs[r].workflow));
                 Err(format!("the test runner does not implement the action `{uses}`"))

@@ -56,8 +56,11 @@
 //!   run's sha and ref, with the job's token; `persist-credentials`,
 //!   `fetch-depth`, `ref`, `path`), `actions/upload-artifact` and
 //!   `actions/download-artifact` (a store per run; v4's name conflicts and
-//!   hidden-file exclusion), `actions/cache` (always a miss). Any other
-//!   `uses:` fails the step and the test ([`Runner::unsupported`]).
+//!   hidden-file exclusion), `actions/cache` (always a miss), and the ward
+//!   action (`wardhq/ward@<sha>`, composite.rs: this repository's
+//!   `action.yml`, its installer downloading the release published on the
+//!   fake). Any other `uses:` fails the step and the test
+//!   ([`Runner::unsupported`]).
 //! - **ward itself** is not built: the one step whose `run:` is exactly
 //!   `cargo build --release --locked --bin ward` gets the test's prebuilt
 //!   binary at `./target/release/ward` instead.
@@ -75,13 +78,14 @@
 //! events, starts what is ready, and otherwise moves the clock to the next
 //! thing: a job's end, or something the test scheduled ([`Runner::at`]: a
 //! review an hour later). What it cannot do: `strategy.matrix`, services,
-//! containers, reusable workflows, composite actions and `hashFiles()` fail
-//! loudly; `timeout-minutes` is not enforced (a step gets ten real minutes).
+//! containers, reusable workflows, composite actions other than ward's and
+//! `hashFiles()` fail loudly; `timeout-minutes` is not enforced (a step gets ten real minutes).
 //! ward reads the machine's clock; the runner gives every step one variable
 //! GitHub does not, `WARD_NOW` (the simulated time), which `ward sweep` and
 //! `ward report` read, so the charge nurse ages labels by the simulation.
 
 mod builtin;
+pub mod composite;
 pub mod expr;
 mod job;
 mod lifecycle;

@@ -1,11 +1,13 @@
-//! `POST /graphql`, answered from the fake's state like GitHub answers it:
-//! the query is parsed (operation, variables, aliases, arguments, inline
-//! fragments), every field asked for is resolved from the state, and the
-//! answer has GitHub's shape: `data` with exactly the fields asked for,
-//! `errors` with `type` (`NOT_FOUND`, `FORBIDDEN`) and `path`, the field
-//! itself `null`. A field the fake does not model is an error naming it
-//! (as GitHub's `undefinedField`) and is recorded, so the test fails. One
-//! request is one call, however many fields it reads.
+//! `POST /graphql`, answered from the fake's state like GitHub answers it.
+//! The document is first checked against GitHub's published schema
+//! (schema.rs: parsed, validated, its variables coerced); one that fails
+//! is refused whole, as GitHub refuses it (HTTP 200, `errors`, no `data`),
+//! and recorded, so the test fails. Then every field asked for is resolved
+//! from the state, and the answer has GitHub's shape: `data` with exactly
+//! the fields asked for, `errors` with `type` (`NOT_FOUND`, `FORBIDDEN`)
+//! and `path`, the field itself `null`. A field the schema has but the fake
+//! does not model is an error naming it and is recorded too. One request is
+//! one call, however many fields it reads.
 //!
 //! GitHub's rules kept: connections need `first` or `last` (at most 100);
 //! `object(expression: "branch:path")` is `null` for a missing file or
@@ -14,11 +16,16 @@
 //! `status` are `null` when nothing was reported; each field needs the
 //! token's permission for what it reads (issues, contents, pull requests,
 //! checks, statuses), else that field is `null` with a `FORBIDDEN` error.
+//! An actor is a `User` or a `Bot`, and a bot's `login` has no `[bot]`
+//! (`github-actions`, where REST says `github-actions[bot]`); a fragment
+//! on an interface (`... on Actor`) matches every type that implements it.
 
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
+
+use apollo_compiler::executable::ExecutableDocument;
 
 use super::handlers::Answer;
 use super::state::{FakeCheckRun, Grant, State};
@@ -26,7 +33,7 @@ use super::state::{FakeCheckRun, Grant, State};
 /// How much of a blob's text GraphQL gives before cutting it.
 pub const BLOB_TEXT_LIMIT: usize = 512 * 1024;
 
-// -- The query language, as much as ward sends ------------------------------
+// -- The document, as the schema accepted it ---------------------------------
 
 #[derive(Debug, Clone)]
 enum Selection {
@@ -44,188 +51,53 @@ enum Arg {
     Object(Vec<(String, Arg)>),
 }
 
-struct Parser<'a> {
-    src: &'a [u8],
-    at: usize,
+/// The operation of a document the schema accepted, in the fake's terms.
+fn operation(doc: &ExecutableDocument) -> Result<(bool, Vec<Selection>), String> {
+    let op = doc.operations.get(None).map_err(|e| e.message().to_string())?;
+    let mutation = op.operation_type == apollo_compiler::executable::OperationType::Mutation;
+    Ok((mutation, selections(doc, &op.selection_set)))
 }
 
-impl Parser<'_> {
-    fn skip(&mut self) {
-        while let Some(&c) = self.src.get(self.at) {
-            if c.is_ascii_whitespace() || c == b',' {
-                self.at += 1;
-            } else if c == b'#' {
-                while self.src.get(self.at).is_some_and(|&c| c != b'\n') {
-                    self.at += 1;
+fn selections(doc: &ExecutableDocument, set: &apollo_compiler::executable::SelectionSet) -> Vec<Selection> {
+    use apollo_compiler::executable::Selection as S;
+    let mut out = Vec::new();
+    for selection in &set.selections {
+        match selection {
+            S::Field(f) => out.push(Selection::Field {
+                alias: f.alias.as_ref().map(|a| a.to_string()),
+                name: f.name.to_string(),
+                args: f.arguments.iter().map(|a| (a.name.to_string(), arg(&a.value))).collect(),
+                selections: selections(doc, &f.selection_set),
+            }),
+            S::InlineFragment(i) => out.push(Selection::Fragment {
+                on: i.type_condition.as_ref().map_or_else(|| set.ty.to_string(), |t| t.to_string()),
+                selections: selections(doc, &i.selection_set),
+            }),
+            S::FragmentSpread(spread) => {
+                if let Some(f) = doc.fragments.get(&spread.fragment_name) {
+                    out.push(Selection::Fragment {
+                        on: f.type_condition().to_string(),
+                        selections: selections(doc, &f.selection_set),
+                    });
                 }
-            } else {
-                break;
             }
         }
     }
+    out
+}
 
-    fn peek(&mut self) -> Option<u8> {
-        self.skip();
-        self.src.get(self.at).copied()
-    }
-
-    fn eat(&mut self, c: u8) -> Result<(), String> {
-        match self.peek() {
-            Some(got) if got == c => {
-                self.at += 1;
-                Ok(())
-            }
-            got => Err(format!(
-                "Parse error: expected `{}` at offset {}, found {:?}",
-                c as char,
-                self.at,
-                got.map(|g| g as char)
-            )),
-        }
-    }
-
-    fn name(&mut self) -> Result<String, String> {
-        self.skip();
-        let start = self.at;
-        while self.src.get(self.at).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') {
-            self.at += 1;
-        }
-        if start == self.at {
-            return Err(format!("Parse error: expected a name at offset {start}"));
-        }
-        Ok(String::from_utf8_lossy(&self.src[start..self.at]).into_owned())
-    }
-
-    /// The operation's selections, and whether it is a mutation.
-    fn document(&mut self) -> Result<(bool, Vec<Selection>), String> {
-        let mut mutation = false;
-        if self.peek() != Some(b'{') {
-            let kind = self.name()?;
-            if kind != "query" && kind != "mutation" {
-                return Err(format!("the fake GitHub answers queries and mutations, not `{kind}`"));
-            }
-            mutation = kind == "mutation";
-            if self.peek().is_some_and(|c| c.is_ascii_alphabetic()) {
-                self.name()?;
-            }
-            if self.peek() == Some(b'(') {
-                // Variable definitions: their values come from `variables`.
-                let mut depth = 0;
-                loop {
-                    match self.src.get(self.at) {
-                        Some(b'(') => depth += 1,
-                        Some(b')') => depth -= 1,
-                        None => return Err("Parse error: unclosed variable definitions".into()),
-                        _ => {}
-                    }
-                    self.at += 1;
-                    if depth == 0 {
-                        break;
-                    }
-                }
-            }
-        }
-        let selections = self.selections()?;
-        if self.peek().is_some() {
-            return Err("the fake GitHub answers one operation per document".into());
-        }
-        Ok((mutation, selections))
-    }
-
-    fn selections(&mut self) -> Result<Vec<Selection>, String> {
-        self.eat(b'{')?;
-        let mut out = Vec::new();
-        while self.peek() != Some(b'}') {
-            if self.peek().is_none() {
-                return Err("Parse error: unclosed selection".into());
-            }
-            if self.src[self.at..].starts_with(b"...") {
-                self.at += 3;
-                let on = self.name()?;
-                if on != "on" {
-                    return Err(format!("the fake GitHub answers inline fragments only, not `...{on}`"));
-                }
-                let on = self.name()?;
-                out.push(Selection::Fragment { on, selections: self.selections()? });
-                continue;
-            }
-            let first = self.name()?;
-            let (alias, name) = if self.peek() == Some(b':') {
-                self.eat(b':')?;
-                (Some(first), self.name()?)
-            } else {
-                (None, first)
-            };
-            let mut args = Vec::new();
-            if self.peek() == Some(b'(') {
-                self.eat(b'(')?;
-                while self.peek() != Some(b')') {
-                    let key = self.name()?;
-                    self.eat(b':')?;
-                    args.push((key, self.value()?));
-                }
-                self.eat(b')')?;
-            }
-            let selections = if self.peek() == Some(b'{') { self.selections()? } else { Vec::new() };
-            out.push(Selection::Field { alias, name, args, selections });
-        }
-        self.eat(b'}')?;
-        Ok(out)
-    }
-
-    fn value(&mut self) -> Result<Arg, String> {
-        match self.peek() {
-            Some(b'$') => {
-                self.at += 1;
-                Ok(Arg::Variable(self.name()?))
-            }
-            Some(b'"') => {
-                let start = self.at;
-                self.at += 1;
-                while let Some(&c) = self.src.get(self.at) {
-                    self.at += 1;
-                    match c {
-                        b'\\' => self.at += 1,
-                        b'"' => {
-                            let text = String::from_utf8_lossy(&self.src[start..self.at]);
-                            return serde_json::from_str(&text).map(Arg::Literal).map_err(|e| e.to_string());
-                        }
-                        _ => {}
-                    }
-                }
-                Err("Parse error: unclosed string".into())
-            }
-            Some(b'[') => {
-                self.eat(b'[')?;
-                let mut items = Vec::new();
-                while self.peek() != Some(b']') {
-                    items.push(self.value()?);
-                }
-                self.eat(b']')?;
-                Ok(Arg::List(items))
-            }
-            Some(b'{') => {
-                self.eat(b'{')?;
-                let mut fields = Vec::new();
-                while self.peek() != Some(b'}') {
-                    let key = self.name()?;
-                    self.eat(b':')?;
-                    fields.push((key, self.value()?));
-                }
-                self.eat(b'}')?;
-                Ok(Arg::Object(fields))
-            }
-            Some(c) if c.is_ascii_digit() || c == b'-' => {
-                let start = self.at;
-                self.at += 1;
-                while self.src.get(self.at).is_some_and(u8::is_ascii_digit) {
-                    self.at += 1;
-                }
-                let text = String::from_utf8_lossy(&self.src[start..self.at]);
-                text.parse::<i64>().map(|n| Arg::Literal(json!(n))).map_err(|e| e.to_string())
-            }
-            _ => Ok(Arg::Name(self.name()?)),
-        }
+fn arg(value: &apollo_compiler::ast::Value) -> Arg {
+    use apollo_compiler::ast::Value as V;
+    match value {
+        V::Null => Arg::Name("null".into()),
+        V::Enum(name) => Arg::Name(name.to_string()),
+        V::Variable(name) => Arg::Variable(name.to_string()),
+        V::String(s) => Arg::Literal(json!(s)),
+        V::Float(f) => Arg::Literal(json!(f.try_to_f64().unwrap_or_default())),
+        V::Int(i) => Arg::Literal(json!(i.try_to_i32().map(i64::from).unwrap_or_default())),
+        V::Boolean(b) => Arg::Name(b.to_string()),
+        V::List(items) => Arg::List(items.iter().map(|i| arg(i)).collect()),
+        V::Object(fields) => Arg::Object(fields.iter().map(|(k, v)| (k.to_string(), arg(v))).collect()),
     }
 }
 
@@ -305,6 +177,8 @@ impl Obj {
             Obj::Repository => "Repository",
             Obj::Issue(_) => "Issue",
             Obj::Label(_) => "Label",
+            // GitHub's bots are `Bot`s in GraphQL, people `User`s.
+            Obj::User(login) if login.ends_with("[bot]") => "Bot",
             Obj::User(_) => "User",
             Obj::Blob { .. } => "Blob",
             Obj::Pull(_) => "PullRequest",
@@ -373,7 +247,7 @@ impl Resolver<'_> {
         for selection in selections {
             match selection {
                 Selection::Fragment { on, selections } => {
-                    if on == obj.type_name() {
+                    if super::schema::matches(on, obj.type_name()) {
                         self.select(obj, selections, path, out);
                     }
                 }
@@ -484,7 +358,8 @@ impl Resolver<'_> {
                 _ => Err(undefined(name, obj)),
             },
             (Obj::CommentEdge(id), "node") => Ok(Out::object(Obj::Comment(*id))),
-            (Obj::User(login), "login") => scalar(json!(login)),
+            // GraphQL spells a bot's login without REST's `[bot]`.
+            (Obj::User(login), "login") => scalar(json!(login.strip_suffix("[bot]").unwrap_or(login))),
             (Obj::Blob { oid, .. }, "oid") => scalar(json!(oid)),
             (Obj::Blob { bytes, .. }, "byteSize") => scalar(json!(bytes.len())),
             (Obj::Blob { bytes, .. }, "isBinary") => scalar(json!(std::str::from_utf8(bytes).is_err())),
@@ -825,14 +700,20 @@ impl State {
             };
         };
         let query = body.get("query").and_then(Value::as_str).unwrap_or_default();
-        let (mutation, selections) = match (Parser { src: query.as_bytes(), at: 0 }).document() {
-            Ok(s) => s,
-            Err(message) => {
-                self.unknown.push(format!("a GraphQL query the fake cannot read: {message}"));
-                return ok(json!({ "errors": [{ "message": message }] }));
+        let variables = body.get("variables").cloned().unwrap_or(Value::Null);
+        // GitHub checks the whole request against its schema before it runs any of it.
+        let doc = match super::schema::check(query, &variables) {
+            Ok(doc) => doc,
+            Err(errors) => {
+                let said: Vec<&str> = errors.iter().filter_map(|e| e["message"].as_str()).collect();
+                self.unknown.push(format!("a GraphQL document GitHub's schema refuses: {said:?}\n{query}"));
+                return ok(super::schema::refusal(errors));
             }
         };
-        let variables = body.get("variables").cloned().unwrap_or(Value::Null);
+        let (mutation, selections) = match operation(&doc) {
+            Ok(op) => op,
+            Err(message) => return ok(super::schema::refusal(vec![json!({ "message": message })])),
+        };
         if mutation {
             return ok(self.mutate(&selections, &variables, grant));
         }

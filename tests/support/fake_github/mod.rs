@@ -81,14 +81,20 @@
 //! - **Repository settings** `ward doctor` reads (`settings`, in
 //!   settings.rs): the workflow token's defaults, the Actions runs list,
 //!   and a token refused one permission (`settings.denied`).
-//! - **GraphQL** (`POST /graphql`, graphql.rs): the query is parsed and
-//!   every field asked for is answered from the same state (issues and
+//! - **GraphQL** (`POST /graphql`, graphql.rs): the document is checked
+//!   against GitHub's published schema first (schema.rs; an invalid one is
+//!   HTTP 200 with `errors` and no `data`, and fails the test), then every
+//!   field asked for is answered from the same state (issues and
 //!   labels, the charts branch's blobs, pull requests with reviews, threads,
 //!   commits and the head's check runs and statuses, label events), in
 //!   GitHub's shapes (`data`, `errors` with `type` and `path`), one call per
 //!   query; connections need `first`/`last`; a field the fake does not
 //!   model fails the test. `Blob.text` is cut beyond 512 KB
-//!   (`isTruncated`), `null` for binary content.
+//!   (`isTruncated`), `null` for binary content. A bot is a `Bot` whose
+//!   `login` has no `[bot]` (`github-actions`), as GitHub answers; REST
+//!   says `github-actions[bot]`.
+//! - **GitHub Enterprise Server** (`State::enterprise`): REST under
+//!   `/api/v3`, GraphQL at `/api/graphql`, nothing anywhere else.
 //! - **Search** (GraphQL `search(type: ISSUE, ...)`, search.rs): the
 //!   qualifiers ward sends, at most 1,000 results with `issueCount`, and
 //!   an index that can lag behind writes (`search_lag`).
@@ -105,6 +111,7 @@ mod handlers;
 pub mod merge_queue;
 mod releases;
 mod schedule;
+pub mod schema;
 mod search;
 mod settings;
 mod state;
@@ -179,6 +186,7 @@ impl FakeGitHub {
     pub fn forge_with(&self, token: &str, repo: &str) -> GitHubForge {
         let settings = GitHubSettings {
             api_url: self.url.clone(),
+            graphql_url: format!("{}/graphql", self.url),
             repo: format!("{OWNER}/{repo}").parse().expect("valid repository"),
             charts_branch: "ward-charts".into(),
             engine_account: ENGINE.into(),
@@ -257,10 +265,22 @@ async fn serve(
     state: Arc<Mutex<State>>,
     req: Request<hyper::body::Incoming>,
 ) -> Result<Response<Full<Bytes>>, ConnectionReset> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     if parts.uri.path().starts_with(&format!("/{OWNER}/{REPO}.git/")) {
         return Ok(serve_git(state, &parts, &body).await);
+    }
+    if state.lock().unwrap_or_else(|p| p.into_inner()).enterprise {
+        match enterprise_route(&parts.uri) {
+            Some(uri) => parts.uri = uri,
+            None => {
+                let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+                s.unknown
+                    .push(format!("{} {} (GitHub Enterprise Server serves nothing there)", parts.method, parts.uri));
+                let body = Bytes::from_static(br#"{"message":"Not Found"}"#);
+                return Ok(Response::builder().status(404).body(Full::new(body)).expect("a valid response"));
+            }
+        }
     }
     let _answering = Answering::start(&state);
     let latency = state.lock().unwrap_or_else(|p| p.into_inner()).latency;
@@ -306,6 +326,23 @@ async fn serve(
         None => Bytes::new(),
     };
     Ok(response.body(Full::new(bytes)).expect("a valid response"))
+}
+
+/// What a GitHub Enterprise Server request is in the fake's routes: REST's
+/// `/api/v3/...` without its prefix, GraphQL's `/api/graphql` as
+/// `/graphql`; `None` for anything else (`/graphql`, `/api/v3/graphql`).
+fn enterprise_route(uri: &http::Uri) -> Option<http::Uri> {
+    let path = uri.path();
+    let inner = if path == "/api/graphql" {
+        "/graphql"
+    } else {
+        path.strip_prefix("/api/v3").filter(|p| p.starts_with('/') && *p != "/graphql")?
+    };
+    let rebuilt = match uri.query() {
+        Some(q) => format!("{inner}?{q}"),
+        None => inner.to_string(),
+    };
+    rebuilt.parse().ok()
 }
 
 /// Counts an API request in flight ([`State::in_flight`]) while it lives.

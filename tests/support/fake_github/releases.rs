@@ -134,11 +134,14 @@ pub(super) fn handle(
     Some(reply.into_response())
 }
 
-/// Public repositories answer without a token; a token that is sent must be valid.
+/// Public repositories answer without a token; a token that is sent must be
+/// valid: one the fake knows and has not revoked (a job's, an app's, the test's).
 fn authorized(state: &State, headers: &HeaderMap) -> bool {
     match headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         None => true,
-        Some(sent) => sent == format!("Bearer {}", state.token),
+        Some(sent) => {
+            sent.strip_prefix("Bearer ").and_then(|t| state.tokens.get(t.trim())).is_some_and(|grant| !grant.revoked)
+        }
     }
 }
 

@@ -341,6 +341,9 @@ pub struct State {
     pub repo: String,
     /// False: every repository route answers 404, as for a missing repo.
     pub repo_exists: bool,
+    /// Answer as GitHub Enterprise Server does: REST under `/api/v3`,
+    /// GraphQL at `/api/graphql` and nowhere else (404 elsewhere).
+    pub enterprise: bool,
     /// The test's default token: acts as [`ENGINE`] with every permission.
     pub token: String,
     /// The login the default token acts as.
@@ -424,6 +427,7 @@ impl State {
             owner: OWNER.into(),
             repo: REPO.into(),
             repo_exists: true,
+            enterprise: false,
             token: TOKEN.into(),
             token_login: ENGINE.into(),
             token_can_write: true,
