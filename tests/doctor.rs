@@ -306,12 +306,36 @@ fn an_agent_whose_program_is_not_on_path_is_named_with_its_install() {
         "{line}"
     );
     let claude = bin.join("claude");
-    std::fs::write(&claude, "#!/bin/sh\n").unwrap();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut std::fs::metadata(&claude).unwrap().permissions(), 0o755);
-    std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cli = |script: &str| {
+        std::fs::write(&claude, script).unwrap();
+        std::fs::set_permissions(&claude, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    };
+    // The agent's own version check, against what ward's tests prove.
+    cli("#!/bin/sh\necho '2.1.328 (Claude Code)'\n");
     let out = local(&s, &[], &[("PATH", &path)]);
     assert!(out.status.success(), "{}", stdout(&out));
-    assert!(stdout(&out).contains("ok    agent: preset `claude-code` (`claude`) found on PATH"), "{}", stdout(&out));
+    let said = stdout(&out);
+    assert!(
+        said.contains("ok    agent: preset `claude-code`: `claude` prints `2.1.328 (Claude Code)`, the version ward's end-to-end tests prove"),
+        "{said}"
+    );
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(said.contains("as root ward sets IS_SANDBOX=1 for it"), "{said}");
+    }
+    cli("#!/bin/sh\necho '2.2.0 (Claude Code)'\n");
+    let said = stdout(&local(&s, &[], &[("PATH", &path)]));
+    assert!(said.contains("prints `2.2.0 (Claude Code)`; ward's end-to-end tests prove 2.1.328"), "{said}");
+    cli("#!/bin/sh\necho 'broken install' >&2; exit 3\n");
+    let line = only_failure(&local(&s, &[], &[("PATH", &path)]), "agent");
+    assert!(line.contains("`claude --version` failed (exit status: 3): broken install -> reinstall it"), "{line}");
+    // A preset nothing here proves says so.
+    s.edit_config("  preset: claude-code\n", "  preset: gemini\n");
+    let gemini = bin.join("gemini");
+    std::fs::write(&gemini, "#!/bin/sh\necho 0.61.0\n").unwrap();
+    std::fs::set_permissions(&gemini, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let said = stdout(&local(&s, &[], &[("PATH", &path)]));
+    assert!(said.contains("this preset is unproven"), "{said}");
 }
 
 #[test]

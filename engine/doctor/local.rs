@@ -95,8 +95,88 @@ fn agent(config: &Config, root: &Path, path: &str) -> Check {
             return Check::fail("agent", format!("`{name}` is not on PATH"), fix);
         }
     }
-    let what = preset.map_or(format!("`{program}`"), |p| format!("preset `{}` (`{}`)", p.name, p.program));
-    Check::ok("agent", format!("{what} found on PATH"))
+    let Some(p) = config.agent.applied.as_ref().map(|a| a.preset) else {
+        return Check::ok("agent", format!("`{program}` found on PATH"));
+    };
+    let Some(cli) = find_program(p.program, root, path) else {
+        return Check::ok("agent", format!("`{program}` found on PATH"));
+    };
+    let printed = match version(&cli, path) {
+        Ok(v) => v,
+        Err(why) => {
+            return Check::fail(
+                "agent",
+                format!("`{} --version` {why}", p.program),
+                format!("reinstall it: `{}` (docs/agents.md)", p.install),
+            );
+        }
+    };
+    let mut found = format!("preset `{}`: `{}` prints `{printed}`", p.name, p.program);
+    match p.proven {
+        Some(v) if printed.contains(v) => found.push_str(", the version ward's end-to-end tests prove"),
+        Some(v) => found.push_str(&format!(
+            "; ward's end-to-end tests prove {v} (`{}`): another version may print or ask otherwise",
+            p.install
+        )),
+        None => found.push_str("; this preset is unproven: no test of ward's runs its CLI (docs/agents.md)"),
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 && !p.as_root.is_empty() {
+        let set: Vec<String> = p.as_root.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        found.push_str(&format!(
+            "; as root ward sets {} for it (it refuses to run unattended as root otherwise)",
+            set.join(" ")
+        ));
+    }
+    Check::ok("agent", found)
+}
+
+/// What `cli --version` prints (its first line), within ten seconds.
+fn version(cli: &Path, path: &str) -> Result<String, String> {
+    let home = std::env::temp_dir().join(format!("ward-doctor-home-{}", std::process::id()));
+    std::fs::create_dir_all(&home).map_err(|e| format!("could not run: {e}"))?;
+    let result = run_version(cli, path, &home);
+    let _ = std::fs::remove_dir_all(&home);
+    result
+}
+
+fn run_version(cli: &Path, path: &str, home: &Path) -> Result<String, String> {
+    let mut child = std::process::Command::new(cli)
+        .arg("--version")
+        .env_clear()
+        .env("PATH", path)
+        // Its own HOME, as in a stage: nothing of the user's changes.
+        .env("HOME", home)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("could not run: {e}"))?;
+    let started = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() < std::time::Duration::from_secs(10) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("did not answer within 10 s".into());
+            }
+        }
+    }
+    let out = child.wait_with_output().map_err(|e| format!("could not run: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
+    match (out.status.success(), first.is_empty()) {
+        (true, false) => Ok(crate::untrusted::excerpt(&first)),
+        _ => Err(format!(
+            "failed ({}): {}",
+            out.status,
+            crate::untrusted::excerpt(String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or(""))
+        )),
+    }
 }
 
 /// Where `name` runs from: a path (relative to the repository), or the
