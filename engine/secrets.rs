@@ -30,6 +30,8 @@
 //! Docker access is root; the runner's own processes hold the token too):
 //! the README's security section.
 
+pub mod scan;
+
 use std::sync::OnceLock;
 
 /// Every variable that grants access, as a GitHub workflow step may hold
@@ -64,6 +66,27 @@ const MEMFD_NAME: &std::ffi::CStr = c"ward-secrets";
 /// Whether `name` is a credential variable (never passed to an agent).
 pub fn is_credential(name: &str) -> bool {
     CREDENTIAL_VARS.contains(&name)
+}
+
+/// The credentials a run must never publish, by the name they are known
+/// by: ward's own tokens, and the values of the agent's variables ward
+/// passes (`pass_env`) whose names say they are keys or tokens.
+pub fn held(pass_env: &[String]) -> Vec<(String, String)> {
+    let secret_name = |n: &str| {
+        let n = n.to_ascii_uppercase();
+        ["KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH"].iter().any(|w| n.contains(w))
+    };
+    let mut held: Vec<(String, String)> =
+        [("WARD_TOKEN", &Secrets::global().ward_token), ("GITHUB_TOKEN", &Secrets::global().github_token)]
+            .into_iter()
+            .filter_map(|(n, v)| v.clone().map(|v| (n.to_string(), v)))
+            .collect();
+    for name in pass_env.iter().filter(|n| secret_name(n)) {
+        if let Ok(value) = std::env::var(name) {
+            held.push((name.clone(), value));
+        }
+    }
+    held
 }
 
 /// The credentials this process holds. `Debug` never shows them.

@@ -36,6 +36,7 @@
 //! | a visit whose label moved while the agent ran       | dropped, nothing written (tests/workflows.rs) |
 //! | the token attacks above through the two jobs        | not re-run in the visit job: it holds only a read token (`steal.sh` shows what that token can do) |
 //! | a lockdown issue closed by a triager                | reopened by the sweep (tests/github.rs `a_lockdown_closed_by_someone_*`) |
+//! | credentials committed, left, or written in the notes | `credential.sh`: refused by file and line, never quoted, nothing pushed (engine/secrets/scan.rs) |
 //! | ward's own files (its lock, its state) committed    | `wardfiles.sh`: one process in the checkout (`git add -A` leaves them out; forced, refused naming them); through the two jobs (tests/workflows.rs) |
 //!
 //! `hold.sh` is not an attack: it holds a stage open while the test looks
@@ -674,4 +675,45 @@ fn wards_own_files_committed_by_the_agent_refuse_the_run_and_nothing_of_it_is_ke
     // ward's own files are where they were: the discard took the agent's commit, not them.
     assert!(s.repo.join(".ward/forge").is_dir() && s.repo.join(".ward/locks").is_dir());
     s.assert_no_canary(&out);
+}
+
+/// A token the agent commits, a cloud key it leaves for ward to commit and
+/// the model key it holds written into its notes: the run is refused
+/// naming each place and quoting none, and nothing of it reaches the
+/// branch or the chart.
+#[test]
+fn credentials_in_a_treatment_are_refused_by_file_and_line_and_never_published() {
+    const TOKEN: &str = "ghp_R4nd0mL00k1ngT0k3nV4lu3F0rT3st1ngAbC";
+    const CLOUD: &str = "AKIAZ7VRSQ5TL3KXWMPE";
+    const MODEL_KEY: &str = "sk-model-CANARY-key-0123456789";
+    let s = Sandbox::new();
+    s.agent("credential", &[], &["MODEL_API_KEY"]);
+    s.stage_until("ward:treat");
+    let before = s.git_out(&["rev-parse", "--verify", "--quiet", "refs/heads/ward/issue-1"]);
+    let out = s.stage(&[("MODEL_API_KEY", MODEL_KEY)]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let loot = s.loot();
+    for step in ["committed leak.py", "left creds.ini", "wrote the key"] {
+        assert!(loot.contains(step), "the attack did not run ({step}):\n{loot}\n{stderr}");
+    }
+    assert_eq!(out.status.code(), Some(1), "an invalid run:\n{stdout}\n{stderr}");
+    assert_eq!(s.labels(1), ["ward:treat"], "the label stays");
+    let chart = s.chart(1);
+    let refusal = chart.split("<!-- WARD:REFUSAL").nth(1).unwrap_or_default();
+    for place in ["`leak.py` line 3", "`creds.ini` line 2", "`the run's notes` line"] {
+        assert!(refusal.contains(place), "the REFUSAL names {place}:\n{refusal}");
+    }
+    assert!(refusal.contains("MODEL_API_KEY"), "the model key is named by its variable:\n{refusal}");
+    let issue = std::fs::read_to_string(s.repo.join(".ward/forge/issues/1.json")).unwrap_or_default();
+    for secret in [TOKEN, CLOUD, MODEL_KEY] {
+        for (what, text) in
+            [("chart", &chart), ("issue", &issue), ("stdout", &stdout.to_string()), ("stderr", &stderr.to_string())]
+        {
+            assert!(!text.contains(secret), "the {what} quotes a credential");
+        }
+    }
+    let after = s.git_out(&["rev-parse", "--verify", "--quiet", "refs/heads/ward/issue-1"]);
+    assert_eq!(before, after, "the branch kept a commit of the refused run");
+    let every_ref = s.git_out(&["log", "--all", "--format=%s"]);
+    assert!(!every_ref.lines().any(|l| l == "a token"), "a ref keeps the agent's commit:\n{every_ref}");
 }

@@ -36,6 +36,7 @@ pub const READ_ONLY: &str = "no-change-outside-treatment";
 pub const PROTECTED: &str = "protected-paths";
 pub const TOO_LARGE: &str = "max-diff-lines";
 pub const WARD_FILES: &str = "no-ward-files-in-commits";
+pub const CREDENTIALS: &str = "no-credentials";
 
 /// How many paths a refusal names before it says how many more.
 const NAMED: usize = 20;
@@ -78,6 +79,32 @@ pub fn no_ward_files(committed: &[String]) -> Verdict {
         ),
         "Commit only the files the treatment changes (not `git add -A` over ward's `.ward/`), or leave the \
          changes uncommitted: ward commits what the agent leaves, without its own files.",
+        Route::Stay,
+    ))
+}
+
+/// Nothing the run would put on the branch or in the chart holds a
+/// credential (`found`: what the scan found, by file and line). The value
+/// is never quoted: the refusal is posted where the agent's readers are.
+pub fn no_credentials(found: &[crate::secrets::scan::Finding]) -> Verdict {
+    if found.is_empty() {
+        return Ok(());
+    }
+    let mut places: Vec<String> =
+        found.iter().take(NAMED).map(|f| format!("`{}` line {} ({})", f.path, f.line, f.kind)).collect();
+    if found.len() > NAMED {
+        places.push(format!("and {} more", found.len() - NAMED));
+    }
+    Err(Refusal::new(
+        CREDENTIALS,
+        format!(
+            "this run would have published what looks like a credential in {}: {}. The value is not quoted here; \
+             the run is refused and nothing of it was committed, pushed or charted.",
+            count(found.len(), "place"),
+            places.join("; ")
+        ),
+        "Read credentials from the environment or a secret store at run time, never write them into files or \
+         notes. If a credential was really exposed to the agent, revoke it.",
         Route::Stay,
     ))
 }

@@ -105,6 +105,12 @@ pub fn take_in(h: &Hospital, patient: &Patient<'_>, from: &Path) -> anyhow::Resu
             {
                 return Ok(Taken::Refused(Box::new(visit), refusal.to_string()));
             }
+            // A credential in the agent's commits: refused, nothing pushed.
+            let added = crate::workspace::added::between(&intake.bare, &intake.start, &intake.head, &plan.state_paths)
+                .with_context(|| format!("could not read the visit's commits of {number}"))?;
+            if let Err(refusal) = super::record::no_credentials(h, &visit, &added)? {
+                return Ok(Taken::Refused(Box::new(visit), refusal.to_string()));
+            }
             intake.checkpoint = sealed_checkpoint(patient, from, &intake);
             visit.changed = intake.changed.clone();
             visit.diff_lines = intake.diff_lines;

@@ -32,7 +32,7 @@ pub async fn record(
     committed: Option<&Intake>,
 ) -> anyhow::Result<StageResult> {
     let stage = patient.stage;
-    let judgment = keep_or_discard(patient, visit, judgment, workspace.as_deref_mut()).await?;
+    let judgment = keep_or_discard(h, patient, visit, judgment, workspace.as_deref_mut()).await?;
     note_agent_health(h, patient, visit).await;
     let mut cost = crate::budget::cost_note(visit.usage.as_ref(), stage.name, &patient.run, h.now());
     if let Some(first) = visit.transcript.first() {
@@ -107,14 +107,31 @@ pub async fn record(
 /// worktree is read again here, not taken from the visit: a change made
 /// after the run was judged (a child the agent left behind) is never kept.
 async fn keep_or_discard(
+    h: &Hospital,
     patient: &Patient<'_>,
     visit: &Visit,
     judgment: Judgment,
     workspace: Option<&mut Workspace>,
 ) -> anyhow::Result<Judgment> {
-    let Some(ws) = workspace else { return Ok(judgment) };
     let (number, stage) = (patient.issue.number, patient.stage.name);
     let context = || format!("could not read or reset the worktree of issue {number}, stage `{stage}`");
+    let treats = patient.stage.mode().treats();
+    // What an accepted run would publish, scanned for credentials: its
+    // notes (and the follow-ups in them), and a treatment's change.
+    let judgment = match judgment {
+        Judgment::Accepted(accepted) => {
+            let added = match (&workspace, treats) {
+                (Some(ws), true) => ws.added_lines().await.with_context(context)?,
+                _ => Vec::new(),
+            };
+            match no_credentials(h, visit, &added)? {
+                Ok(()) => Judgment::Accepted(accepted),
+                Err(refusal) => Judgment::Invalid { reason: refusal.to_string() },
+            }
+        }
+        judgment => judgment,
+    };
+    let Some(ws) = workspace else { return Ok(judgment) };
     let now = ws.changed_paths().await.with_context(context)?;
     // An agent that committed ward's own files (its lock, its runs): refused, nothing of it kept.
     let own = ws.ward_files_committed().await.with_context(context)?;
@@ -122,7 +139,7 @@ async fn keep_or_discard(
         (Err(refusal), Judgment::Accepted(_)) => Judgment::Invalid { reason: refusal.to_string() },
         (_, judgment) => judgment,
     };
-    let keeps = patient.stage.mode().treats() && matches!(judgment, Judgment::Accepted(_));
+    let keeps = treats && matches!(judgment, Judgment::Accepted(_));
     if keeps && now == visit.changed {
         return Ok(judgment);
     }
@@ -139,6 +156,30 @@ async fn keep_or_discard(
         return Ok(Judgment::Invalid { reason });
     }
     Ok(judgment)
+}
+
+/// The credentials in a run's notes and in the lines it `added` (see
+/// [`crate::secrets::scan`]), as the refusal to post: file and line, never
+/// the value.
+pub(super) fn no_credentials(
+    h: &Hospital,
+    visit: &Visit,
+    added: &[crate::workspace::added::Added],
+) -> anyhow::Result<crate::rules::Verdict> {
+    use crate::secrets::scan::{Scanner, Text};
+    let scanner = Scanner::new(crate::secrets::held(&h.config.agent.pass_env)).map_err(anyhow::Error::msg)?;
+    let mut texts: Vec<Text<'_>> = added
+        .iter()
+        .map(|a| Text { path: &a.path, lines: a.lines.iter().map(|(n, l)| (*n, l.as_str())).collect() })
+        .collect();
+    if let crate::stage::visit::AgentText::Text(notes) = &visit.notes {
+        texts.push(Text::whole("the run's notes", notes));
+    }
+    let found = scanner.scan(texts);
+    if !found.is_empty() {
+        warn!(places = found.len(), "credentials found in what the run would publish; refused");
+    }
+    Ok(crate::rules::changes::no_credentials(&found))
 }
 
 /// Where an accepted run's change is: the worktree (one process), or the

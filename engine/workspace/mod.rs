@@ -16,6 +16,7 @@
 //! puts `report.json` in the run's artifacts folder; the report carries the
 //! workspace's own setup, commit and teardown times.
 
+pub mod added;
 pub mod bundle;
 pub mod checkpoint;
 pub mod ci;
@@ -1097,6 +1098,14 @@ impl Workspace {
         let (wt, state) = (self.worktree.clone(), self.state_paths.clone());
         blocking(move || worktree::committed_under(&git::Checkout::new(&wt.metadata, &wt.path), &wt.start, &state))
             .await
+    }
+
+    /// The lines this run added since it started, file by file (commits,
+    /// index and work tree, untracked files included): what the credential
+    /// scan reads.
+    pub async fn added_lines(&self) -> Result<Vec<added::Added>, WorkspaceError> {
+        let (wt, state) = (self.worktree.clone(), self.state_paths.clone());
+        blocking(move || added::since(&git::Checkout::new(&wt.metadata, &wt.path), &wt.start, &state)).await
     }
 
     /// How many lines this run changed against the commit it started at
