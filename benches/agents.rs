@@ -9,7 +9,8 @@
 //!
 //! `cargo bench --bench agents`; needs the CLI (`.ci/agents`, or
 //! `WARD_AGENTS_BIN`), and says so and stops without it.
-//! `WARD_BENCH_PAIRS` (default 12) sets the number of pairs.
+//! `WARD_BENCH_PAIRS` (default 12) sets the number of pairs; `WARD_KEEP=1`
+//! keeps the repositories and run folders.
 
 #[path = "support/mod.rs"]
 mod bench_report;
@@ -145,7 +146,9 @@ async fn bench(bin: &Path, pairs: usize) -> anyhow::Result<()> {
     )
     .with_usage(USAGE);
     let script = Script::new(vec![scene; 2 * pairs + 1]);
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
+    let mut dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
+    // WARD_KEEP=1 keeps the repositories and runs, to look at one.
+    dir.disable_cleanup(std::env::var_os("WARD_KEEP").is_some());
     let server = ModelServer::start(script).await;
     let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display());
     let b = Bench { dir, ward, path, server };

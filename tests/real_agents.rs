@@ -365,7 +365,10 @@ async fn a_rejected_key_ends_the_run_in_seconds(agent: Agent) {
     let took = started.elapsed();
     assert_eq!(out.status.code(), Some(1), "an invalid run: {}\n{}", stdout(&out), stderr(&out));
     eprintln!("{}: a rejected key ended the stage run in {:.1}s", agent.preset(), took.as_secs_f64());
-    assert!(took < Duration::from_secs(10), "{} took {took:?} to give up on a rejected key", agent.preset());
+    // Alone each CLI gives up in 1 to 6 s (docs/agents.md); the bound is
+    // loose for a loaded machine and still far below the CLIs' own minutes
+    // of retries, which is what it tells apart.
+    assert!(took < Duration::from_secs(60), "{} took {took:?} to give up on a rejected key", agent.preset());
     let chart = c.chart();
     let refusal = chart.split("<!-- WARD:REFUSAL").nth(1).unwrap_or_default();
     // Claude Code and codex print the status; aider's litellm names a
