@@ -215,4 +215,6 @@ fn without_a_wall_ward_refuses_unless_the_network_is_open() {
     let printed = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{printed}");
     assert!(printed.contains("unwalled"), "never silently: {printed}");
+    let chart = s.chart(1);
+    assert!(chart.contains("The agent ran on the host's network, unwalled"), "nor in the chart: {chart}");
 }

@@ -114,6 +114,12 @@ fn then(mut notes: Vec<Note>, note: Note) -> Vec<Note> {
 /// The NETWORK note: the connections the wall refused, by host and port,
 /// with how often (`blocked: example.org:443 ×3`).
 fn network_note(h: &Hospital, patient: &Patient<'_>, visit: &Visit) -> Option<Note> {
+    if visit.unwalled {
+        let body = "The agent ran on the host's network, unwalled: .github/ward.yml says `agent.network: open` \
+                    (the model key still stayed with ward)."
+            .to_string();
+        return Some(patient.engine_note(h, NoteKind::Network, body));
+    }
     if visit.blocked.is_empty() {
         return None;
     }

@@ -125,6 +125,7 @@ pub async fn treat(
         model,
         gave_up: report.gave_up,
         transcript,
+        unwalled: network(h, patient).is_open(),
         blocked: blocked
             .into_iter()
             .map(|((host, port), count)| super::visit::BlockedConnection { host, port, count })

@@ -92,6 +92,9 @@ pub struct Visit {
     /// The connections the network wall refused (engine/agent/gate.rs).
     #[serde(default)]
     pub blocked: Vec<BlockedConnection>,
+    /// The agent ran on the host's network (`agent.network: open`).
+    #[serde(default)]
+    pub unwalled: bool,
     /// What it wrote to `$WARD_NOTES`, read back from the folder.
     #[serde(skip)]
     pub notes: AgentText,
@@ -287,6 +290,7 @@ mod tests {
             gave_up: Some("overloaded".into()),
             transcript: vec!["transcript/.claude/projects/-w/s.jsonl".into(), "../escape".into()],
             blocked: vec![],
+            unwalled: false,
             notes: AgentText::Missing,
             stderr_tail: String::new(),
         }
