@@ -38,6 +38,10 @@
 //! | a lockdown issue closed by a triager                | reopened by the sweep (tests/github.rs `a_lockdown_closed_by_someone_*`) |
 //! | ward's own files (its lock, its state) committed    | `wardfiles.sh`: one process in the checkout (`git add -A` leaves them out; forced, refused naming them); through the two jobs (tests/workflows.rs) |
 //!
+//! The walls' attacks (issue 28: exfiltration by HTTP, CONNECT, TCP, UDP,
+//! ICMP and DNS; the model key in env, `/proc` and files; the Docker socket)
+//! are `walls.sh`, run by tests/walls.rs as root and as this user.
+//!
 //! `hold.sh` is not an attack: it holds a stage open while the test looks
 //! at ward from outside.
 //!
