@@ -74,6 +74,8 @@ async fn bench() -> anyhow::Result<()> {
     let forge = Arc::new(LocalForge::new(root, "ward-engine"));
     let mut h = Hospital::load(root, forge.clone())?;
     h.workdir = root.join("scratch");
+    // The network wall runs the agent under `ward __wall`: the ward binary, not this bench's.
+    h.ward_exe = env!("CARGO_BIN_EXE_ward").into();
     let mut overheads = Vec::new();
     let mut totals = Vec::new();
     for i in 0..PATIENTS {

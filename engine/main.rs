@@ -17,6 +17,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // The agent's side of the network wall (engine/agent/wall.rs): before
+    // any thread, so that it may make its namespaces.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == ward::agent::wall::SUBCOMMAND) {
+        return ExitCode::from(ward::agent::wall::main(&args[2..]).clamp(0, 255) as u8);
+    }
     let cli = ward::cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WARD_LOG").unwrap_or_else(|_| "warn".into()))

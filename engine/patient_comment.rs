@@ -59,6 +59,9 @@ pub fn comment_id(notes: &[Note]) -> Option<u64> {
         .find_map(|n| n.body.lines().find_map(|l| l.strip_prefix("Comment: ")?.trim().parse().ok()))
 }
 
+/// How a NETWORK note's line of refused connections starts.
+pub const BLOCKED_LINE: &str = "blocked: ";
+
 /// The comment's text (pure). `place` is the patient's ward label now;
 /// `answer` a line about what caused this update (a command's answer, a
 /// refused run), ward's own text.
@@ -97,6 +100,16 @@ pub fn render(
             None => format!("the run's folder (`{}/<issue>/{}`)", "WARD_ARTIFACTS", cost.meta.run),
         };
         rows.push(("Transcript", format!("`{path}` of stage `{}`, in {place}", cost.meta.stage)));
+    }
+    // What the network wall refused the agent in the latest run it refused anything.
+    if let Some((n, line)) = notes
+        .iter()
+        .rev()
+        .filter(|n| n.kind == NoteKind::Network)
+        .find_map(|n| n.body.lines().find(|l| l.starts_with(BLOCKED_LINE)).map(|line| (n, line)))
+    {
+        let line = untrusted::excerpt(line).replace(['|', '`'], "");
+        rows.push(("Network", format!("{line} (stage `{}`, run `{}`)", n.meta.stage, n.meta.run)));
     }
     let branch = format!("{}{}", crate::event::BRANCH_PREFIX, number.0);
     if let Some(repo) = &links.repository {

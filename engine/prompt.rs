@@ -318,6 +318,7 @@ fn bookkeeping(kind: NoteKind) -> bool {
             | NoteKind::AdmittedText
             | NoteKind::PrecedentLookup
             | NoteKind::Cost
+            | NoteKind::Network
             | NoteKind::Sweep
             | NoteKind::FollowUp
     )

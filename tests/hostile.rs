@@ -39,6 +39,10 @@
 //! | credentials committed, left, or written in the notes | `credential.sh`: refused by file and line, never quoted, nothing pushed (engine/secrets/scan.rs) |
 //! | ward's own files (its lock, its state) committed    | `wardfiles.sh`: one process in the checkout (`git add -A` leaves them out; forced, refused naming them); through the two jobs (tests/workflows.rs) |
 //!
+//! The walls' attacks (issue 28: exfiltration by HTTP, CONNECT, TCP, UDP,
+//! ICMP and DNS; the model key in env, `/proc` and files; the Docker socket)
+//! are `walls.sh`, run by tests/walls.rs as root and as this user.
+//!
 //! `hold.sh` is not an attack: it holds a stage open while the test looks
 //! at ward from outside.
 //!
@@ -70,10 +74,13 @@ fn assert_found(loot: &str, decoy: &str, what: &str) {
 fn environ_of_every_process_holds_no_credential() {
     let s = Sandbox::new();
     let decoy = s.decoy();
-    s.agent("environ", &[], &[]);
-    let out = s.stage(&[]);
+    s.agent("environ", &[], &["DECOY_TOKEN"]);
+    let out = s.stage(&[("DECOY_TOKEN", DECOY_ENV)]);
     let loot = s.loot();
-    assert_found(&loot, DECOY_ENV, &format!("the environment of process {}", decoy.pid()));
+    // Behind the network wall (its own user namespace) the agent reads the
+    // environment of its own processes only: the decoy of its user outside is denied too.
+    assert_found(&loot, DECOY_ENV, "the environment of a process of its own");
+    assert!(loot.contains(&format!("denied /proc/{}/environ", decoy.pid())), "{loot}");
     s.assert_no_canary(&out);
     s.assert_normal_outcome(&out);
 }
@@ -175,6 +182,9 @@ fn ward_is_non_dumpable_and_its_own_environment_never_held_a_credential() {
         assert!(started.elapsed() < Duration::from_secs(60), "the agent never started");
         std::thread::sleep(Duration::from_millis(20));
     };
+    // The agent's parent is the network wall's relay (`ward __wall`, which
+    // holds the agent's environment only); ward is its parent.
+    let pid = wall_parent(&pid).unwrap_or(pid);
     let owner = std::fs::metadata(format!("/proc/{pid}/environ")).map(|m| m.uid());
     let environ = std::fs::read(format!("/proc/{pid}/environ"));
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
@@ -192,6 +202,16 @@ fn ward_is_non_dumpable_and_its_own_environment_never_held_a_credential() {
     }
     s.assert_no_canary(&out);
     s.assert_normal_outcome(&out);
+}
+
+/// The parent of `pid` when `pid` is the network wall's `ward __wall`.
+fn wall_parent(pid: &str) -> Option<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    if !String::from_utf8_lossy(&cmdline).contains(ward::agent::wall::SUBCOMMAND) {
+        return None;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("PPid:")).map(|p| p.trim().to_string())
 }
 
 /// The lines a workflow runner would read as commands in `printed`: after
@@ -571,7 +591,7 @@ mod github {
         let s = Sandbox::new();
         let _decoy = s.decoy();
         let folders = [s.runner_temp.display().to_string(), s.repo.display().to_string(), s.home.display().to_string()];
-        s.agent("all", &[DECOY_MEM, &folders[0], &folders[1], &folders[2]], &[]);
+        s.agent("all", &[DECOY_MEM, &folders[0], &folders[1], &folders[2]], &["DECOY_TOKEN"]);
         let event = admission(&s.runner_temp, n);
         let (summary, output) = (s.runner_temp.join("summary.md"), s.runner_temp.join("output"));
         let server_url = s.git_server(OWNER, REPO);
@@ -579,6 +599,7 @@ mod github {
         let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let repository = format!("{OWNER}/{REPO}");
         env.extend([
+            ("DECOY_TOKEN", DECOY_ENV),
             ("GITHUB_ACTIONS", "true"),
             ("GITHUB_API_URL", gh.url.as_str()),
             ("GITHUB_SERVER_URL", server_url.as_str()),

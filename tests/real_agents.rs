@@ -422,3 +422,63 @@ async fn an_overloaded_service_is_the_services_failure_not_the_patients() {
     assert_eq!(report.stage_visits, 0, "the service's failure is not counted against the patient");
     assert!(c.server.requests().len() >= 2, "the CLI retried within the time limit");
 }
+
+/// The model key stays with ward (engine/agent/gate.rs): the agent, looking
+/// in its environment, every process's `/proc/*/environ` it can read and
+/// its HOME, finds only the placeholder; the model server sees the real key
+/// on every request, put in by ward's proxy; and the agent reaches nothing
+/// but the model: a host outside the allowlist is refused, and the stage
+/// still ends as it would.
+async fn the_model_key_stays_with_ward(agent: Agent) {
+    let ward = ward_bin().display().to_string();
+    // What it finds is printed, so it goes back to the model in the tool's result.
+    let look = "env | grep -E 'KEY|TOKEN'; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$f\"; done \
+                | grep -E 'KEY|TOKEN' | sort -u; grep -rhos 'sk-[A-Za-z0-9-]*' \"$HOME\" /proc/[0-9]*/environ; \
+                curl -sS -m 5 https://example.org/ || echo curl-failed";
+    let scene = Scene::new(
+        "# Planner: triage",
+        vec![Turn::shell(look), Turn::shell(&format!("'{ward}' stand-in")), Turn::text("Done.")],
+    );
+    let Some(c) = Clinic::new(agent, Script::new(vec![scene])).await else { return };
+    let (key_var, real) = c.agent.job_env(&c.server).into_iter().next().unwrap();
+    c.ward_ok(&["admit", "--title", ISSUE_TITLE, "--body", ISSUE_BODY]);
+    let out = c.ward_ok(&["stage", "--issue", "1"]);
+    assert!(out.contains("ward:diagnose"), "{out}\nchart:\n{}", c.chart());
+    let bodies: String = c.server.requests().iter().map(|r| r.body.to_string()).collect();
+    assert!(bodies.contains(&format!("{key_var}=ward-placeholder")), "the agent looked: {bodies}");
+    assert!(!bodies.contains(&real), "the agent found the real key {key_var}");
+    assert!(bodies.contains("curl-failed") || bodies.contains("403"), "example.org was refused");
+    let requests = c.server.requests();
+    let model: Vec<_> = requests.iter().filter(|r| r.method == "POST").collect();
+    assert!(!model.is_empty(), "the agent talked to the model");
+    for r in &model {
+        let sent = r.header("x-api-key").map(str::to_string).or_else(|| r.header("authorization").map(str::to_string));
+        assert_eq!(
+            sent.as_deref().map(|s| s.trim_start_matches("Bearer ")),
+            Some(real.as_str()),
+            "ward's proxy put the real key on {} {}",
+            r.method,
+            r.path
+        );
+        assert!(!format!("{:?}", r.headers).contains("placeholder"), "the placeholder reached the model");
+    }
+    let chart = c.chart();
+    let network = chart.split("<!-- WARD:NETWORK").nth(1).unwrap_or_default();
+    assert!(network.contains("blocked: "), "the refused connections are in the chart:\n{chart}");
+    // codex's own sandbox keeps its commands off the network before the wall does.
+    if agent == Agent::Claude {
+        assert!(network.contains("example.org:443 ×1"), "{network}");
+    }
+    let comment = std::fs::read_to_string(c.repo.join(".ward/forge/issues/1.json")).unwrap();
+    assert!(comment.contains("| Network | blocked: "), "the patient's comment says what was blocked: {comment}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_codes_model_key_stays_with_ward() {
+    the_model_key_stays_with_ward(Agent::Claude).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn codexs_model_key_stays_with_ward() {
+    the_model_key_stays_with_ward(Agent::Codex).await;
+}

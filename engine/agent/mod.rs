@@ -12,8 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+pub mod gate;
 pub mod home;
 pub mod report;
+pub mod wall;
 
 /// Everything one agent run needs.
 #[derive(Debug, Clone)]
@@ -36,6 +38,16 @@ pub struct AgentSpec {
     pub time_limit: Duration,
     /// This ward binary, for `{ward}`.
     pub ward_exe: PathBuf,
+    /// Behind the network wall ([`wall`]): the ports relayed to ward's
+    /// gate and the paths hidden; `None`: on the host's network.
+    pub wall: Option<Walled>,
+}
+
+/// What the wall around one agent run holds.
+#[derive(Debug, Clone, Default)]
+pub struct Walled {
+    pub relays: Vec<wall::Relay>,
+    pub hide: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -113,7 +125,13 @@ pub async fn run(spec: &AgentSpec) -> Result<AgentExit, AgentError> {
     std::fs::create_dir_all(&spec.artifacts).map_err(io(format!("create {}", spec.artifacts.display())))?;
     let prompt = std::fs::read_to_string(&spec.prompt_file)
         .map_err(io(format!("read the prompt {}", spec.prompt_file.display())))?;
-    let args: Vec<String> = spec.command.iter().map(|a| substitute(a, &prompt, spec)).collect();
+    let mut args: Vec<String> = spec.command.iter().map(|a| substitute(a, &prompt, spec)).collect();
+    if args.is_empty() {
+        return Err(AgentError::Spawn { program: String::new(), message: "the command is empty".into() });
+    }
+    if let Some(w) = &spec.wall {
+        args = wall::command(&spec.ward_exe, &w.relays, &w.hide, &args);
+    }
     let stdout = spec.artifacts.join("agent.stdout.log");
     let stderr = spec.artifacts.join("agent.stderr.log");
     let out = File::create(&stdout).map_err(io(format!("create {}", stdout.display())))?;
@@ -268,6 +286,7 @@ mod tests {
             artifacts: dir.join("artifacts"),
             time_limit: limit,
             ward_exe: "/bin/false".into(),
+            wall: None,
         }
     }
 

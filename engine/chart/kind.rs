@@ -64,6 +64,7 @@ kinds! {
     Waiting = "WAITING", engine: true;
     Command = "COMMAND", engine: true;
     PatientComment = "PATIENT_COMMENT", engine: true;
+    Network = "NETWORK", engine: true;
 }
 
 impl NoteKind {
@@ -153,7 +154,8 @@ mod tests {
                 "PROTECTED_CHANGE",
                 "WAITING",
                 "COMMAND",
-                "PATIENT_COMMENT"
+                "PATIENT_COMMENT",
+                "NETWORK"
             ]
         );
     }

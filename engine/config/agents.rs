@@ -48,6 +48,9 @@ pub struct Preset {
     pub install: &'static str,
     /// The repository secret to set (passed to the job's `env:`).
     pub secret: &'static str,
+    /// The model APIs it talks to, whose key ward keeps and adds itself
+    /// (engine/agent/gate.rs): the agent gets a placeholder and a loopback URL.
+    pub apis: &'static [ModelApi],
     /// The version ward's end-to-end tests run (tests/real_agents.rs), as
     /// its `--version` prints it; `None`: nothing here proves the preset.
     pub proven: Option<&'static str>,
@@ -73,6 +76,36 @@ impl Gateway {
         }
     }
 }
+
+/// How a model API carries its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyStyle {
+    /// Anthropic's `x-api-key`.
+    XApiKey,
+    /// OpenAI's `Authorization: Bearer`.
+    Bearer,
+    /// Gemini's `x-goog-api-key`.
+    GoogApiKey,
+}
+
+/// A model API a preset talks to: how its key goes, the variables that
+/// hold the key (the first set one is used; every one of them gets the
+/// placeholder) and the endpoint (a gateway the job names; the agent gets
+/// ward's loopback URL in each), and the API's own endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelApi {
+    pub style: KeyStyle,
+    pub keys: &'static [&'static str],
+    pub base: &'static [&'static str],
+    pub default_url: &'static str,
+}
+
+const ANTHROPIC: ModelApi = ModelApi {
+    style: KeyStyle::XApiKey,
+    keys: &["ANTHROPIC_API_KEY"],
+    base: &["ANTHROPIC_BASE_URL"],
+    default_url: "https://api.anthropic.com",
+};
 
 /// What an agent's standard output is, for reading its own account of a
 /// failure (a rejected key, an overloaded service) as it comes.
@@ -138,6 +171,7 @@ pub const PRESETS: &[Preset] = &[
         usage: UsageFormat::ClaudeJson,
         install: "npm install -g @anthropic-ai/claude-code@2.1.328",
         secret: "ANTHROPIC_API_KEY",
+        apis: &[ANTHROPIC],
         proven: Some("2.1.328"),
     },
     Preset {
@@ -162,6 +196,12 @@ pub const PRESETS: &[Preset] = &[
         usage: UsageFormat::CodexJson,
         install: "npm install -g @openai/codex@0.163.0",
         secret: "CODEX_API_KEY",
+        apis: &[ModelApi {
+            style: KeyStyle::Bearer,
+            keys: &["CODEX_API_KEY", "OPENAI_API_KEY"],
+            base: &["OPENAI_BASE_URL"],
+            default_url: "https://api.openai.com/v1",
+        }],
         proven: Some("0.163.0"),
     },
     Preset {
@@ -186,6 +226,12 @@ pub const PRESETS: &[Preset] = &[
         usage: UsageFormat::GeminiJson,
         install: "npm install -g @google/gemini-cli@0.61.0",
         secret: "GEMINI_API_KEY",
+        apis: &[ModelApi {
+            style: KeyStyle::GoogApiKey,
+            keys: &["GEMINI_API_KEY"],
+            base: &["GOOGLE_GEMINI_BASE_URL"],
+            default_url: "https://generativelanguage.googleapis.com",
+        }],
         proven: None,
     },
     Preset {
@@ -239,6 +285,15 @@ pub const PRESETS: &[Preset] = &[
         usage: UsageFormat::AiderText,
         install: "pipx install aider-chat==0.86.2",
         secret: "ANTHROPIC_API_KEY",
+        apis: &[
+            ModelApi {
+                style: KeyStyle::Bearer,
+                keys: &["OPENAI_API_KEY"],
+                base: &["OPENAI_API_BASE"],
+                default_url: "https://api.openai.com/v1",
+            },
+            ANTHROPIC,
+        ],
         proven: Some("0.86.2"),
     },
     Preset {
@@ -257,6 +312,15 @@ pub const PRESETS: &[Preset] = &[
         usage: UsageFormat::OpencodeJson,
         install: "npm install -g opencode-ai@1.18.33",
         secret: "ANTHROPIC_API_KEY",
+        apis: &[
+            ANTHROPIC,
+            ModelApi {
+                style: KeyStyle::Bearer,
+                keys: &["OPENAI_API_KEY"],
+                base: &["OPENAI_BASE_URL"],
+                default_url: "https://api.openai.com/v1",
+            },
+        ],
         proven: None,
     },
 ];

@@ -21,6 +21,7 @@ mod departments;
 mod emulator;
 mod integration;
 mod locate;
+pub mod network;
 mod paths;
 mod pipeline;
 pub mod schema;

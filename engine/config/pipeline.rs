@@ -209,6 +209,16 @@ pub struct AgentConfig {
     /// for it, else the CLI's default endpoint.
     #[serde(default)]
     pub base_url: Option<String>,
+    /// The agent's network (engine/agent/wall.rs): walled by default, its
+    /// only ways out ward's model proxy and the hosts `allow` names; `open`
+    /// runs it on the host's network. Where this system cannot wall an
+    /// agent, ward refuses to run one unless this says `open`.
+    #[serde(default)]
+    pub network: super::network::Network,
+    /// Whether the agent may reach the Docker socket. Default false: it is
+    /// hidden from the agent behind the wall.
+    #[serde(default)]
+    pub docker: bool,
     /// The preset that applied, and why (set by [`super::Config::parse`]).
     #[serde(skip)]
     pub applied: Option<super::agents::Applied>,
@@ -267,6 +277,11 @@ pub struct StageConfig {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub max_concurrent: Option<u32>,
+    /// This stage's allowlist, replacing `agent.network.allow` (a planner
+    /// needs only the model; a treatment may need the package registries).
+    /// Default: the agent's.
+    #[serde(default)]
+    pub network: Option<super::network::NetworkAllow>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -548,6 +563,11 @@ pub(super) fn validate_agent(agent: &AgentConfig) -> Vec<(String, String)> {
                 format!("agent.pass_env.{i}"),
                 format!("`{name}` is set by the engine itself and cannot be passed through"),
             ));
+        }
+    }
+    for (i, rule) in agent.network.allow().iter().enumerate() {
+        if let Some(why) = super::network::check_rule(rule) {
+            p.push((format!("agent.network.allow.{i}"), why));
         }
     }
     p

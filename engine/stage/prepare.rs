@@ -31,6 +31,8 @@ pub struct Prepared {
     pub workdir: PathBuf,
     /// The emulator's variables, for the agent's environment only.
     pub emulator_env: Vec<(String, String)>,
+    /// The emulator's ports on 127.0.0.1, relayed into the agent's wall.
+    pub emulator_ports: Vec<u16>,
     pub prompt_file: PathBuf,
 }
 
@@ -104,6 +106,11 @@ pub async fn prepare(
         .and_then(|w| w.emulator.as_ref())
         .map(|e| e.vars.clone().into_iter().collect())
         .unwrap_or_default();
+    let emulator_ports: Vec<u16> = slot
+        .as_ref()
+        .and_then(|w| w.emulator.as_ref())
+        .map(|e| e.ports.values().copied().collect())
+        .unwrap_or_default();
 
     let workspace = WorkspaceContext {
         path: workdir.display().to_string(),
@@ -136,7 +143,7 @@ pub async fn prepare(
     let prompt = h.prompts.render(&role.prompt, &ctx)?;
     let prompt_file = patient.folder.join(PROMPT_FILE);
     std::fs::write(&prompt_file, &prompt).with_context(|| format!("could not write {}", prompt_file.display()))?;
-    Ok(Prepared { chart, stored, audit, workdir, emulator_env, prompt_file })
+    Ok(Prepared { chart, stored, audit, workdir, emulator_env, emulator_ports, prompt_file })
 }
 
 /// The ADMITTED_TEXT note the admission stage writes, if any: the issue's

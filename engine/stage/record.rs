@@ -39,6 +39,9 @@ pub async fn record(
         // The agent's session log, which the patient's comment links.
         cost.body.push_str(&format!("\n{}{first} ({} files)", crate::budget::TRANSCRIPT_LINE, visit.transcript.len()));
     }
+    // The run's bookkeeping: its COST, and a NETWORK note when the wall
+    // refused the agent anything.
+    let cost: Vec<Note> = std::iter::once(cost).chain(network_note(h, patient, visit)).collect();
     let seen = Seen::Read(prepared.stored.clone());
     match judgment {
         Judgment::OverBudget { breach, when } => {
@@ -53,7 +56,7 @@ pub async fn record(
             );
             // Its COST note is among them.
             notes.retain(|n| n.kind != NoteKind::Cost);
-            notes.insert(0, cost);
+            notes.splice(0..0, cost);
             let chief = h.config.chief_label().to_string();
             transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(chief.clone())).await?;
             Ok(refused(patient, breach.to_string(), Some(chief)))
@@ -65,7 +68,7 @@ pub async fn record(
                  What the agent wrote is kept in the run's artifacts (`notes.md`, `agent.stderr.log`).",
                 stage.name, patient.label_in
             );
-            let notes = vec![cost, patient.engine_note(h, NoteKind::Refusal, body)];
+            let notes = then(cost, patient.engine_note(h, NoteKind::Refusal, body));
             transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::Stay).await?;
             write_run_json(
                 patient,
@@ -77,7 +80,7 @@ pub async fn record(
         Judgment::ServiceDown { reason } => {
             warn!(%reason, "the model service failed the run");
             let body = format!("{}: {reason}", crate::budget::SERVICE_DOWN);
-            let notes = vec![cost, patient.engine_note(h, NoteKind::Refusal, body)];
+            let notes = then(cost, patient.engine_note(h, NoteKind::Refusal, body));
             transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::Stay).await?;
             write_run_json(
                 patient,
@@ -88,18 +91,46 @@ pub async fn record(
         }
         Judgment::TurnedBack(refusal) => {
             warn!(%refusal, "run turned back");
-            let notes = vec![cost, patient.engine_note(h, NoteKind::Refusal, refusal.note_body())];
+            let notes = then(cost, patient.engine_note(h, NoteKind::Refusal, refusal.note_body()));
             let to = Move::from(&refusal.route);
             let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, to.clone()).await?;
             Ok(refused(patient, refusal.to_string(), (to != Move::Stay).then_some(moved.at).flatten()))
         }
         Judgment::Ungrounded { note, score, decision } => {
-            ungrounded(h, patient, seen, vec![cost, note], &score, decision).await
+            ungrounded(h, patient, seen, then(cost, note), &score, decision).await
         }
         Judgment::Accepted(accepted) => {
             accept(h, patient, prepared, visit, *accepted, cost, Change { workspace, committed }).await
         }
     }
+}
+
+/// `notes` and then `note`.
+fn then(mut notes: Vec<Note>, note: Note) -> Vec<Note> {
+    notes.push(note);
+    notes
+}
+
+/// The NETWORK note: the connections the wall refused, by host and port,
+/// with how often (`blocked: example.org:443 ×3`).
+fn network_note(h: &Hospital, patient: &Patient<'_>, visit: &Visit) -> Option<Note> {
+    if visit.unwalled {
+        let body = "The agent ran on the host's network, unwalled: .github/ward.yml says `agent.network: open` \
+                    (the model key still stayed with ward)."
+            .to_string();
+        return Some(patient.engine_note(h, NoteKind::Network, body));
+    }
+    if visit.blocked.is_empty() {
+        return None;
+    }
+    let line =
+        visit.blocked.iter().map(|b| format!("{}:{} ×{}", b.host, b.port, b.count)).collect::<Vec<_>>().join(", ");
+    let body = format!(
+        "{}{line}\n\nThe network wall refused these connections of the agent: the hosts are not in \
+         `agent.network.allow` (or the stage's `network.allow`) in .github/ward.yml.",
+        crate::patient_comment::BLOCKED_LINE
+    );
+    Some(patient.engine_note(h, NoteKind::Network, body))
 }
 
 /// What the run changed is committed only for a treating stage's accepted
@@ -167,7 +198,10 @@ pub(super) fn no_credentials(
     added: &[crate::workspace::added::Added],
 ) -> anyhow::Result<crate::rules::Verdict> {
     use crate::secrets::scan::{Scanner, Text};
-    let scanner = Scanner::new(crate::secrets::held(&h.config.agent.pass_env)).map_err(anyhow::Error::msg)?;
+    // The placeholder too: an agent that writes it down was after the key.
+    let placeholder = ("the agent's placeholder key".to_string(), crate::agent::gate::PLACEHOLDER_KEY.to_string());
+    let held = crate::secrets::held(&h.config.agent.pass_env).into_iter().chain([placeholder]);
+    let scanner = Scanner::new(held).map_err(anyhow::Error::msg)?;
     let mut texts: Vec<Text<'_>> = added
         .iter()
         .map(|a| Text { path: &a.path, lines: a.lines.iter().map(|(n, l)| (*n, l.as_str())).collect() })
@@ -197,7 +231,7 @@ async fn accept(
     prepared: &Prepared,
     visit: &Visit,
     accepted: Accepted,
-    cost: Note,
+    cost: Vec<Note>,
     change: Change<'_>,
 ) -> anyhow::Result<StageResult> {
     let Change { workspace, committed } = change;
@@ -236,7 +270,7 @@ async fn accept(
         share_checkpoint(h, patient, intake, sealed)?;
     }
     let Accepted { notes, outcome, overruled, groundedness, audit, protected } = accepted;
-    let mut batch = vec![cost];
+    let mut batch = cost;
     batch.extend(groundedness);
     if !protected.is_empty() {
         batch.push(patient.engine_note(h, NoteKind::ProtectedChange, protected_body(h, &protected)));

@@ -12,10 +12,12 @@ use super::guard::Patient;
 use super::prepare::Prepared;
 use super::visit::{NOTES_FILE, STDOUT_FILE, Visit};
 use super::watch::{POLL, Stop};
+use crate::agent::gate::{Gate, ModelRoute};
 use crate::agent::home::{Area, Setup};
 use crate::agent::report::ModelTrouble;
 use crate::agent::{self, AgentEnd, AgentSpec};
-use crate::config::agents::{Gateway, Output, Preset};
+use crate::config::agents::{Gateway, ModelApi, Output, Preset};
+use crate::config::network::Network;
 use crate::hospital::Hospital;
 use crate::workspace::{Cancel, Workspace};
 
@@ -30,29 +32,11 @@ pub async fn treat(
 ) -> anyhow::Result<Visit> {
     let stage = patient.stage;
     let preset = h.config.agent.applied.as_ref().map(|a| a.preset);
-    let gateway = gateway_url(h, preset);
-    let setup = match preset {
-        Some(p) => Setup::for_preset(p, std::env::var_os("HOME").map(PathBuf::from), gateway.as_deref()),
-        None => Setup::default(),
-    };
-    let area = Area::make_at(Area::for_agent(&patient.folder, &prepared.workdir, preset), &setup)?;
-    if let Some(p) = preset {
-        let notes = (!p.shell).then_some(crate::agent::home::NOTES_IN_WORKTREE_IGNORED);
-        exclude_scratch(&prepared.workdir, p.scratch.iter().copied().chain(notes));
-    }
-    let spec = AgentSpec {
-        command: command.unwrap_or_else(|| h.config.agent.command.clone()),
-        workdir: prepared.workdir.clone(),
-        // The emulator's variables go to the agent's environment and nowhere else.
-        env: agent_env(h, patient, prepared).into_iter().chain(prepared.emulator_env.iter().cloned()).collect(),
-        pass_env: h.config.agent.pass_env.clone(),
-        fixed_env: preset.map(|p| preset_env(p, &area, gateway.as_deref())).unwrap_or_default(),
-        area,
-        prompt_file: prepared.prompt_file.clone(),
-        artifacts: patient.folder.clone(),
-        time_limit: stage.config.time_limit,
-        ward_exe: h.ward_exe.clone(),
-    };
+    // The walls: the model key stays with ward (its proxy), and the agent
+    // runs in a network of its own unless ward.yml says `network: open`.
+    let routes = preset.map(|p| model_routes(h, p)).unwrap_or_default();
+    let gate = open_gate(h, patient, prepared, &routes).await?;
+    let spec = agent_spec(h, patient, prepared, command, gate.as_ref(), &routes)?;
     info!(command = ?spec.command.first(), "agent starts");
     // The engine enforces the run's dollars while it goes and stops a run
     // the model refuses (the wall clock is crate::agent's); dropping the
@@ -84,6 +68,11 @@ pub async fn treat(
         stop = watch => (AgentEnd::Signalled(libc::SIGKILL), Some(stop)),
     };
     let agent_ms = started.elapsed().as_millis() as u64;
+    let blocked = gate.as_ref().map(|g| g.blocked()).unwrap_or_default();
+    drop(gate);
+    if !blocked.is_empty() {
+        warn!(blocked = %agent::gate::describe(&blocked), "the network wall refused the agent's connections");
+    }
     info!(agent_ms, ?end, "agent ended");
     let (stopped, refused) = match stop {
         Some(Stop::Budget(breach, _)) => {
@@ -136,11 +125,78 @@ pub async fn treat(
         model,
         gave_up: report.gave_up,
         transcript,
+        unwalled: network(h, patient).is_open(),
+        blocked: blocked
+            .into_iter()
+            .map(|((host, port), count)| super::visit::BlockedConnection { host, port, count })
+            .collect(),
         notes: Default::default(),
         stderr_tail: String::new(),
     };
     visit.seal(&patient.folder)?;
     Ok(Visit::open(&patient.folder)?)
+}
+
+/// The agent's command, environment and area for this run, with the gate's
+/// side of the walls (its loopback URLs, the placeholder key, the proxy).
+fn agent_spec(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    prepared: &Prepared,
+    command: Option<Vec<String>>,
+    gate: Option<&Gate>,
+    routes: &[(ModelRoute, ModelApi)],
+) -> anyhow::Result<AgentSpec> {
+    let stage = patient.stage;
+    let preset = h.config.agent.applied.as_ref().map(|a| a.preset);
+    let gateway = match (gate, preset) {
+        (Some(g), Some(p)) if p.gateway == Gateway::CodexConfig && !routes.is_empty() => g.model_urls.first().cloned(),
+        _ if !routes.is_empty() => None,
+        _ => gateway_url(h, preset),
+    };
+    let setup = match preset {
+        Some(p) => Setup::for_preset(p, std::env::var_os("HOME").map(PathBuf::from), gateway.as_deref()),
+        None => Setup::default(),
+    };
+    let area = Area::make_at(Area::for_agent(&patient.folder, &prepared.workdir, preset), &setup)?;
+    if let Some(p) = preset {
+        let notes = (!p.shell).then_some(crate::agent::home::NOTES_IN_WORKTREE_IGNORED);
+        exclude_scratch(&prepared.workdir, p.scratch.iter().copied().chain(notes));
+    }
+    Ok(AgentSpec {
+        command: command.unwrap_or_else(|| h.config.agent.command.clone()),
+        workdir: prepared.workdir.clone(),
+        // The emulator's variables go to the agent's environment and nowhere else.
+        env: agent_env(h, patient, prepared).into_iter().chain(prepared.emulator_env.iter().cloned()).collect(),
+        // The keys ward keeps never pass, whatever `pass_env` says.
+        pass_env: h
+            .config
+            .agent
+            .pass_env
+            .iter()
+            .filter(|v| !routes.iter().any(|(_, api)| api.keys.contains(&v.as_str())))
+            .cloned()
+            .collect(),
+        fixed_env: preset
+            .map(|p| preset_env(p, &area, gateway.as_deref()))
+            .unwrap_or_default()
+            .into_iter()
+            .chain(gate.map(|g| wall_env(g, routes)).unwrap_or_default())
+            .collect(),
+        area,
+        prompt_file: prepared.prompt_file.clone(),
+        artifacts: patient.folder.clone(),
+        time_limit: stage.config.time_limit,
+        ward_exe: h.ward_exe.clone(),
+        wall: gate.filter(|_| !network(h, patient).is_open()).map(|g| agent::Walled {
+            relays: g.relays.clone(),
+            hide: if h.config.agent.docker {
+                Vec::new()
+            } else {
+                agent::wall::DOCKER_SOCKETS.iter().map(PathBuf::from).collect()
+            },
+        }),
+    })
 }
 
 /// After the agent: its notes moved to where the visit reads them, its
@@ -160,6 +216,89 @@ fn leave_area(area: &Area, folder: &Path, preset: Option<&Preset>) -> anyhow::Re
     let kept = preset.map(|p| area.keep_transcripts(folder, p.transcripts)).unwrap_or_default();
     area.remove();
     Ok(kept)
+}
+
+/// The stage's network: the agent's, with the stage's allowlist in its place.
+fn network(h: &Hospital, patient: &Patient<'_>) -> Network {
+    match (&h.config.agent.network, &patient.stage.config.network) {
+        (Network::Walled(_), Some(allow)) => Network::Walled(allow.clone()),
+        (n, _) => n.clone(),
+    }
+}
+
+/// The preset's model APIs whose key ward's environment holds: where ward
+/// forwards (ward.yml's `agent.base_url`, else the job's variable, else
+/// the API's own endpoint) and the key it adds.
+fn model_routes(h: &Hospital, preset: &Preset) -> Vec<(ModelRoute, ModelApi)> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let mut gateway = h.config.agent.base_url.clone();
+    preset
+        .apis
+        .iter()
+        .filter_map(|api| {
+            let key = api.keys.iter().find_map(|k| var(k))?;
+            let upstream = gateway
+                .take()
+                .or_else(|| api.base.iter().find_map(|b| var(b)))
+                .unwrap_or_else(|| api.default_url.to_string());
+            Some((ModelRoute { style: api.style, upstream, key }, *api))
+        })
+        .collect()
+}
+
+/// The gate for this run: behind the wall (probed first: where this system
+/// cannot make one, the run is refused unless ward.yml says
+/// `agent.network: open`), or only the model proxy on the host's loopback.
+async fn open_gate(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    prepared: &Prepared,
+    routes: &[(ModelRoute, ModelApi)],
+) -> anyhow::Result<Option<Gate>> {
+    let network = network(h, patient);
+    let models: Vec<ModelRoute> = routes.iter().map(|(r, _)| r.clone()).collect();
+    if network.is_open() {
+        warn!("agent.network is `open`: the agent runs on the host's network, unwalled");
+        if models.is_empty() {
+            return Ok(None);
+        }
+        let gate = Gate::open(models).await.context("could not start ward's model proxy on 127.0.0.1")?;
+        return Ok(Some(gate));
+    }
+    if let Err(why) = agent::wall::probe(&h.ward_exe).await {
+        anyhow::bail!(
+            "ward cannot wall the agent of issue {}, stage `{}`, on this system: {why}. Run ward where it may \
+             create user and network namespaces (on Ubuntu 24.04, AppArmor restricts them: run ward with sudo, or \
+             allow them with `sysctl kernel.apparmor_restrict_unprivileged_userns=0`), or set `agent.network: open` \
+             in .github/ward.yml to run the agent unwalled",
+            patient.issue.number,
+            patient.stage.name
+        );
+    }
+    let gate = Gate::walled(&std::env::temp_dir(), models, network.allow().to_vec(), &prepared.emulator_ports)
+        .await
+        .context("could not start the network wall's proxies (their sockets go in ward's temp folder)")?;
+    Ok(Some(gate))
+}
+
+/// The agent's side of the gate: a placeholder in every key variable, ward's
+/// loopback URL in every endpoint variable, the egress proxy for every tool
+/// that reads the proxy variables (loopback excepted).
+fn wall_env(gate: &Gate, routes: &[(ModelRoute, ModelApi)]) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for ((_, api), url) in routes.iter().zip(&gate.model_urls) {
+        env.extend(api.keys.iter().map(|k| (k.to_string(), agent::gate::PLACEHOLDER_KEY.to_string())));
+        env.extend(api.base.iter().map(|b| (b.to_string(), url.clone())));
+    }
+    if !gate.proxy_url.is_empty() {
+        for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"] {
+            env.push((name.to_string(), gate.proxy_url.clone()));
+        }
+        for name in ["NO_PROXY", "no_proxy"] {
+            env.push((name.to_string(), "127.0.0.1,localhost,::1".to_string()));
+        }
+    }
+    env
 }
 
 /// The gateway's URL: ward.yml's `agent.base_url`, else the variable the

@@ -89,12 +89,27 @@ pub struct Visit {
     /// Its session logs kept in the run's folder (`transcript/...`).
     #[serde(default)]
     pub transcript: Vec<String>,
+    /// The connections the network wall refused (engine/agent/gate.rs).
+    #[serde(default)]
+    pub blocked: Vec<BlockedConnection>,
+    /// The agent ran on the host's network (`agent.network: open`).
+    #[serde(default)]
+    pub unwalled: bool,
     /// What it wrote to `$WARD_NOTES`, read back from the folder.
     #[serde(skip)]
     pub notes: AgentText,
     /// The end of its standard error, read back from the folder.
     #[serde(skip)]
     pub stderr_tail: String,
+}
+
+/// A host and port the agent tried to reach and the wall refused, and how often.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlockedConnection {
+    pub host: String,
+    pub port: u16,
+    pub count: u32,
 }
 
 /// The agent's notes file, as found.
@@ -274,6 +289,8 @@ mod tests {
             }),
             gave_up: Some("overloaded".into()),
             transcript: vec!["transcript/.claude/projects/-w/s.jsonl".into(), "../escape".into()],
+            blocked: vec![],
+            unwalled: false,
             notes: AgentText::Missing,
             stderr_tail: String::new(),
         }

@@ -43,8 +43,28 @@ pub const DECOY_ARGV: &str = "ghs_DECOYcommandline0000000000000000";
 pub const DECOY_FILE: &str = "ghp_DECOYcredentialfile0000000000000";
 pub const DECOY_MEM: &str = "ghu_DECOYmemory000000000000000000000";
 
+thread_local! {
+    /// Set by [`as_root_here`]: this test thread runs ward as root itself.
+    static AS_ROOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// From now on, this test thread runs ward as the user the tests run as
+/// (root, where they run as root), not as [`USER`]: the walls' tests run
+/// each attack both ways.
+#[allow(dead_code)]
+pub fn as_root_here() {
+    AS_ROOT.with(|r| r.set(true));
+}
+
 /// `(uid, gid)` to run as, or `None` to run as the current user.
 fn account() -> Option<(u32, u32)> {
+    if AS_ROOT.with(|r| r.get()) {
+        return None;
+    }
+    unprivileged_account()
+}
+
+fn unprivileged_account() -> Option<(u32, u32)> {
     static ACCOUNT: OnceLock<Option<(u32, u32)>> = OnceLock::new();
     *ACCOUNT.get_or_init(|| {
         // SAFETY: geteuid has no preconditions.
