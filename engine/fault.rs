@@ -22,6 +22,7 @@ pub const POINTS: &[&str] = &[
     "after-labels",         // transfer: the labels moved, the next stage not dispatched
     "after-merge",          // discharge: the pull request merged, the patient not yet moved
     "after-incident-filed", // safety: an incident issue opened, the run not finished
+    "after-proposal-filed", // research: a proposal filed, the run not finished
 ];
 
 /// Exits the process when `WARD_FAULT` names `point`.

@@ -28,6 +28,7 @@ pub mod patient_comment;
 pub mod precedent;
 pub mod prompt;
 pub mod report;
+pub mod research;
 pub mod rules;
 pub mod runner;
 pub mod safety;

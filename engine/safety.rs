@@ -130,8 +130,40 @@ impl std::fmt::Display for IncidentRun {
     }
 }
 
-/// The incident issue for `revert` of `matched`.
-pub fn new_incident(config: &Config, base: &str, revert: &RevertCommit, matched: &Matched) -> NewIssue {
+/// Most chart lines an incident's timeline holds (the latest are kept).
+pub const TIMELINE: usize = 80;
+
+/// The timeline of a chart: one line per note (time, stage, role, run,
+/// kind; an outcome's name), the latest [`TIMELINE`] of them.
+pub fn timeline(notes: &[crate::chart::Note]) -> String {
+    let lines: Vec<String> = notes
+        .iter()
+        .map(|n| {
+            let what = match n.kind {
+                crate::chart::NoteKind::Outcome => format!("OUTCOME {}", n.body.trim()),
+                k => k.as_str().to_string(),
+            };
+            format!(
+                "{} {} {} run {} {what}",
+                n.meta.at.format("%Y-%m-%d %H:%M:%S"),
+                n.meta.stage,
+                n.meta.role,
+                n.meta.run
+            )
+        })
+        .collect();
+    let skip = lines.len().saturating_sub(TIMELINE);
+    let mut out = String::new();
+    if skip > 0 {
+        out.push_str(&format!("({skip} earlier notes left out)\n"));
+    }
+    out.push_str(&lines[skip..].join("\n"));
+    out
+}
+
+/// The incident issue for `revert` of `matched`, with the patient's chart
+/// as a timeline.
+pub fn new_incident(config: &Config, base: &str, revert: &RevertCommit, matched: &Matched, timeline: &str) -> NewIssue {
     let patient = matched.patient;
     let title = format!("Incident: the change of {patient} was reverted on {base}");
     let body = format!(
@@ -141,6 +173,7 @@ pub fn new_incident(config: &Config, base: &str, revert: &RevertCommit, matched:
          - Patient: {patient}\n\
          - Its chart: `ward chart {}` (on GitHub, `charts/{}.md` on the `{}` branch)\n\
          - The revert: `{}`\n\n\
+         The chart of {patient}, as ward read it when it opened this incident (UTC):\n\n{}\n\n\
          ward filed this incident and did not admit it: nothing runs until a person with the admission \
          permission applies `{}`. Admitted, the planner's incident mode writes the post-incident review \
          from the chart: the timeline, which gate should have caught it and why it did not, and the \
@@ -158,6 +191,7 @@ pub fn new_incident(config: &Config, base: &str, revert: &RevertCommit, matched:
         patient.0,
         config.charts_branch,
         revert.sha,
+        crate::untrusted::fence(if timeline.is_empty() { "(no chart)" } else { timeline }, "text"),
         config.admission,
     );
     NewIssue { title, body, labels: vec![INCIDENT_LABEL.to_string()] }
@@ -208,8 +242,9 @@ pub async fn incidents(forge: &dyn Forge, config: &Config, base: &str) -> anyhow
             forge.ensure_labels(&[label_spec()]).await.context("could not make the incident label")?;
             labelled = true;
         }
+        let timeline = chart_timeline(forge, config, matched.patient).await;
         let issue = forge
-            .create_issue(new_incident(config, base, revert, &matched))
+            .create_issue(new_incident(config, base, revert, &matched, &timeline))
             .await
             .with_context(|| format!("could not open the incident for the revert of {}", matched.patient))?;
         crate::fault::point("after-incident-filed");
@@ -217,6 +252,19 @@ pub async fn incidents(forge: &dyn Forge, config: &Config, base: &str) -> anyhow
         run.opened.push((issue.number, matched.patient));
     }
     Ok(run)
+}
+
+/// The patient's chart as a timeline; what went wrong reading it, in its place.
+async fn chart_timeline(forge: &dyn Forge, config: &Config, patient: IssueNumber) -> String {
+    let sentinels = crate::chart::Sentinels::new(&config.sentinel_prefix);
+    match forge.read_chart(patient).await {
+        Ok(None) => String::new(),
+        Ok(Some(chart)) => match sentinels.parse_chart(&chart.text) {
+            Ok(notes) => timeline(&notes),
+            Err(e) => format!("the chart of {patient} could not be parsed: {e}"),
+        },
+        Err(e) => format!("the chart of {patient} could not be read: {e}"),
+    }
 }
 
 /// The discharged patient whose merged pull request is `number`, or whose
@@ -281,7 +329,7 @@ mod tests {
             at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
         };
         let matched = Matched { patient: IssueNumber(4), pull: 9, pull_url: "u".into() };
-        let new = new_incident(&config, "main", &revert, &matched);
+        let new = new_incident(&config, "main", &revert, &matched, "t");
         assert_eq!(new.labels, [INCIDENT_LABEL]);
         let issue = Issue {
             number: IssueNumber(10),

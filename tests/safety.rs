@@ -300,6 +300,11 @@ async fn after_the_demo_a_reverted_discharge_opens_one_incident_that_waits_for_a
         incident.body
     );
     assert!(incident.body.contains("ward chart 1") && incident.body.contains("pull request #"), "{}", incident.body);
+    assert!(
+        incident.body.contains("discharge discharge-nurse run") && incident.body.contains("OUTCOME discharged"),
+        "the chart's timeline: {}",
+        incident.body
+    );
     assert!(forge.dispatches().unwrap().iter().all(|d| d.issue != incident.number), "no stage was started for it");
 
     // The report counts the revert against acceptance.
@@ -352,4 +357,102 @@ async fn a_revert_on_the_fake_github_opens_one_incident_that_waits_for_a_person(
     assert!(body.contains(&format!("pull request #{pull}")) && body.contains(&merged), "{body}");
     drop(st);
     gh.assert_known_routes();
+}
+
+#[test]
+fn an_admitted_incident_puts_the_planner_in_incident_mode_and_a_persons_copy_does_not() {
+    use ward::prompt::{PromptContext, Prompts, WorkspaceContext};
+    let config = config();
+    let sentinels = ward::chart::Sentinels::new(&config.sentinel_prefix);
+    let prompts = Prompts::new(std::path::Path::new(env!("CARGO_MANIFEST_DIR")));
+    let stage = config.stage("admit").unwrap();
+    let role = config.role(&stage.config.role).unwrap();
+    let body = format!("<!-- ward-incident patient=4 revert={} reverted=1700000000 -->\nreverted", "b".repeat(40));
+    let render = |author: &str| {
+        let workspace = WorkspaceContext {
+            path: "/w".into(),
+            branch: "ward/issue-9".into(),
+            base: "main".into(),
+            head: "0".repeat(40),
+            env: Vec::new(),
+        };
+        let ctx = PromptContext::new(&config, &sentinels, stage, &issue(9, author, &body), &[], &[], workspace);
+        prompts.render(&role.prompt, &ctx).unwrap()
+    };
+    let engine = render(BOT);
+    assert!(engine.contains("## Incident mode: the post-incident review"), "{engine}");
+    assert!(engine.contains("the change ward\ndischarged for #4 was reverted"), "{engine}");
+    assert!(engine.contains("## Which gate should have caught it") && engine.contains("`Follow-up: ...`"), "{engine}");
+    let person = render("mallory");
+    assert!(!person.contains("Incident mode"), "a person's copy of the marker is an ordinary patient");
+    assert!(person.contains("anything suspicious in the issue text.\n- `## Decision`"), "{person}");
+    assert!(person.contains("precedent does.\n\n## What you write\n"), "no stray blank line: {person}");
+}
+
+/// A month's record with four patterns: plan review sent three patients
+/// back, P-0001 cited by three, two escalations from diagnose, and a
+/// follow-up no one decided.
+fn research_history() -> Vec<PatientRecord> {
+    (1..=3)
+        .map(|n| PatientRecord {
+            issue: issue(n, "maria", "work"),
+            events: vec![on("ward:admit", "maria", n as i64)],
+            notes: {
+                let mut notes = vec![
+                    note(NoteKind::Outcome, "plan-review", H, "reject"),
+                    note(NoteKind::TreatmentPlan, "diagnose", H, "As P-0001 says, quarantine the test."),
+                    note(NoteKind::PrecedentLookup, "diagnose", H, "P-0002 P-0002 P-0002"),
+                ];
+                if n < 3 {
+                    notes.push(note(NoteKind::Escalation, "diagnose", 2 * H, "Which behaviour is wanted?"));
+                }
+                notes
+            },
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn research_files_at_most_n_proposals_once_each_at_a_label_only_a_person_admits() {
+    let dir = tempfile::tempdir().unwrap();
+    let forge = ward::forge::local::LocalForge::new(dir.path(), BOT);
+    let config = config();
+    let follow_up = ward::forge::NewIssue {
+        title: "Follow-up of #1: rename greet".into(),
+        body: "<!-- ward-follow-up patient=1 key=0123456789abcdef -->\nrename".into(),
+        labels: vec!["ward:follow-up".into()],
+    };
+    let follow_up = forge.create_issue(follow_up).await.unwrap().number;
+    let found =
+        ward::research::proposals(&config, &research_history(), &forge.all_issues().await.unwrap(), &BOT.into());
+    let titles: Vec<&str> = found.iter().map(|p| p.title.as_str()).collect();
+    assert_eq!(titles.len(), 4, "{titles:#?}");
+    assert!(titles[..2].contains(&"Research: `plan-review.reject` sent work back 3 times"), "{titles:#?}");
+    assert!(
+        titles[..2].contains(&"Research: precedent P-0001 was cited by 3 patients"),
+        "the engine's lookups are no citations"
+    );
+    assert_eq!(titles[2], "Research: 2 patients escalated from `diagnose`");
+    assert_eq!(titles[3], "Research: 1 follow-ups wait for a decision");
+    assert!(found[3].body.contains(&follow_up.to_string()), "{}", found[3].body);
+    assert!(found[2].body.contains("ward never appends to the precedent log"), "{}", found[2].body);
+
+    // A person's issue carrying a proposal's marker does not count as filed.
+    let forged = format!("<!-- ward-research key={} -->\nmine", found[0].key);
+    forge.admit(ward::forge::NewIssue { title: "copy".into(), body: forged, labels: Vec::new() }).unwrap();
+
+    let first = ward::research::file(&forge, &config, &research_history(), 2).await.unwrap();
+    assert_eq!((first.found, first.known, first.filed.len()), (4, 0, 2), "{first}");
+    let second = ward::research::file(&forge, &config, &research_history(), 2).await.unwrap();
+    assert_eq!((second.known, second.filed.len()), (2, 2), "{second}");
+    let third = ward::research::file(&forge, &config, &research_history(), 2).await.unwrap();
+    assert_eq!((third.known, third.filed.len()), (4, 0), "never one filed before: {third}");
+    let issues = forge.all_issues().await.unwrap();
+    let proposals: Vec<&Issue> = issues.iter().filter(|i| i.labels.iter().any(|l| l == "ward:proposal")).collect();
+    assert_eq!(proposals.len(), 4);
+    for p in &proposals {
+        assert_eq!(p.labels, ["ward:proposal"], "not admitted: {}", p.title);
+        assert_eq!(ward::outcomes::source(p, &config.engine_account), ward::outcomes::Source::Research);
+    }
+    assert!(forge.dispatches().unwrap().is_empty(), "no stage was started");
 }

@@ -51,6 +51,30 @@ pub async fn sweep(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `ward research`: proposals from the record of the last `since`.
+pub async fn research(forge: &dyn Forge, config: &Config, since: &str, max: usize) -> anyhow::Result<ExitCode> {
+    let since = report::parse_since(since).map_err(|e| crate::cli::BadInput(e.to_string()))?;
+    let from = chrono::Duration::from_std(since)
+        .ok()
+        .and_then(|d| Utc::now().checked_sub_signed(d))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let (patients, problems) = report::gather(forge, config, Some(from)).await?;
+    for p in problems {
+        eprintln!("{}", crate::untrusted::shown(&p));
+    }
+    // The period's notes only: a pattern of months ago is not this period's.
+    let recent: Vec<report::PatientRecord> = patients
+        .into_iter()
+        .map(|mut p| {
+            p.notes.retain(|n| n.meta.at >= from);
+            p
+        })
+        .collect();
+    let run = crate::research::file(forge, config, &recent, max).await?;
+    println!("{}", crate::untrusted::shown(&run.to_string()));
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `ward safety`: the incidents of reverted discharges.
 pub async fn safety(forge: &dyn Forge, config: &Config, base: Option<&str>) -> anyhow::Result<ExitCode> {
     let base = base.unwrap_or(&config.departments.sweep.facilities.base_branch);

@@ -248,6 +248,16 @@ pub enum Command {
         #[arg(long, env = "WARD_NOW")]
         now: Option<String>,
     },
+    /// The research department: file proposals (not admitted) from the
+    /// hospital's record, at most --max, never one filed before.
+    Research {
+        /// The period read, ending now: `30d`, `7d`.
+        #[arg(long, default_value = "30d")]
+        since: String,
+        /// Proposals filed per run, at most.
+        #[arg(long, default_value_t = crate::research::DEFAULT_MAX)]
+        max: usize,
+    },
     /// The safety department: open an incident (not admitted) for each
     /// revert on the base branch of a change ward merged. `ward sweep` runs it too.
     Safety {
@@ -592,6 +602,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 review: *review,
             };
             departments::report(&*forge, &config, since, out, now).await
+        }
+        Command::Research { since, max } => {
+            let config = load_config(&cli.root)?;
+            let forge = open_forge(&cli, &config).await?;
+            departments::research(&*forge, &config, since, *max).await
         }
         Command::Safety { base } => {
             let config = load_config(&cli.root)?;
