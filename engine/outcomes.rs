@@ -194,8 +194,20 @@ pub fn compute(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Outcomes {
-    // (from, to]: periods that meet count a moment once.
-    let in_window = |t: DateTime<Utc>| t > from && t <= to;
+    compute_period(config, patients, reverts, accept_days, (from, to), true)
+}
+
+/// Pure: the outcomes of `(from, to]`, or `[from, to]` with `include_from`
+/// (the first of [`periods`]): periods that meet count a moment once.
+pub fn compute_period(
+    config: &Config,
+    patients: &[PatientRecord],
+    reverts: &[Revert],
+    accept_days: u32,
+    (from, to): (DateTime<Utc>, DateTime<Utc>),
+    include_from: bool,
+) -> Outcomes {
+    let in_window = |t: DateTime<Utc>| (t > from || (include_from && t == from)) && t <= to;
     let engine = &config.engine_account;
     let added_at = |p: &PatientRecord, label: &str| -> Vec<DateTime<Utc>> {
         p.events
@@ -372,7 +384,7 @@ pub fn by_version(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> BTreeMap<String, Outcomes> {
-    let in_window = |t: DateTime<Utc>| t > from && t <= to;
+    let in_window = |t: DateTime<Utc>| t >= from && t <= to;
     let mut groups: BTreeMap<String, Vec<PatientRecord>> = BTreeMap::new();
     for p in patients {
         let touched = p.events.iter().any(|e| in_window(e.at)) || p.notes.iter().any(|n| in_window(n.meta.at));

@@ -214,13 +214,16 @@ pub fn compute_with(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Report {
-    let outcomes_of = |a, b| crate::outcomes::compute(config, patients, &inputs.reverts, inputs.accept_days, a, b);
+    let outcomes_of = |window, first| {
+        crate::outcomes::compute_period(config, patients, &inputs.reverts, inputs.accept_days, window, first)
+    };
     let outcome_periods = crate::outcomes::periods(from, to, inputs.period.unwrap_or(chrono::Duration::zero()))
         .into_iter()
-        .map(|(a, b)| outcomes_of(a, b))
+        .enumerate()
+        .map(|(i, window)| outcomes_of(window, i == 0))
         .collect();
     let outcome_versions = crate::outcomes::by_version(config, patients, &inputs.reverts, inputs.accept_days, from, to);
-    let mut report = compute_stages(config, patients, from, to, outcomes_of(from, to));
+    let mut report = compute_stages(config, patients, from, to, outcomes_of((from, to), true));
     report.outcome_periods = outcome_periods;
     report.outcome_versions = outcome_versions;
     report
@@ -574,7 +577,8 @@ pub fn outcome_rows(o: &Outcomes) -> Vec<(String, String)> {
 fn render_outcomes(m: &mut String, r: &Report) {
     let _ = writeln!(m, "## Outcomes\n\n| outcome | figure |\n|---|---|");
     for (what, figure) in outcome_rows(&r.outcomes) {
-        let _ = writeln!(m, "| {what} | {} |", md_cell(&figure));
+        // ward's own figures (no issue text): escaped for the table, never cut.
+        let _ = writeln!(m, "| {what} | {} |", figure.replace('|', "\\|"));
     }
     if r.outcome_periods.len() > 1 {
         let _ = writeln!(

@@ -33,6 +33,11 @@ use crate::outcomes::Revert;
 pub const INCIDENT_LABEL: &str = "ward:incident";
 /// How many of the base branch's newest commits one run reads.
 pub const HISTORY: usize = 200;
+/// Reverts older than this are not looked at (their incidents were opened
+/// when they were new, or they predate ward): every sweep stays cheap.
+pub const HORIZON_DAYS: i64 = 30;
+/// Discharged patients whose pull request one run reads, newest first.
+pub const MAX_LOOKUPS: usize = 100;
 
 static REVERTS: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?m)^This reverts commit ([0-9a-f]{40})\b").expect("revert regex"));
@@ -207,13 +212,20 @@ pub fn label_spec() -> LabelSpec {
 }
 
 /// Reads the base branch and opens an incident for each revert of a merge
-/// ward made that has none yet.
-pub async fn incidents(forge: &dyn Forge, config: &Config, base: &str) -> anyhow::Result<IncidentRun> {
+/// ward made that has none yet (reverts of the last [`HORIZON_DAYS`] before
+/// `now`).
+pub async fn incidents(
+    forge: &dyn Forge,
+    config: &Config,
+    base: &str,
+    now: DateTime<Utc>,
+) -> anyhow::Result<IncidentRun> {
     let commits = forge
         .branch_commits(base, HISTORY)
         .await
         .with_context(|| format!("the safety department could not read the history of `{base}`"))?;
-    let reverts = revert_commits(&commits);
+    let horizon = now - chrono::Duration::days(HORIZON_DAYS);
+    let reverts: Vec<RevertCommit> = revert_commits(&commits).into_iter().filter(|r| r.at >= horizon).collect();
     let mut run = IncidentRun { reverts: reverts.len(), ..IncidentRun::default() };
     if reverts.is_empty() {
         return Ok(run);
@@ -225,6 +237,7 @@ pub async fn incidents(forge: &dyn Forge, config: &Config, base: &str) -> anyhow
     let mut discharged: Vec<IssueNumber> =
         issues.iter().filter(|i| i.labels.iter().any(|l| l == discharged_label)).map(|i| i.number).collect();
     discharged.sort_by(|a, b| b.cmp(a));
+    discharged.truncate(MAX_LOOKUPS);
     let by_sha: BTreeMap<&str, &BranchCommit> = commits.iter().map(|c| (c.sha.as_str(), c)).collect();
     let mut pulls = BTreeMap::new();
     let mut labelled = false;

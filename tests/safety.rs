@@ -344,9 +344,10 @@ async fn a_revert_on_the_fake_github_opens_one_incident_that_waits_for_a_person(
     let message = format!("Revert \"Treat the greeting (#{pull})\"\n\nThis reverts commit {merged}.");
     gh.state().commit_files("main", &[("greet.sh", "broken\n")], &message, "rosa");
 
-    let first = ward::safety::incidents(&forge, &config, "main").await.unwrap();
+    let now = gh.state().time();
+    let first = ward::safety::incidents(&forge, &config, "main", now).await.unwrap();
     assert_eq!((first.reverts, first.opened.len(), first.unmatched), (2, 1, 1), "{first}");
-    let again = ward::safety::incidents(&forge, &config, "main").await.unwrap();
+    let again = ward::safety::incidents(&forge, &config, "main", now).await.unwrap();
     assert_eq!((again.opened.len(), again.known), (0, 1), "{again}");
     let (incident, of) = first.opened[0];
     assert_eq!(of, IssueNumber(patient));
@@ -386,7 +387,7 @@ fn an_admitted_incident_puts_the_planner_in_incident_mode_and_a_persons_copy_doe
     let person = render("mallory");
     assert!(!person.contains("Incident mode"), "a person's copy of the marker is an ordinary patient");
     assert!(person.contains("anything suspicious in the issue text.\n- `## Decision`"), "{person}");
-    assert!(person.contains("precedent does.\n\n## What you write\n"), "no stray blank line: {person}");
+    assert!(person.contains("precedent when one does.\n\n## What you write\n"), "no stray blank line: {person}");
 }
 
 /// A month's record with four patterns: plan review sent three patients

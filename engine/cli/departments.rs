@@ -41,7 +41,7 @@ pub async fn sweep(
     // discharged changes become incidents. A forge without branches (a
     // scratch local forge) has nothing to read.
     let base = &config.departments.sweep.facilities.base_branch;
-    match crate::safety::incidents(forge, config, base).await {
+    match crate::safety::incidents(forge, config, base, now).await {
         Ok(run) => println!("{}", crate::untrusted::shown(&run.to_string())),
         Err(e) if forge.as_local().is_some_and(|l| !l.has_repository()) => {
             tracing::debug!("no safety walk: {e:#}");
@@ -78,7 +78,7 @@ pub async fn research(forge: &dyn Forge, config: &Config, since: &str, max: usiz
 /// `ward safety`: the incidents of reverted discharges.
 pub async fn safety(forge: &dyn Forge, config: &Config, base: Option<&str>) -> anyhow::Result<ExitCode> {
     let base = base.unwrap_or(&config.departments.sweep.facilities.base_branch);
-    let run = crate::safety::incidents(forge, config, base).await?;
+    let run = crate::safety::incidents(forge, config, base, Utc::now()).await?;
     println!("{}", crate::untrusted::shown(&run.to_string()));
     Ok(ExitCode::SUCCESS)
 }
