@@ -139,7 +139,7 @@ pub struct Outcomes {
     pub patients_with_cost: usize,
     /// cost / patients with a cost.
     pub cost_per_patient_usd: Option<f64>,
-    /// cost / merged.
+    /// cost / merged; `None` without a merge or without any cost figure.
     pub cost_per_merge_usd: Option<f64>,
     pub acceptance: Acceptance,
     /// Merged with no person acting between admission and merge: every
@@ -290,7 +290,8 @@ pub fn compute_period(
     o.hospital_share = (o.patients > 0).then(|| hospital_total as f64 / o.patients as f64);
     o.hospital_generated = hospital;
     o.cost_per_patient_usd = (o.patients_with_cost > 0).then(|| o.cost_usd / o.patients_with_cost as f64);
-    o.cost_per_merge_usd = (o.merged > 0).then(|| o.cost_usd / o.merged as f64);
+    // No figure at all is unknown, not free.
+    o.cost_per_merge_usd = (o.merged > 0 && o.patients_with_cost > 0).then(|| o.cost_usd / o.merged as f64);
     let a = &mut o.acceptance;
     a.accepted = a.merged - a.reverted;
     a.rate = (a.merged > 0).then(|| a.accepted as f64 / a.merged as f64);

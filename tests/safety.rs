@@ -314,6 +314,11 @@ async fn after_the_demo_a_reverted_discharge_opens_one_incident_that_waits_for_a
     assert_eq!(json["outcomes"]["merged"], 1, "{json:#}");
     assert_eq!(json["outcomes"]["acceptance"]["reverted"], 1, "{json:#}");
     assert_eq!(json["outcomes"]["acceptance"]["rate"], 0.0, "{json:#}");
+    assert_eq!(
+        json["outcomes"]["cost_per_merge_usd"],
+        serde_json::Value::Null,
+        "the stand-in reports no cost: unknown, not $0"
+    );
 }
 
 #[tokio::test]
