@@ -14,13 +14,15 @@ pub const EXIT_CODE: i32 = 86;
 /// Every point, in the order a stage run reaches them. The transfer's
 /// points are the sweep's too (its re-trigger notes go through transfer).
 pub const POINTS: &[&str] = &[
-    "after-guard",       // admitted: the lock is held, nothing written yet
-    "after-prepare",     // ADMISSION notes durable, workspace up, prompt written
-    "after-treat",       // the agent ran; its visit is sealed, nothing recorded
-    "after-judge",       // judged; nothing recorded
-    "after-chart-write", // transfer: the notes are in the chart, the labels not moved
-    "after-labels",      // transfer: the labels moved, the next stage not dispatched
-    "after-merge",       // discharge: the pull request merged, the patient not yet moved
+    "after-guard",          // admitted: the lock is held, nothing written yet
+    "after-prepare",        // ADMISSION notes durable, workspace up, prompt written
+    "after-treat",          // the agent ran; its visit is sealed, nothing recorded
+    "after-judge",          // judged; nothing recorded
+    "after-chart-write",    // transfer: the notes are in the chart, the labels not moved
+    "after-labels",         // transfer: the labels moved, the next stage not dispatched
+    "after-merge",          // discharge: the pull request merged, the patient not yet moved
+    "after-incident-filed", // safety: an incident issue opened, the run not finished
+    "after-proposal-filed", // research: a proposal filed, the run not finished
 ];
 
 /// Exits the process when `WARD_FAULT` names `point`.

@@ -28,6 +28,11 @@ pub const UNKNOWN: &str = "unknown";
 static LINE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?m)^Pipeline version: `([0-9a-f]{12})`\.?$").expect("version regex"));
 
+/// The version an ADMISSION note's body records, if it records one.
+pub fn recorded_version(body: &str) -> Option<String> {
+    LINE.captures(body).map(|c| c[1].to_string())
+}
+
 /// The admission note's line for `version`.
 pub fn admission_line(version: &str) -> String {
     format!("Pipeline version: `{version}`.")

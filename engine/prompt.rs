@@ -93,6 +93,10 @@ pub struct IssueContext {
     /// Title and body as admitted (and a re-admitted edit as an addendum),
     /// fenced and neutralised.
     pub fenced: String,
+    /// On an incident the safety department filed (its marker, on an issue
+    /// the engine wrote): the patient whose reverted change it reviews. The
+    /// planner's template switches to its incident mode on it.
+    pub incident: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -171,6 +175,7 @@ impl PromptContext {
                 number: issue.number.0,
                 author: issue.author.clone(),
                 fenced: fence_patient(sentinels, issue, chart),
+                incident: crate::safety::trusted_incident(issue, &config.engine_account).map(|(n, _, _)| n.0),
             },
             stage: StageContext::new(stage),
             role: RoleContext {
@@ -754,7 +759,7 @@ mod tests {
 
     fn bare_context() -> PromptContext {
         PromptContext {
-            issue: IssueContext { number: 1, author: "a".into(), fenced: "f".into() },
+            issue: IssueContext { number: 1, author: "a".into(), fenced: "f".into(), incident: None },
             stage: StageContext {
                 name: "s".into(),
                 label: "l".into(),

@@ -16,9 +16,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::budget::parse_cost_note;
-use crate::chart::{Note, Sentinels};
+use crate::chart::Sentinels;
 use crate::config::Config;
-use crate::forge::{Forge, ForgeError, Issue, LabelAction, LabelEvent};
+use crate::forge::{Forge, ForgeError, LabelAction};
 use crate::lockdown::LOCKDOWN_LABEL;
 
 #[derive(Debug, thiserror::Error)]
@@ -34,13 +34,8 @@ pub fn parse_since(text: &str) -> Result<Duration, ReportError> {
     humantime::parse_duration(text).map_err(|_| ReportError::Since(text.into()))
 }
 
-/// One patient as read from the forge.
-#[derive(Debug, Clone)]
-pub struct PatientRecord {
-    pub issue: Issue,
-    pub events: Vec<LabelEvent>,
-    pub notes: Vec<Note>,
-}
+pub use crate::outcomes::PatientRecord;
+use crate::outcomes::{Outcomes, Revert};
 
 /// Reads every patient (an issue that ever carried a ward label): its label
 /// events, and its chart unless the patient is closed and nothing happened
@@ -52,9 +47,21 @@ pub async fn gather(
     config: &Config,
     since: Option<DateTime<Utc>>,
 ) -> Result<(Vec<PatientRecord>, Vec<String>), ReportError> {
+    let (out, problems, _) = gather_with_reverts(forge, config, since).await?;
+    Ok((out, problems))
+}
+
+/// [`gather`], and the reverts the safety department's incident issues
+/// record (for acceptance).
+pub async fn gather_with_reverts(
+    forge: &dyn Forge,
+    config: &Config,
+    since: Option<DateTime<Utc>>,
+) -> Result<(Vec<PatientRecord>, Vec<String>, Vec<Revert>), ReportError> {
     let err = |action: String| move |cause| ReportError::Forge { action, cause };
     let sentinels = Sentinels::new(&config.sentinel_prefix);
     let issues = forge.all_issues().await.map_err(err("list the issues".into()))?;
+    let reverts = crate::safety::reverts(&issues, &config.engine_account);
     let mut out = Vec::new();
     let mut problems = Vec::new();
     for issue in issues {
@@ -80,7 +87,7 @@ pub async fn gather(
         };
         out.push(PatientRecord { issue, events, notes });
     }
-    Ok((out, problems))
+    Ok((out, problems, reverts))
 }
 
 /// Time in one stage, and what happened there, within the window.
@@ -152,8 +159,33 @@ pub struct Report {
     /// COST notes that gave a figure, and those that said `unknown`.
     pub costs_known: usize,
     pub costs_unknown: usize,
+    /// The outcomes of the whole window ([`crate::outcomes`]).
+    pub outcomes: Outcomes,
+    /// The window cut into periods (`--period`); one entry without.
+    pub outcome_periods: Vec<Outcomes>,
+    /// The window's outcomes by pipeline version.
+    pub outcome_versions: BTreeMap<String, Outcomes>,
     pub problems: Vec<String>,
 }
+
+/// What the outcomes need besides the patients.
+#[derive(Debug, Clone)]
+pub struct OutcomeInputs {
+    pub reverts: Vec<Revert>,
+    /// A merge not reverted within this many days is accepted.
+    pub accept_days: u32,
+    /// The length of one period; `None`: the whole window is one.
+    pub period: Option<chrono::Duration>,
+}
+
+impl Default for OutcomeInputs {
+    fn default() -> Self {
+        Self { reverts: Vec::new(), accept_days: DEFAULT_ACCEPT_DAYS, period: None }
+    }
+}
+
+/// A merge not reverted within this many days counts as accepted.
+pub const DEFAULT_ACCEPT_DAYS: u32 = 14;
 
 /// A cost as people should read it: `unknown` when no COST note gave a
 /// figure, a lower bound when only some did.
@@ -169,8 +201,41 @@ fn target_of<'a>(config: &'a Config, outcome: &str, fallback: &'a str) -> &'a st
     config.stages().find_map(|s| s.config.outcomes.get(outcome)).map(String::as_str).unwrap_or(fallback)
 }
 
-/// Pure: the report for the window `[from, to]`.
+/// Pure: the report for the window `[from, to]`, without reverts.
 pub fn compute(config: &Config, patients: &[PatientRecord], from: DateTime<Utc>, to: DateTime<Utc>) -> Report {
+    compute_with(config, patients, &OutcomeInputs::default(), from, to)
+}
+
+/// Pure: the report for the window `[from, to]`, its outcomes with `inputs`.
+pub fn compute_with(
+    config: &Config,
+    patients: &[PatientRecord],
+    inputs: &OutcomeInputs,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Report {
+    let outcomes_of = |window, first| {
+        crate::outcomes::compute_period(config, patients, &inputs.reverts, inputs.accept_days, window, first)
+    };
+    let outcome_periods = crate::outcomes::periods(from, to, inputs.period.unwrap_or(chrono::Duration::zero()))
+        .into_iter()
+        .enumerate()
+        .map(|(i, window)| outcomes_of(window, i == 0))
+        .collect();
+    let outcome_versions = crate::outcomes::by_version(config, patients, &inputs.reverts, inputs.accept_days, from, to);
+    let mut report = compute_stages(config, patients, from, to, outcomes_of((from, to), true));
+    report.outcome_periods = outcome_periods;
+    report.outcome_versions = outcome_versions;
+    report
+}
+
+fn compute_stages(
+    config: &Config,
+    patients: &[PatientRecord],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    outcomes: Outcomes,
+) -> Report {
     let in_window = |t: DateTime<Utc>| t >= from && t <= to;
     let discharged_label = target_of(config, "discharged", "ward:discharged");
     let chief_label = config.chief_label();
@@ -201,6 +266,9 @@ pub fn compute(config: &Config, patients: &[PatientRecord], from: DateTime<Utc>,
         versions: Vec::new(),
         costs_known: 0,
         costs_unknown: 0,
+        outcomes,
+        outcome_periods: Vec::new(),
+        outcome_versions: BTreeMap::new(),
         problems: Vec::new(),
     };
     for p in patients {
@@ -330,6 +398,9 @@ pub fn render_json(r: &Report) -> serde_json::Value {
         "total_cost_usd": r.total_cost,
         "stages": stages, "flows": flows, "costs": costs,
         "pipeline_versions": r.versions,
+        "outcomes": r.outcomes,
+        "outcomes_by_period": r.outcome_periods,
+        "outcomes_by_version": r.outcome_versions,
         "problems": r.problems,
     })
 }
@@ -372,6 +443,7 @@ pub fn render_markdown(r: &Report) -> String {
         r.sweep_escalations,
         cost_cell(r.total_cost, r.costs_known, r.costs_unknown)
     );
+    render_outcomes(&mut m, r);
     let _ = writeln!(m, "## Stages\n");
     let _ = writeln!(m, "| stage | entered | runs | median stay | p90 stay | send-backs | re-triggers | cost |");
     let _ = writeln!(m, "|---|---:|---:|---:|---:|---|---:|---:|");
@@ -426,6 +498,194 @@ pub fn render_markdown(r: &Report) -> String {
             let _ = writeln!(m, "- {}", md_cell(p));
         }
     }
+    m
+}
+
+fn share(v: Option<f64>) -> String {
+    v.map_or("–".into(), |x| format!("{:.0}%", x * 100.0))
+}
+
+fn usd(v: Option<f64>) -> String {
+    v.map_or("–".into(), |x| format!("${x:.2}"))
+}
+
+/// The outcome figures as table rows: (what, figure).
+pub fn outcome_rows(o: &Outcomes) -> Vec<(String, String)> {
+    let generated: usize = o.hospital_generated.values().sum();
+    let by_source = o
+        .hospital_generated
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let send_backs = o.send_backs.iter().map(|(g, n)| format!("{n} {g}")).collect::<Vec<_>>().join(", ");
+    let a = &o.acceptance;
+    let t = &o.time;
+    vec![
+        ("patients (admitted)".into(), o.patients.to_string()),
+        (
+            "filed by the hospital".into(),
+            format!(
+                "{generated} ({}){}",
+                share(o.hospital_share),
+                if by_source.is_empty() { String::new() } else { format!(": {by_source}") }
+            ),
+        ),
+        ("pull requests merged".into(), o.merged.to_string()),
+        (
+            "send-backs".into(),
+            format!(
+                "{}{}",
+                o.send_backs_total,
+                if send_backs.is_empty() { String::new() } else { format!(" ({send_backs})") }
+            ),
+        ),
+        (
+            "escalations".into(),
+            format!(
+                "{} to an attending, {} to the chiefs, {} reached people",
+                o.escalations_to_attending, o.escalations_to_chiefs, o.escalations_to_people
+            ),
+        ),
+        ("cost per patient".into(), usd(o.cost_per_patient_usd)),
+        ("cost per merged change".into(), usd(o.cost_per_merge_usd)),
+        (
+            format!("acceptance (not reverted within {} days)", a.days),
+            format!(
+                "{} ({} of {}; {} reverted, {} not settled yet)",
+                share(a.rate),
+                a.accepted,
+                a.merged,
+                a.reverted,
+                a.unsettled
+            ),
+        ),
+        ("merges no person touched".into(), format!("{} of {}", o.untouched_merges, o.merged)),
+        (
+            "time by state".into(),
+            format!(
+                "{} in stages (agents), {} waiting for people, {} waiting for the hospital",
+                human_duration(t.agent_seconds),
+                human_duration(t.waiting_for_people_seconds),
+                human_duration(t.waiting_other_seconds)
+            ),
+        ),
+    ]
+}
+
+fn render_outcomes(m: &mut String, r: &Report) {
+    let _ = writeln!(m, "## Outcomes\n\n| outcome | figure |\n|---|---|");
+    for (what, figure) in outcome_rows(&r.outcomes) {
+        // ward's own figures (no issue text): escaped for the table, never cut.
+        let _ = writeln!(m, "| {what} | {} |", figure.replace('|', "\\|"));
+    }
+    if r.outcome_periods.len() > 1 {
+        let _ = writeln!(
+            m,
+            "\n| period | patients | merged | send-backs | escalated to chiefs | cost per patient | acceptance |"
+        );
+        let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|");
+        for o in &r.outcome_periods {
+            let _ = writeln!(
+                m,
+                "| {} to {} | {} | {} | {} | {} | {} | {} |",
+                o.from.format("%Y-%m-%d %H:%M"),
+                o.to.format("%Y-%m-%d %H:%M"),
+                o.patients,
+                o.merged,
+                o.send_backs_total,
+                o.escalations_to_chiefs,
+                usd(o.cost_per_patient_usd),
+                share(o.acceptance.rate)
+            );
+        }
+    }
+    if r.outcome_versions.len() > 1 {
+        let _ = writeln!(
+            m,
+            "\n| pipeline version | patients | merged | send-backs | cost per merged change | acceptance |"
+        );
+        let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|");
+        for (v, o) in &r.outcome_versions {
+            let _ = writeln!(
+                m,
+                "| `{}` | {} | {} | {} | {} | {} |",
+                md_cell(v),
+                o.patients,
+                o.merged,
+                o.send_backs_total,
+                usd(o.cost_per_merge_usd),
+                share(o.acceptance.rate)
+            );
+        }
+    }
+    m.push('\n');
+}
+
+/// The corrective actions a period's outcomes call for: one sentence each,
+/// from the figures alone (the research department looks deeper).
+pub fn corrective_actions(r: &Report) -> Vec<String> {
+    let o = &r.outcomes;
+    let mut out = Vec::new();
+    if o.acceptance.reverted > 0 {
+        out.push(format!(
+            "{} merged change(s) were reverted within {} days: admit their incidents (`ward:incident`) so the planner \
+             writes the post-incident reviews, and act on which gate should have caught each.",
+            o.acceptance.reverted, o.acceptance.days
+        ));
+    }
+    if let Some((gate, n)) =
+        o.send_backs.iter().max_by_key(|(g, n)| (**n, std::cmp::Reverse(g.as_str()))).filter(|(_, n)| **n >= 3)
+    {
+        out.push(format!(
+            "`{gate}` sent work back {n} times: read its reasons in the charts and tighten the role or skill \
+             upstream of it (a clearer plan template, a check the fellow runs first)."
+        ));
+    }
+    if o.escalations_to_chiefs >= 2 {
+        out.push(format!(
+            "{} escalations reached the chiefs: where their decisions generalise, write precedents so the next \
+             agent cites one instead of escalating.",
+            o.escalations_to_chiefs
+        ));
+    }
+    let t = &o.time;
+    if t.waiting_for_people_seconds > t.agent_seconds && t.waiting_for_people_seconds > 0.0 {
+        out.push(format!(
+            "Patients waited {} for people against {} in stages: review and admission are the bottleneck; \
+             consider more reviewers, or which waits a precedent could remove.",
+            human_duration(t.waiting_for_people_seconds),
+            human_duration(t.agent_seconds)
+        ));
+    }
+    if r.stalled_patients > 0 {
+        out.push(format!(
+            "{} patient(s) stalled and were re-triggered by the charge nurse: look at the stages' time limits and \
+             what the stalled runs were doing.",
+            r.stalled_patients
+        ));
+    }
+    out
+}
+
+/// The weekly process review: the report, then the corrective actions it
+/// proposes (each a proposal a person admits or closes).
+pub fn render_review(r: &Report, markdown: &str) -> String {
+    let mut m = markdown.replacen("# ward safety report", "# ward weekly process review", 1);
+    let _ = writeln!(m, "\n## Proposed corrective actions\n");
+    let actions = corrective_actions(r);
+    if actions.is_empty() {
+        let _ = writeln!(m, "None: no figure of this period calls for one.");
+    }
+    for a in actions {
+        let _ = writeln!(m, "- {a}");
+    }
+    let _ = writeln!(
+        m,
+        "\nThese are proposals: nothing runs on them. A person who agrees files or admits the work; the precedent \
+         log stays the chiefs' to write."
+    );
     m
 }
 
@@ -563,6 +823,42 @@ pub fn svg_time(r: &Report) -> String {
     s
 }
 
+/// Time by state: one bar split into agents, people and the hospital.
+pub fn svg_time_by_state(o: &Outcomes) -> String {
+    let t = &o.time;
+    let parts = [
+        ("in stages (agents)", t.agent_seconds, "#1d76db"),
+        ("waiting for people", t.waiting_for_people_seconds, "#d93f0b"),
+        ("waiting for the hospital", t.waiting_other_seconds, "#9a6700"),
+    ];
+    let total: f64 = parts.iter().map(|p| p.1).sum();
+    let (width, plot) = (640.0, 600.0);
+    let mut s = format!(
+        r##"<svg id="chart-state" width="{width:.0}" height="90" viewBox="0 0 {width:.0} 90" role="img"><title>Time by state</title>"##
+    );
+    if total <= 0.0 {
+        s.push_str(r##"<text x="10" y="30" font-size="12" fill="#888">no time recorded</text></svg>"##);
+        return s;
+    }
+    let mut x = 10.0;
+    for (i, (name, secs, colour)) in parts.iter().enumerate() {
+        let w = secs / total * plot;
+        let _ = write!(
+            s,
+            r##"<rect class="state" x="{x:.1}" y="10" width="{w:.1}" height="24" fill="{colour}"><title>{name}: {}</title></rect><rect x="{:.1}" y="{:.1}" width="10" height="10" fill="{colour}"/><text x="{:.1}" y="{:.1}" font-size="11">{name}: {}</text>"##,
+            human_duration(*secs),
+            10.0 + i as f64 * 210.0,
+            50.0,
+            24.0 + i as f64 * 210.0,
+            59.0,
+            human_duration(*secs)
+        );
+        x += w;
+    }
+    s.push_str("</svg>");
+    s
+}
+
 /// The smallest of 1, 2, 4 or 10 times a power of ten that is at least
 /// `v`, so that quarters of it are round figures.
 fn nice_ceiling(v: f64) -> f64 {
@@ -665,6 +961,12 @@ pub fn render_html(r: &Report) -> String {
         r.sweep_escalations,
         esc(&cost_cell(r.total_cost, r.costs_known, r.costs_unknown))
     );
+    h.push_str("<h2>Outcomes</h2><table><tr><th>outcome</th><th>figure</th></tr>");
+    for (what, figure) in outcome_rows(&r.outcomes) {
+        let _ = write!(h, "<tr><td>{}</td><td class=\"text\">{}</td></tr>", esc(&what), esc(&figure));
+    }
+    h.push_str("</table>");
+    let _ = write!(h, "<h2>Time by state</h2>{}", svg_time_by_state(&r.outcomes));
     let _ = write!(h, "<h2>Flow through stages</h2>{}", svg_flow(r));
     let _ = write!(h, "<h2>Time in stage</h2><p>Median (solid) and p90 (light) of finished stays.</p>{}", svg_time(r));
     let _ = write!(h, "<h2>Cost per patient</h2>{}", svg_cost(r));
@@ -712,6 +1014,11 @@ pub fn render_html(r: &Report) -> String {
 mod tests {
     use super::*;
 
+    fn test_config() -> Config {
+        Config::parse(include_str!("../.github/ward.yml"), std::path::Path::new(crate::config::CONFIG_PATH), None)
+            .expect("shipped config is valid")
+    }
+
     #[test]
     fn percentiles_are_nearest_rank() {
         let v: Vec<f64> = (1..=10).map(f64::from).collect();
@@ -741,6 +1048,9 @@ mod tests {
             costs_known: 0,
             costs_unknown: 4,
             versions: Vec::new(),
+            outcomes: crate::outcomes::compute(&test_config(), &[], &[], 14, Utc::now(), Utc::now()),
+            outcome_periods: Vec::new(),
+            outcome_versions: BTreeMap::new(),
             problems: Vec::new(),
         };
         let md = render_markdown(&r);

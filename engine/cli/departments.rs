@@ -37,6 +37,49 @@ pub async fn sweep(
     let reaper = reaper.as_ref().map(|r| r as &dyn sweep::Reaper);
     let report = sweep::sweep(forge, config, now, &facilities, reaper).await?;
     print!("{}", crate::untrusted::shown(&report.to_string()));
+    // The safety department walks with the charge nurse: reverts of
+    // discharged changes become incidents. A forge without branches (a
+    // scratch local forge) has nothing to read.
+    let base = &config.departments.sweep.facilities.base_branch;
+    match crate::safety::incidents(forge, config, base, now).await {
+        Ok(run) => println!("{}", crate::untrusted::shown(&run.to_string())),
+        Err(e) if forge.as_local().is_some_and(|l| !l.has_repository()) => {
+            tracing::debug!("no safety walk: {e:#}");
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ward research`: proposals from the record of the last `since`.
+pub async fn research(forge: &dyn Forge, config: &Config, since: &str, max: usize) -> anyhow::Result<ExitCode> {
+    let since = report::parse_since(since).map_err(|e| crate::cli::BadInput(e.to_string()))?;
+    let from = chrono::Duration::from_std(since)
+        .ok()
+        .and_then(|d| Utc::now().checked_sub_signed(d))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let (patients, problems) = report::gather(forge, config, Some(from)).await?;
+    for p in problems {
+        eprintln!("{}", crate::untrusted::shown(&p));
+    }
+    // The period's notes only: a pattern of months ago is not this period's.
+    let recent: Vec<report::PatientRecord> = patients
+        .into_iter()
+        .map(|mut p| {
+            p.notes.retain(|n| n.meta.at >= from);
+            p
+        })
+        .collect();
+    let run = crate::research::file(forge, config, &recent, max).await?;
+    println!("{}", crate::untrusted::shown(&run.to_string()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ward safety`: the incidents of reverted discharges.
+pub async fn safety(forge: &dyn Forge, config: &Config, base: Option<&str>) -> anyhow::Result<ExitCode> {
+    let base = base.unwrap_or(&config.departments.sweep.facilities.base_branch);
+    let run = crate::safety::incidents(forge, config, base, Utc::now()).await?;
+    println!("{}", crate::untrusted::shown(&run.to_string()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -90,13 +133,18 @@ pub struct ReportOutput<'a> {
     pub html: Option<&'a Path>,
     pub post: bool,
     pub json: bool,
+    /// `--period`: the outcomes also by periods of this length.
+    pub period: Option<&'a str>,
+    pub accept_days: u32,
+    /// `--review`: the weekly process review (title, corrective actions).
+    pub review: bool,
 }
 
 pub async fn report(
     forge: &dyn Forge,
     config: &Config,
     since: &str,
-    ReportOutput { html, post, json }: ReportOutput<'_>,
+    ReportOutput { html, post, json, period, accept_days, review }: ReportOutput<'_>,
     now: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     let to = now_from(now)?;
@@ -105,10 +153,23 @@ pub async fn report(
         .ok()
         .and_then(|d| to.checked_sub_signed(d))
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
-    let (patients, problems) = report::gather(forge, config, Some(from)).await?;
-    let mut r = report::compute(config, &patients, from, to);
+    let period = match period {
+        None => None,
+        Some(text) => Some(
+            report::parse_since(text)
+                .ok()
+                .and_then(|d| chrono::Duration::from_std(d).ok())
+                .ok_or_else(|| crate::cli::BadInput(format!("--period: `{text}` is not a period like `1d` or `7d`")))?,
+        ),
+    };
+    let (patients, problems, reverts) = report::gather_with_reverts(forge, config, Some(from)).await?;
+    let inputs = report::OutcomeInputs { reverts, accept_days, period };
+    let mut r = report::compute_with(config, &patients, &inputs, from, to);
     r.problems = problems;
-    let markdown = report::render_markdown(&r);
+    let mut markdown = report::render_markdown(&r);
+    if review {
+        markdown = report::render_review(&r, &markdown);
+    }
     // A reader that stops early (`| head`) does not stop the post or the page.
     let printed = if json {
         crate::cli::emit(&format!("{}\n", serde_json::to_string_pretty(&report::render_json(&r)).unwrap_or_default()))
@@ -117,7 +178,8 @@ pub async fn report(
         crate::cli::emit(&crate::untrusted::shown(&markdown))
     };
     if post {
-        let title = format!("ward safety report, {} to {}", from.format("%Y-%m-%d"), to.format("%Y-%m-%d"));
+        let what = if review { "ward weekly process review" } else { "ward safety report" };
+        let title = format!("{what}, {} to {}", from.format("%Y-%m-%d"), to.format("%Y-%m-%d"));
         let issue = forge
             .create_issue(crate::forge::NewIssue { title, body: markdown, labels: Vec::new() })
             .await

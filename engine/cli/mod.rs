@@ -235,8 +235,35 @@ pub enum Command {
         /// Print the figures as JSON instead of Markdown, for other tools.
         #[arg(long)]
         json: bool,
+        /// Also break the outcomes down by periods of this length (`1d`, `7d`).
+        #[arg(long)]
+        period: Option<String>,
+        /// A merge not reverted within this many days counts as accepted.
+        #[arg(long, default_value_t = crate::report::DEFAULT_ACCEPT_DAYS)]
+        accept_days: u32,
+        /// The safety department's weekly process review: with --post, the
+        /// issue is titled as the review and proposes corrective actions.
+        #[arg(long)]
+        review: bool,
         #[arg(long, env = "WARD_NOW")]
         now: Option<String>,
+    },
+    /// The research department: file proposals (not admitted) from the
+    /// hospital's record, at most --max, never one filed before.
+    Research {
+        /// The period read, ending now: `30d`, `7d`.
+        #[arg(long, default_value = "30d")]
+        since: String,
+        /// Proposals filed per run, at most.
+        #[arg(long, default_value_t = crate::research::DEFAULT_MAX)]
+        max: usize,
+    },
+    /// The safety department: open an incident (not admitted) for each
+    /// revert on the base branch of a change ward merged. `ward sweep` runs it too.
+    Safety {
+        /// The base branch (default: `departments.sweep.facilities.base_branch`).
+        #[arg(long)]
+        base: Option<String>,
     },
     /// Write the default pipeline, roles, skills and precedent log into --root.
     Init {
@@ -562,12 +589,29 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 LockdownCommand::Status => dept::lockdown_status(&*forge).await,
             }
         }
-        Command::Report { since, html, post, json, now } => {
+        Command::Report { since, html, post, json, period, accept_days, review, now } => {
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
             let (html, now) = (html.as_deref(), now.as_deref());
-            let out = departments::ReportOutput { html, post: *post, json: *json };
+            let out = departments::ReportOutput {
+                html,
+                post: *post,
+                json: *json,
+                period: period.as_deref(),
+                accept_days: *accept_days,
+                review: *review,
+            };
             departments::report(&*forge, &config, since, out, now).await
+        }
+        Command::Research { since, max } => {
+            let config = load_config(&cli.root)?;
+            let forge = open_forge(&cli, &config).await?;
+            departments::research(&*forge, &config, since, *max).await
+        }
+        Command::Safety { base } => {
+            let config = load_config(&cli.root)?;
+            let forge = open_forge(&cli, &config).await?;
+            departments::safety(&*forge, &config, base.as_deref()).await
         }
         Command::Init { into, action, agent } => init(&cli, into.as_deref(), action.as_deref(), agent.as_deref()).await,
         Command::Doctor { fix } => doctor(&cli, *fix).await,

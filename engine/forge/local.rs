@@ -120,6 +120,11 @@ impl LocalForge {
         self
     }
 
+    /// Whether merges land in a git repository (and branches can be read).
+    pub fn has_repository(&self) -> bool {
+        self.repository.is_some()
+    }
+
     pub fn forge_dir(&self) -> PathBuf {
         self.root.join(".ward").join("forge")
     }
@@ -653,6 +658,28 @@ impl Forge for LocalForge {
             Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
             Err(e) => Err(ForgeError::io(action(), e)),
         }
+    }
+
+    async fn branch_commits(&self, branch: &str, limit: usize) -> ForgeResult<Vec<super::BranchCommit>> {
+        let action = || format!("read the history of branch `{branch}` in {}", self.describe());
+        let Some(path) = &self.repository else { return Err(ForgeError::io(action(), "no git repository")) };
+        let repo = git2::Repository::open(path).map_err(|e| ForgeError::io(action(), e))?;
+        let tip = match repo.refname_to_id(&format!("refs/heads/{branch}")) {
+            Ok(oid) => oid,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(ForgeError::io(action(), e)),
+        };
+        let mut walk = repo.revwalk().map_err(|e| ForgeError::io(action(), e))?;
+        walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::TIME).map_err(|e| ForgeError::io(action(), e))?;
+        walk.push(tip).map_err(|e| ForgeError::io(action(), e))?;
+        let mut out = Vec::new();
+        for oid in walk.take(limit) {
+            let commit = oid.and_then(|o| repo.find_commit(o)).map_err(|e| ForgeError::io(action(), e))?;
+            let at = DateTime::from_timestamp(commit.committer().when().seconds(), 0).unwrap_or_default();
+            let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+            out.push(super::BranchCommit { sha: commit.id().to_string(), message, at });
+        }
+        Ok(out)
     }
 
     async fn merge_pull_request(&self, pull: u64, head_sha: &str) -> ForgeResult<()> {

@@ -199,6 +199,16 @@ pub struct CommitInfo {
     pub parent_count: usize,
 }
 
+/// One commit of a branch's history, as the safety department reads it
+/// (reverts of discharged changes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BranchCommit {
+    pub sha: String,
+    pub message: String,
+    /// The committer's time.
+    pub at: DateTime<Utc>,
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CiState {
@@ -621,6 +631,16 @@ pub trait Forge: Send + Sync {
     /// commit its check ran on.
     async fn branch_tip(&self, branch: &str) -> ForgeResult<Option<String>> {
         Err(ForgeError::io(format!("read branch `{branch}` in {}", self.describe()), "this forge keeps no branches"))
+    }
+
+    /// The newest commits of `branch` (at most `limit`), newest first; none
+    /// when there is no such branch.
+    async fn branch_commits(&self, branch: &str, limit: usize) -> ForgeResult<Vec<BranchCommit>> {
+        let _ = limit;
+        Err(ForgeError::io(
+            format!("read the history of branch `{branch}` in {}", self.describe()),
+            "this forge keeps no branches",
+        ))
     }
 }
 

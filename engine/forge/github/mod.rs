@@ -911,6 +911,44 @@ impl Forge for GitHubForge {
         }
     }
 
+    async fn branch_commits(&self, branch: &str, limit: usize) -> ForgeResult<Vec<super::BranchCommit>> {
+        #[derive(serde::Deserialize)]
+        struct Item {
+            sha: String,
+            commit: Detail,
+        }
+        #[derive(serde::Deserialize)]
+        struct Detail {
+            message: String,
+            committer: Option<Who>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Who {
+            date: Option<chrono::DateTime<chrono::Utc>>,
+        }
+        let action = format!("read the history of branch `{branch}` in {}", self.settings.repo);
+        let per_page = limit.clamp(1, 100);
+        let rest = format!("/commits?sha={}&per_page={per_page}", percent(branch));
+        let call = self.call(Method::GET, &rest, action.clone(), Access::ContentsRead);
+        let reply = self.send(&call).await?;
+        match reply.status.as_u16() {
+            200 => {}
+            // No such branch (GitHub answers 404, or 409 for an empty repository).
+            404 | 409 => return Ok(Vec::new()),
+            _ => return Err(self.refusal(&call, &reply)),
+        }
+        let items: Vec<Item> = reply.json(&action)?;
+        Ok(items
+            .into_iter()
+            .take(limit)
+            .map(|i| super::BranchCommit {
+                sha: i.sha,
+                message: i.commit.message,
+                at: i.commit.committer.and_then(|c| c.date).unwrap_or_default(),
+            })
+            .collect())
+    }
+
     async fn enqueue_pull_request(&self, pull: u64, queue: &ForgeQueue, head_sha: &str) -> ForgeResult<()> {
         self.enqueue(pull, &queue.pull_id, head_sha).await
     }

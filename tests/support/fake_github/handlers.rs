@@ -70,6 +70,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/repos/{owner}/{repo}/pulls/{pull_number}/commits"),
     ("PUT", "/repos/{owner}/{repo}/pulls/{pull_number}/merge"),
     ("GET", "/repos/{owner}/{repo}/rules/branches/{branch}"),
+    ("GET", "/repos/{owner}/{repo}/commits"),
     ("GET", "/repos/{owner}/{repo}/commits/{ref}/check-runs"),
     ("GET", "/repos/{owner}/{repo}/commits/{ref}/status"),
     ("POST", "/repos/{owner}/{repo}/actions/workflows/{workflow_id}/dispatches"),
@@ -88,7 +89,7 @@ fn needs(method: &str, rest: &str) -> (&'static str, bool) {
         "" | "/collaborators/{username}/permission" | "/rules/branches/{branch}" => "metadata",
         r if r.starts_with("/issues") || r.starts_with("/labels") => "issues",
         r if r.starts_with("/contents") || r.starts_with("/git/") || r == "/dispatches" => "contents",
-        "/pulls/{pull_number}/merge" => "contents",
+        "/pulls/{pull_number}/merge" | "/commits" => "contents",
         r if r.starts_with("/pulls") => "pull-requests",
         r if r.ends_with("/check-runs") => "checks",
         r if r.ends_with("/status") => "statuses",
@@ -370,6 +371,7 @@ impl State {
             ("GET", "/pulls/{pull_number}/commits") => self.list_commits(num("pull_number"), q),
             ("PUT", "/pulls/{pull_number}/merge") => self.merge(num("pull_number"), body),
             ("GET", "/rules/branches/{branch}") => self.branch_rules(&p["branch"]),
+            ("GET", "/commits") => self.list_branch_commits(q),
             ("GET", "/commits/{ref}/check-runs") => self.check_runs_for(&p["ref"]),
             ("GET", "/commits/{ref}/status") => self.combined_status(&p["ref"]),
             ("POST", "/actions/workflows/{workflow_id}/dispatches") => {
@@ -1209,6 +1211,37 @@ impl State {
                 v["submitted_at"] = json!(r.submitted_at);
                 v["html_url"] = json!(format!("{}/pull/{n}#pullrequestreview-{}", self.html_url(), r.id));
                 v["pull_request_url"] = json!(format!("{}/pulls/{n}", self.repo_url()));
+                v
+            })
+            .collect();
+        self.page(items, q)
+    }
+
+    /// `GET /commits?sha=<branch>`: the branch's history, newest first
+    /// (the safety department reads reverts there).
+    fn list_branch_commits(&self, q: &BTreeMap<String, String>) -> Answer {
+        let branch = q.get("sha").cloned().unwrap_or_else(|| "main".into());
+        let Some(head) = self.git.branch_head(&branch).or_else(|| self.git.resolve(&branch)) else {
+            return error(404, &format!("No commit found for SHA: {branch}"));
+        };
+        let t = template("commit-items")[0].clone();
+        let mut commits = self.git.commits_between(None, &head);
+        commits.reverse();
+        let items = commits
+            .into_iter()
+            .map(|c| {
+                let mut v = t.clone();
+                v["sha"] = json!(c.sha);
+                v["url"] = json!(format!("{}/commits/{}", self.repo_url(), c.sha));
+                v["html_url"] = json!(format!("{}/commit/{}", self.html_url(), c.sha));
+                v["commit"]["message"] = json!(c.message.trim_end());
+                v["commit"]["tree"]["sha"] = json!(c.tree);
+                let date = chrono::DateTime::from_timestamp(c.at, 0)
+                    .unwrap_or_default()
+                    .format("%Y-%m-%dT%H:%M:%SZ")
+                    .to_string();
+                v["commit"]["committer"]["date"] = json!(date);
+                v["commit"]["author"]["date"] = json!(date);
                 v
             })
             .collect();

@@ -1,0 +1,252 @@
+//! The research department: `ward research` reads the hospital's own
+//! record and files proposals, each an issue at [`PROPOSAL_LABEL`] that no
+//! stage runs on: a person admits it (applies the admission label) or
+//! closes it.
+//!
+//! What it looks for, over the patients of the period (their charts and
+//! label events, as `ward report` reads them):
+//! - a gate that sent work back again and again (`stage.outcome`, at least
+//!   [`RECURRING`] times): the role or skill upstream of it is the place to
+//!   tighten;
+//! - escalations that recur from one stage: a precedent the chiefs could
+//!   write (drafted for a person; the precedent log stays human-only, and
+//!   research never appends to it);
+//! - precedents the agents cite most: a decision that could be written into
+//!   a skill;
+//! - follow-ups the hospital filed that no one admitted or closed.
+//!
+//! Bounded and idempotent: at most `max` proposals per run, highest count
+//! first; each has a stable key (its kind and subject), in a marker on the
+//! issue's first line, trusted only on issues the engine wrote, open or
+//! closed: a proposal filed once is never filed again, and a run killed
+//! after filing (fault point `after-proposal-filed`) is completed by the next.
+//!
+//! Not covered yet: checks that fail and pass on the same head (the charts
+//! do not record check runs per head), and policy changes as pull requests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::LazyLock;
+
+use anyhow::Context;
+use regex::Regex;
+use sha2::{Digest, Sha256};
+
+use crate::chart::NoteKind;
+use crate::config::Config;
+use crate::forge::{EngineAccount, Forge, Issue, IssueNumber, IssueState, LabelSpec, NewIssue};
+use crate::outcomes::{FOLLOW_UP_MARKER, PatientRecord, RESEARCH_MARKER};
+
+/// Where a proposal waits for a person.
+pub const PROPOSAL_LABEL: &str = "ward:proposal";
+/// How often a thing must happen in the period to be a pattern.
+pub const RECURRING: usize = 3;
+/// Proposals per run when `--max` is not given.
+pub const DEFAULT_MAX: usize = 3;
+
+static CITATION: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\bP-\d{3,}\b").expect("citation regex"));
+static MARKER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^<!-- ward-research key=([0-9a-f]{16}) -->$").expect("research marker regex"));
+
+/// One proposal: what the record shows, and what a person might do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proposal {
+    pub key: String,
+    /// How strong the pattern is (the count behind it): proposals are filed
+    /// strongest first.
+    pub weight: usize,
+    pub title: String,
+    pub body: String,
+}
+
+fn key(kind: &str, subject: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(kind.as_bytes());
+    h.update([0]);
+    h.update(subject.as_bytes());
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+fn patients_list(numbers: &BTreeSet<u64>) -> String {
+    numbers.iter().take(20).map(|n| format!("#{n}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Pure: the proposals the record calls for, strongest first. `issues` is
+/// every issue (for the follow-ups no one admitted).
+pub fn proposals(
+    config: &Config,
+    patients: &[PatientRecord],
+    issues: &[Issue],
+    engine: &EngineAccount,
+) -> Vec<Proposal> {
+    let send_back_set = config.departments.budget.send_back_set(config);
+    let mut send_backs: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    let mut send_back_counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut escalations: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    let mut citations: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    for p in patients {
+        let n = p.issue.number.0;
+        for note in &p.notes {
+            match note.kind {
+                NoteKind::Outcome => {
+                    let k = (note.meta.stage.clone(), note.body.trim().to_string());
+                    if send_back_set.contains(&k) {
+                        let gate = format!("{}.{}", k.0, k.1);
+                        send_backs.entry(gate.clone()).or_default().insert(n);
+                        *send_back_counts.entry(gate).or_insert(0) += 1;
+                    }
+                }
+                NoteKind::Escalation => {
+                    escalations.entry(note.meta.stage.clone()).or_default().insert(n);
+                }
+                k if !k.engine_only() => {
+                    for id in CITATION.find_iter(&note.body) {
+                        citations.entry(id.as_str().to_string()).or_default().insert(n);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (gate, count) in send_back_counts.into_iter().filter(|(_, c)| *c >= RECURRING) {
+        let who = patients_list(&send_backs[&gate]);
+        out.push(Proposal {
+            key: key("send-backs", &gate),
+            weight: count,
+            title: format!("Research: `{gate}` sent work back {count} times"),
+            body: format!(
+                "The gate `{gate}` sent work back {count} times in the period ({who}). Read the reasons in those \
+                 charts; if they repeat, tighten what comes before the gate (the role or skill of the stage it \
+                 sends back to), so the work arrives right the first time. A change to `roles/` or `skills/` is a \
+                 pull request: it goes through the protected-paths rule (a chief approves) and the pipeline's \
+                 simulation."
+            ),
+        });
+    }
+    for (stage, numbers) in escalations.into_iter().filter(|(_, ps)| ps.len() >= 2) {
+        let count = numbers.len();
+        out.push(Proposal {
+            key: key("escalations", &stage),
+            weight: count,
+            title: format!("Research: {count} patients escalated from `{stage}`"),
+            body: format!(
+                "{count} patients escalated to the chiefs from the `{stage}` stage ({}). If the chiefs' answers \
+                 share a rule, a chief could write it as a precedent, so the next agent cites it instead of \
+                 escalating. A draft, for a person to write: the question the escalations asked, and the \
+                 decision the chiefs gave. ward never appends to the precedent log.",
+                patients_list(&numbers)
+            ),
+        });
+    }
+    for (id, numbers) in citations.into_iter().filter(|(_, ps)| ps.len() >= RECURRING) {
+        let count = numbers.len();
+        out.push(Proposal {
+            key: key("precedent", &id),
+            weight: count,
+            title: format!("Research: precedent {id} was cited by {count} patients"),
+            body: format!(
+                "Precedent {id} was cited by {count} patients in the period ({}). A decision applied this often \
+                 may belong in a skill, where every agent reads it before it plans; that is a pull request to \
+                 `skills/` a chief approves. The precedent itself stays as it is.",
+                patients_list(&numbers)
+            ),
+        });
+    }
+    let waiting: BTreeSet<u64> = issues
+        .iter()
+        .filter(|i| i.state == IssueState::Open && engine.is(&i.author))
+        .filter(|i| i.body.lines().next().is_some_and(|l| l.starts_with(FOLLOW_UP_MARKER)))
+        .filter(|i| !i.labels.iter().any(|l| config.is_ward_label(l)))
+        .map(|i| i.number.0)
+        .collect();
+    if !waiting.is_empty() {
+        let subject = waiting.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+        out.push(Proposal {
+            key: key("follow-ups", &subject),
+            weight: waiting.len(),
+            title: format!("Research: {} follow-ups wait for a decision", waiting.len()),
+            body: format!(
+                "The hospital filed these follow-ups and no one has admitted or closed them: {}. Admit the ones \
+                 worth doing (apply `{}`), close the rest.",
+                patients_list(&waiting),
+                config.admission
+            ),
+        });
+    }
+    out.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.key.cmp(&b.key)));
+    out
+}
+
+/// The key of a proposal the engine filed, if `issue` is one.
+pub fn trusted_key(issue: &Issue, engine: &EngineAccount) -> Option<String> {
+    if !engine.is(&issue.author) {
+        return None;
+    }
+    MARKER.captures(issue.body.lines().next()?).map(|c| c[1].to_string())
+}
+
+/// The issue a proposal becomes.
+pub fn new_issue(config: &Config, p: &Proposal) -> NewIssue {
+    let body = format!(
+        "{RESEARCH_MARKER}key={} -->\n{}\n\nward's research department filed this proposal and did not admit it: \
+         nothing runs until a person with the admission permission applies `{}`. If it is not worth doing, close it.",
+        p.key, p.body, config.admission
+    );
+    NewIssue { title: p.title.clone(), body, labels: vec![PROPOSAL_LABEL.to_string()] }
+}
+
+/// What one run filed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResearchRun {
+    pub found: usize,
+    pub filed: Vec<IssueNumber>,
+    /// Found, and filed by an earlier run.
+    pub known: usize,
+}
+
+impl std::fmt::Display for ResearchRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "research: {} proposal(s) found, {} filed before", self.found, self.known)?;
+        if !self.filed.is_empty() {
+            let list = self.filed.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ");
+            write!(f, "; filed {list} at `{PROPOSAL_LABEL}`, waiting for a person")?;
+        }
+        Ok(())
+    }
+}
+
+/// Files at most `max` of the proposals not filed before, strongest first.
+pub async fn file(
+    forge: &dyn Forge,
+    config: &Config,
+    patients: &[PatientRecord],
+    max: usize,
+) -> anyhow::Result<ResearchRun> {
+    let issues = forge.all_issues().await.context("the research department could not list the issues")?;
+    let found = proposals(config, patients, &issues, forge.engine_account());
+    let filed: BTreeSet<String> = issues.iter().filter_map(|i| trusted_key(i, forge.engine_account())).collect();
+    let mut run = ResearchRun { found: found.len(), ..ResearchRun::default() };
+    let mut labelled = false;
+    for p in &found {
+        if filed.contains(&p.key) {
+            run.known += 1;
+            continue;
+        }
+        if run.filed.len() >= max {
+            continue;
+        }
+        if !labelled {
+            let spec = LabelSpec {
+                name: PROPOSAL_LABEL.into(),
+                color: "c5def5".into(),
+                description: "Proposed by ward's research or safety department; a person admits it or closes it".into(),
+            };
+            forge.ensure_labels(&[spec]).await.context("could not make the proposal label")?;
+            labelled = true;
+        }
+        let issue = forge.create_issue(new_issue(config, p)).await.context("could not file a research proposal")?;
+        crate::fault::point("after-proposal-filed");
+        run.filed.push(issue.number);
+    }
+    Ok(run)
+}
