@@ -62,6 +62,14 @@ pub enum WorkspaceError {
         path.display()
     )]
     Checkpoint { path: PathBuf, op: &'static str, message: String },
+    #[error(
+        "the emulator's data did not read back after ward loaded {what}: {detail}; the stage stopped before its \
+         agent ran. Both exports are in {} (`.loaded` and `.read-back`). An import that fails quietly does this: \
+         make the `import` command stop at the first error and exit non-zero (psql: `-v ON_ERROR_STOP=1 \
+         --single-transaction`)",
+        artifacts.display()
+    )]
+    ReadBack { what: String, detail: String, artifacts: PathBuf },
     #[error("a git task panicked or was cancelled: {0}")]
     Join(String),
     #[error("could not {op} {}: {source}", path.display())]
@@ -540,7 +548,12 @@ pub struct DataReport {
     /// On GitHub: the commit of the patient's shared checkpoint
     /// ([`shared`]) taken into this job's store.
     pub shared: Option<String>,
-    /// What went wrong with an export (the run went on).
+    /// Whether the load was read back and matched: the checkpoint's
+    /// export after its import is the checkpoint, or the seed changed
+    /// the empty emulator's data.
+    pub read_back: bool,
+    /// What went wrong with an export (the run went on), or with a load's
+    /// read-back (the stage stopped before its agent).
     pub problems: Vec<String>,
 }
 
@@ -845,9 +858,16 @@ impl Workspace {
                     if let Some(checkpointing) = checkpointing
                         && let Err(first) = ws.load_data(checkpointing, config, latest).await
                     {
-                        // The emulator is this run's: taken down with the checkout put back.
+                        // The emulator is this run's: taken down with the
+                        // checkout put back, the problem in report.json.
+                        ws.data_report.problems.push(first.to_string());
                         return Err(match ws.finish(false).await {
-                            Ok(_) => first,
+                            Ok(report) => {
+                                if let Err(e) = report.write() {
+                                    tracing::warn!("{e}");
+                                }
+                                first
+                            }
                             Err(c) => WorkspaceError::CleanupAfter { first: Box::new(first), cleanup: Box::new(c) },
                         });
                     }
@@ -898,8 +918,12 @@ impl Workspace {
 
     /// The emulator's data at the start: the chosen checkpoint imported,
     /// or (started from the seed) the seed's export kept as the data
-    /// diff's left side. A checkpoint that does not import is an error; an
-    /// export that fails is a problem in the report, and the run goes on.
+    /// diff's left side. Every load is read back: after a checkpoint's
+    /// import the export must be the checkpoint itself, and after a seed
+    /// it must differ from the export of the empty emulator taken before
+    /// the seed; otherwise [`WorkspaceError::ReadBack`]. A checkpoint that
+    /// does not import is an error; an export that fails after a seed is a
+    /// problem in the report, and the run goes on.
     async fn load_data(
         &mut self,
         config: CheckpointConfig,
@@ -915,20 +939,37 @@ impl Workspace {
                 docker.exec(&em.id, &config.import, &env, Some(&cp.data), config.time_limit).await.map_err(|e| {
                     WorkspaceError::Checkpoint { path: cp.path.clone(), op: "load", message: e.to_string() }
                 })?;
+                let back = docker.exec(&em.id, &config.export, &env, None, config.time_limit).await.map_err(|e| {
+                    WorkspaceError::Checkpoint { path: cp.path.clone(), op: "read back", message: e.to_string() }
+                })?;
+                if back != cp.data {
+                    let what = format!("the checkpoint {}", cp.path.display());
+                    return Err(self.read_back_failed(what, &cp.data, &back));
+                }
                 self.data_report.loaded = Some(cp.path);
                 self.data_report.loaded_commit = cp.marker.commit.clone();
+                self.data_report.read_back = true;
                 self.data = Some(Data { config, start: Some(cp.data), from: Some(cp.marker), env });
             }
             None => {
                 let exported = docker.exec(&em.id, &config.export, &env, None, config.time_limit).await;
                 let start = match exported {
-                    Ok(out) => match store.save(self.issue, None, &self.run, &self.stage, config.keep, &out) {
-                        Ok(_) => Some(out),
-                        Err(e) => {
-                            self.data_report.problems.push(format!("the seed's export was not kept: {e}"));
-                            Some(out)
+                    Ok(out) => {
+                        if let (Some(empty), Some(seed)) = (&em.before_seed, &em.seed) {
+                            if *empty == out {
+                                let what = format!("the seed (`{}`)", seed.command.join(" "));
+                                return Err(self.read_back_failed(what, empty, &out));
+                            }
+                            self.data_report.read_back = true;
                         }
-                    },
+                        match store.save(self.issue, None, &self.run, &self.stage, config.keep, &out) {
+                            Ok(_) => Some(out),
+                            Err(e) => {
+                                self.data_report.problems.push(format!("the seed's export was not kept: {e}"));
+                                Some(out)
+                            }
+                        }
+                    }
                     Err(e) => {
                         self.data_report.problems.push(format!("the seed's export failed: {e}"));
                         None
@@ -938,6 +979,28 @@ impl Workspace {
             }
         }
         Ok(())
+    }
+
+    /// The read-back error, with what was loaded and what came back written
+    /// into the artifacts folder.
+    fn read_back_failed(&self, what: String, loaded: &[u8], back: &[u8]) -> WorkspaceError {
+        let dir = self.artifacts.join("read-back");
+        let _ = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join("export.loaded"), loaded))
+            .and_then(|()| std::fs::write(dir.join("export.read-back"), back));
+        let detail = if loaded == back {
+            "the seed changed nothing: the export after it is the export of the empty emulator".to_string()
+        } else {
+            let d = checkpoint::diff(loaded, back, 400);
+            let first = d.text.lines().next().unwrap_or_default();
+            format!(
+                "the export after the load differs from what was loaded ({} lines missing, {} lines extra; first: `{}`)",
+                d.removed,
+                d.added,
+                crate::untrusted::shown(first)
+            )
+        };
+        WorkspaceError::ReadBack { what, detail, artifacts: dir }
     }
 
     /// The end of an accepted treatment: the emulator's data exported and,
