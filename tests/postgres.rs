@@ -319,3 +319,96 @@ async fn ready_means_a_query_is_answered() {
     assert!(report.emulator_cleanup_verified);
     assert_no_containers(&runs);
 }
+
+/// In treatment the agent moves the row with `psql "$DATABASE_URL"` (the
+/// host's client) and adds a file; the stand-in otherwise.
+const PSQL_AGENT: &str = r#"ward=$1
+if [ "$WARD_MODE" = treat ]; then
+  psql -X -q "$DATABASE_URL" -v ON_ERROR_STOP=1 \
+    -c "update dispatch_updates set pickup_bay = 'BAY-7' where id = 'current-dispatch' and partition_key = 'SEA-01'"
+  echo "moved the dispatch" > CHANGELOG.md
+fi
+exec "$ward" stand-in
+"#;
+
+/// Through the stages with a checkpoint section that loses data quietly
+/// (a data-only dump, plain `psql`): code review's workspace does not come
+/// up, its agent never runs, and the chart's REFUSAL note and the run's
+/// report.json say why.
+#[tokio::test]
+async fn through_the_stages_a_checkpoint_that_does_not_read_back_is_charted_and_code_review_never_runs() {
+    use support::rules::{git_init, hospital, label_of};
+    use ward::forge::{IssueNumber, NewIssue};
+    let Some(image) = image() else { return };
+    if Command::new("psql").arg("--version").output().is_err() {
+        let required = std::env::var("WARD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+        assert!(!required, "WARD_REQUIRE_POSTGRES=1 and psql is not installed: apt-get install postgresql-client");
+        eprintln!("skipped: psql is not installed (apt-get install postgresql-client)");
+        return;
+    }
+    let s = support::Sandbox::new();
+    s.write("agent.sh", PSQL_AGENT);
+    s.write("db/seed.sql", SEED);
+    let script = s.root().join("agent.sh").display().to_string();
+    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
+    s.edit_config(
+        "\ndecomposition:\n",
+        &format!(
+            "\nemulator:\n  preset: postgres\n  image: {image}\n  ready: {{ time_limit: 60s }}\n  seed: {{ file: db/seed.sql }}\n  checkpoint:\n    export: [pg_dump, --data-only, --restrict-key=ward]\n    import: [psql, -q]\n\ndecomposition:\n"
+        ),
+    );
+    git_init(s.root());
+    let (h, forge) = hospital(&s, "reporter");
+    forge
+        .admit(NewIssue {
+            title: "Move the dispatch".into(),
+            body: "Move it to BAY-7.".into(),
+            labels: vec!["ward:admit".into()],
+        })
+        .unwrap();
+    let mut failed = None;
+    for _ in 0..12 {
+        let before = label_of(&forge, 1);
+        match ward::stage::run_stage(&h, &ward::stage::StageRequest::new(IssueNumber(1))).await {
+            Ok(result) => {
+                assert_ne!(before, "ward:code-review", "code review ran on the wrong data: {result:?}");
+            }
+            Err(e) => {
+                failed = Some((before, format!("{e:#}")));
+                break;
+            }
+        }
+    }
+    let (at, error) = failed.expect("a stage stopped");
+    assert_eq!(at, "ward:code-review", "{error}");
+    assert!(error.contains("did not read back") && error.contains("stopped before its agent ran"), "{error}");
+    assert_eq!(label_of(&forge, 1), "ward:code-review", "the patient stays where it was");
+    let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(1))).unwrap();
+    assert!(chart.contains("REFUSAL") && chart.contains("The stage stopped before its agent ran"), "{chart}");
+    assert!(!chart.contains("CODE_REVIEW"), "no code review was written:\n{chart}");
+    let reports: Vec<_> = walk(&h.artifacts, "report.json");
+    let stopped: Vec<_> = reports
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter(|t| t.contains("did not read back"))
+        .collect();
+    assert!(!stopped.is_empty(), "a report.json records it: {reports:?}");
+    let report: serde_json::Value = serde_json::from_str(&stopped[0]).unwrap();
+    assert_eq!(report["emulator_cleanup_verified"], true, "{report:#}");
+    assert_eq!(report["result"]["result"], "error", "{report:#}");
+}
+
+/// Every file named `name` under `dir`.
+fn walk(dir: &std::path::Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return found };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            found.extend(walk(&p, name));
+        } else if p.file_name().is_some_and(|n| n == name) {
+            found.push(p);
+        }
+    }
+    found
+}
