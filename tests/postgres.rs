@@ -191,6 +191,12 @@ async fn a_checkpoint_carries_the_treatments_rows_into_code_review_and_reads_bac
     req.checkpoints = true;
     let mut ws = Workspace::up(req, &cancel).await.unwrap();
     move_row(&ws, "BAY-7").await;
+    let client = connect(&ws, false).await;
+    client
+        .batch_execute("create table bay_notes (bay text primary key); insert into bay_notes values ('BAY-7')")
+        .await
+        .unwrap();
+    drop(client);
     std::fs::write(ws.worktree.path.join("CHANGELOG.md"), "moved the dispatch\n").unwrap();
     ws.commit_leftovers().await.unwrap().expect("the agent's edit");
     let saved = ws.checkpoint().await.unwrap().expect("the data changed");
@@ -209,14 +215,34 @@ async fn a_checkpoint_carries_the_treatments_rows_into_code_review_and_reads_bac
         rows(&ws).await,
         vec![row("control-dispatch", "PDX-02", "BAY-99"), row("current-dispatch", "SEA-01", "BAY-7")]
     );
+    let client = connect(&ws, true).await;
+    let note: String = client.query_one("select bay from bay_notes", &[]).await.unwrap().get(0);
+    assert_eq!(note, "BAY-7", "the new table came along");
+    drop(client);
+    // For the reviewer: the schema apart, each table's counts and
+    // checksums, then the rows that changed.
     let view = ws.data_view(4096).expect("started from the checkpoint");
-    assert_eq!((view.seed_kept, view.diff.removed, view.diff.added), (true, 1, 1), "{}", view.diff.text);
-    assert!(
-        view.diff.text.contains("- current-dispatch\tSEA-01\tBAY-2\n+ current-dispatch\tSEA-01\tBAY-7\n"),
-        "{}",
-        view.diff.text
+    let schema = view.schema.as_ref().expect("a pg_dump is read apart");
+    assert_eq!(schema.removed, 0, "{}", schema.text);
+    assert!(schema.text.contains("+ CREATE TABLE \"public\".\"bay_notes\" ("), "{}", schema.text);
+    assert!(!schema.text.contains("dispatch_updates"), "the unchanged table is no schema change: {}", schema.text);
+    let tables: Vec<_> =
+        view.tables.iter().map(|t| (t.table.as_str(), t.rows_before, t.rows_after, t.changed())).collect();
+    assert_eq!(
+        tables,
+        vec![
+            ("\"public\".\"bay_notes\"", None, Some(1), true),
+            ("\"public\".\"dispatch_updates\"", Some(2), Some(2), true)
+        ]
     );
-    assert!(!view.diff.text.contains("restrict"), "no random restrict key in the diff: {}", view.diff.text);
+    assert_eq!((view.seed_kept, view.diff.removed, view.diff.added), (true, 1, 2), "{}", view.diff.text);
+    assert_eq!(
+        view.diff.text,
+        "+ \"public\".\"bay_notes\": BAY-7\n\
+         - \"public\".\"dispatch_updates\": current-dispatch\tSEA-01\tBAY-2\n\
+         + \"public\".\"dispatch_updates\": current-dispatch\tSEA-01\tBAY-7\n"
+    );
+    assert!(!view.diff.text.contains("restrict") && !schema.text.contains("restrict"), "no restrict key in the diff");
     let report = ws.down().await.unwrap();
     assert_eq!(report.data.loaded.as_deref(), Some(saved.as_path()));
     assert!(report.data.read_back, "{:?}", report.data);
@@ -340,23 +366,11 @@ async fn through_the_stages_a_checkpoint_that_does_not_read_back_is_charted_and_
     use support::rules::{git_init, hospital, label_of};
     use ward::forge::{IssueNumber, NewIssue};
     let Some(image) = image() else { return };
-    if Command::new("psql").arg("--version").output().is_err() {
-        let required = std::env::var("WARD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
-        assert!(!required, "WARD_REQUIRE_POSTGRES=1 and psql is not installed: apt-get install postgresql-client");
-        eprintln!("skipped: psql is not installed (apt-get install postgresql-client)");
+    if !have_psql() {
         return;
     }
-    let s = support::Sandbox::new();
-    s.write("agent.sh", PSQL_AGENT);
-    s.write("db/seed.sql", SEED);
-    let script = s.root().join("agent.sh").display().to_string();
-    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
-    s.edit_config(
-        "\ndecomposition:\n",
-        &format!(
-            "\nemulator:\n  preset: postgres\n  image: {image}\n  ready: {{ time_limit: 60s }}\n  seed: {{ file: db/seed.sql }}\n  checkpoint:\n    export: [pg_dump, --data-only, --restrict-key=ward]\n    import: [psql, -q]\n\ndecomposition:\n"
-        ),
-    );
+    let quiet = "  checkpoint:\n    export: [pg_dump, --data-only, --restrict-key=ward]\n    import: [psql, -q]\n";
+    let s = psql_sandbox(&image, quiet);
     git_init(s.root());
     let (h, forge) = hospital(&s, "reporter");
     forge
@@ -396,6 +410,87 @@ async fn through_the_stages_a_checkpoint_that_does_not_read_back_is_charted_and_
     let report: serde_json::Value = serde_json::from_str(&stopped[0]).unwrap();
     assert_eq!(report["emulator_cleanup_verified"], true, "{report:#}");
     assert_eq!(report["result"]["result"], "error", "{report:#}");
+}
+
+/// Whether the host's `psql` is there for the stand-in agent; `false`
+/// (with the notice printed) to skip, a failure under `WARD_REQUIRE_POSTGRES=1`.
+fn have_psql() -> bool {
+    if Command::new("psql").arg("--version").output().is_ok() {
+        return true;
+    }
+    let required = std::env::var("WARD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+    assert!(!required, "WARD_REQUIRE_POSTGRES=1 and psql is not installed: apt-get install postgresql-client");
+    eprintln!("skipped: psql is not installed (apt-get install postgresql-client)");
+    false
+}
+
+/// A sandbox whose agent is [`PSQL_AGENT`], with the preset's emulator
+/// seeded from `db/seed.sql` (and `extra` lines in its section).
+fn psql_sandbox(image: &str, extra: &str) -> support::Sandbox {
+    let s = support::Sandbox::new();
+    s.write("agent.sh", PSQL_AGENT);
+    s.write("db/seed.sql", SEED);
+    let script = s.root().join("agent.sh").display().to_string();
+    s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
+    s.edit_config(
+        "\ndecomposition:\n",
+        &format!(
+            "\nemulator:\n  preset: postgres\n  image: {image}\n  ready: {{ time_limit: 60s }}\n  seed: {{ file: db/seed.sql }}\n{extra}\ndecomposition:\n"
+        ),
+    );
+    s
+}
+
+/// Through the stages with the preset as it is: the treatment's row is in
+/// code review's database, and the reviewer's prompt has the tables'
+/// counts and checksums, the schema unchanged, and the row that moved.
+#[tokio::test]
+async fn through_the_stages_the_code_reviewers_prompt_has_the_tables_the_schema_and_the_rows() {
+    use support::rules::{git_init, hospital, label_of};
+    use ward::forge::{IssueNumber, NewIssue};
+    let Some(image) = image() else { return };
+    if !have_psql() {
+        return;
+    }
+    let s = psql_sandbox(&image, "");
+    git_init(s.root());
+    let (h, forge) = hospital(&s, "reporter");
+    forge
+        .admit(NewIssue {
+            title: "Move the dispatch".into(),
+            body: "Move it to BAY-7.".into(),
+            labels: vec!["ward:admit".into()],
+        })
+        .unwrap();
+    let mut reviewed = false;
+    for _ in 0..12 {
+        let before = label_of(&forge, 1);
+        let result = ward::stage::run_stage(&h, &ward::stage::StageRequest::new(IssueNumber(1))).await;
+        result.unwrap_or_else(|e| panic!("{before}: {e:#}"));
+        if before == "ward:code-review" {
+            reviewed = true;
+            break;
+        }
+    }
+    assert!(reviewed, "code review ran");
+    let prompts: Vec<String> = walk(&h.artifacts, "prompt.md")
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter(|t| t.contains("## What the change did to the data"))
+        .collect();
+    assert_eq!(prompts.len(), 1, "code review's prompt, and only it, shows the data");
+    let section = prompts[0].split("## What the change did to the data").nth(1).unwrap();
+    assert!(
+        section.contains("\"public\".\"dispatch_updates\": rows 2 -> 2, checksum ") && section.contains("  (changed)"),
+        "{section}"
+    );
+    assert!(section.contains("The schema did not change."), "{section}");
+    assert!(
+        section.contains(
+            "- \"public\".\"dispatch_updates\": current-dispatch\tSEA-01\tBAY-2\n+ \"public\".\"dispatch_updates\": current-dispatch\tSEA-01\tBAY-7"
+        ),
+        "{section}"
+    );
 }
 
 /// Every file named `name` under `dir`.

@@ -566,7 +566,14 @@ pub struct DataView {
     /// Whether the seed's export was there to compare with (else the diff
     /// is against no data at all).
     pub seed_kept: bool,
+    /// The rows that changed. For a PostgreSQL dump, data rows only (each
+    /// prefixed with its table); otherwise the export's lines.
     pub diff: checkpoint::DataDiff,
+    /// For a PostgreSQL dump: the schema's lines that changed (`None`: the
+    /// export is not a pg_dump).
+    pub schema: Option<checkpoint::DataDiff>,
+    /// For a PostgreSQL dump: each table's rows and checksum, before and after.
+    pub tables: Vec<checkpoint::TableSummary>,
 }
 
 /// What became of the checkout at the end of a stage.
@@ -1077,8 +1084,18 @@ impl Workspace {
         let commit = data.from.as_ref()?.commit.clone()?;
         let seed = self.checkpoints.as_ref().and_then(|s| s.seed(self.issue));
         let after = data.start.as_deref().unwrap_or_default();
-        let diff = checkpoint::diff(seed.as_ref().map_or(&[][..], |s| &s.data), after, max);
-        Some(DataView { commit, seed_kept: seed.is_some(), diff })
+        let before = seed.as_ref().map_or(&[][..], |s| &s.data);
+        // A PostgreSQL dump is read apart: the schema, each table's counts
+        // and checksums, then the rows (the budget shared between them).
+        if let (Some(b), Some(a)) = (checkpoint::SqlDump::parse(before), checkpoint::SqlDump::parse(after)) {
+            let (bs, as_) = (b.schema.join("\n") + "\n", a.schema.join("\n") + "\n");
+            let schema = checkpoint::diff(bs.as_bytes(), as_.as_bytes(), max / 4);
+            let diff = checkpoint::diff(b.rows().as_bytes(), a.rows().as_bytes(), max - schema.text.len());
+            let tables = checkpoint::table_summaries(&b, &a);
+            return Some(DataView { commit, seed_kept: seed.is_some(), diff, schema: Some(schema), tables });
+        }
+        let diff = checkpoint::diff(before, after, max);
+        Some(DataView { commit, seed_kept: seed.is_some(), diff, schema: None, tables: Vec::new() })
     }
 
     /// Variables for the agent's environment (and nothing else's):
