@@ -47,7 +47,7 @@ use super::de_duration;
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EmulatorSection {
-    /// An engine ward knows (`postgres`): its ports, readiness, `expose`
+    /// An engine ward knows (`postgres`, `mariadb`): its ports, readiness, `expose`
     /// variables and checkpoint commands, each replaced by this section's
     /// own when given (`expose` is merged, this section's names winning).
     /// Default: none (`ports` and `ready` are then required).
@@ -97,6 +97,16 @@ pub enum Preset {
     /// fixed `\restrict` key: pg_dump 15.14 or later) and `psql` in one
     /// transaction that stops at the first error.
     Postgres,
+    /// MariaDB (the other SQL server people run in containers, built here
+    /// from Debian's packages as well: `images/mariadb/build`): port 3306,
+    /// user `app` without a password on the published port, database
+    /// `app`. Ready when `mariadb -e 'select 1'` succeeds inside the
+    /// container. Exposes `DB_HOST`, `DB_PORT`, `DB_USER`, `DB_NAME` and
+    /// `DATABASE_URL` (`mysql://`). Checkpoints: `mariadb-dump` (schema and
+    /// data, rows in primary-key order, one `INSERT` a row, no dates or
+    /// comments) and `mariadb`, which stops at the first error (DDL commits
+    /// as it goes in MariaDB, so not one transaction).
+    Mariadb,
 }
 
 /// The `emulator` section, its `preset` (if any) applied as it is read:
@@ -120,6 +130,9 @@ pub struct EmulatorConfig {
 pub const POSTGRES_DATABASE: &str = "app";
 pub const POSTGRES_USER: &str = "postgres";
 pub const POSTGRES_PORT: u16 = 5432;
+pub const MARIADB_PORT: u16 = 3306;
+pub const MARIADB_DATABASE: &str = "app";
+pub const MARIADB_USER: &str = "app";
 /// The fixed key pg_dump writes in `\restrict` / `\unrestrict` instead of
 /// a random one, so two exports of the same data are the same bytes.
 pub const POSTGRES_RESTRICT_KEY: &str = "ward";
@@ -184,6 +197,42 @@ impl From<EmulatorSection> for EmulatorConfig {
                             "-f",
                             "-",
                         ]),
+                        time_limit: default_checkpoint_limit(),
+                        keep: default_checkpoint_keep(),
+                    });
+                }
+            }
+            Some(Preset::Mariadb) => {
+                if c.ports.is_empty() {
+                    c.ports = vec![MARIADB_PORT];
+                }
+                let r = &mut c.ready;
+                if r.http.is_none() && r.tcp.is_none() && r.log.is_none() && r.exec.is_none() {
+                    r.exec = Some(strings(&["mariadb", "-e", "select 1"]));
+                }
+                let port = format!("{{{{ ports[{}] }}}}", c.ports[0]);
+                let defaults = [
+                    ("DB_HOST", "{{ host }}".to_string()),
+                    ("DB_PORT", port.clone()),
+                    ("DB_USER", MARIADB_USER.to_string()),
+                    ("DB_NAME", MARIADB_DATABASE.to_string()),
+                    ("DATABASE_URL", format!("mysql://{MARIADB_USER}@{{{{ host }}}}:{port}/{MARIADB_DATABASE}")),
+                ];
+                for (name, value) in defaults {
+                    c.expose.entry(name.to_string()).or_insert(value);
+                }
+                if c.checkpoint.is_none() {
+                    c.checkpoint = Some(CheckpointConfig {
+                        export: strings(&[
+                            "mariadb-dump",
+                            "--skip-dump-date",
+                            "--skip-comments",
+                            "--order-by-primary",
+                            "--skip-extended-insert",
+                            "--single-transaction",
+                            MARIADB_DATABASE,
+                        ]),
+                        import: strings(&["mariadb", MARIADB_DATABASE]),
                         time_limit: default_checkpoint_limit(),
                         keep: default_checkpoint_keep(),
                     });
@@ -588,6 +637,20 @@ expose:
         assert_eq!(validate(&mine, "emulator"), vec![]);
         let vars = render_expose(&mine.expose, &BTreeMap::from([(6543, 49161)])).unwrap();
         assert_eq!(vars["PGPORT"], "49161", "the preset's variables follow the first port listed");
+    }
+
+    #[test]
+    fn the_mariadb_preset_fills_in_its_own() {
+        let e = parse("preset: mariadb\nimage: ward-mariadb:1\nseed: { file: db/seed.sql }\n");
+        assert_eq!(validate(&e, "emulator"), vec![]);
+        assert_eq!(e.ports, vec![3306]);
+        assert!(matches!(e.ready.probe(), Some(Probe::Exec { command }) if command[0] == "mariadb"));
+        let vars = render_expose(&e.expose, &BTreeMap::from([(3306, 49170)])).unwrap();
+        assert_eq!(vars["DATABASE_URL"], "mysql://app@127.0.0.1:49170/app");
+        assert_eq!((vars["DB_PORT"].as_str(), vars["DB_NAME"].as_str()), ("49170", "app"));
+        let c = e.checkpoint().unwrap();
+        assert!(c.export.contains(&"--order-by-primary".to_string()) && c.export.contains(&"--skip-dump-date".into()));
+        assert_eq!(c.import, vec!["mariadb", "app"], "no --force: it stops at the first error");
     }
 
     #[test]
