@@ -69,6 +69,13 @@ pub struct DataContext {
     /// Whether lines were left out to stay within [`DATA_DIFF_BUDGET`].
     pub truncated: bool,
     pub fenced: String,
+    /// A PostgreSQL dump's schema difference: lines gone and new, fenced
+    /// (`None`: not a pg_dump, or `schema_changed` is false).
+    pub schema_fenced: Option<String>,
+    pub schema_changed: bool,
+    /// Per table, rows and checksums before and after, fenced (empty: not
+    /// a pg_dump).
+    pub tables_fenced: String,
 }
 
 impl DataContext {
@@ -82,8 +89,42 @@ impl DataContext {
             seed_kept: view.seed_kept,
             truncated: view.diff.truncated,
             fenced: fence(&text, "diff"),
+            schema_changed: view.schema.as_ref().is_some_and(|d| d.added + d.removed > 0),
+            schema_fenced: view.schema.as_ref().filter(|d| d.added + d.removed > 0).map(|d| {
+                let text = sentinels.escape(d.text.trim_end_matches('\n'));
+                fence(&crate::untrusted::escape_controls(&text), "diff")
+            }),
+            tables_fenced: match view.tables.is_empty() {
+                true => String::new(),
+                false => {
+                    let text = sentinels.escape(&tables_text(&view.tables));
+                    fence(&crate::untrusted::escape_controls(&text), "text")
+                }
+            },
         }
     }
+}
+
+/// One line per table: `<rows before> -> <rows after> rows, checksum
+/// <before> -> <after>` and whether it changed (`-`: the table was not there).
+fn tables_text(tables: &[crate::workspace::checkpoint::TableSummary]) -> String {
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let count = |v: Option<usize>| v.map_or_else(|| "-".to_string(), |n| n.to_string());
+    tables
+        .iter()
+        .map(|t| {
+            format!(
+                "{}: rows {} -> {}, checksum {} -> {}{}",
+                t.table,
+                count(t.rows_before),
+                count(t.rows_after),
+                opt(&t.checksum_before),
+                opt(&t.checksum_after),
+                if t.changed() { "  (changed)" } else { "  (unchanged)" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -99,7 +99,8 @@ fn proof_repo() -> TestRepo {
 fn seeded_emulator() -> ward::config::EmulatorConfig {
     let mut config = emulator_config("");
     config.seed = Some(ward::config::SeedConfig {
-        command: vec![docstore_bin().display().to_string(), "seed".into(), "fixtures/dispatch.tsv".into()],
+        command: Some(vec![docstore_bin().display().to_string(), "seed".into(), "fixtures/dispatch.tsv".into()]),
+        file: None,
         time_limit: Duration::from_secs(30),
     });
     config
@@ -1346,7 +1347,8 @@ async fn a_failing_seed_command_removes_everything_and_keeps_its_output() {
     let _janitor = DockerJanitor(vec![run_name.clone()]);
     let mut config = emulator_config("");
     config.seed = Some(ward::config::SeedConfig {
-        command: vec![docstore_bin().display().to_string(), "seed".into(), "fixtures/bad.tsv".into()],
+        command: Some(vec![docstore_bin().display().to_string(), "seed".into(), "fixtures/bad.tsv".into()]),
+        file: None,
         time_limit: Duration::from_secs(10),
     });
     let mut req = repo.request(15, "treat", &run_name);
@@ -1368,7 +1370,8 @@ async fn a_seed_command_past_its_time_limit_is_killed_with_everything_it_started
     let pid_file = repo.tmp.path().join("background.pid");
     let mut config = emulator_config("");
     config.seed = Some(ward::config::SeedConfig {
-        command: vec!["./seed.sh".into(), pid_file.display().to_string()],
+        command: Some(vec!["./seed.sh".into(), pid_file.display().to_string()]),
+        file: None,
         time_limit: Duration::from_secs(1),
     });
     let mut req = repo.request(20, "treat", &run_name);

@@ -29,8 +29,8 @@ pub mod schema;
 pub use capacity::CapacityConfig;
 pub use departments::*;
 pub use emulator::{
-    CheckpointConfig, EmulatorConfig, HttpProbe, Probe, ReadinessConfig, SeedConfig, render_expose,
-    validate as emulator_validate,
+    CheckpointConfig, EmulatorConfig, EmulatorSection, HttpProbe, POSTGRES_DATABASE, POSTGRES_PORT, POSTGRES_USER,
+    Preset, Probe, ReadinessConfig, Seed, SeedConfig, render_expose, validate as emulator_validate,
 };
 pub use integration::IntegrationConfig;
 pub use locate::locate;

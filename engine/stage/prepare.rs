@@ -95,9 +95,31 @@ pub async fn prepare(
         wreq.expires_after = stage.config.time_limit + stage.config.stall_after;
         wreq.restart = chart.iter().rfind(|n| n.kind == NoteKind::Outcome).is_some_and(|n| n.body.trim() == "restart");
         wreq.checkpoints = true;
-        let ws = Workspace::up(wreq, &Cancel::process()?)
-            .await
-            .with_context(|| format!("could not bring up the workspace of issue {number}, stage `{}`", stage.name))?;
+        let ws = match Workspace::up(wreq, &Cancel::process()?).await {
+            Ok(ws) => ws,
+            Err(e) => {
+                // Data that did not load, or did not read back, stops the
+                // stage before its agent: the patient is never judged on
+                // the wrong data, and the chart says why.
+                if phase.writes()
+                    && matches!(
+                        e,
+                        crate::workspace::WorkspaceError::ReadBack { .. }
+                            | crate::workspace::WorkspaceError::Checkpoint { .. }
+                    )
+                {
+                    let body = format!("The stage stopped before its agent ran: {e}");
+                    let note = patient.engine_note(h, NoteKind::Refusal, body);
+                    if let Err(write) =
+                        crate::chart::append(&*h.forge, &h.sentinels, number, Seen::Read(stored.clone()), &[note]).await
+                    {
+                        warn!(issue = number.0, "could not chart the stop: {write}");
+                    }
+                }
+                return Err(anyhow::Error::new(e)
+                    .context(format!("could not bring up the workspace of issue {number}, stage `{}`", stage.name)));
+            }
+        };
         *slot = Some(ws);
     }
     let workdir = slot.as_ref().map_or_else(|| h.workdir.clone(), |w| w.worktree.path.clone());

@@ -335,6 +335,113 @@ pub fn diff(before: &[u8], after: &[u8], max: usize) -> DataDiff {
     DataDiff { removed, added, text, truncated }
 }
 
+/// A PostgreSQL plain-text dump (`pg_dump`, the `postgres` preset's export)
+/// split in two: its schema (every statement line outside the `COPY`
+/// blocks, without comments, blank lines and the `\restrict` lines) and
+/// each table's rows (the lines of its `COPY` block).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SqlDump {
+    pub schema: Vec<String>,
+    /// Table (as the dump names it, `"public"."t"`) -> its rows.
+    pub tables: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// The first line every plain-text `pg_dump` writes after its `--` line.
+const PG_DUMP_HEADER: &str = "-- PostgreSQL database dump";
+
+impl SqlDump {
+    /// `None` unless `data` is a plain-text pg_dump (an empty export is an
+    /// empty dump: no seed kept).
+    pub fn parse(data: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(data).ok()?;
+        if text.is_empty() {
+            return Some(Self::default());
+        }
+        if !text.lines().take(3).any(|l| l == PG_DUMP_HEADER) {
+            return None;
+        }
+        let mut dump = Self::default();
+        let mut copying: Option<String> = None;
+        for line in text.lines() {
+            if let Some(table) = &copying {
+                if line == "\\." {
+                    copying = None;
+                } else {
+                    dump.tables.get_mut(table).expect("inserted at its COPY").push(line.to_string());
+                }
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("COPY ")
+                && line.ends_with(" FROM stdin;")
+            {
+                let table = rest.split(" (").next().unwrap_or(rest).trim_end_matches(" FROM stdin;").to_string();
+                dump.tables.entry(table.clone()).or_default();
+                copying = Some(table);
+                continue;
+            }
+            let skip = line.trim().is_empty()
+                || line.starts_with("--")
+                || line.starts_with("\\restrict ")
+                || line.starts_with("\\unrestrict ");
+            if !skip {
+                dump.schema.push(line.to_string());
+            }
+        }
+        Some(dump)
+    }
+
+    /// Every row, prefixed with its table: the row diff's lines.
+    pub fn rows(&self) -> String {
+        let mut out = String::new();
+        for (table, rows) in &self.tables {
+            for r in rows {
+                out.push_str(&format!("{table}: {r}\n"));
+            }
+        }
+        out
+    }
+}
+
+/// One table's rows before (the seed) and after (the checkpoint): counts,
+/// and a checksum of its sorted rows (the first 16 hex digits of their
+/// SHA-256), the way Neon advises comparing a branch's data.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TableSummary {
+    pub table: String,
+    /// `None`: the table was not there.
+    pub rows_before: Option<usize>,
+    pub rows_after: Option<usize>,
+    pub checksum_before: Option<String>,
+    pub checksum_after: Option<String>,
+}
+
+impl TableSummary {
+    pub fn changed(&self) -> bool {
+        self.rows_before != self.rows_after || self.checksum_before != self.checksum_after
+    }
+}
+
+fn rows_checksum(rows: &[String]) -> String {
+    let mut sorted: Vec<&str> = rows.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    sha256_hex(sorted.join("\n").as_bytes())[..16].to_string()
+}
+
+/// Per table, before and after, in the tables' order.
+pub fn table_summaries(before: &SqlDump, after: &SqlDump) -> Vec<TableSummary> {
+    let names: std::collections::BTreeSet<&String> = before.tables.keys().chain(after.tables.keys()).collect();
+    names
+        .into_iter()
+        .map(|t| TableSummary {
+            table: t.clone(),
+            rows_before: before.tables.get(t).map(Vec::len),
+            rows_after: after.tables.get(t).map(Vec::len),
+            checksum_before: before.tables.get(t).map(|r| rows_checksum(r)),
+            checksum_after: after.tables.get(t).map(|r| rows_checksum(r)),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,6 +460,30 @@ mod tests {
         let d = diff(before, after, 25);
         assert_eq!((d.removed, d.added, d.truncated, d.text.as_str()), (1, 2, true, "- db\tc\t2\tp\t{\"n\":2}\n"));
         assert_eq!(diff(before, before, 10).text, "");
+    }
+
+    const DUMP: &str = "--\n-- PostgreSQL database dump\n--\n\n\\restrict ward\n\nSET x = 0;\n\
+        CREATE TABLE \"public\".\"t\" (\n    \"k\" \"text\"\n);\n\n\
+        COPY \"public\".\"t\" (\"k\") FROM stdin;\nb\na\n\\.\n\n\\unrestrict ward\n";
+
+    #[test]
+    fn a_pg_dump_splits_into_schema_and_rows_and_tables_are_counted_and_checksummed() {
+        let before = SqlDump::parse(DUMP.as_bytes()).unwrap();
+        assert_eq!(before.schema, vec!["SET x = 0;", "CREATE TABLE \"public\".\"t\" (", "    \"k\" \"text\"", ");"]);
+        assert_eq!(before.tables["\"public\".\"t\""], vec!["b", "a"]);
+        assert_eq!(before.rows(), "\"public\".\"t\": b\n\"public\".\"t\": a\n");
+        let reordered = SqlDump::parse(DUMP.replace("b\na\n", "a\nb\n").as_bytes()).unwrap();
+        let grown =
+            SqlDump::parse(DUMP.replace("b\na\n", "a\nb\nc\n").replace("\\restrict ward", "\\restrict Zx9").as_bytes())
+                .unwrap();
+        let same = table_summaries(&before, &reordered);
+        assert!(!same[0].changed(), "row order is not a change: {same:?}");
+        let t = &table_summaries(&before, &grown)[0];
+        assert_eq!((t.rows_before, t.rows_after, t.changed()), (Some(2), Some(3), true));
+        assert_eq!(before.schema, grown.schema, "a restrict key is not schema");
+        let from_nothing = table_summaries(&SqlDump::parse(b"").unwrap(), &before);
+        assert_eq!((from_nothing[0].rows_before, from_nothing[0].rows_after), (None, Some(2)));
+        assert_eq!(SqlDump::parse(b"db\tc\t1\n"), None, "not a pg_dump");
     }
 
     #[test]

@@ -33,7 +33,7 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Cancel;
-use crate::config::{EmulatorConfig, Probe, render_expose};
+use crate::config::{EmulatorConfig, Probe, Seed, render_expose};
 
 /// The most an exec's stdout may hold (an emulator's export).
 pub const MAX_EXEC_OUTPUT: usize = 64 << 20;
@@ -397,6 +397,10 @@ pub struct Emulator {
     pub vars: BTreeMap<String, String>,
     pub ready_ms: u64,
     pub seed: Option<SeedResult>,
+    /// The checkpoint export of the empty emulator, taken just before the
+    /// seed (when both are configured): a seed must change it.
+    #[serde(skip)]
+    pub before_seed: Option<Vec<u8>>,
 }
 
 /// What teardown left: diagnostics, and the proof of removal.
@@ -486,15 +490,40 @@ async fn bring_up(
     }
     let ports = host_ports(&inspect, &config.ports, name)?;
     let probe = config.ready.probe().expect("validated: exactly one probe");
-    wait_ready(docker, id, name, &probe, &ports, config.ready.time_limit, artifacts, cancel).await?;
+    let inside = super::inside_env(config);
+    let ready = Ready { probe: &probe, ports: &ports, inside: &inside, limit: config.ready.time_limit };
+    wait_ready(docker, id, name, &ready, artifacts, cancel).await?;
     let ready_ms = started.elapsed().as_millis() as u64;
     let vars =
         render_expose(&config.expose, &ports).map_err(|(var, message)| EmulatorError::Template { var, message })?;
-    let seed = match &config.seed {
-        Some(seed) => Some(run_seed(name, &seed.command, seed.time_limit, &vars, workdir, artifacts, cancel).await?),
-        None => None,
+    // The empty emulator's export, before the seed: the seed's read-back
+    // compares with it (a seed that loaded nothing is caught).
+    let checkpoint = config.checkpoint();
+    let before_seed = match (&config.seed, &checkpoint) {
+        (Some(_), Some(c)) => docker.exec(id, &c.export, &inside, None, c.time_limit).await.ok(),
+        _ => None,
     };
-    Ok(Emulator { id: id.into(), name: name.into(), image: config.image.clone(), ports, vars, ready_ms, seed })
+    let seed = match config.seed.as_ref().map(|s| (s, s.kind())) {
+        Some((seed, Some(Seed::Command(command)))) => {
+            Some(run_seed(name, command, seed.time_limit, &vars, workdir, artifacts, cancel).await?)
+        }
+        Some((seed, Some(Seed::File(file)))) => {
+            let import = checkpoint.as_ref().map(|c| c.import.clone()).unwrap_or_default();
+            let load = SeedFile { file, import: &import, inside: &inside, limit: seed.time_limit };
+            Some(load_seed_file(docker, id, name, &load, workdir, artifacts, cancel).await?)
+        }
+        Some((_, None)) | None => None,
+    };
+    Ok(Emulator {
+        id: id.into(),
+        name: name.into(),
+        image: config.image.clone(),
+        ports,
+        vars,
+        ready_ms,
+        seed,
+        before_seed,
+    })
 }
 
 /// Container port -> host port, as Docker published them.
@@ -519,20 +548,28 @@ fn describe(probe: &Probe) -> String {
         Probe::Http { port, path } => format!("HTTP GET {path} on port {port}"),
         Probe::Tcp { port } => format!("TCP connect to port {port}"),
         Probe::Log { text } => format!("log line `{text}`"),
+        Probe::Exec { command } => format!("`{}` exiting 0 in the container", command.join(" ")),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What readiness waits for, and what it needs to ask.
+struct Ready<'a> {
+    probe: &'a Probe,
+    ports: &'a BTreeMap<u16, u16>,
+    /// The environment of commands run inside the container.
+    inside: &'a [String],
+    limit: Duration,
+}
+
 async fn wait_ready(
     docker: &Docker,
     id: &str,
     name: &str,
-    probe: &Probe,
-    ports: &BTreeMap<u16, u16>,
-    limit: Duration,
+    r: &Ready<'_>,
     artifacts: &Path,
     cancel: &Cancel,
 ) -> Result<()> {
+    let (probe, ports, limit) = (r.probe, r.ports, r.limit);
     let deadline = Instant::now() + limit;
     let diagnostics = artifacts.join(format!("{name}.log"));
     loop {
@@ -540,6 +577,14 @@ async fn wait_ready(
             Probe::Http { port, path } => http_ok(ports[port], path).await,
             Probe::Tcp { port } => tcp_open(ports[port]).await,
             Probe::Log { text } => docker.logs(id).await?.contains(text.as_str()),
+            // Each try within what is left (at most 5 s): a command that
+            // hangs does not hold the wait past its limit.
+            Probe::Exec { command } => {
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .clamp(Duration::from_millis(200), Duration::from_secs(5));
+                docker.exec(id, command, r.inside, None, left).await.is_ok()
+            }
         };
         if ready {
             return Ok(());
@@ -666,6 +711,64 @@ async fn run_seed(
         log,
         took_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// A seed file and the import command it is fed to.
+struct SeedFile<'a> {
+    file: &'a str,
+    import: &'a [String],
+    inside: &'a [String],
+    limit: Duration,
+}
+
+/// Feeds a seed file of the worktree to the checkpoint's import command
+/// inside the container; its output (or the error) goes to the seed log.
+async fn load_seed_file(
+    docker: &Docker,
+    id: &str,
+    name: &str,
+    s: &SeedFile<'_>,
+    workdir: &Path,
+    artifacts: &Path,
+    cancel: &Cancel,
+) -> Result<SeedResult> {
+    let log = artifacts.join(format!("{name}.seed.log"));
+    let started = Instant::now();
+    let shown = format!("{} < {}", s.import.join(" "), s.file);
+    let failed = |status: String| EmulatorError::SeedFailed {
+        name: name.into(),
+        command: shown.clone(),
+        status,
+        log: log.clone(),
+    };
+    let path = workdir.join(s.file);
+    let data = match std::fs::read(&path) {
+        Ok(d) => d,
+        Err(e) => {
+            let line = format!("could not read the seed file {}: {e}\n", path.display());
+            std::fs::write(&log, &line).map_err(io_err("write", &log))?;
+            return Err(failed(format!("could not read {}: {e}", path.display())));
+        }
+    };
+    let loaded = tokio::select! {
+        r = docker.exec(id, s.import, s.inside, Some(&data), s.limit) => r,
+        _ = cancel.cancelled() => return Err(EmulatorError::Cancelled { name: name.into(), diagnostics: log }),
+    };
+    match loaded {
+        Ok(out) => {
+            std::fs::write(&log, &out).map_err(io_err("write", &log))?;
+            Ok(SeedResult {
+                command: vec![shown],
+                exit_code: Some(0),
+                log,
+                took_ms: started.elapsed().as_millis() as u64,
+            })
+        }
+        Err(e) => {
+            std::fs::write(&log, format!("{e}\n")).map_err(io_err("write", &log))?;
+            Err(failed(e.to_string()))
+        }
+    }
 }
 
 /// Kills a seed command's whole process group when dropped: nothing it

@@ -63,6 +63,14 @@ pub enum WorkspaceError {
         path.display()
     )]
     Checkpoint { path: PathBuf, op: &'static str, message: String },
+    #[error(
+        "the emulator's data did not read back after ward loaded {what}: {detail}; the stage stopped before its \
+         agent ran. Both exports are in {} (`.loaded` and `.read-back`). An import that fails quietly does this: \
+         make the `import` command stop at the first error and exit non-zero (psql: `-v ON_ERROR_STOP=1 \
+         --single-transaction`)",
+        artifacts.display()
+    )]
+    ReadBack { what: String, detail: String, artifacts: PathBuf },
     #[error("a git task panicked or was cancelled: {0}")]
     Join(String),
     #[error("could not {op} {}: {source}", path.display())]
@@ -541,7 +549,12 @@ pub struct DataReport {
     /// On GitHub: the commit of the patient's shared checkpoint
     /// ([`shared`]) taken into this job's store.
     pub shared: Option<String>,
-    /// What went wrong with an export (the run went on).
+    /// Whether the load was read back and matched: the checkpoint's
+    /// export after its import is the checkpoint, or the seed changed
+    /// the empty emulator's data.
+    pub read_back: bool,
+    /// What went wrong with an export (the run went on), or with a load's
+    /// read-back (the stage stopped before its agent).
     pub problems: Vec<String>,
 }
 
@@ -554,7 +567,14 @@ pub struct DataView {
     /// Whether the seed's export was there to compare with (else the diff
     /// is against no data at all).
     pub seed_kept: bool,
+    /// The rows that changed. For a PostgreSQL dump, data rows only (each
+    /// prefixed with its table); otherwise the export's lines.
     pub diff: checkpoint::DataDiff,
+    /// For a PostgreSQL dump: the schema's lines that changed (`None`: the
+    /// export is not a pg_dump).
+    pub schema: Option<checkpoint::DataDiff>,
+    /// For a PostgreSQL dump: each table's rows and checksum, before and after.
+    pub tables: Vec<checkpoint::TableSummary>,
 }
 
 /// What became of the checkout at the end of a stage.
@@ -846,9 +866,16 @@ impl Workspace {
                     if let Some(checkpointing) = checkpointing
                         && let Err(first) = ws.load_data(checkpointing, config, latest).await
                     {
-                        // The emulator is this run's: taken down with the checkout put back.
+                        // The emulator is this run's: taken down with the
+                        // checkout put back, the problem in report.json.
+                        ws.data_report.problems.push(first.to_string());
                         return Err(match ws.finish(false).await {
-                            Ok(_) => first,
+                            Ok(report) => {
+                                if let Err(e) = report.write() {
+                                    tracing::warn!("{e}");
+                                }
+                                first
+                            }
                             Err(c) => WorkspaceError::CleanupAfter { first: Box::new(first), cleanup: Box::new(c) },
                         });
                     }
@@ -899,8 +926,12 @@ impl Workspace {
 
     /// The emulator's data at the start: the chosen checkpoint imported,
     /// or (started from the seed) the seed's export kept as the data
-    /// diff's left side. A checkpoint that does not import is an error; an
-    /// export that fails is a problem in the report, and the run goes on.
+    /// diff's left side. Every load is read back: after a checkpoint's
+    /// import the export must be the checkpoint itself, and after a seed
+    /// it must differ from the export of the empty emulator taken before
+    /// the seed; otherwise [`WorkspaceError::ReadBack`]. A checkpoint that
+    /// does not import is an error; an export that fails after a seed is a
+    /// problem in the report, and the run goes on.
     async fn load_data(
         &mut self,
         config: CheckpointConfig,
@@ -916,20 +947,37 @@ impl Workspace {
                 docker.exec(&em.id, &config.import, &env, Some(&cp.data), config.time_limit).await.map_err(|e| {
                     WorkspaceError::Checkpoint { path: cp.path.clone(), op: "load", message: e.to_string() }
                 })?;
+                let back = docker.exec(&em.id, &config.export, &env, None, config.time_limit).await.map_err(|e| {
+                    WorkspaceError::Checkpoint { path: cp.path.clone(), op: "read back", message: e.to_string() }
+                })?;
+                if back != cp.data {
+                    let what = format!("the checkpoint {}", cp.path.display());
+                    return Err(self.read_back_failed(what, &cp.data, &back));
+                }
                 self.data_report.loaded = Some(cp.path);
                 self.data_report.loaded_commit = cp.marker.commit.clone();
+                self.data_report.read_back = true;
                 self.data = Some(Data { config, start: Some(cp.data), from: Some(cp.marker), env });
             }
             None => {
                 let exported = docker.exec(&em.id, &config.export, &env, None, config.time_limit).await;
                 let start = match exported {
-                    Ok(out) => match store.save(self.issue, None, &self.run, &self.stage, config.keep, &out) {
-                        Ok(_) => Some(out),
-                        Err(e) => {
-                            self.data_report.problems.push(format!("the seed's export was not kept: {e}"));
-                            Some(out)
+                    Ok(out) => {
+                        if let (Some(empty), Some(seed)) = (&em.before_seed, &em.seed) {
+                            if *empty == out {
+                                let what = format!("the seed (`{}`)", seed.command.join(" "));
+                                return Err(self.read_back_failed(what, empty, &out));
+                            }
+                            self.data_report.read_back = true;
                         }
-                    },
+                        match store.save(self.issue, None, &self.run, &self.stage, config.keep, &out) {
+                            Ok(_) => Some(out),
+                            Err(e) => {
+                                self.data_report.problems.push(format!("the seed's export was not kept: {e}"));
+                                Some(out)
+                            }
+                        }
+                    }
                     Err(e) => {
                         self.data_report.problems.push(format!("the seed's export failed: {e}"));
                         None
@@ -939,6 +987,28 @@ impl Workspace {
             }
         }
         Ok(())
+    }
+
+    /// The read-back error, with what was loaded and what came back written
+    /// into the artifacts folder.
+    fn read_back_failed(&self, what: String, loaded: &[u8], back: &[u8]) -> WorkspaceError {
+        let dir = self.artifacts.join("read-back");
+        let _ = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join("export.loaded"), loaded))
+            .and_then(|()| std::fs::write(dir.join("export.read-back"), back));
+        let detail = if loaded == back {
+            "the seed changed nothing: the export after it is the export of the empty emulator".to_string()
+        } else {
+            let d = checkpoint::diff(loaded, back, 400);
+            let first = d.text.lines().next().unwrap_or_default();
+            format!(
+                "the export after the load differs from what was loaded ({} lines missing, {} lines extra; first: `{}`)",
+                d.removed,
+                d.added,
+                crate::untrusted::shown(first)
+            )
+        };
+        WorkspaceError::ReadBack { what, detail, artifacts: dir }
     }
 
     /// The end of an accepted treatment: the emulator's data exported and,
@@ -1015,8 +1085,18 @@ impl Workspace {
         let commit = data.from.as_ref()?.commit.clone()?;
         let seed = self.checkpoints.as_ref().and_then(|s| s.seed(self.issue));
         let after = data.start.as_deref().unwrap_or_default();
-        let diff = checkpoint::diff(seed.as_ref().map_or(&[][..], |s| &s.data), after, max);
-        Some(DataView { commit, seed_kept: seed.is_some(), diff })
+        let before = seed.as_ref().map_or(&[][..], |s| &s.data);
+        // A PostgreSQL dump is read apart: the schema, each table's counts
+        // and checksums, then the rows (the budget shared between them).
+        if let (Some(b), Some(a)) = (checkpoint::SqlDump::parse(before), checkpoint::SqlDump::parse(after)) {
+            let (bs, as_) = (b.schema.join("\n") + "\n", a.schema.join("\n") + "\n");
+            let schema = checkpoint::diff(bs.as_bytes(), as_.as_bytes(), max / 4);
+            let diff = checkpoint::diff(b.rows().as_bytes(), a.rows().as_bytes(), max - schema.text.len());
+            let tables = checkpoint::table_summaries(&b, &a);
+            return Some(DataView { commit, seed_kept: seed.is_some(), diff, schema: Some(schema), tables });
+        }
+        let diff = checkpoint::diff(before, after, max);
+        Some(DataView { commit, seed_kept: seed.is_some(), diff, schema: None, tables: Vec::new() })
     }
 
     /// Variables for the agent's environment (and nothing else's):
