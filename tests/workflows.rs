@@ -1866,6 +1866,18 @@ async fn human_approval_waits_for_a_maintainers_label_and_refuses_a_triagers() {
 /// A repository whose agent is `tests/hostile/<script>` with `args`, for
 /// the shipped workflow (or `workflow`, a changed copy of it).
 fn hostile_hospital(gh: &FakeGitHub, script: &str, args: &str, workflow: Option<String>) -> tempfile::TempDir {
+    hostile_hospital_with(gh, script, args, workflow, "")
+}
+
+/// The same, with more of the `agent:` section (`agent_extra`, lines
+/// indented as its fields are).
+fn hostile_hospital_with(
+    gh: &FakeGitHub,
+    script: &str,
+    args: &str,
+    workflow: Option<String>,
+    agent_extra: &str,
+) -> tempfile::TempDir {
     let agent = r#"command: ["{ward}", "stand-in"]"#;
     let mut files = vec![
         (format!("hostile/{script}"), ours(&format!("tests/hostile/{script}"))),
@@ -1877,7 +1889,7 @@ fn hostile_hospital(gh: &FakeGitHub, script: &str, args: &str, workflow: Option<
     let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
     hospital(gh, &refs, |c| {
         assert!(c.contains(agent));
-        c.replace(agent, &format!(r#"command: ["sh", "hostile/{script}", "{{ward}}", {args}]"#))
+        c.replace(agent, &format!(r#"command: ["sh", "hostile/{script}", "{{ward}}", {args}]{agent_extra}"#))
     })
 }
 
@@ -1886,6 +1898,8 @@ fn hostile_hospital(gh: &FakeGitHub, script: &str, args: &str, workflow: Option<
 /// nothing: the label and the push it tries are refused (403), because the
 /// job that runs the agent has read permissions only. The record job, which
 /// holds the write token, runs no agent, and the patient moves as usual.
+/// The agent runs unwalled here (`agent.network: open`): behind the walls
+/// it reaches no GitHub at all, and this proves the layer under them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_with_the_visit_jobs_token_can_write_nothing() {
     let gh = FakeGitHub::start().await;
@@ -1901,7 +1915,7 @@ async fn an_agent_with_the_visit_jobs_token_can_write_nothing() {
     );
     let workflow = shipped.replacen(run_agent, &leaking, 1);
     let args = format!("\"{}\", \"{}\"", loot.display(), leak.display());
-    let _repo = hostile_hospital(&gh, "steal.sh", &args, Some(workflow));
+    let _repo = hostile_hospital_with(&gh, "steal.sh", &args, Some(workflow), "\n  network: open");
     let n = {
         let mut s = gh.state();
         s.add_collaborator("maya", "maintain");

@@ -6,7 +6,14 @@
 # moment between the agent's end and ward's reading is no attack: the
 # agent writes its notes anyway.)
 . "$(dirname "$0")/common.sh"
-out=$(tr '\0' '\n' < "/proc/$PARENT/cmdline" | sed -n '/^--out$/{n;p;}')
+# The first ancestor whose command line has `--out` (behind the walls the
+# parent is ward's relay, and ward above it).
+pid=$PARENT
+out=
+while [ -z "$out" ] && [ "${pid:-0}" -gt 1 ]; do
+  out=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | sed -n '/^--out$/{n;p;}')
+  pid=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null)
+done
 loot "agent $$ seals into ${out:-nowhere}"
 AGENT=$$ OUT=$out LOOT=$LOOT setsid sh -c '
   echo "daemon $$" >> "$LOOT"
