@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use git2::{DiffOptions, Repository};
+use git2::Repository;
 
 use super::errors::{Result, git};
 use super::git::Checkout;
@@ -20,19 +20,7 @@ pub struct Added {
 /// What the checkout has added since `start`: its commits, its index and
 /// its work tree, untracked files included (ward commits those).
 pub fn since(co: &Checkout, start: &str, state_paths: &[String]) -> Result<Vec<Added>> {
-    let object = co.work_tree.display().to_string();
-    let repo = Repository::open(&co.git_dir).map_err(git("open the checkout", &object))?;
-    repo.set_workdir(&co.work_tree, false).map_err(git("open the checkout", &object))?;
-    let tree = repo
-        .revparse_single(start)
-        .and_then(|o| o.peel_to_tree())
-        .map_err(git("read the commit the run started at", start))?;
-    let mut opts = DiffOptions::new();
-    opts.include_untracked(true).recurse_untracked_dirs(true).show_untracked_content(true);
-    let diff = repo
-        .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
-        .map_err(git("diff the checkout", &object))?;
-    collect(&diff, state_paths, &object)
+    super::worktree::diff_since(co, start, |diff, object| collect(diff, state_paths, object))
 }
 
 /// What the commits `start..head` of the repository at `repo` added (a
@@ -49,12 +37,7 @@ pub fn between(repo: &Path, start: &str, head: &str, state_paths: &[String]) -> 
 }
 
 fn collect(diff: &git2::Diff<'_>, state_paths: &[String], object: &str) -> Result<Vec<Added>> {
-    let ours = |path: &Path| {
-        state_paths.iter().any(|p| {
-            let p = p.trim_matches('/');
-            !p.is_empty() && path.starts_with(p)
-        })
-    };
+    let ours = |path: &Path| super::worktree::under_state(path, state_paths);
     let mut out = Vec::new();
     for idx in 0..diff.deltas().len() {
         let Some(patch) = git2::Patch::from_diff(diff, idx).map_err(git("diff", object))? else { continue };

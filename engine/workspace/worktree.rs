@@ -1098,6 +1098,17 @@ fn untouched(co: &Checkout, before: &Snapshot, state_paths: &[String]) -> bool {
 /// ignored files are left out, as in [`changed_since`]; a binary file counts
 /// as one line (it has no lines, but it is a change).
 pub fn diff_lines_since(co: &Checkout, start: &str, state_paths: &[String]) -> Result<u64> {
+    diff_since(co, start, |diff, object| count_lines(diff, state_paths, object))
+}
+
+/// The checkout's difference from `start` (its commits, index and work
+/// tree, untracked files with their content), read by `read` with the
+/// checkout's name for errors.
+pub(super) fn diff_since<T>(
+    co: &Checkout,
+    start: &str,
+    read: impl FnOnce(&git2::Diff<'_>, &str) -> Result<T>,
+) -> Result<T> {
     let object = co.work_tree.display().to_string();
     let repo = Repository::open(&co.git_dir).map_err(git("open the checkout", &object))?;
     repo.set_workdir(&co.work_tree, false).map_err(git("open the checkout", &object))?;
@@ -1110,22 +1121,29 @@ pub fn diff_lines_since(co: &Checkout, start: &str, state_paths: &[String]) -> R
     let diff = repo
         .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
         .map_err(git("diff the checkout", &object))?;
-    let ours = |path: &Path| {
-        state_paths.iter().any(|p| {
-            let p = p.trim_matches('/');
-            !p.is_empty() && path.starts_with(p)
-        })
-    };
+    read(&diff, &object)
+}
+
+/// Whether `path` is under one of ward's own folders (`state_paths`).
+pub(super) fn under_state(path: &Path, state_paths: &[String]) -> bool {
+    state_paths.iter().any(|p| {
+        let p = p.trim_matches('/');
+        !p.is_empty() && path.starts_with(p)
+    })
+}
+
+fn count_lines(diff: &git2::Diff<'_>, state_paths: &[String], object: &str) -> Result<u64> {
+    let ours = |path: &Path| under_state(path, state_paths);
     let mut lines = 0u64;
     for (idx, delta) in diff.deltas().enumerate() {
         let path = delta.new_file().path().or_else(|| delta.old_file().path());
         if path.is_some_and(ours) {
             continue;
         }
-        let patch = git2::Patch::from_diff(&diff, idx).map_err(git("diff the checkout", &object))?;
+        let patch = git2::Patch::from_diff(diff, idx).map_err(git("diff the checkout", object))?;
         lines += match patch {
             Some(patch) if !patch.delta().flags().contains(git2::DiffFlags::BINARY) => {
-                let (_, added, removed) = patch.line_stats().map_err(git("count the lines of", &object))?;
+                let (_, added, removed) = patch.line_stats().map_err(git("count the lines of", object))?;
                 (added + removed) as u64
             }
             _ => 1,
