@@ -168,7 +168,7 @@ async fn on_fake_github(graphql: bool, latency: Duration) -> Figures {
     let noon = chrono::DateTime::parse_from_rfc3339("2026-11-29T12:00:00Z").unwrap().with_timezone(&chrono::Utc);
     let forge = gh.forge().with_graphql(graphql);
     // Installed: the charts branch is there.
-    sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+    ward::state::update(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
     gh.state().latency = latency;
     let requests = |gh: &fake_github::FakeGitHub| gh.state().log.len();
 

@@ -36,6 +36,7 @@ pub mod secrets;
 pub mod simulate;
 pub mod stage;
 pub mod stand_in;
+pub mod state;
 pub mod sweep;
 pub mod transfer;
 pub mod untrusted;

@@ -278,26 +278,77 @@ fn no_function_in_engine_is_longer_than_a_reader_takes_in() {
     println!("the five longest: {:?}", &all[..5]);
 }
 
+/// The module map's entries as paths (`stage/mod.rs`, `forge/github/`),
+/// read from the tree's indentation: an entry is a name ending in `.rs` or
+/// `/` at two spaces per level; deeper lines continue a description.
+fn mapped_paths(map: &str) -> BTreeSet<String> {
+    let block = map.split("```").nth(1).expect("the module map is a code block");
+    let mut folders: Vec<String> = Vec::new();
+    let mut paths = BTreeSet::new();
+    for line in block.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let name = line.split_whitespace().next().unwrap_or("");
+        let is_entry = !name.is_empty() && (name.ends_with(".rs") || name.ends_with('/'));
+        // engine/ is at 0, its entries at 2: the depth below engine/ is indent/2 - 1.
+        if !is_entry || indent % 2 != 0 || indent == 0 || indent / 2 - 1 > folders.len() {
+            continue;
+        }
+        folders.truncate(indent / 2 - 1);
+        let path = format!("{}{name}", folders.concat());
+        if name.ends_with('/') {
+            folders.push(name.to_string());
+        }
+        // `github/mod.rs` under `forge/` names the folder `forge/github/` too.
+        for (i, _) in path.match_indices('/') {
+            paths.insert(path[..=i].to_string());
+        }
+        paths.insert(path);
+    }
+    paths
+}
+
 #[test]
-fn the_architecture_document_names_every_module() {
+fn the_architecture_document_names_every_module_at_its_path() {
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md")).unwrap();
     let map = doc.split("## Module map").nth(1).expect("a module map").split("\n## ").next().unwrap();
-    let mut missing = Vec::new();
-    fn walk(dir: &Path, rel: &str, map: &str, missing: &mut Vec<String>) {
+    let mapped = mapped_paths(map);
+    let mut actual = BTreeSet::new();
+    fn walk(dir: &Path, rel: &str, out: &mut BTreeSet<String>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             let name = path.file_name().unwrap().to_string_lossy().to_string();
-            let here = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
             if path.is_dir() {
-                if !map.contains(&format!("{name}/")) {
-                    missing.push(format!("{here}/"));
-                }
-                walk(&path, &here, map, missing);
-            } else if name.ends_with(".rs") && !map.contains(&name) && !map.contains(&here) {
-                missing.push(here);
+                let here = format!("{rel}{name}/");
+                out.insert(here.clone());
+                walk(&path, &here, out);
+            } else if name.ends_with(".rs") {
+                out.insert(format!("{rel}{name}"));
             }
         }
     }
-    walk(&engine(), "", map, &mut missing);
-    assert!(missing.is_empty(), "docs/architecture.md's module map does not name: {missing:?}");
+    walk(&engine(), "", &mut actual);
+    let missing: Vec<_> = actual.difference(&mapped).collect();
+    let stale: Vec<_> = mapped.difference(&actual).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/architecture.md's module map does not name {missing:?}, and names what is not there: {stale:?}"
+    );
+}
+
+#[test]
+fn the_map_reader_places_each_entry_under_its_folder() {
+    let map = "```\nengine/\n  a.rs             about a, whose\n                   b.rs continues\n  f/               folder\n    mod.rs         its facade\n    g/             deeper\n      h.rs         here\n    k/l.rs         in a folder named with it\n  i.rs             back up\n```\n";
+    let paths: Vec<_> = mapped_paths(map).into_iter().collect();
+    assert_eq!(paths, ["a.rs", "f/", "f/g/", "f/g/h.rs", "f/k/", "f/k/l.rs", "f/mod.rs", "i.rs"]);
+}
+
+/// The hospital's shared state (`state/`) is owned by no department: the
+/// stage runner and discharge read it without importing the charge nurse.
+#[test]
+fn stage_and_discharge_do_not_import_the_sweep() {
+    let (top, _) = graphs();
+    for module in ["stage", "discharge", "state"] {
+        assert!(!top[module].contains("sweep"), "engine/{module}/ imports sweep: {:?}", top[module]);
+    }
+    assert!(top["sweep"].contains("state") && top["stage"].contains("state"), "the edges are read: {top:#?}");
 }

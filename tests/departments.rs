@@ -17,7 +17,8 @@ use ward::groundedness::{self, Decision, Facts};
 use ward::lockdown::{self, LockdownError};
 use ward::report;
 use ward::stage::{self, StageRequest, StageResult};
-use ward::sweep::{self, AgentRun, Facilities, SweepOutcome};
+use ward::state::AgentRun;
+use ward::sweep::{self, Facilities, SweepOutcome};
 
 async fn sweep_once(w: &Ward) -> sweep::SweepReport {
     sweep::sweep(&*w.local, &w.config, w.now(), &Facilities::default(), None).await.unwrap()
@@ -225,8 +226,9 @@ async fn the_sweep_calls_the_reaper_and_reports_what_it_removed() {
 async fn two_sweeps_never_act_at_once() {
     let w = Ward::new(config_with(|t| t));
     // A sweep that holds the lock (it crashed, or is running).
-    sweep::update_state(&*w.local, |s| {
-        s.lock = Some(sweep::SweepLock { holder: "other".into(), expires: w.now() + chrono::Duration::minutes(15) });
+    ward::state::update(&*w.local, |s| {
+        s.lock =
+            Some(ward::state::SweepLock { holder: "other".into(), expires: w.now() + chrono::Duration::minutes(15) });
         Ok::<_, ()>(())
     })
     .await
@@ -238,7 +240,7 @@ async fn two_sweeps_never_act_at_once() {
     w.clock.advance(minutes(16));
     let r = sweep_once(&w).await;
     assert_eq!(r.outcome, SweepOutcome::Done);
-    let state = sweep::load_state(&*w.local).await.unwrap();
+    let state = ward::state::load(&*w.local).await.unwrap();
     assert_eq!(state.lock, None, "released");
 }
 
@@ -388,19 +390,19 @@ async fn the_sweep_declares_a_lockdown_when_a_facility_fails() {
     for i in 0..4 {
         let run =
             AgentRun { issue: IssueNumber(i), stage: "treat".into(), run: format!("r{i}"), ok: false, at: w.now() };
-        sweep::record_agent_run(&*w.local, run).await.unwrap();
+        ward::state::record_agent_run(&*w.local, run).await.unwrap();
     }
     let ok = AgentRun { issue: IssueNumber(9), stage: "treat".into(), run: "ok".into(), ok: true, at: w.now() };
-    assert_eq!(sweep::record_agent_run(&*w.local, ok).await.unwrap(), 0, "a success resets the streak");
+    assert_eq!(ward::state::record_agent_run(&*w.local, ok).await.unwrap(), 0, "a success resets the streak");
     for i in 10..15 {
         let run =
             AgentRun { issue: IssueNumber(i), stage: "diagnose".into(), run: format!("r{i}"), ok: false, at: w.now() };
-        sweep::record_agent_run(&*w.local, run).await.unwrap();
+        ward::state::record_agent_run(&*w.local, run).await.unwrap();
     }
     let r = sweep_once(&w).await;
     let SweepOutcome::Lockdown { reason, declared_now: true, .. } = r.outcome else { panic!("{r}") };
     assert!(reason.contains("failed on 5 consecutive runs"), "{reason}");
-    let state = sweep::load_state(&*w.local).await.unwrap();
+    let state = ward::state::load(&*w.local).await.unwrap();
     assert_eq!(state.agent.consecutive_failures, 0, "the declaration consumed the streak");
 
     // Failures with progress in between (a patient moved on) are not consecutive.
@@ -410,15 +412,15 @@ async fn the_sweep_declares_a_lockdown_when_a_facility_fails() {
     for i in 0..5 {
         let run =
             AgentRun { issue: IssueNumber(i), stage: "treat".into(), run: format!("f{i}"), ok: false, at: w.now() };
-        sweep::record_agent_run(&*w.local, run).await.unwrap();
+        ward::state::record_agent_run(&*w.local, run).await.unwrap();
     }
     w.start_run(moving, "admit", "ok-run").await;
     w.finish_run(moving, "admit", "ok-run", "ready").await;
     let r = sweep_once(&w).await;
     assert_eq!(r.outcome, SweepOutcome::Done, "a patient moved: the agent works: {r}");
-    assert_eq!(sweep::load_state(&*w.local).await.unwrap().agent.consecutive_failures, 0);
+    assert_eq!(ward::state::load(&*w.local).await.unwrap().agent.consecutive_failures, 0);
     let run = AgentRun { issue: IssueNumber(9), stage: "treat".into(), run: "f9".into(), ok: false, at: w.now() };
-    assert_eq!(sweep::record_agent_run(&*w.local, run).await.unwrap(), 1, "a new streak starts");
+    assert_eq!(ward::state::record_agent_run(&*w.local, run).await.unwrap(), 1, "a new streak starts");
 
     // The base branch red for longer than configured (6h).
     let w = Ward::new(config_with(|t| t));
@@ -844,7 +846,7 @@ mod on_github {
         assert!(chart.contains("<!-- WARD:SWEEP run=sweep-") && chart.contains("role=engine"), "{chart}");
         assert_eq!(gh.state().labels_of(stalled), vec!["ward:admit".to_string(), "bug".to_string()]);
         assert_eq!(gh.state().labels_of(healthy), vec!["ward:treat".to_string()]);
-        let state = sweep::load_state(&forge).await.unwrap();
+        let state = ward::state::load(&forge).await.unwrap();
         assert_eq!(state.lock, None);
         gh.assert_known_routes();
     }

@@ -438,7 +438,7 @@ async fn the_sweep_state_of_30000_watched_patients_is_read_whole() {
     let gh = FakeGitHub::start().await;
     let forge = gh.forge();
     let watched = 30_000u64;
-    ward::sweep::update_state(&forge, |s| {
+    ward::state::update(&forge, |s| {
         for n in 1..=watched {
             s.watch.insert(n, ("ward:code-review".to_string(), 1_796_000_000 + n as i64));
         }
@@ -449,17 +449,17 @@ async fn the_sweep_state_of_30000_watched_patients_is_read_whole() {
     .unwrap();
     let size = gh.state().file(CHARTS, "charts/0.md").unwrap().len();
     assert!(size > 1024 * 1024, "the state is over 1 MB ({size} bytes)");
-    let state = ward::sweep::load_state(&forge).await.unwrap();
+    let state = ward::state::load(&forge).await.unwrap();
     assert_eq!(state.watch.len(), watched as usize);
     // And it is updated again through compare-and-swap on that sha.
-    ward::sweep::update_state(&forge, |s| {
+    ward::state::update(&forge, |s| {
         s.cursor = 7;
         Ok::<(), ()>(())
     })
     .await
     .unwrap()
     .unwrap();
-    assert_eq!(ward::sweep::load_state(&forge).await.unwrap().cursor, 7);
+    assert_eq!(ward::state::load(&forge).await.unwrap().cursor, 7);
 }
 
 /// Infection control: GitHub lets anyone with triage close an issue, and
@@ -480,7 +480,7 @@ async fn a_lockdown_closed_by_someone_who_may_not_lift_it_is_reopened_by_the_swe
         (a, b)
     };
     let forge = gh.forge();
-    ward::sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+    ward::state::update(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
     let now = DateTime::parse_from_rfc3339(EPOCH).unwrap().with_timezone(&Utc) + chrono::Duration::hours(1);
     let report = ward::sweep::sweep(&forge, &config(), now, &ward::sweep::Facilities::default(), None).await.unwrap();
     assert_eq!(report.reopened, [IssueNumber(by_triager)], "{report}");
@@ -532,7 +532,7 @@ async fn a_sweep_costs_its_search_and_two_calls_per_stalled_patient() {
         let forge = gh.forge().with_graphql(graphql);
         let facilities = ward::sweep::Facilities::default();
         // Installed: the charts branch is there (the sweep's state on it).
-        ward::sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+        ward::state::update(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
         let mark = gh.state().log.len();
         let cold =
             ward::sweep::sweep(&forge, &config(), noon + chrono::Duration::hours(3), &facilities, None).await.unwrap();
@@ -588,7 +588,7 @@ async fn a_patient_the_lagging_search_still_shows_at_its_old_label_is_left_alone
         (moved, stalled)
     };
     let forge = gh.forge();
-    ward::sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+    ward::state::update(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
     let now = gh.state().time();
     let r = ward::sweep::sweep(&forge, &config(), now, &ward::sweep::Facilities::default(), None).await.unwrap();
     assert_eq!(r.listed, 2, "the index still shows both at `ward:admit`, quiet: {r}");
@@ -614,15 +614,15 @@ async fn a_patient_moving_on_after_an_agent_failure_ends_the_streak_on_github() 
         (s.add_issue("failing", "", "alice", &["ward:treat"]), s.add_issue("other", "", "alice", &["ward:treat"]))
     };
     let forge = gh.forge();
-    ward::sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+    ward::state::update(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
     let at = gh.state().time();
     let run =
-        ward::sweep::AgentRun { issue: IssueNumber(failing), stage: "treat".into(), run: "r1".into(), ok: false, at };
-    assert_eq!(ward::sweep::record_agent_run(&forge, run).await.unwrap(), 1);
+        ward::state::AgentRun { issue: IssueNumber(failing), stage: "treat".into(), run: "r1".into(), ok: false, at };
+    assert_eq!(ward::state::record_agent_run(&forge, run).await.unwrap(), 1);
     let facilities = ward::sweep::Facilities::default();
     let r = ward::sweep::sweep(&forge, &config(), at + chrono::Duration::minutes(1), &facilities, None).await.unwrap();
     assert!(r.searched, "{r}");
-    assert_eq!(ward::sweep::load_state(&forge).await.unwrap().agent.consecutive_failures, 1, "nobody moved: {r}");
+    assert_eq!(ward::state::load(&forge).await.unwrap().agent.consecutive_failures, 1, "nobody moved: {r}");
     {
         let mut s = gh.state();
         s.advance(std::time::Duration::from_secs(120));
@@ -630,7 +630,7 @@ async fn a_patient_moving_on_after_an_agent_failure_ends_the_streak_on_github() 
         s.label(other, "ward:code-review", "maya");
     }
     let r = ward::sweep::sweep(&forge, &config(), at + chrono::Duration::minutes(5), &facilities, None).await.unwrap();
-    assert_eq!(ward::sweep::load_state(&forge).await.unwrap().agent.consecutive_failures, 0, "{r}");
+    assert_eq!(ward::state::load(&forge).await.unwrap().agent.consecutive_failures, 0, "{r}");
 }
 
 /// GitHub's search gives at most 1,000 results: a stage label with more
@@ -646,7 +646,7 @@ async fn more_quiet_patients_than_the_search_gives_are_listed_instead() {
         s.clock += chrono::Duration::minutes(30);
     }
     let forge = gh.forge();
-    ward::sweep::update_state(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
+    ward::state::update(&forge, |_| Ok::<(), ()>(())).await.unwrap().unwrap();
     let now = gh.state().time();
     let mark = gh.state().log.len();
     // Treat's window is 70 minutes: at 71, all 1,001 are quiet; their

@@ -112,7 +112,7 @@ fn with_one_slot_two_admissions_never_run_agents_at_once_and_both_finish() {
 #[tokio::test]
 async fn a_crashed_runs_slot_expires_and_the_queue_moves_on() {
     use ward::forge::{Forge, IssueNumber, NewIssue};
-    use ward::sweep::slots::{self, GRACE, Take};
+    use ward::state::slots::{self, GRACE, Take};
     let s = Sandbox::new();
     capped(&s, 1);
     let config = ward::config::Config::load(s.root()).unwrap();
@@ -283,6 +283,60 @@ async fn without_a_resolve_stage_a_conflict_goes_back_to_treatment() {
     // The treating stage ran on it after the conflict (the drain goes on).
     assert!(chart[conflict..].contains("<!-- WARD:TREATMENT_NOTE run="), "{chart}");
     assert!(chart[conflict..].contains("stage=treat role=fellow"), "{chart}");
+}
+
+/// In treatment each patient appends its own line to the same tracked file.
+const APPEND_AGENT: &str = r#"ward=$1
+if [ "$WARD_MODE" = treat ]; then echo "patient $WARD_ISSUE was here" >> shared.txt; fi
+exec "$ward" stand-in
+"#;
+
+/// Without `integration:`, two patients treated side by side whose changes
+/// meet in one file: the first merges; the second's direct merge conflicts,
+/// so it goes to the resolving stage with the conflicting file named (not
+/// an error that leaves it waiting for nobody), is rebased there, reviewed
+/// again, and reaches main with both lines.
+#[tokio::test]
+async fn without_a_merge_queue_a_conflict_at_discharge_goes_to_the_resolving_stage_and_then_reaches_main() {
+    use support::rules::{git_init, hospital, label_of, run, settle};
+    use ward::forge::{IssueNumber, NewIssue, PullState};
+    use ward::simulate::{PullRequestScript, play_people};
+    use ward::stage::StageRequest;
+    let s = queue_sandbox(APPEND_AGENT);
+    s.write("shared.txt", "the first line\n");
+    git_init(s.root());
+    let (h, forge) = hospital(&s, "reporter");
+    assert!(h.config.integration.is_none() && h.config.resolving_stage().is_some());
+    // Both are treated and reviewed before either is merged.
+    for n in [1, 2] {
+        let new = NewIssue { title: format!("Patient {n}"), body: "Sign.".into(), labels: vec!["ward:admit".into()] };
+        forge.admit(new).unwrap();
+        for _ in 0..20 {
+            if label_of(&forge, n) == "ward:discharge" {
+                break;
+            }
+            run(&h, &StageRequest::new(IssueNumber(n))).await;
+        }
+        assert_eq!(label_of(&forge, n), "ward:discharge", "#{n} waits for its audit");
+    }
+    settle(&h, &forge, IssueNumber(1), 10).await;
+    assert_eq!(label_of(&forge, 1), "ward:discharged");
+    play_people(&forge, IssueNumber(2), &h.workdir, &PullRequestScript::default()).await.unwrap();
+    let result = run(&h, &StageRequest::new(IssueNumber(2))).await;
+    assert_eq!(label_of(&forge, 2), "ward:resolve", "the conflict has an owner: {result:#?}");
+    assert_ne!(forge.read_pull(2).unwrap().pull.unwrap().state, PullState::Merged);
+    let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(2))).unwrap();
+    assert!(chart.contains("Merge conflict:") && chart.contains("Conflicting files: `shared.txt`"), "{chart}");
+    // The resolving fellow rebases it; code review and discharge again; merged.
+    let results = settle(&h, &forge, IssueNumber(2), 30).await;
+    assert_eq!(label_of(&forge, 2), "ward:discharged", "{results:#?}");
+    assert_eq!(forge.read_pull(2).unwrap().pull.unwrap().state, PullState::Merged);
+    let shared = std::process::Command::new("git")
+        .args(["-C", s.root().to_str().unwrap(), "show", "HEAD:shared.txt"])
+        .output()
+        .unwrap();
+    let shared = String::from_utf8_lossy(&shared.stdout);
+    assert!(shared.contains("patient 1 was here") && shared.contains("patient 2 was here"), "{shared}");
 }
 
 /// `integration.emulator`: each check gets a fresh emulator, its variables

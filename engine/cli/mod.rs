@@ -848,7 +848,7 @@ async fn free_slot(cli: &Cli, run: &str) -> anyhow::Result<ExitCode> {
     if config.capacity.capped(&config) {
         let forge = open_forge(cli, &config).await?;
         let now = chrono::Utc::now();
-        let next = crate::sweep::slots::free(&*forge, &config, Some(run), now)
+        let next = crate::state::slots::free(&*forge, &config, Some(run), now)
             .await
             .with_context(|| format!("could not free the agent slot of run {run}; it expires by itself"))?;
         match next {

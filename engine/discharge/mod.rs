@@ -18,6 +18,9 @@ pub enum Merge {
     Merged,
     /// The head moved on from the audited commit: nothing was merged.
     HeadMoved,
+    /// The pull request conflicts with its base: nothing was merged.
+    /// `files` when the forge names them.
+    Conflict { files: Vec<String>, message: String },
 }
 
 /// Squash-merges the pull request at its audited head unless it is merged
@@ -37,20 +40,27 @@ pub async fn merge(forge: &dyn Forge, pull: &PullRequest) -> anyhow::Result<Merg
     // A merge whose answer was lost (a reset, a 502 after it landed) is
     // refused when retried: the pull request is merged already. Merged at
     // the audited head, it is this merge.
-    if let Ok(Some(now)) = forge.pull_request_for_branch(&pull.head_branch).await
-        && now.number == pull.number
+    let now = forge.pull_request_for_branch(&pull.head_branch).await.ok().flatten().filter(|p| p.number == pull.number);
+    if let Some(now) = &now
         && now.state == PullState::Merged
         && now.head_sha == pull.head_sha
     {
         tracing::info!(pull = pull.number, "the merge had landed; its answer was lost");
         return Ok(Merge::Merged);
     }
+    // GitHub's "not mergeable" is a conflict only for a pull request still open.
+    let open = now.as_ref().is_some_and(|p| p.state == PullState::Open);
     match refused {
         ForgeError::HeadMoved { .. } => Ok(Merge::HeadMoved),
+        ForgeError::MergeConflict { files, message, .. } if open => Ok(Merge::Conflict { files, message }),
         e => Err(anyhow::Error::new(e)
             .context(format!("could not merge pull request #{} at the audited head {}", pull.number, pull.head_sha))),
     }
 }
+
+/// How the note begins that sends a patient whose direct merge conflicted
+/// with its base to the resolving stage (or treatment).
+pub const CONFLICT_NOTE: &str = "Merge conflict:";
 
 /// How the note written when GitHub's merge queue took a patient begins
 /// (its last line, `Head:`, is the head it was enqueued at).
@@ -63,6 +73,9 @@ pub enum Landing {
     Merged,
     /// The head moved on from the audited commit: nothing changed.
     HeadMoved,
+    /// The pull request conflicts with its base (no merge queue took it):
+    /// nothing changed; the branch is brought up to date first.
+    Conflict { files: Vec<String>, message: String },
     /// In a merge queue (ward's or GitHub's): the patient rests at `label`,
     /// with `note` written with the move (which queue, at which head). In
     /// ward's queue (`wards`), the caller starts a turn of it after the move
@@ -93,6 +106,7 @@ pub async fn land(
     Ok(match merge(forge, pull).await? {
         Merge::Merged => Landing::Merged,
         Merge::HeadMoved => Landing::HeadMoved,
+        Merge::Conflict { files, message } => Landing::Conflict { files, message },
     })
 }
 

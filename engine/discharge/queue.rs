@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
 use crate::config::{AUDIT_FAILED, Config, IntegrationConfig};
 use crate::forge::{Forge, Issue, IssueNumber, PullRequest};
-use crate::sweep::{MergedEntry, QueueEntry, load_state, update_state};
+use crate::state::{self, MergedEntry, QueueEntry};
 use crate::transfer::{Move, transfer};
 
 /// How much of the check's output a note quotes.
@@ -62,7 +62,7 @@ pub async fn enqueue(
     now: DateTime<Utc>,
 ) -> anyhow::Result<usize> {
     let entry = QueueEntry { issue, pull: pull.number, head: pull.head_sha.clone(), since: now };
-    let ahead = update_state(forge, |s| {
+    let ahead = state::update(forge, |s| {
         let q = &mut s.merge_queue.waiting;
         if let Some(at) = q.iter().position(|e| *e == entry || (e.issue == issue && e.head == entry.head)) {
             return Ok::<_, ()>(at);
@@ -210,7 +210,7 @@ impl Verdict {
         if !run_ok {
             return Err("its run id is not `merge-queue-<time>`".into());
         }
-        if self.combined_with.len() > crate::sweep::MergeQueue::KEEP {
+        if self.combined_with.len() > crate::state::MergeQueue::KEEP {
             return Err("it names more combined patients than the queue keeps".into());
         }
         let bounded = |what: &str, text: &str, max: usize| {
@@ -264,7 +264,7 @@ pub async fn check_next(
     now: DateTime<Utc>,
 ) -> anyhow::Result<Option<Verdict>> {
     let Some(integration) = &config.integration else { return Ok(None) };
-    let state = load_state(forge).await?;
+    let state = state::load(forge).await?;
     let Some(entry) = state.merge_queue.waiting.first().cloned() else { return Ok(None) };
     let run = format!("merge-queue-{}", now.format("%Y%m%dT%H%M%S%3f"));
     let verdict = |found| Verdict { entry: entry.clone(), run: run.clone(), found, combined_with: Vec::new() };
@@ -330,7 +330,7 @@ pub async fn record_verdict(
 ) -> anyhow::Result<Processed> {
     let integration = config.integration.as_ref().context("ward.yml has no `integration`: no merge queue runs")?;
     let Verdict { entry, run, found, combined_with } = verdict;
-    let state = load_state(forge).await?;
+    let state = state::load(forge).await?;
     if state.merge_queue.waiting.first() != Some(&entry) {
         let line =
             format!("{} was checked, but it is no longer first in the merge queue: nothing recorded", entry.issue);
@@ -358,7 +358,7 @@ pub async fn record_verdict(
         }
     };
     if done {
-        update_state(forge, |s| {
+        state::update(forge, |s| {
             s.merge_queue.waiting.retain(|e| e != &entry);
             Ok::<_, ()>(())
         })
@@ -366,7 +366,7 @@ pub async fn record_verdict(
         .ok();
     }
     let merged = forge.issue(entry.issue).await?.labels.contains(&config.discharge.discharged_label);
-    if !load_state(forge).await?.merge_queue.waiting.is_empty() {
+    if !state::load(forge).await?.merge_queue.waiting.is_empty() {
         start(forge).await;
     }
     Ok(Processed { issue: entry.issue, line, merged })
@@ -641,10 +641,10 @@ async fn record(
                 return Ok((line, false));
             }
             super::merge(forge, pull).await?;
-            update_state(forge, |s| {
+            state::update(forge, |s| {
                 let m = &mut s.merge_queue.merged;
                 m.push(MergedEntry { issue: entry.issue, head: entry.head.clone() });
-                let excess = m.len().saturating_sub(crate::sweep::MergeQueue::KEEP);
+                let excess = m.len().saturating_sub(crate::state::MergeQueue::KEEP);
                 m.drain(..excess);
                 Ok::<_, ()>(())
             })

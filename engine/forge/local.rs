@@ -706,7 +706,15 @@ impl Forge for LocalForge {
                     message: &message,
                     who: &who,
                 };
-                Some(super::merge::merge_into_base(&req).map_err(|e| ForgeError::io(action(), e))?.commit().to_string())
+                let merged = super::merge::merge_into_base(&req).map_err(|e| match e {
+                    super::merge::MergeRefusal::Conflict { ref files, .. } => ForgeError::MergeConflict {
+                        pull,
+                        files: files.clone(),
+                        message: format!("could not {}: {e}", action()),
+                    },
+                    other => ForgeError::io(action(), other),
+                })?;
+                Some(merged.commit().to_string())
             }
             None => None,
         };

@@ -41,9 +41,34 @@ pub struct MergeRequest<'a> {
     pub who: &'a Signature<'static>,
 }
 
-/// Merges `req.head` into `req.base`. The error is a sentence saying what
-/// stopped it and what to do; the repository is unchanged then.
-pub fn merge_into_base(req: &MergeRequest<'_>) -> Result<Merged, String> {
+/// Why a merge was refused; the repository is unchanged then.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeRefusal {
+    /// Both sides changed the same lines: the branch is brought up to date
+    /// (the resolving stage's work) before it is audited again.
+    #[error(
+        "merging `{branch}` into `{base}` conflicts in {}; nothing was merged: bring the branch up to date with \
+         `{base}` (rebase or merge, resolving those files), then audit it again",
+        quoted(files)
+    )]
+    Conflict { branch: String, base: String, files: Vec<String> },
+    /// Anything else, as a sentence saying what stopped it and what to do.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<String> for MergeRefusal {
+    fn from(sentence: String) -> Self {
+        MergeRefusal::Other(sentence)
+    }
+}
+
+fn quoted(files: &[String]) -> String {
+    files.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")
+}
+
+/// Merges `req.head` into `req.base`.
+pub fn merge_into_base(req: &MergeRequest<'_>) -> Result<Merged, MergeRefusal> {
     let at = req.repository.display();
     let repo = Repository::open(req.repository).map_err(|e| format!("{at} is not a git repository: {e}"))?;
     let head = Oid::from_str(req.head)
@@ -58,7 +83,8 @@ pub fn merge_into_base(req: &MergeRequest<'_>) -> Result<Merged, String> {
         return Err(format!(
             "branch `{}` is at {tip}, not at the audited head {head}; audit the new head before merging",
             req.branch
-        ));
+        )
+        .into());
     }
     let base_name = format!("refs/heads/{}", req.base);
     let mut base_ref = repo
@@ -77,14 +103,11 @@ pub fn merge_into_base(req: &MergeRequest<'_>) -> Result<Merged, String> {
             .merge_commits(&base_commit, &head_commit, None)
             .map_err(|e| format!("could not merge `{}` into `{}`: {e}", req.branch, req.base))?;
         if index.has_conflicts() {
-            return Err(format!(
-                "merging `{}` into `{}` conflicts in {}; nothing was merged: bring the branch up to date with `{}` \
-                 (rebase or merge, resolving those files), then audit it again",
-                req.branch,
-                req.base,
-                conflicted_files(&index).join(", "),
-                req.base
-            ));
+            return Err(MergeRefusal::Conflict {
+                branch: req.branch.to_string(),
+                base: req.base.to_string(),
+                files: conflicted_files(&index),
+            });
         }
         let tree_id = index.write_tree_to(&repo).map_err(|e| format!("could not write the merged tree: {e}"))?;
         let tree = repo.find_tree(tree_id).map_err(|e| format!("could not read the merged tree: {e}"))?;
@@ -107,7 +130,7 @@ fn conflicted_files(index: &git2::Index) -> Vec<String> {
     if let Ok(conflicts) = index.conflicts() {
         for c in conflicts.flatten() {
             let entry = c.our.or(c.their).or(c.ancestor);
-            if let Some(path) = entry.map(|e| format!("`{}`", String::from_utf8_lossy(&e.path)))
+            if let Some(path) = entry.map(|e| String::from_utf8_lossy(&e.path).into_owned())
                 && !files.contains(&path)
             {
                 files.push(path);
@@ -229,6 +252,8 @@ mod tests {
         repo.checkout_head(Some(git2::build::CheckoutBuilder::new().force())).unwrap();
         let who = sig();
         let err = merge_into_base(&request(dir.path(), &head.to_string(), &who)).unwrap_err();
+        assert!(matches!(&err, MergeRefusal::Conflict { files, .. } if files == &["a.txt"]), "{err}");
+        let err = err.to_string();
         assert!(err.contains("conflicts in `a.txt`") && err.contains("nothing was merged"), "{err}");
         assert_eq!(repo.refname_to_id("refs/heads/main").unwrap(), moved);
         assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), "ours\n");
@@ -240,7 +265,7 @@ mod tests {
         let head = commit(&repo, "ward/issue-1", Some(base), &[("a.txt", "fixed\n")]);
         std::fs::write(dir.path().join("a.txt"), "my unsaved work\n").unwrap();
         let who = sig();
-        let err = merge_into_base(&request(dir.path(), &head.to_string(), &who)).unwrap_err();
+        let err = merge_into_base(&request(dir.path(), &head.to_string(), &who)).unwrap_err().to_string();
         assert!(err.contains("commit or stash them"), "{err}");
         assert_eq!(repo.refname_to_id("refs/heads/main").unwrap(), base);
         assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), "my unsaved work\n");
@@ -252,7 +277,7 @@ mod tests {
         let audited = commit(&repo, "ward/issue-1", Some(base), &[("a.txt", "one\n")]);
         commit(&repo, "ward/issue-1", Some(audited), &[("a.txt", "two\n")]);
         let who = sig();
-        let err = merge_into_base(&request(dir.path(), &audited.to_string(), &who)).unwrap_err();
+        let err = merge_into_base(&request(dir.path(), &audited.to_string(), &who)).unwrap_err().to_string();
         assert!(err.contains("audit the new head"), "{err}");
         assert_eq!(repo.refname_to_id("refs/heads/main").unwrap(), base);
     }

@@ -398,6 +398,11 @@ pub enum ForgeError {
     ChartConflict(IssueNumber),
     #[error("pull request #{pull} moved on from the audited head {audited}; audit the new head before merging")]
     HeadMoved { pull: u64, audited: String },
+    /// The pull request does not merge into its base: both changed the
+    /// same lines. `files` when the forge names them (the local forge; GitHub
+    /// does not).
+    #[error("{message}")]
+    MergeConflict { pull: u64, files: Vec<String>, message: String },
     #[error("could not {action}: {message}")]
     Io { action: String, message: String },
     #[error("could not {action}: access denied ({message}); {help}")]

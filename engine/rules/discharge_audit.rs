@@ -25,7 +25,7 @@ pub const FAILED: &str = "audit-failed";
 /// A fact the stage gathered, or why it could not.
 pub type Fact<T> = Result<T, String>;
 
-/// What the audit looks at; gathered by `crate::audit` (the I/O half).
+/// What the audit looks at; gathered by `crate::discharge::audit` (the I/O half).
 #[derive(Debug, Clone)]
 pub struct AuditFacts {
     pub engine_account: EngineAccount,

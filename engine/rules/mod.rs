@@ -6,7 +6,8 @@
 //! from the forge) and answers with a [`Verdict`]: `Ok(())`, or a
 //! [`Refusal`] that says which rule, what was wrong, what to do, and where
 //! the patient goes ([`Route`]). A rule never does I/O and never panics on
-//! bad input; `stage.rs` turns a refusal into a REFUSAL note and a label.
+//! bad input; the stage runner (`stage/record.rs`) turns a refusal into a
+//! REFUSAL note and a label.
 //!
 //! Two moments, one signature each (as zizmor's audits and triagebot's
 //! commit checks do it):

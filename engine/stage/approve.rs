@@ -9,10 +9,8 @@ use super::guard::Patient;
 use super::result::StageResult;
 use crate::chart::{NoteKind, Seen};
 use crate::config::AUDIT_FAILED;
-use crate::discharge::{Landing, audit};
 use crate::hospital::Hospital;
 use crate::rules::approval::{self, applied_by};
-use crate::rules::discharge_audit;
 use crate::transfer::{Move, transfer};
 
 /// `commenter` is who said `/ward approve`; without one, the approver is
@@ -58,10 +56,7 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
     let (who, permission) = approver.expect("may_merge checked the approver");
 
     // Audit again: the head may have moved since the audit that passed.
-    let facts = audit::gather(&*h.forge, &audit::patient_branch(number), h.config.approve_permission)
-        .await
-        .map_err(|e| super::waiting::unread(number, e))?;
-    let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
+    let (facts, checklist) = super::landing::audit(h, &patient).await?;
     let outcome = checklist.outcome();
     let body =
         format!("`{who}` ({} permission) {how}.\n\n{}", format!("{permission:?}").to_lowercase(), checklist.render());
@@ -70,43 +65,9 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
         patient.engine_note(h, NoteKind::Outcome, outcome.to_string()),
     ];
     let (to, moved) = if checklist.passed() {
-        let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
-        // A merge queue (GitHub's on the base, or ward's) merges; else merged now.
-        let queue = facts.merge_queue.as_ref();
-        match crate::discharge::land(&*h.forge, &h.config, number, pull, queue, h.now()).await? {
-            Landing::HeadMoved => anyhow::bail!(
-                "pull request #{} moved on from the audited head {} while it was audited; apply `{}` again to \
-                 audit the new head",
-                pull.number,
-                pull.head_sha,
-                d.approved_label
-            ),
-            Landing::Queued { label, note, wards } => {
-                let mut notes = notes;
-                notes.push(patient.engine_note(h, NoteKind::Waiting, note));
-                let moved =
-                    transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(label.clone())).await?;
-                if wards {
-                    crate::discharge::queue::start(&*h.forge).await;
-                }
-                (label, moved)
-            }
-            Landing::Merged => {
-                let (moved, family) = crate::discharge::discharge(
-                    &*h.forge,
-                    &h.config,
-                    &patient.issue,
-                    seen,
-                    notes,
-                    &patient.run,
-                    h.now(),
-                    None,
-                )
-                .await?;
-                info!(?family, "merged after approval");
-                (d.discharged_label.clone(), moved)
-            }
-        }
+        let landed = super::landing::land(h, &patient, seen, notes, &facts).await?;
+        info!(to = %landed.label, "landed after approval");
+        (landed.label, landed.moved)
     } else {
         let back = stage.config.outcomes.get(AUDIT_FAILED).cloned().unwrap_or_else(|| stage.config.label.clone());
         let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(back.clone())).await?;

@@ -2,7 +2,7 @@
 //! edge: a run takes a slot before its workspace and agent start, and a
 //! patient beyond the cap rests at the queued label with a WAITING note
 //! saying why. Whatever way the run ends, its slot is freed and the oldest
-//! queued patient that fits is started ([`crate::sweep::slots`]).
+//! queued patient that fits is started ([`crate::state::slots`]).
 
 use tracing::{info, warn};
 
@@ -10,7 +10,7 @@ use super::guard::Patient;
 use super::result::StageResult;
 use crate::chart::{NoteKind, Seen};
 use crate::hospital::Hospital;
-use crate::sweep::slots::{self, Take};
+use crate::state::slots::{self, Take};
 use crate::transfer::{Move, transfer};
 
 /// Takes a slot for this run; `Some` when the patient was queued instead

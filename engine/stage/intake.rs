@@ -160,6 +160,8 @@ fn sealed_checkpoint(patient: &Patient<'_>, from: &Path, intake: &Intake) -> Opt
 fn sent_back_by_the_queue(patient: &Patient<'_>) -> bool {
     patient.stage.mode() == crate::config::Mode::Treat
         && patient.chart.iter().rfind(|n| n.kind == NoteKind::DischargeChecklist).is_some_and(|n| {
-            n.meta.role == crate::chart::ENGINE_ROLE && n.body.starts_with(crate::discharge::queue::FAILED_NOTE)
+            n.meta.role == crate::chart::ENGINE_ROLE
+                && (n.body.starts_with(crate::discharge::queue::FAILED_NOTE)
+                    || n.body.starts_with(crate::discharge::CONFLICT_NOTE))
         })
 }

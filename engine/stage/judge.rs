@@ -1,6 +1,7 @@
 //! Judge: the hospital's rules over a sealed visit. What the agent spent,
 //! whether its run and notes meet the contract, the rules on what it wrote,
-//! the discharge audit taken again, and whether its claims are grounded.
+//! the discharge audit (taken once, before the nurse) over her outcome, and
+//! whether its claims are grounded.
 //! The judgment says what record does; nothing here writes.
 
 use std::collections::HashSet;
@@ -58,7 +59,7 @@ pub struct Accepted {
     /// Why the engine's audit overruled the nurse's outcome.
     pub overruled: Option<String>,
     pub groundedness: Option<Note>,
-    /// The audit taken after the nurse, in the auditing stage.
+    /// The audit taken before the nurse ran, in the auditing stage.
     pub audit: Option<(AuditFacts, Checklist)>,
     /// Protected paths the treatment changed as its approved plan listed:
     /// the patient's merge waits for a person.

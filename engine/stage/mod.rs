@@ -34,6 +34,7 @@ mod capacity;
 mod guard;
 mod intake;
 mod judge;
+mod landing;
 pub mod local;
 mod prepare;
 mod record;
@@ -284,7 +285,7 @@ async fn rounds(
             .rfind(|n| n.kind == crate::chart::NoteKind::Outcome)
             .is_some_and(|n| n.body.trim() == "restart")
     {
-        record::drop_shared_checkpoint(h, patient, "a restart from the base");
+        landing::drop_shared_checkpoint(h, patient, "a restart from the base");
     }
     record::record(h, patient, &prepared, &visit, judgment, workspace.as_mut(), committed.as_ref()).await
 }

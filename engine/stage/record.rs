@@ -12,7 +12,6 @@ use super::result::{StageResult, Transition};
 use super::visit::Visit;
 use crate::agent::AgentEnd;
 use crate::chart::{Note, NoteKind, Seen};
-use crate::discharge::Landing;
 use crate::forge::StoredChart;
 use crate::groundedness as g;
 use crate::hospital::Hospital;
@@ -180,7 +179,8 @@ async fn keep_or_discard(
     }
     if keeps {
         let reason = format!(
-            "the worktree changed after the run was judged (it was judged on {} changed files, and {} are              changed now); a process the agent left behind may still be writing. Its changes were discarded.",
+            "the worktree changed after the run was judged (it was judged on {} changed files, and {} are \
+             changed now); a process the agent left behind may still be writing. Its changes were discarded.",
             visit.changed.len(),
             now.len()
         );
@@ -292,55 +292,28 @@ async fn accept(
         let created = crate::family::create_children(&*h.forge, &h.config, number, &children).await?;
         info!(children = created.len(), "decomposition");
     }
-    // A passed audit merges, or waits for a chief in human approval mode.
+    // A passed audit lands, or waits for a chief in human approval mode.
     let discharged = &h.config.discharge.discharged_label;
-    let mut after = Vec::new();
-    let mut start_wards_queue = false;
+    let mut audited = None;
     if let Some((facts, checklist)) = &audit
         && label_out == *discharged
     {
         match approval::after_audit(&h.config, &prepared.chart, checklist.passed()) {
-            AfterAudit::Merge => {
-                let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
-                // A merge queue (GitHub's on the base, or ward's) merges; else merged now.
-                let queue = facts.merge_queue.as_ref();
-                match crate::discharge::land(&*h.forge, &h.config, number, pull, queue, h.now()).await? {
-                    Landing::Merged => {}
-                    Landing::Queued { label, note, wards } => {
-                        label_out = label;
-                        after.push(patient.engine_note(h, NoteKind::Waiting, note));
-                        start_wards_queue = wards;
-                    }
-                    Landing::HeadMoved => {
-                        // A commit pushed while the nurse worked: not merged; the
-                        // patient waits, and the wake-up or sweep audits the new head.
-                        label_out = h.config.discharge.pending_label.clone();
-                        after.push(patient.engine_note(h, NoteKind::Waiting, head_moved_body(pull, facts)));
-                    }
-                }
-            }
+            AfterAudit::Merge => audited = Some(facts),
             AfterAudit::AwaitChief(label) => label_out = label,
             AfterAudit::SendBack => anyhow::bail!("the audit failed but the outcome is `{outcome}`"),
         }
     }
     let seen = Seen::Read(stored);
-    let moved = if label_out == *discharged {
-        let (run, now) = (&patient.run, h.now());
-        let told = patient.telling(h);
-        let tell = Some(&told.tell());
-        let (moved, family) =
-            crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), run, now, tell).await?;
-        info!(?family, "discharged");
-        // A patient who leaves takes its shared checkpoint along.
-        drop_shared_checkpoint(h, patient, "discharged");
-        moved
-    } else {
-        patient.transfer(h, seen, after, Move::To(label_out.clone())).await?
+    let moved = match audited {
+        Some(facts) => {
+            let landed = super::landing::land(h, patient, seen, Vec::new(), facts).await?;
+            label_out = landed.label;
+            landed.moved
+        }
+        None if label_out == *discharged => super::landing::discharge(h, patient, seen, Vec::new()).await?.moved,
+        None => patient.transfer(h, seen, Vec::new(), Move::To(label_out.clone())).await?,
     };
-    // After the move: the queue's turn finds the patient at its label.
-    if start_wards_queue {
-        crate::discharge::queue::start(&*h.forge).await;
-    }
     let total = patient.started.elapsed();
     let agent = std::time::Duration::from_millis(visit.agent_ms);
     let t = Transition {
@@ -418,16 +391,6 @@ async fn propose(h: &Hospital, patient: &Patient<'_>, ws: &Workspace) -> anyhow:
     open_pull(h, patient, &ws.branch.name, &plan.base, &changed).await
 }
 
-/// Where patients' checkpoints are shared between jobs ([`shared`]): the
-/// push target, on GitHub, when some emulator of the pipeline keeps
-/// checkpoints; `None` otherwise (nothing to share, no call made).
-fn shared_target(h: &Hospital) -> anyhow::Result<Option<crate::workspace::PushTarget>> {
-    let Some(plan) = h.workspace_plan()? else { return Ok(None) };
-    let stages = h.config.stages().filter_map(|s| s.config.emulator.as_ref());
-    let checkpointing = h.config.emulator.iter().chain(stages).any(|e| e.checkpoint().is_some());
-    Ok(plan.push.clone().filter(|_| checkpointing))
-}
-
 /// The record job shares an accepted treatment's emulator data: the
 /// patient's checkpoint ref, forced with a lease. A push that fails keeps
 /// the change (the next stage starts from the checkpoint before, or the
@@ -438,7 +401,7 @@ fn share_checkpoint(
     intake: &Intake,
     sealed: &shared::Sealed,
 ) -> anyhow::Result<()> {
-    let Some(target) = shared_target(h)? else { return Ok(()) };
+    let Some(target) = super::landing::shared_target(h)? else { return Ok(()) };
     let number = patient.issue.number;
     let stages = h.config.stages().filter_map(|s| s.config.emulator.as_ref());
     let keep = h.config.emulator.iter().chain(stages).filter_map(|e| e.checkpoint()).map(|c| c.keep).max();
@@ -452,23 +415,6 @@ fn share_checkpoint(
         ),
     }
     Ok(())
-}
-
-/// Deletes the patient's shared checkpoint (a restart, a discharge); a
-/// failure is a line (the reaper removes it once the issue is closed, and
-/// a restart's next stage never takes it: it starts from the seed).
-pub(super) fn drop_shared_checkpoint(h: &Hospital, patient: &Patient<'_>, why: &str) {
-    let number = patient.issue.number;
-    let target = match shared_target(h) {
-        Ok(Some(target)) => target,
-        Ok(None) => return,
-        Err(e) => return warn!("{e:#}"),
-    };
-    match shared::drop_patient(&target.url, target.token.as_deref(), number.0) {
-        Ok(true) => info!(why, "the shared checkpoint of {number} was deleted"),
-        Ok(false) => {}
-        Err(e) => warn!("could not delete `{}` ({why}): {e}", shared::ref_name(number.0)),
-    }
 }
 
 /// The pull request of a pushed treatment (or, by the push, updated), and its CI.
@@ -627,14 +573,14 @@ async fn note_agent_health(h: &Hospital, patient: &Patient<'_>, visit: &Visit) {
     if visit.end == AgentEnd::Exited(0) {
         return;
     }
-    let run = crate::sweep::AgentRun {
+    let run = crate::state::AgentRun {
         issue: patient.issue.number,
         stage: patient.stage.name.into(),
         run: patient.run.clone(),
         ok: false,
         at: h.now(),
     };
-    if let Err(e) = crate::sweep::record_agent_run(&*h.forge, run).await {
+    if let Err(e) = crate::state::record_agent_run(&*h.forge, run).await {
         warn!("could not record the agent's failure for the sweep: {e}");
     }
 }
@@ -658,18 +604,4 @@ fn write_run_json(patient: &Patient<'_>, value: &serde_json::Value) {
     if let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(value).unwrap_or_default()) {
         warn!("could not write {}: {e}", path.display());
     }
-}
-
-/// The WAITING note of a merge GitHub refused because the head moved on
-/// from the audited commit; its `Head:` line is the audited one, so any
-/// wake-up on the new head audits it.
-fn head_moved_body(pull: &crate::forge::PullRequest, facts: &crate::rules::discharge_audit::AuditFacts) -> String {
-    format!(
-        "Pull request #{} moved on from the audited head while the nurse worked; nothing was merged. The next \
-         audit reads the new head: a review or CI on it wakes the patient; the charge nurse's sweep looks too.\n\n\
-         Head: {}\nCI: {}\n",
-        pull.number,
-        pull.head_sha,
-        super::wake::ci_fingerprint(facts.ci.as_ref().ok())
-    )
 }

@@ -14,11 +14,9 @@ use tracing::info;
 use super::guard::Patient;
 use super::result::{StageResult, Transition};
 use crate::chart::{Note, NoteKind, Seen};
-use crate::discharge::{Landing, audit};
 use crate::forge::LabelAction;
 use crate::hospital::Hospital;
 use crate::rules::approval::{self, AfterAudit};
-use crate::rules::discharge_audit;
 use crate::transfer::{Move, transfer};
 
 /// The recorded outcome of an earlier run of this stage whose move did not
@@ -72,10 +70,7 @@ pub async fn complete(h: &Hospital, patient: &Patient<'_>, unmoved: Unmoved) -> 
     let moved = if to == *discharged {
         // The merge may not have happened: audit again (a commit may have
         // landed since), merge what passes, as the run would have.
-        let facts = audit::gather(&*h.forge, &audit::patient_branch(number), h.config.approve_permission)
-            .await
-            .map_err(|e| super::waiting::unread(number, e))?;
-        let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
+        let (facts, checklist) = super::landing::audit(h, patient).await?;
         match approval::after_audit(&h.config, &patient.chart, checklist.passed()) {
             AfterAudit::SendBack => return Ok(None),
             AfterAudit::AwaitChief(label) => {
@@ -83,30 +78,9 @@ pub async fn complete(h: &Hospital, patient: &Patient<'_>, unmoved: Unmoved) -> 
                 transfer(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), Move::To(label)).await?
             }
             AfterAudit::Merge => {
-                let pull = facts.pull.as_ref().map_err(|e| anyhow::anyhow!("the audited pull request: {e}"))?;
-                // A merge queue (GitHub's on the base, or ward's) merges; else merged now.
-                let queue = facts.merge_queue.as_ref();
-                match crate::discharge::land(&*h.forge, &h.config, number, pull, queue, h.now()).await? {
-                    // A head that moved since: the stage runs and audits it.
-                    Landing::HeadMoved => return Ok(None),
-                    Landing::Queued { label, note, wards } => {
-                        to = label;
-                        let notes = vec![patient.engine_note(h, NoteKind::Waiting, note)];
-                        let moved =
-                            transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to.clone())).await?;
-                        if wards {
-                            crate::discharge::queue::start(&*h.forge).await;
-                        }
-                        moved
-                    }
-                    Landing::Merged => {
-                        let issue = &patient.issue;
-                        let run = &unmoved.run;
-                        crate::discharge::discharge(&*h.forge, &h.config, issue, seen, Vec::new(), run, h.now(), None)
-                            .await?
-                            .0
-                    }
-                }
+                let landed = super::landing::land(h, patient, seen, Vec::new(), &facts).await?;
+                to = landed.label;
+                landed.moved
             }
         }
     } else {

@@ -27,7 +27,7 @@ use crate::transfer::{Move, transfer};
 pub async fn settle(h: &Hospital, patient: Patient<'_>, dequeued: Option<&str>) -> anyhow::Result<StageResult> {
     let number = patient.issue.number;
     let facts =
-        h.forge.pull_facts(&audit::patient_branch(number)).await.map_err(|e| super::waiting::unread(number, e))?;
+        h.forge.pull_facts(&audit::patient_branch(number)).await.map_err(|e| super::landing::unread(number, e))?;
     let enqueued_at = enqueued_head(&patient.chart);
     let seen = Seen::Read(patient.stored.clone());
     let Some(f) = facts else {
@@ -131,7 +131,7 @@ async fn in_wards_queue(
     pull: &crate::forge::PullRequest,
 ) -> anyhow::Result<StageResult> {
     let number = patient.issue.number;
-    let state = crate::sweep::load_state(&*h.forge).await?;
+    let state = crate::state::load(&*h.forge).await?;
     if let Some(at) = state.merge_queue.waiting.iter().position(|e| e.issue == number) {
         let reason = format!("{number} is in ward's merge queue with {at} ahead of it; the queue's turns take it");
         return Ok(StageResult::NoOp { issue: number, reason });

@@ -16,9 +16,8 @@ use super::result::StageResult;
 use super::wake::ci_fingerprint;
 use crate::chart::{NoteKind, Seen};
 use crate::config::AUDIT_FAILED;
-use crate::discharge::audit;
 use crate::hospital::Hospital;
-use crate::rules::discharge_audit::{self, AuditFacts, Checklist, Verdict};
+use crate::rules::discharge_audit::{AuditFacts, Checklist, Verdict};
 use crate::transfer::Move;
 
 /// What the audit before the nurse decided.
@@ -34,11 +33,7 @@ pub enum BeforeNurse {
 /// `writes` is `false` in the visit job: a patient that waits or goes back
 /// runs no agent, and the record job, auditing again, writes why.
 pub async fn before_nurse(h: &Hospital, patient: &Patient<'_>, writes: bool) -> anyhow::Result<BeforeNurse> {
-    let number = patient.issue.number;
-    let facts = audit::gather(&*h.forge, &audit::patient_branch(number), h.config.approve_permission)
-        .await
-        .map_err(|e| unread(number, e))?;
-    let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
+    let (facts, checklist) = super::landing::audit(h, patient).await?;
     let treat = h.config.treating_stage().map(|s| s.config.label.clone());
     let nurse = match (checklist.verdict(), &treat) {
         (Verdict::Waiting, _) => false,
@@ -57,16 +52,6 @@ pub async fn before_nurse(h: &Hospital, patient: &Patient<'_>, writes: bool) -> 
         }
         _ => Ok(BeforeNurse::Nurse(facts, checklist)),
     }
-}
-
-/// A discharge audit whose facts could not be read: the run fails with
-/// nothing decided or written, so the next trigger (or the sweep) audits
-/// again; no ❔ becomes a send-back, no agent runs.
-pub fn unread(number: crate::forge::IssueNumber, e: crate::forge::ForgeError) -> anyhow::Error {
-    anyhow::anyhow!(
-        "the discharge audit of {number} could not read the pull request's facts, so nothing was decided: {e}; the \
-         next trigger or the charge nurse's sweep audits again"
-    )
 }
 
 /// The WAITING note's body: what is missing, then the two lines a wake-up

@@ -6,18 +6,8 @@
 //! stalled too often, repairs patients with contradictory labels, and
 //! declares a lockdown when a facility fails.
 //!
-//! ## Where the sweep keeps its state, and why there
-//!
-//! Both forges offer exactly one compare-and-swap store: the charts. The
-//! sweep keeps one small state file in that store under the reserved number
-//! [`STATE_SLOT`] (`charts/0.md`; no issue is ever numbered 0, on GitHub or
-//! locally). Compare-and-swap gives the lock (a lease with an expiry, so a
-//! crashed sweep cannot wedge the ward), the resume cursor, the "watch" list
-//! (when each patient is next due for a closer look) and the facility
-//! counters, without an admin token and without an issue that people would
-//! see in their lists. An issue or comment would work on both forges too,
-//! but neither has compare-and-swap, so two sweeps could both believe they
-//! hold the lock.
+//! What it remembers between sweeps (its lock, its cursor, the watch list,
+//! the facility counters) is the hospital's shared state, [`crate::state`].
 //!
 //! ## Cost
 //!
@@ -58,15 +48,13 @@ use crate::forge::{
     Listed, PatientLook, SEARCH_CAP, StoredChart, Updated,
 };
 use crate::lockdown;
+use crate::state::{self, HospitalState, MergeQueue, StateError, SweepLock, slots};
 use crate::transfer::{Decision, Move, transfer_with};
 
 pub mod reap;
-pub mod slots;
-mod state;
 mod verdicts;
 
 pub use reap::Reaper;
-pub use state::*;
 pub use verdicts::*;
 
 #[derive(Debug, thiserror::Error)]
@@ -271,7 +259,7 @@ pub async fn sweep(
 ) -> Result<SweepReport, SweepError> {
     let run = sweep_run_id(now);
     let ttl = chrono_of(config.departments.sweep.lock_ttl);
-    let acquired = update_state(forge, |s| match &s.lock {
+    let acquired = state::update(forge, |s| match &s.lock {
         Some(l) if l.expires > now && l.holder != run => Err((l.holder.clone(), l.expires)),
         _ => {
             s.lock = Some(SweepLock { holder: run.clone(), expires: now + ttl });
@@ -289,7 +277,7 @@ pub async fn sweep(
     let (report, new_state) = match result {
         Ok(pair) => pair,
         Err(e) => {
-            let _ = update_state(forge, |s| {
+            let _ = state::update(forge, |s| {
                 if s.lock.as_ref().is_some_and(|l| l.holder == run) {
                     s.lock = None;
                 }
@@ -300,7 +288,7 @@ pub async fn sweep(
         }
     };
     let consumed = walk.consumed.take();
-    let saved = update_state(forge, |s| {
+    let saved = state::update(forge, |s| {
         match &s.lock {
             Some(l) if l.holder != run => return Err(l.holder.clone()),
             _ => {}
@@ -354,10 +342,10 @@ struct Walk<'a> {
 impl Walk<'_> {
     async fn run(
         &mut self,
-        mut state: SweepState,
+        mut state: HospitalState,
         facilities: &Facilities,
         reaper: Option<&dyn Reaper>,
-    ) -> Result<(SweepReport, SweepState), SweepError> {
+    ) -> Result<(SweepReport, HospitalState), SweepError> {
         let mut report = SweepReport::new(SweepOutcome::Done);
         report.cursor = state.cursor;
         if let Some(reaper) = reaper {
@@ -628,7 +616,7 @@ impl Walk<'_> {
     /// declares a lockdown (or finds one in force).
     async fn check_facilities(
         &mut self,
-        state: &mut SweepState,
+        state: &mut HospitalState,
         facilities: &Facilities,
         report: &mut SweepReport,
     ) -> Result<Option<SweepOutcome>, SweepError> {
@@ -704,7 +692,7 @@ impl Walk<'_> {
         Ok(Some(SweepOutcome::Lockdown { issue: declared.issue, reason, declared_now: true }))
     }
 
-    fn consume_streak(&mut self, state: &mut SweepState) {
+    fn consume_streak(&mut self, state: &mut HospitalState) {
         let (streak, runs) = self.consumed.get_or_insert_with(|| (0, Vec::new()));
         *streak += state.agent.consecutive_failures;
         runs.extend(state.agent.recent.iter().map(|r| r.run.clone()));
@@ -801,7 +789,7 @@ impl Walk<'_> {
     /// label since the agent's failure streak began (the search's way of
     /// seeing progress; a comment counts too). More than the search gives
     /// counts as progress.
-    async fn progress_found(&self, state: &SweepState, report: &mut SweepReport) -> bool {
+    async fn progress_found(&self, state: &HospitalState, report: &mut SweepReport) -> bool {
         let Some(start) = state.agent.recent.iter().map(|r| r.at).min() else { return false };
         let failing: std::collections::BTreeSet<u64> = state.agent.recent.iter().map(|r| r.issue.0).collect();
         let searches: Vec<IssueSearch> = self

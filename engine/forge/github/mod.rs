@@ -872,6 +872,13 @@ impl Forge for GitHubForge {
                     reply.message()
                 ),
             }),
+            // What GitHub answers for a pull request that conflicts with its
+            // base (and for one already closed, which the caller tells apart).
+            405 if reply.message().contains("not mergeable") => Err(ForgeError::MergeConflict {
+                pull,
+                files: Vec::new(),
+                message: format!("could not {}: GitHub answered 405: {}", call.action, reply.message()),
+            }),
             _ => Err(self.refusal(&call, &reply)),
         }
     }

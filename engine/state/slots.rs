@@ -13,7 +13,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::state::{Queued, Slot, StateError, load_state, update_state};
+use super::{Queued, Slot, StateError, load, update};
 use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
 use crate::config::{Config, Stage};
 use crate::forge::{Forge, IssueNumber, IssueState};
@@ -42,7 +42,7 @@ pub async fn take(
     now: DateTime<Utc>,
 ) -> Result<Take, StateError> {
     let expires = now + chrono::Duration::from_std(stage.config.time_limit + GRACE).unwrap_or(chrono::Duration::MAX);
-    let out = update_state(forge, |s| {
+    let out = update(forge, |s| {
         let cap = &mut s.capacity;
         cap.drop_expired(now);
         cap.running.retain(|_, slot| slot.issue != issue); // one run per patient: an older one is over
@@ -62,7 +62,7 @@ pub async fn take(
 
 /// Whether `run` holds an unexpired slot for `issue` (one read, no write).
 pub async fn held(forge: &dyn Forge, run: &str, issue: IssueNumber, now: DateTime<Utc>) -> Result<bool, StateError> {
-    let state = load_state(forge).await?;
+    let state = load(forge).await?;
     Ok(state.capacity.running.get(run).is_some_and(|slot| slot.issue == issue && slot.expires > now))
 }
 
@@ -74,7 +74,7 @@ async fn free_and_pick(
     run: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<Option<Queued>, StateError> {
-    let out = update_state(forge, |s| {
+    let out = update(forge, |s| {
         let cap = &mut s.capacity;
         let before = cap.clone();
         if let Some(run) = run {

@@ -1,7 +1,24 @@
-//! The sweep's state: one small file in the chart store's slot 0
-//! ([`STATE_SLOT`], `charts/0.md`), read and written only through
-//! compare-and-swap ([`update_state`]). Stage runs write to it too (the
-//! agent's failure streak, [`record_agent_run`]).
+//! The hospital's shared state, owned by no department: the charge
+//! nurse's cursor and lock, the agent's failure streak, the agent slots
+//! ([`slots`]) and ward's merge queue. One small file in the chart store's
+//! slot 0 ([`STATE_SLOT`], `charts/0.md`), read with [`load`] and written
+//! only through compare-and-swap ([`update`]), by the sweep, by stage runs
+//! and by discharge alike.
+//!
+//! ## Why there
+//!
+//! Both forges offer exactly one compare-and-swap store: the charts. ward
+//! keeps one small state file in that store under the reserved number
+//! [`STATE_SLOT`] (`charts/0.md`; no issue is ever numbered 0, on GitHub or
+//! locally). Compare-and-swap gives the lock (a lease with an expiry, so a
+//! crashed sweep cannot wedge the ward), the resume cursor, the "watch" list
+//! (when each patient is next due for a closer look) and the facility
+//! counters, without an admin token and without an issue that people would
+//! see in their lists. An issue or comment would work on both forges too,
+//! but neither has compare-and-swap, so two sweeps could both believe they
+//! hold the lock.
+
+pub mod slots;
 
 use std::collections::BTreeMap;
 
@@ -11,13 +28,13 @@ use serde::{Deserialize, Serialize};
 use crate::chart::{ChartStoreError, Edit, Seen, modify_slot};
 use crate::forge::{Forge, IssueNumber};
 
-/// The chart slot that holds the sweep's state (see the sweep's module docs).
+/// The chart slot that holds the hospital's state.
 pub const STATE_SLOT: IssueNumber = IssueNumber(0);
 
-/// What the sweep remembers between runs (stored at [`STATE_SLOT`]).
+/// What the hospital remembers between runs (stored at [`STATE_SLOT`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SweepState {
+pub struct HospitalState {
     #[serde(default)]
     pub lock: Option<SweepLock>,
     /// The last patient handled; the next sweep starts after it.
@@ -32,7 +49,7 @@ pub struct SweepState {
     #[serde(default)]
     pub agent: AgentHealth,
     /// The agent slots and the patients queued for one (`capacity` in
-    /// ward.yml; see [`super::slots`]). Left out of the file when empty.
+    /// ward.yml; see [`slots`]). Left out of the file when empty.
     #[serde(default, skip_serializing_if = "Capacity::is_empty")]
     pub capacity: Capacity,
     /// Audited patients waiting to be integrated and merged, in order
@@ -111,7 +128,7 @@ pub struct AgentRun {
     pub at: DateTime<Utc>,
 }
 
-/// The agent slots in use (see [`super::slots`]) and the patients waiting for one.
+/// The agent slots in use (see [`slots`]) and the patients waiting for one.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Capacity {
@@ -128,12 +145,12 @@ impl Capacity {
         self.running.is_empty() && self.queued.is_empty()
     }
 
-    pub(super) fn drop_expired(&mut self, now: DateTime<Utc>) {
+    fn drop_expired(&mut self, now: DateTime<Utc>) {
         self.running.retain(|_, slot| slot.expires > now);
     }
 
     /// Why a run of `stage` would not fit now, or `None` when it fits.
-    pub(super) fn full(&self, config: &crate::config::Config, stage: crate::config::Stage<'_>) -> Option<String> {
+    fn full(&self, config: &crate::config::Config, stage: crate::config::Stage<'_>) -> Option<String> {
         let all = self.running.len();
         if let Some(max) = config.capacity.max_concurrent
             && all >= max as usize
@@ -167,12 +184,12 @@ pub struct Queued {
 
 const STATE_MARK: &str = "<!-- ward-sweep-state v1 -->";
 
-impl SweepState {
+impl HospitalState {
     pub fn render(&self) -> String {
-        let json = serde_json::to_string(self).expect("sweep state serialises");
+        let json = serde_json::to_string(self).expect("the state serialises: plain data with string keys");
         format!(
-            "# ward sweep state\n\n{STATE_MARK}\n\nWritten by `ward sweep` and by stage runs, always through \
-             compare-and-swap. Do not edit by hand; delete the file to make the next sweep start afresh.\n\n\
+            "# ward state\n\n{STATE_MARK}\n\nWritten by `ward sweep`, by stage runs and by discharge, always \
+             through compare-and-swap. Do not edit by hand; delete the file to make the next sweep start afresh.\n\n\
              ```json\n{json}\n```\n"
         )
     }
@@ -192,31 +209,31 @@ pub enum StateError {
     #[error(transparent)]
     Store(#[from] ChartStoreError),
     #[error(
-        "the sweep state (chart slot {STATE_SLOT}, `charts/0.md`) is unreadable: {0}; delete that file and the \
-         next sweep rebuilds it"
+        "the hospital's state (chart slot {STATE_SLOT}, `charts/0.md`) is unreadable: {0}; delete that file and \
+         the next sweep rebuilds it"
     )]
     Unreadable(String),
 }
 
 /// Reads the state (the default when it was never written).
-pub async fn load_state(forge: &dyn Forge) -> Result<SweepState, StateError> {
+pub async fn load(forge: &dyn Forge) -> Result<HospitalState, StateError> {
     match forge.read_chart(STATE_SLOT).await.map_err(ChartStoreError::from)? {
-        None => Ok(SweepState::default()),
-        Some(stored) => SweepState::parse(&stored.text).map_err(StateError::Unreadable),
+        None => Ok(HospitalState::default()),
+        Some(stored) => HospitalState::parse(&stored.text).map_err(StateError::Unreadable),
     }
 }
 
 /// Read-modify-write of the state with compare-and-swap: `f` changes a
 /// fresh copy (again after every conflict), or returns `Err` to leave the
 /// state unchanged.
-pub async fn update_state<T, E>(
+pub async fn update<T, E>(
     forge: &dyn Forge,
-    mut f: impl FnMut(&mut SweepState) -> Result<T, E>,
+    mut f: impl FnMut(&mut HospitalState) -> Result<T, E>,
 ) -> Result<Result<T, E>, StateError> {
     let outcome = modify_slot(forge, STATE_SLOT, Seen::NotRead, |text| {
         let mut state = match text {
-            Some(t) => SweepState::parse(t)?,
-            None => SweepState::default(),
+            Some(t) => HospitalState::parse(t)?,
+            None => HospitalState::default(),
         };
         Ok(match f(&mut state) {
             Ok(out) => Edit::Write(state.render(), Ok(out)),
@@ -233,7 +250,7 @@ pub async fn update_state<T, E>(
 /// need not call it: the sweep counts patients moving between two sweeps as
 /// progress, which ends the streak. Returns the streak.
 pub async fn record_agent_run(forge: &dyn Forge, run: AgentRun) -> Result<u32, StateError> {
-    let out = update_state(forge, |s| {
+    let out = update(forge, |s| {
         let streak = s.agent.consecutive_failures;
         if (run.ok && streak == 0) || s.agent.recent.iter().any(|r| r.run == run.run) {
             return Err(streak); // nothing changes: no write
@@ -259,9 +276,9 @@ mod tests {
 
     #[test]
     fn state_round_trips_and_refuses_garbage() {
-        let mut s = SweepState { cursor: 42, ..SweepState::default() };
+        let mut s = HospitalState { cursor: 42, ..HospitalState::default() };
         s.watch.insert(7, ("ward:treat".into(), 1_700_000_000));
-        assert_eq!(SweepState::parse(&s.render()).unwrap(), s);
-        assert!(SweepState::parse("# hello").unwrap_err().contains("lacks"));
+        assert_eq!(HospitalState::parse(&s.render()).unwrap(), s);
+        assert!(HospitalState::parse("# hello").unwrap_err().contains("lacks"));
     }
 }
