@@ -571,3 +571,55 @@ async fn after_the_demo_a_regression_issue_opens_one_incident_also_after_a_crash
     assert!(incident.body.contains("OUTCOME discharged"), "the chart's timeline: {}", incident.body);
     assert!(forge.dispatches().unwrap().iter().all(|d| d.issue != incident.number), "no stage was started for it");
 }
+
+#[test]
+fn research_finds_a_check_that_failed_and_passed_on_the_same_head_in_the_engines_checklists() {
+    let config = config();
+    let checklist = |role: &str, minute: i64, ci: String| Note {
+        kind: NoteKind::DischargeChecklist,
+        meta: NoteMeta { run: format!("r{minute}"), stage: "discharge".into(), role: role.into(), at: at(minute) },
+        body: format!("Discharge audit of pull request #1 at head `x`.\n\n- ✅ Approving review: yes\n- {ci}\n"),
+    };
+    let failed = |head: char, checks: &str| {
+        format!("❌ CI green for the head commit: CI failed for `{}`: {checks}", head.to_string().repeat(12))
+    };
+    let passed = |head: char| {
+        format!("✅ CI green for the head commit: CI passed for `{}` (test: success)", head.to_string().repeat(12))
+    };
+    let patient =
+        |n: u64, notes: Vec<Note>| PatientRecord { issue: issue(n, "maria", "work"), events: Vec::new(), notes };
+    let history = vec![
+        // #1: `test` and `lint` failed at a, then a passed.
+        patient(
+            1,
+            vec![
+                checklist("engine", 1, failed('a', "`test` (failure) and `lint` (timed_out)")),
+                checklist("engine", 2, passed('a')),
+            ],
+        ),
+        // #2: `test` failed at b (never passed: a real failure), then failed and passed at c.
+        patient(
+            2,
+            vec![
+                checklist("engine", 1, failed('b', "`test` (failure)")),
+                checklist("engine", 2, failed('c', "`test` (failure)")),
+                checklist("engine", 3, passed('c')),
+            ],
+        ),
+        // #3: an agent's checklist claiming the same counts for nothing.
+        patient(
+            3,
+            vec![
+                checklist("discharge-nurse", 1, failed('d', "`lint` (failure)")),
+                checklist("discharge-nurse", 2, passed('d')),
+            ],
+        ),
+    ];
+    let flakes: Vec<(String, String)> = ward::research::flaky_checks(&history[1].notes).into_iter().collect();
+    assert_eq!(flakes, [("test".to_string(), "c".repeat(12))]);
+    assert!(ward::research::flaky_checks(&history[2].notes).is_empty(), "only the engine's checklists count");
+    let found = ward::research::proposals(&config, &history, &[], &BOT.into());
+    let titles: Vec<&str> = found.iter().map(|p| p.title.as_str()).collect();
+    assert_eq!(titles, ["Research: the check `test` failed and then passed on the same head 2 times"], "`lint`: once");
+    assert!(found[0].body.contains("(#1, #2)"), "{}", found[0].body);
+}
