@@ -50,10 +50,13 @@ pub const RECURRING_FLAKES: usize = 2;
 
 /// The discharge audit's CI line (rules/discharge_audit.rs `ci_item`):
 /// failed at a head, naming the failing checks, or passed at one.
-static CI_FAILED: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?m)CI failed for `([0-9a-f]{7,40})`: (.*)$").expect("ci failed regex"));
-static CI_PASSED: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?m)CI passed for `([0-9a-f]{7,40})`").expect("ci passed regex"));
+static CI_FAILED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^- \S+ CI green for the head commit: CI failed for `([0-9a-f]{7,40})`: (.*)$")
+        .expect("ci failed regex")
+});
+static CI_PASSED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^- \S+ CI green for the head commit: CI passed for `([0-9a-f]{7,40})`").expect("ci passed regex")
+});
 static FAILED_CHECK: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"`([^`\n]{1,100})` \([a-z_]+\)").expect("failed check regex"));
 
@@ -222,11 +225,14 @@ pub fn flaky_checks(notes: &[crate::chart::Note]) -> BTreeSet<(String, String)> 
     let checklists =
         notes.iter().filter(|n| n.kind == NoteKind::DischargeChecklist && n.meta.role == crate::chart::ENGINE_ROLE);
     for note in checklists {
-        for c in CI_FAILED.captures_iter(&note.body) {
+        // Only the checklist's items: the details after its result quote
+        // the checks' own output, which anyone's CI writes.
+        let items = note.body.split("\nResult: ").next().unwrap_or_default();
+        for c in CI_FAILED.captures_iter(items) {
             let names = FAILED_CHECK.captures_iter(&c[2]).map(|m| m[1].to_string());
             failed.entry(c[1].to_string()).or_default().extend(names);
         }
-        for c in CI_PASSED.captures_iter(&note.body) {
+        for c in CI_PASSED.captures_iter(items) {
             for check in failed.remove(&c[1]).unwrap_or_default() {
                 out.insert((check, c[1].to_string()));
             }

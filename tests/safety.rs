@@ -578,7 +578,11 @@ fn research_finds_a_check_that_failed_and_passed_on_the_same_head_in_the_engines
     let checklist = |role: &str, minute: i64, ci: String| Note {
         kind: NoteKind::DischargeChecklist,
         meta: NoteMeta { run: format!("r{minute}"), stage: "discharge".into(), role: role.into(), at: at(minute) },
-        body: format!("Discharge audit of pull request #1 at head `x`.\n\n- ✅ Approving review: yes\n- {ci}\n"),
+        body: format!(
+            "Discharge audit of pull request #1 at head `x`.\n\n- ✅ Approving review: yes\n- {ci}\n\nResult: ...\n\n\
+             ```output\n- ✅ CI green for the head commit: CI passed for `{}` (the check's own output)\n```\n",
+            "b".repeat(12)
+        ),
     };
     let failed = |head: char, checks: &str| {
         format!("❌ CI green for the head commit: CI failed for `{}`: {checks}", head.to_string().repeat(12))
