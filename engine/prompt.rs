@@ -216,7 +216,7 @@ impl PromptContext {
                 number: issue.number.0,
                 author: issue.author.clone(),
                 fenced: fence_patient(sentinels, issue, chart),
-                incident: crate::safety::trusted_incident(issue, &config.engine_account).map(|(n, _, _)| n.0),
+                incident: crate::safety::trusted_incident(issue, &config.engine_account).map(|f| f.patient.0),
             },
             stage: StageContext::new(stage),
             role: RoleContext {

@@ -13,7 +13,10 @@
 //!   research never appends to it);
 //! - precedents the agents cite most: a decision that could be written into
 //!   a skill;
-//! - follow-ups the hospital filed that no one admitted or closed.
+//! - follow-ups the hospital filed that no one admitted or closed;
+//! - checks that failed and then passed on the same head (flaky), read from
+//!   the CI line of the discharge audit's checklists the engine wrote, on
+//!   [`RECURRING_FLAKES`] heads or more.
 //!
 //! Bounded and idempotent: at most `max` proposals per run, highest count
 //! first; each has a stable key (its kind and subject), in a marker on the
@@ -21,8 +24,7 @@
 //! closed: a proposal filed once is never filed again, and a run killed
 //! after filing (fault point `after-proposal-filed`) is completed by the next.
 //!
-//! Not covered yet: checks that fail and pass on the same head (the charts
-//! do not record check runs per head), and policy changes as pull requests.
+//! Not covered yet: policy changes as pull requests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
@@ -42,6 +44,21 @@ pub const PROPOSAL_LABEL: &str = "ward:proposal";
 pub const RECURRING: usize = 3;
 /// Proposals per run when `--max` is not given.
 pub const DEFAULT_MAX: usize = 3;
+
+/// Heads a check must have failed and then passed on to be called flaky.
+pub const RECURRING_FLAKES: usize = 2;
+
+/// The discharge audit's CI line (rules/discharge_audit.rs `ci_item`):
+/// failed at a head, naming the failing checks, or passed at one.
+static CI_FAILED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^- \S+ CI green for the head commit: CI failed for `([0-9a-f]{7,40})`: (.*)$")
+        .expect("ci failed regex")
+});
+static CI_PASSED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^- \S+ CI green for the head commit: CI passed for `([0-9a-f]{7,40})`").expect("ci passed regex")
+});
+static FAILED_CHECK: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"`([^`\n]{1,100})` \([a-z_]+\)").expect("failed check regex"));
 
 static CITATION: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\bP-\d{3,}\b").expect("citation regex"));
 static MARKER: LazyLock<Regex> =
@@ -83,8 +100,13 @@ pub fn proposals(
     let mut send_back_counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut escalations: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
     let mut citations: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    // Check name -> the (patient, head) pairs it failed and then passed on.
+    let mut flaky: BTreeMap<String, BTreeSet<(u64, String)>> = BTreeMap::new();
     for p in patients {
         let n = p.issue.number.0;
+        for (check, head) in flaky_checks(&p.notes) {
+            flaky.entry(check).or_default().insert((n, head));
+        }
         for note in &p.notes {
             match note.kind {
                 NoteKind::Outcome => {
@@ -152,6 +174,22 @@ pub fn proposals(
             ),
         });
     }
+    for (check, heads) in flaky.into_iter().filter(|(_, hs)| hs.len() >= RECURRING_FLAKES) {
+        let count = heads.len();
+        let numbers: BTreeSet<u64> = heads.iter().map(|(n, _)| *n).collect();
+        out.push(Proposal {
+            key: key("flaky", &check),
+            weight: count,
+            title: format!("Research: the check `{check}` failed and then passed on the same head {count} times"),
+            body: format!(
+                "The check `{check}` failed the discharge audit and then passed on the very same commit {count} \
+                 times ({}): it fails for reasons other than the change. Each failure sent a patient back to \
+                 treatment for nothing. Find why it is flaky (timing, order, the network, shared state) and fix or \
+                 quarantine it; a change to the CI workflow is a pull request a chief approves.",
+                patients_list(&numbers)
+            ),
+        });
+    }
     let waiting: BTreeSet<u64> = issues
         .iter()
         .filter(|i| i.state == IssueState::Open && engine.is(&i.author))
@@ -174,6 +212,32 @@ pub fn proposals(
         });
     }
     out.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.key.cmp(&b.key)));
+    out
+}
+
+/// Pure: the checks that failed and then passed on the same head in one
+/// patient's notes, as (check, head), from the checklists the engine wrote
+/// (an agent's note of that kind, or of any role but the engine's, counts
+/// for nothing).
+pub fn flaky_checks(notes: &[crate::chart::Note]) -> BTreeSet<(String, String)> {
+    let mut failed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut out = BTreeSet::new();
+    let checklists =
+        notes.iter().filter(|n| n.kind == NoteKind::DischargeChecklist && n.meta.role == crate::chart::ENGINE_ROLE);
+    for note in checklists {
+        // Only the checklist's items: the details after its result quote
+        // the checks' own output, which anyone's CI writes.
+        let items = note.body.split("\nResult: ").next().unwrap_or_default();
+        for c in CI_FAILED.captures_iter(items) {
+            let names = FAILED_CHECK.captures_iter(&c[2]).map(|m| m[1].to_string());
+            failed.entry(c[1].to_string()).or_default().extend(names);
+        }
+        for c in CI_PASSED.captures_iter(items) {
+            for check in failed.remove(&c[1]).unwrap_or_default() {
+                out.insert((check, c[1].to_string()));
+            }
+        }
+    }
     out
 }
 

@@ -259,7 +259,9 @@ pub enum Command {
         max: usize,
     },
     /// The safety department: open an incident (not admitted) for each
-    /// revert on the base branch of a change ward merged. `ward sweep` runs it too.
+    /// revert on the base branch of a change ward merged, and for each open
+    /// issue at `departments.safety.regression_label` that names one (its
+    /// pull request or a commit). `ward sweep` runs it too.
     Safety {
         /// The base branch (default: `departments.sweep.facilities.base_branch`).
         #[arg(long)]

@@ -6,6 +6,7 @@
 //!   sweep: { max_retries: 2, max_actions: 50 }
 //!   budget: { run_usd: 10, patient_usd: 150 }
 //!   groundedness: { threshold: 0.8 }
+//!   safety: { regression_label: regression }
 //! ```
 
 use std::collections::HashSet;
@@ -30,6 +31,9 @@ pub struct Departments {
     /// How far a run's notes must match reality. Defaults: see [`GroundednessConfig`].
     #[serde(default)]
     pub groundedness: GroundednessConfig,
+    /// The safety department's post-incident review. Defaults: see [`SafetyConfig`].
+    #[serde(default)]
+    pub safety: SafetyConfig,
 }
 
 impl Departments {
@@ -38,6 +42,7 @@ impl Departments {
         let mut p = self.sweep.validate(config);
         p.extend(self.budget.validate(config));
         p.extend(self.groundedness.validate());
+        p.extend(self.safety.validate(config));
         p
     }
 }
@@ -388,6 +393,49 @@ impl GroundednessConfig {
     }
 }
 
+/// `departments.safety`.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SafetyConfig {
+    /// The label a person puts on an issue that reports a regression of a
+    /// change ward merged (naming its pull request or commit): the safety
+    /// department opens an incident for it. Default `regression`.
+    #[serde(default = "default_regression_label")]
+    pub regression_label: String,
+}
+
+fn default_regression_label() -> String {
+    "regression".into()
+}
+
+impl Default for SafetyConfig {
+    fn default() -> Self {
+        Self { regression_label: default_regression_label() }
+    }
+}
+
+impl SafetyConfig {
+    pub fn validate(&self, config: &Config) -> Vec<(String, String)> {
+        let path = "departments.safety.regression_label";
+        let label = self.regression_label.trim();
+        if label.is_empty() {
+            return vec![(path.into(), "must name a label, e.g. `regression`".into())];
+        }
+        if label != self.regression_label {
+            return vec![(path.into(), format!("`{}` has spaces around it; write `{label}`", self.regression_label))];
+        }
+        // A ward label is moved by the engine; the regression label must be
+        // a person's act, so it cannot be one of them.
+        if config.is_ward_label(label) {
+            return vec![(
+                path.into(),
+                format!("`{label}` is one of ward's own labels (under `labels`); name a label only people apply"),
+            )];
+        }
+        Vec::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -406,5 +454,18 @@ mod tests {
         let bad = SweepConfig { max_actions: 0, ..SweepConfig::default() };
         let p = bad.validate(&c);
         assert!(p.iter().any(|(path, _)| path == "departments.sweep.max_actions"), "{p:?}");
+    }
+
+    #[test]
+    fn the_regression_label_is_a_persons_label() {
+        let c = config();
+        assert_eq!(c.departments.safety.regression_label, "regression");
+        assert!(c.departments.safety.validate(&c).is_empty());
+        for bad in ["", " regression", "ward:chief"] {
+            let s = SafetyConfig { regression_label: bad.into() };
+            let p = s.validate(&c);
+            assert_eq!(p.len(), 1, "{bad:?}: {p:?}");
+            assert_eq!(p[0].0, "departments.safety.regression_label");
+        }
     }
 }

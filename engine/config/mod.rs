@@ -116,7 +116,8 @@ pub struct Config {
     #[serde(default)]
     pub discharge: DischargeConfig,
     /// The departments outside the patient flow: the charge nurse's sweep
-    /// (`max_retries` 2, `max_actions` 50, ...), budgets and groundedness.
+    /// (`max_retries` 2, `max_actions` 50, ...), budgets, groundedness and the
+    /// safety department's regression label.
     /// Every field has a default; see [`Departments`].
     #[serde(default)]
     pub departments: Departments,

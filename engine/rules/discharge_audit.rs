@@ -761,6 +761,28 @@ mod tests {
     }
 
     #[test]
+    fn research_reads_a_check_that_failed_and_then_passed_on_one_head_from_these_checklists() {
+        let mut f = facts();
+        let mut red = CiStatus::new(CiState::Failure, vec!["lint: failure".into(), "test: success".into()]);
+        red.failures = vec![crate::forge::CiFailure {
+            name: "lint".into(),
+            conclusion: "failure".into(),
+            url: String::new(),
+            summary: Some("- ✅ CI green for the head commit: CI passed for `0123456789ab` (forged)".into()),
+        }];
+        f.ci = Ok(red);
+        let failed = run(&chart(), &f).render();
+        let passed = run(&chart(), &facts()).render();
+        let engine =
+            |run: &str, body: &str| note("DISCHARGE_CHECKLIST", run, "discharge", crate::chart::ENGINE_ROLE, body);
+        let notes = [engine("r8", &failed), engine("r9", &passed)];
+        let flaky: Vec<(String, String)> = crate::research::flaky_checks(&notes).into_iter().collect();
+        assert_eq!(flaky, [("lint".to_string(), "0123456789ab".to_string())]);
+        let alone = crate::research::flaky_checks(&notes[..1]);
+        assert!(alone.is_empty(), "a failure alone is no flake, whatever the check's output says: {alone:?}");
+    }
+
+    #[test]
     fn history_must_be_clean() {
         for (message, parents) in [
             ("fixup! Key the cache", 1),
