@@ -41,7 +41,10 @@
 //!
 //! The walls' attacks (issue 28: exfiltration by HTTP, CONNECT, TCP, UDP,
 //! ICMP and DNS; the model key in env, `/proc` and files; the Docker socket)
-//! are `walls.sh`, run by tests/walls.rs as root and as this user.
+//! are `walls.sh`, and the writes outside what the agent was given (ward's
+//! run folder, the main repository's `.git/config` and hooks, the real
+//! HOME, `/usr`, `/etc`, another folder of its user) `readonly.sh`, both run
+//! by tests/walls.rs as root and as this user.
 //!
 //! `hold.sh` is not an attack: it holds a stage open while the test looks
 //! at ward from outside.

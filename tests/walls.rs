@@ -10,9 +10,14 @@
 //! user (tests/hostile/harness.rs). The control: `localhost` is in the
 //! allowlist, and the test's control listener answers through the proxy;
 //! with `agent.docker: true` the root agent reaches the Docker socket.
+//! `tests/hostile/readonly.sh` tries to write outside what it was given
+//! (ward's run folder, the main repository's `.git/config` and hooks, the
+//! real HOME, `/usr`, `/etc`, another folder of its user), with its
+//! worktree, a commit, its private folders and `agent.writable` the control.
 //!
 //! Before the walls, every exfiltration reached its listener, the key was
-//! in the agent's environment, and the Docker socket answered root.
+//! in the agent's environment, and the Docker socket answered root; before
+//! the read-only system, every write outside succeeded (as root).
 
 mod support;
 
@@ -217,4 +222,60 @@ fn without_a_wall_ward_refuses_unless_the_network_is_open() {
     assert!(printed.contains("unwalled"), "never silently: {printed}");
     let chart = s.chart(1);
     assert!(chart.contains("The agent ran on the host's network, unwalled"), "nor in the chart: {chart}");
+}
+
+/// Behind the walls the rest of the system is read-only: each write
+/// outside the agent's worktree, private folders and `agent.writable` is
+/// refused by the kernel (EROFS), and the controls succeed.
+fn read_only(as_root: bool) {
+    if as_root {
+        if !harness::is_root() {
+            eprintln!("skipped: the tests do not run as root");
+        }
+        harness::as_root_here();
+    }
+    let s = Sandbox::new();
+    let writable = s.path().join("tool-cache");
+    std::fs::create_dir_all(&writable).unwrap();
+    let other = s.path().join("other-work");
+    std::fs::create_dir_all(&other).unwrap();
+    s.give_to_user(&writable);
+    s.give_to_user(&other);
+    let args = [s.repo.join(".git"), s.home.clone(), other.clone(), writable.clone()].map(|p| p.display().to_string());
+    s.agent("readonly", &args.each_ref().map(String::as_str), &[]);
+    s.edit_config(|text| {
+        let line = format!("  writable: [{:?}, {:?}]\n", s.loot.display().to_string(), writable.display().to_string());
+        let (before, after) = text.split_once("  writable: [").expect("the agent's writable line");
+        let rest = after.split_once('\n').expect("a whole line").1;
+        format!("{before}{line}{rest}")
+    });
+    let out = s.stage(&[]);
+    let loot = s.loot();
+    let printed = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    for name in ["ward's run folder", ".git/config", ".git/hooks", "HOME outside", "/usr", "/etc", "another folder"] {
+        let line = loot.lines().find(|l| l.starts_with(&format!("write {name}: "))).unwrap_or_default();
+        assert!(
+            line.contains("Read-only file system"),
+            "`{name}` was not refused as read-only: {line:?}\n{loot}\n{printed}"
+        );
+    }
+    for name in
+        ["control worktree", "control HOME", "control TMPDIR", "control /dev/shm", "control writable", "control commit"]
+    {
+        assert!(loot.contains(&format!("{name}: ok\n")), "{name}:\n{loot}\n{printed}");
+    }
+    assert!(!other.join("attack").exists() && !s.home.join(".gitconfig").exists(), "{loot}");
+    let config = std::fs::read_to_string(s.repo.join(".git/config")).unwrap();
+    assert!(!config.contains("attack"), "{config}");
+    s.assert_normal_outcome(&out);
+}
+
+#[test]
+fn an_unprivileged_wards_agent_writes_only_what_it_was_given() {
+    read_only(false);
+}
+
+#[test]
+fn a_root_wards_agent_writes_only_what_it_was_given() {
+    read_only(true);
 }

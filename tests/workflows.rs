@@ -1865,8 +1865,12 @@ async fn human_approval_waits_for_a_maintainers_label_and_refuses_a_triagers() {
 
 /// A repository whose agent is `tests/hostile/<script>` with `args`, for
 /// the shipped workflow (or `workflow`, a changed copy of it).
-fn hostile_hospital(gh: &FakeGitHub, script: &str, args: &str, workflow: Option<String>) -> tempfile::TempDir {
-    hostile_hospital_with(gh, script, args, workflow, "")
+/// `script`'s only argument is its loot file, whose folder ward.yml makes
+/// writable behind the walls (`agent.writable`).
+fn hostile_hospital(gh: &FakeGitHub, script: &str, loot: &Path) -> tempfile::TempDir {
+    let folder = loot.parent().expect("the loot file is in a folder");
+    let writable = format!("\n  writable: [\"{}\"]", folder.display());
+    hostile_hospital_with(gh, script, &format!("\"{}\"", loot.display()), None, &writable)
 }
 
 /// The same, with more of the `agent:` section (`agent_extra`, lines
@@ -1951,7 +1955,7 @@ async fn a_daemonised_child_that_rewrites_the_visit_is_killed_before_the_seal() 
     let gh = FakeGitHub::start().await;
     let scratch = tempfile::tempdir().unwrap();
     let loot = scratch.path().join("loot.txt");
-    let _repo = hostile_hospital(&gh, "daemon.sh", &format!("\"{}\"", loot.display()), None);
+    let _repo = hostile_hospital(&gh, "daemon.sh", &loot);
     let n = {
         let mut s = gh.state();
         s.add_collaborator("maya", "maintain");
@@ -2018,7 +2022,7 @@ async fn a_visit_whose_commits_carry_a_huge_file_is_refused_and_nothing_is_pushe
     let gh = FakeGitHub::start().await;
     let scratch = tempfile::tempdir().unwrap();
     let loot = scratch.path().join("loot.txt");
-    let _repo = hostile_hospital(&gh, "huge.sh", &format!("\"{}\"", loot.display()), None);
+    let _repo = hostile_hospital(&gh, "huge.sh", &loot);
     let n = {
         let mut s = gh.state();
         s.add_collaborator("maya", "maintain");
@@ -2054,7 +2058,7 @@ async fn a_visit_whose_commits_carry_wards_own_files_is_refused_naming_them_and_
     let gh = FakeGitHub::start().await;
     let scratch = tempfile::tempdir().unwrap();
     let loot = scratch.path().join("loot.txt");
-    let _repo = hostile_hospital(&gh, "wardfiles.sh", &format!("\"{}\"", loot.display()), None);
+    let _repo = hostile_hospital(&gh, "wardfiles.sh", &loot);
     {
         let mut s = gh.state();
         // As installed by hand: the build's target/ ignored, ward's .ward/ not.
@@ -2299,7 +2303,9 @@ exec "$ward" stand-in
     let command = r#"command: ["{ward}", "stand-in"]"#;
     let _repo = hospital(&gh, &[("agent.sh", &agent)], |c| {
         assert!(c.contains(command));
-        with_docstore(c.replace(command, r#"command: ["sh", "agent.sh", "{ward}"]"#))
+        // The agent writes what it saw beside the test: writable behind the walls.
+        let writable = format!("command: [\"sh\", \"agent.sh\", \"{{ward}}\"]\n  writable: [\"{}\"]", seen.display());
+        with_docstore(c.replace(command, &writable))
     });
     let n = {
         let mut s = gh.state();

@@ -1980,8 +1980,17 @@ fn stage_repo(
     plan.mode = ward::workspace::WorkspaceMode::Worktree;
     plan.home = tmp.join("ward-home");
     plan.push = None;
+    // What the tests' agents say they saw goes beside the repository:
+    // behind the walls only a folder ward.yml names writable takes it.
+    let seen = tmp.join(SEEN);
+    std::fs::create_dir_all(&seen).unwrap();
+    h.config.agent.writable.push(seen.display().to_string());
     (root, git_home, forge, h)
 }
+
+/// The folder (beside the repository) where the stage tests' agents write
+/// what they saw.
+const SEEN: &str = "seen-by-agent";
 
 #[tokio::test]
 async fn a_stage_run_brings_its_workspace_up_for_the_agent_and_down_after() {
@@ -1996,7 +2005,7 @@ async fn a_stage_run_brings_its_workspace_up_for_the_agent_and_down_after() {
         .unwrap();
     let run_name = run_id("stage");
     let _janitor = DockerJanitor(vec![run_name.clone()]);
-    let seen = tmp.path().join("seen");
+    let seen = tmp.path().join(SEEN).join("seen");
     let script = format!("env > {0}.env && pwd > {0}.pwd && exec {{ward}} stand-in", seen.display());
     let req = ward::stage::StageRequest {
         issue: issue.number,
@@ -2336,7 +2345,7 @@ async fn a_treatments_data_reaches_code_review_and_its_prompt() {
     let treat = format!(
         "{docstore} put fleet vehicles fleet-1 SEA '{body}' >/dev/null && echo fixed > fix.txt && exec {{ward}} stand-in"
     );
-    let seen = tmp.path().join("seen");
+    let seen = tmp.path().join(SEEN).join("seen");
     let review = format!(
         "cp \"$WARD_PROMPT\" {0}.prompt && {docstore} get fleet vehicles fleet-1 SEA > {0}.doc && exec {{ward}} stand-in",
         seen.display()
@@ -2379,7 +2388,7 @@ async fn a_consults_restart_returns_the_branch_and_the_data_to_the_base() {
     let runs = [run_id("restart-treat"), run_id("restart-consult"), run_id("restart-again")];
     let _janitor = DockerJanitor(runs.to_vec());
     let docstore = docstore_bin().display().to_string();
-    let seen = tmp.path().join("seen");
+    let seen = tmp.path().join(SEEN).join("seen");
     let treat = format!(
         "{docstore} put fleet vehicles fleet-1 SEA '{{}}' >/dev/null && echo fixed > fix.txt && exec {{ward}} stand-in"
     );

@@ -205,6 +205,10 @@ fn write_codex_config(home: &Path, codex: &CodexSettings) -> Result<(), AgentErr
     })?;
     doc["analytics"]["enabled"] = toml_edit::value(false);
     doc["check_for_update_on_startup"] = toml_edit::value(false);
+    // Behind the walls /tmp is read-only (its TMPDIR is the private temp
+    // folder): codex's sandbox, told /tmp is writable, makes a mount point
+    // in it (`/tmp/.git`, kept read-only) and fails with EROFS.
+    doc["sandbox_workspace_write"]["exclude_slash_tmp"] = toml_edit::value(true);
     if let Some(url) = &codex.base_url {
         doc["openai_base_url"] = toml_edit::value(url.as_str());
     }
@@ -289,6 +293,7 @@ mod tests {
         assert_eq!(doc["model"].as_str(), Some("o9"));
         assert_eq!(doc["openai_base_url"].as_str(), Some("https://gw.example/v1"));
         assert_eq!(doc["analytics"]["enabled"].as_bool(), Some(false));
+        assert_eq!(doc["sandbox_workspace_write"]["exclude_slash_tmp"].as_bool(), Some(true), "{text}");
         assert_eq!(doc["check_for_update_on_startup"].as_bool(), Some(false));
     }
 

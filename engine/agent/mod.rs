@@ -38,8 +38,8 @@ pub struct AgentSpec {
     pub time_limit: Duration,
     /// This ward binary, for `{ward}`.
     pub ward_exe: PathBuf,
-    /// Behind the network wall ([`wall`]): the ports relayed to ward's
-    /// gate and the paths hidden; `None`: on the host's network.
+    /// Behind the walls ([`wall`]): the ports relayed to ward's gate, the
+    /// paths hidden and those writable; `None`: on the host's network.
     pub wall: Option<Walled>,
 }
 
@@ -47,7 +47,8 @@ pub struct AgentSpec {
 #[derive(Debug, Clone, Default)]
 pub struct Walled {
     pub relays: Vec<wall::Relay>,
-    pub hide: Vec<PathBuf>,
+    /// What is hidden, and what alone the agent may write.
+    pub mounts: wall::Mounts,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -130,7 +131,7 @@ pub async fn run(spec: &AgentSpec) -> Result<AgentExit, AgentError> {
         return Err(AgentError::Spawn { program: String::new(), message: "the command is empty".into() });
     }
     if let Some(w) = &spec.wall {
-        args = wall::command(&spec.ward_exe, &w.relays, &w.hide, &args);
+        args = wall::command(&spec.ward_exe, &w.relays, &w.mounts, &args);
     }
     let stdout = spec.artifacts.join("agent.stdout.log");
     let stderr = spec.artifacts.join("agent.stderr.log");

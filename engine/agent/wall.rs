@@ -8,6 +8,17 @@
 //! nothing else does. No other route exists: no DNS, no raw socket reaches
 //! anything but this loopback.
 //!
+//! The rest of the system is read-only for the agent: after the Docker
+//! sockets are hidden, the wall makes every mount it sees read-only
+//! (`mount_setattr(2)`, Linux 5.12 or later; where it is missing the wall
+//! is refused, like a missing namespace), then binds back read-write only
+//! the `--write` paths (its worktree and the parts of git it commits to,
+//! its private HOME and temp folder, `agent.writable`), and `/proc` (which
+//! the agent's own namespace needs), with a fresh `/dev/shm`. `--read-only`
+//! paths inside a writable one (a checkout's `.git/config` and
+//! `.git/hooks`) are bound back read-only. Being the wall's mounts, the
+//! agent's namespace cannot change them.
+//!
 //! ```text
 //! ward (outside, holds the key) ── gate: model.sock, egress.sock, port-N.sock
 //!   └─ ward __wall (new user+net+mount namespace, lo up, relays 127.0.0.1:P -> sock)
@@ -43,17 +54,31 @@ pub struct Relay {
     pub socket: PathBuf,
 }
 
+/// What the wall covers and what it leaves the agent to write: each path
+/// absolute.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Mounts {
+    /// Covered by an empty file (the Docker sockets).
+    pub hide: Vec<PathBuf>,
+    /// Writable; everything else is read-only.
+    pub write: Vec<PathBuf>,
+    /// Read-only again inside a writable path.
+    pub read_only: Vec<PathBuf>,
+}
+
 /// How ward starts an agent behind the wall: the argument vector that
 /// replaces the agent's own.
-pub fn command(ward: &Path, relays: &[Relay], hide: &[PathBuf], agent: &[String]) -> Vec<String> {
+pub fn command(ward: &Path, relays: &[Relay], mounts: &Mounts, agent: &[String]) -> Vec<String> {
     let mut args = vec![ward.to_string_lossy().into_owned(), SUBCOMMAND.to_string()];
     for r in relays {
         args.push("--relay".into());
         args.push(format!("{}={}", r.port, r.socket.display()));
     }
-    for h in hide {
-        args.push("--hide".into());
-        args.push(h.to_string_lossy().into_owned());
+    for (flag, paths) in [("--hide", &mounts.hide), ("--write", &mounts.write), ("--read-only", &mounts.read_only)] {
+        for p in paths {
+            args.push(flag.into());
+            args.push(p.to_string_lossy().into_owned());
+        }
     }
     args.push("--".into());
     args.extend(agent.iter().cloned());
@@ -92,7 +117,7 @@ pub fn main(args: &[OsString]) -> i32 {
 
 fn jail(args: &[OsString]) -> Result<i32, String> {
     let mut relays = Vec::new();
-    let mut hide = Vec::new();
+    let mut mounts = Mounts::default();
     let mut probe = false;
     let mut it = args.iter();
     let mut agent: Vec<OsString> = Vec::new();
@@ -105,7 +130,17 @@ fn jail(args: &[OsString]) -> Result<i32, String> {
                 let port: u16 = port.parse().map_err(|_| format!("`{port}` is not a port"))?;
                 relays.push(Relay { port, socket: PathBuf::from(socket) });
             }
-            Some("--hide") => hide.push(PathBuf::from(it.next().ok_or("--hide needs a path")?)),
+            Some(flag @ ("--hide" | "--write" | "--read-only")) => {
+                let path = PathBuf::from(it.next().ok_or_else(|| format!("{flag} needs a path"))?);
+                if !path.is_absolute() {
+                    return Err(format!("{flag} needs an absolute path, not {}", path.display()));
+                }
+                match flag {
+                    "--hide" => mounts.hide.push(path),
+                    "--write" => mounts.write.push(path),
+                    _ => mounts.read_only.push(path),
+                }
+            }
             Some("--") => {
                 agent = it.cloned().collect();
                 break;
@@ -117,7 +152,7 @@ fn jail(args: &[OsString]) -> Result<i32, String> {
     // and a non-dumpable process may not write its own uid_map.
     // SAFETY: prctl(PR_SET_DUMPABLE) only changes this process's flag.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
-    enter_namespaces(&hide)?;
+    enter_namespaces(&mounts)?;
     if probe {
         return Ok(0);
     }
@@ -208,8 +243,9 @@ unsafe fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()>
 }
 
 /// New user, network and mount namespaces; the same uid and gid inside;
-/// the hidden paths covered; the loopback up.
-fn enter_namespaces(hide: &[PathBuf]) -> Result<(), String> {
+/// the hidden paths covered; the system read-only but for the writable
+/// paths; the loopback up.
+fn enter_namespaces(mounts: &Mounts) -> Result<(), String> {
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     // SAFETY: unshare(2) with flags; this process has one thread.
@@ -242,7 +278,7 @@ fn enter_namespaces(hide: &[PathBuf]) -> Result<(), String> {
         return Err(format!("could not make the agent's mounts private: {}", std::io::Error::last_os_error()));
     }
     let null = CString::new("/dev/null").map_err(|e| e.to_string())?;
-    for path in hide.iter().filter(|p| p.symlink_metadata().is_ok()) {
+    for path in mounts.hide.iter().filter(|p| p.symlink_metadata().is_ok()) {
         let target = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
         // SAFETY: as above.
         if unsafe { libc::mount(null.as_ptr(), target.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null()) }
@@ -255,7 +291,170 @@ fn enter_namespaces(hide: &[PathBuf]) -> Result<(), String> {
             ));
         }
     }
+    read_only_system(mounts)?;
     loopback_up()
+}
+
+/// `mount_setattr(2)`'s argument (linux/mount.h).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+fn c_path(path: &Path) -> Result<CString, String> {
+    CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| format!("{} holds a NUL", path.display()))
+}
+
+/// Sets (`rdonly`) or clears the read-only flag of the mount at `path`, and
+/// of the mounts under it when `recursive`.
+fn set_read_only(path: &Path, rdonly: bool, recursive: bool) -> std::io::Result<()> {
+    let target = c_path(path).map_err(std::io::Error::other)?;
+    let attr = MountAttr {
+        attr_set: if rdonly { MOUNT_ATTR_RDONLY } else { 0 },
+        attr_clr: if rdonly { 0 } else { MOUNT_ATTR_RDONLY },
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive { libc::AT_RECURSIVE } else { 0 } as libc::c_uint;
+    // SAFETY: mount_setattr(2) with a valid C string and a struct of the size given.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Binds `path` onto itself (with what is mounted under it), so that its
+/// flags can be changed apart from the mount it lies on.
+fn bind_onto_itself(path: &Path) -> Result<(), String> {
+    let target = c_path(path)?;
+    // SAFETY: mount(2) with valid C strings and null pointers where allowed.
+    let rc = unsafe {
+        libc::mount(target.as_ptr(), target.as_ptr(), std::ptr::null(), libc::MS_BIND | libc::MS_REC, std::ptr::null())
+    };
+    if rc != 0 {
+        return Err(format!("could not bind {} for the agent: {}", path.display(), std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Makes `path` writable again: its mount, and the mounts under it where
+/// they may be (a mount made read-only outside this namespace stays so).
+fn make_writable(path: &Path) -> Result<(), String> {
+    set_read_only(path, false, true)
+        .or_else(|e| if e.raw_os_error() == Some(libc::EPERM) { set_read_only(path, false, false) } else { Err(e) })
+        .map_err(|e| format!("could not make {} writable for the agent: {e}", path.display()))
+}
+
+/// Every mount read-only, then the agent's own paths writable again:
+/// `/proc` (its namespace's maps are written there), a fresh `/dev/shm`,
+/// each `--write` path bound onto itself (a parent before what lies under
+/// it, which it then holds), then each `--read-only` path bound read-only.
+fn read_only_system(mounts: &Mounts) -> Result<(), String> {
+    if let Err(e) = set_read_only(Path::new("/"), true, true) {
+        return Err(if e.raw_os_error() == Some(libc::ENOSYS) {
+            "this kernel has no mount_setattr(2) (Linux 5.12 or later has it), so ward cannot make the rest of the \
+             system read-only for the agent"
+                .to_string()
+        } else {
+            format!("could not make the system read-only for the agent (mount_setattr: {e})")
+        });
+    }
+    make_writable(Path::new("/proc"))?;
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        let (tmpfs, target, options) = (c"tmpfs", c_path(shm)?, c"mode=1777");
+        // SAFETY: mount(2) with valid C strings.
+        let rc = unsafe {
+            libc::mount(
+                tmpfs.as_ptr(),
+                target.as_ptr(),
+                tmpfs.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                options.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(format!("could not give the agent a /dev/shm of its own: {}", std::io::Error::last_os_error()));
+        }
+    }
+    let mut write: Vec<&PathBuf> = mounts.write.iter().filter(|p| p.symlink_metadata().is_ok()).collect();
+    write.sort();
+    write.dedup();
+    let mut bound: Vec<&PathBuf> = Vec::new();
+    for path in write {
+        if bound.iter().any(|b| path.starts_with(b)) {
+            continue;
+        }
+        bind_onto_itself(path)?;
+        make_writable(path)?;
+        bound.push(path);
+    }
+    for path in mounts.read_only.iter().filter(|p| p.symlink_metadata().is_ok()) {
+        bind_onto_itself(path)?;
+        set_read_only(path, true, true)
+            .map_err(|e| format!("could not make {} read-only for the agent: {e}", path.display()))?;
+    }
+    // The working folder was entered before the binds: entered again, it
+    // is the writable one bound over it.
+    if let Ok(here) = std::env::current_dir() {
+        std::env::set_current_dir(&here)
+            .map_err(|e| format!("could not enter {} again inside the wall: {e}", here.display()))?;
+    }
+    Ok(())
+}
+
+/// What of git's folders the agent commits through in `worktree`: for a
+/// linked worktree (`.git` a file naming `.git/worktrees/<name>`), that
+/// folder, the common `objects/`, and the folders of its branch's ref and
+/// reflog (made when missing, as git would); for a checkout with its own
+/// `.git`, nothing more than the checkout, but its `config` and `hooks`
+/// read-only (what ward's own git would read or run). Returns
+/// (writable, read-only), canonical.
+pub fn git_paths(worktree: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let dot_git = worktree.join(".git");
+    if dot_git.is_dir() {
+        return (Vec::new(), vec![dot_git.join("config"), dot_git.join("hooks")]);
+    }
+    let Some(admin) = std::fs::read_to_string(&dot_git)
+        .ok()
+        .and_then(|t| t.strip_prefix("gitdir:").map(|p| worktree.join(p.trim())))
+        .and_then(|p| p.canonicalize().ok())
+    else {
+        return (Vec::new(), Vec::new());
+    };
+    let common =
+        std::fs::read_to_string(admin.join("commondir")).ok().and_then(|c| admin.join(c.trim()).canonicalize().ok());
+    let mut write = vec![admin.clone()];
+    let Some(common) = common else { return (write, Vec::new()) };
+    write.push(common.join("objects"));
+    let head = std::fs::read_to_string(admin.join("HEAD")).unwrap_or_default();
+    if let Some(branch) = head.trim().strip_prefix("ref: refs/heads/") {
+        let folder = Path::new(branch).parent().filter(|p| !p.as_os_str().is_empty());
+        // A branch name from git's own HEAD file: no `..` leaves refs/.
+        if !branch.split('/').any(|c| c == ".." || c.is_empty()) {
+            for base in ["refs/heads", "logs/refs/heads"] {
+                let dir = folder.map_or_else(|| common.join(base), |f| common.join(base).join(f));
+                let _ = std::fs::create_dir_all(&dir);
+                write.push(dir);
+            }
+        }
+    }
+    (write, Vec::new())
 }
 
 /// `ip link set lo up`, with ioctl(2): SIOCGIFFLAGS then SIOCSIFFLAGS.
@@ -320,5 +519,69 @@ fn copy(from: &mut impl Read, to: &mut impl Write) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    #[test]
+    fn a_linked_worktree_writes_its_admin_folder_the_objects_and_its_branchs_refs_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (repo, wt) = (dir.path().join("repo"), dir.path().join("wt"));
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        git(
+            &repo,
+            &["-c", "user.name=a", "-c", "user.email=a@example.com", "commit", "-q", "--allow-empty", "-m", "a"],
+        );
+        git(&repo, &["worktree", "add", "-q", "-b", "ward/issue-3", wt.to_str().unwrap()]);
+        let common = repo.join(".git").canonicalize().unwrap();
+        let (write, read_only) = git_paths(&wt.canonicalize().unwrap());
+        assert_eq!(
+            write,
+            [
+                common.join("worktrees/wt"),
+                common.join("objects"),
+                common.join("refs/heads/ward"),
+                common.join("logs/refs/heads/ward")
+            ]
+        );
+        assert!(read_only.is_empty(), "{read_only:?}");
+        // A checkout with its own .git: the checkout is writable, its config and hooks are not.
+        let (write, read_only) = git_paths(&repo);
+        assert!(write.is_empty(), "{write:?}");
+        assert_eq!(read_only, [repo.join(".git/config"), repo.join(".git/hooks")]);
+    }
+
+    #[test]
+    fn the_walls_arguments_carry_every_mount() {
+        let mounts = Mounts {
+            hide: vec!["/run/docker.sock".into()],
+            write: vec!["/w".into()],
+            read_only: vec!["/w/.git/config".into()],
+        };
+        let args = command(Path::new("/ward"), &[], &mounts, &["agent".into()]);
+        assert_eq!(
+            args,
+            [
+                "/ward",
+                SUBCOMMAND,
+                "--hide",
+                "/run/docker.sock",
+                "--write",
+                "/w",
+                "--read-only",
+                "/w/.git/config",
+                "--",
+                "agent"
+            ]
+        );
     }
 }

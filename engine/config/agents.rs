@@ -38,6 +38,10 @@ pub struct Preset {
     /// Paths it writes into the worktree for itself (caches), which git is
     /// told to ignore so they are never taken for a change.
     pub scratch: &'static [&'static str],
+    /// Folders under `/tmp` it writes by name, whatever `TMPDIR` says
+    /// (`{uid}` is the user's id): behind the walls, where the rest of the
+    /// system is read-only, ward makes each (mode 0700) and leaves it writable.
+    pub tmp_dirs: &'static [&'static str],
     /// How its standard output reports a failure.
     pub output: Output,
     /// Whether it has a shell tool (aider has none: it edits files).
@@ -166,6 +170,7 @@ pub const PRESETS: &[Preset] = &[
         home_files: CLAUDE_HOME,
         transcripts: &[(".claude/projects", ".jsonl")],
         scratch: &[],
+        tmp_dirs: &[],
         output: Output::ClaudeStream,
         shell: true,
         usage: UsageFormat::ClaudeJson,
@@ -191,6 +196,7 @@ pub const PRESETS: &[Preset] = &[
         home_files: &[".codex/config.toml", ".codex/AGENTS.md"],
         transcripts: &[(".codex/sessions", ".jsonl")],
         scratch: &[],
+        tmp_dirs: &["/tmp/codex-daemon-{uid}"],
         output: Output::CodexEvents,
         shell: true,
         usage: UsageFormat::CodexJson,
@@ -221,6 +227,7 @@ pub const PRESETS: &[Preset] = &[
         home_files: &[".gemini/settings.json"],
         transcripts: &[(".gemini/tmp", ".json")],
         scratch: &[],
+        tmp_dirs: &[],
         output: Output::Opaque,
         shell: true,
         usage: UsageFormat::GeminiJson,
@@ -280,6 +287,7 @@ pub const PRESETS: &[Preset] = &[
         transcripts: &[("", ".aider.chat.history.md")],
         // Its repository map's cache lives in the repository's top folder.
         scratch: &[".aider.tags.cache.v4/"],
+        tmp_dirs: &[],
         output: Output::AiderText,
         shell: false,
         usage: UsageFormat::AiderText,
@@ -307,6 +315,7 @@ pub const PRESETS: &[Preset] = &[
         home_files: &[".config/opencode/opencode.json"],
         transcripts: &[(".local/share/opencode", ".json")],
         scratch: &[],
+        tmp_dirs: &[],
         output: Output::Opaque,
         shell: true,
         usage: UsageFormat::OpencodeJson,

@@ -677,6 +677,25 @@ mod tests {
     }
 
     #[test]
+    fn agent_writable_names_paths_and_refuses_the_whole_system() {
+        let text = SHIPPED.replace("\nagent:\n", "\nagent:\n  writable: [/var/cache/tool, ../build]\n");
+        let config = Config::parse(&text, Path::new(CONFIG_PATH), None).unwrap();
+        assert_eq!(config.agent.writable, ["/var/cache/tool", "../build"]);
+        let text = SHIPPED.replace("\nagent:\n", "\nagent:\n  writable: [\"/\", \"\", \" x\", ., \"/tmp\\u0000x\"]\n");
+        let err = Config::parse(&text, Path::new(CONFIG_PATH), None).unwrap_err();
+        let said = err.to_string();
+        for (path, what) in [
+            ("agent.writable.0", "the whole system"),
+            ("agent.writable.1", "is empty"),
+            ("agent.writable.2", "spaces"),
+            ("agent.writable.3", "the whole repository"),
+            ("agent.writable.4", "NUL"),
+        ] {
+            assert!(err.0.iter().any(|e| e.path == path && e.message.contains(what)), "{path}: {said}");
+        }
+    }
+
+    #[test]
     fn unknown_fields_are_refused_with_a_location() {
         let text = SHIPPED.replace("  admit:\n    label: ward:admit\n", "  admit:\n    lable: ward:admit\n");
         let err = Config::parse(&text, Path::new(CONFIG_PATH), None).unwrap_err();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -219,6 +219,12 @@ pub struct AgentConfig {
     /// hidden from the agent behind the wall.
     #[serde(default)]
     pub docker: bool,
+    /// Folders (or files) the agent may write besides its worktree, its
+    /// private HOME and temp folder: behind the walls the rest of the
+    /// system is read-only. Absolute, or relative to the repository's top;
+    /// one that does not exist when the agent starts is left out. Default: none.
+    #[serde(default)]
+    pub writable: Vec<String>,
     /// The preset that applied, and why (set by [`super::Config::parse`]).
     #[serde(skip)]
     pub applied: Option<super::agents::Applied>,
@@ -570,7 +576,33 @@ pub(super) fn validate_agent(agent: &AgentConfig) -> Vec<(String, String)> {
             p.push((format!("agent.network.allow.{i}"), why));
         }
     }
+    for (i, path) in agent.writable.iter().enumerate() {
+        if let Some(why) = check_writable(path) {
+            p.push((format!("agent.writable.{i}"), why));
+        }
+    }
     p
+}
+
+/// Why one `agent.writable` entry is refused: empty, the whole system, or
+/// a character no path holds.
+fn check_writable(path: &str) -> Option<String> {
+    let trimmed = path.trim();
+    if trimmed.is_empty() {
+        return Some("is empty; name a folder the agent's tools write, e.g. `/var/cache/my-tool` or `../build`".into());
+    }
+    if trimmed != path {
+        return Some(format!("`{path}` starts or ends with spaces; write the path alone"));
+    }
+    if path.contains(['\0', '\n']) {
+        return Some("holds a NUL or a newline, which no path does".into());
+    }
+    if Path::new(path).components().all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::CurDir)) {
+        return Some(format!(
+            "`{path}` would make the whole system or the whole repository writable; name the folder the tool needs"
+        ));
+    }
+    None
 }
 
 /// Why argument `i` of the agent's command would run the prompt's words as

@@ -159,10 +159,14 @@ fn agent_spec(
         None => Setup::default(),
     };
     let area = Area::make_at(Area::for_agent(&patient.folder, &prepared.workdir, preset), &setup)?;
+    git_identity(h, &area)?;
     if let Some(p) = preset {
         let notes = (!p.shell).then_some(crate::agent::home::NOTES_IN_WORKTREE_IGNORED);
         exclude_scratch(&prepared.workdir, p.scratch.iter().copied().chain(notes));
     }
+    let wall = gate
+        .filter(|_| !network(h, patient).is_open())
+        .map(|g| agent::Walled { relays: g.relays.clone(), mounts: wall_mounts(h, &prepared.workdir, &area) });
     Ok(AgentSpec {
         command: command.unwrap_or_else(|| h.config.agent.command.clone()),
         workdir: prepared.workdir.clone(),
@@ -188,15 +192,72 @@ fn agent_spec(
         artifacts: patient.folder.clone(),
         time_limit: stage.config.time_limit,
         ward_exe: h.ward_exe.clone(),
-        wall: gate.filter(|_| !network(h, patient).is_open()).map(|g| agent::Walled {
-            relays: g.relays.clone(),
-            hide: if h.config.agent.docker {
-                Vec::new()
-            } else {
-                agent::wall::DOCKER_SOCKETS.iter().map(PathBuf::from).collect()
-            },
-        }),
+        wall,
     })
+}
+
+/// A git identity in the agent's private HOME (`.gitconfig`), ward's
+/// commit identity, for what the repository does not set: a CLI that finds
+/// none writes one into the repository's shared `.git/config` (aider's
+/// "Your Name"), which the walls keep read-only.
+fn git_identity(h: &Hospital, area: &Area) -> anyhow::Result<()> {
+    let file = area.home.join(".gitconfig");
+    if file.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    let who = h.workspace.as_ref().ok().and_then(|p| p.as_ref()).map(|p| p.identity.clone()).unwrap_or_default();
+    let quoted = |v: &str| v.replace(['\\', '"', '\n'], " ");
+    let text = format!("[user]\n\tname = \"{}\"\n\temail = \"{}\"\n", quoted(&who.name), quoted(&who.email));
+    std::fs::write(&file, text)
+        .with_context(|| format!("could not write the agent's git identity into {}", file.display()))
+}
+
+/// What the walls hide from the agent and what alone it may write: its
+/// worktree and the parts of git it commits through, its private HOME and
+/// temp folder, the folders in /tmp its CLI writes by name (the preset's
+/// `tmp_dirs`), and ward.yml's `agent.writable` (relative to the
+/// repository's top); each canonical, a missing one left out (the rest of
+/// the system is read-only behind the wall).
+fn wall_mounts(h: &Hospital, workdir: &Path, area: &Area) -> agent::wall::Mounts {
+    let hide = if h.config.agent.docker {
+        Vec::new()
+    } else {
+        agent::wall::DOCKER_SOCKETS.iter().map(PathBuf::from).collect()
+    };
+    let canonical = |p: &Path| p.canonicalize().ok();
+    let workdir = canonical(workdir).unwrap_or_else(|| workdir.to_path_buf());
+    let (git_write, read_only) = agent::wall::git_paths(&workdir);
+    let mut write = vec![workdir];
+    write.extend(git_write);
+    write.extend(canonical(&area.root));
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() }.to_string();
+    let preset = h.config.agent.applied.as_ref().map(|a| a.preset);
+    for dir in preset.map(|p| p.tmp_dirs).unwrap_or_default() {
+        let dir = PathBuf::from(dir.replace("{uid}", &uid));
+        use std::os::unix::fs::DirBuilderExt;
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => warn!(dir = %dir.display(), error = %e, "could not make the agent's folder in /tmp"),
+        }
+        // Only a folder of this user's own (another user's, or a link put
+        // there, would make what it leads to writable for the agent).
+        use std::os::unix::fs::MetadataExt;
+        match dir.symlink_metadata() {
+            Ok(m) if m.is_dir() && m.uid().to_string() == uid => write.push(dir),
+            Ok(_) => warn!(dir = %dir.display(), "not a folder of ward's own user; the agent cannot write it"),
+            Err(_) => {}
+        }
+    }
+    for path in &h.config.agent.writable {
+        match canonical(&h.root.join(path)) {
+            Some(p) => write.push(p),
+            None => info!(path, "agent.writable names a path that does not exist; the agent cannot write it"),
+        }
+    }
+    let read_only = read_only.iter().filter_map(|p| canonical(p)).collect();
+    agent::wall::Mounts { hide, write, read_only }
 }
 
 /// After the agent: its notes moved to where the visit reads them, its

@@ -204,7 +204,7 @@ impl Sandbox {
     }
 
     /// Makes `path` (recursively) the ward user's.
-    fn give_to_user(&self, path: &Path) {
+    pub fn give_to_user(&self, path: &Path) {
         if let Some((uid, gid)) = account() {
             let out = Command::new("chown").arg("-R").arg(format!("{uid}:{gid}")).arg(path).output().unwrap();
             check(out, "chown");
@@ -302,7 +302,8 @@ impl Sandbox {
     }
 
     /// Sets the agent to `tests/hostile/NAME.sh` with `args` after its
-    /// loot file, and `agent.pass_env` to `pass_env`.
+    /// loot file, `agent.pass_env` to `pass_env`, and `agent.writable` to
+    /// the loot file.
     pub fn agent(&self, name: &str, args: &[&str], pass_env: &[&str]) {
         let script = self.agents.join(format!("{name}.sh"));
         let mut command =
@@ -312,10 +313,13 @@ impl Sandbox {
         let text = std::fs::read_to_string(&config).unwrap();
         let default = "command: [\"{ward}\", \"stand-in\"]\n  pass_env: []";
         assert!(text.contains(default), "ward.yml's default agent moved");
+        // The loot file is outside the worktree: behind the walls the agent
+        // writes it only because ward.yml names it writable.
         let ours = format!(
-            "command: {}\n  pass_env: {}",
+            "command: {}\n  pass_env: {}\n  writable: [{}]",
             serde_json::to_string(&command).unwrap(),
-            serde_json::to_string(pass_env).unwrap()
+            serde_json::to_string(pass_env).unwrap(),
+            serde_json::to_string(&self.loot.display().to_string()).unwrap()
         );
         std::fs::write(&config, text.replacen(default, &ours, 1)).unwrap();
         // Committed: in a CI job ward works in the job's checkout, which must be clean.
