@@ -27,7 +27,7 @@ use chrono::{DateTime, Utc};
 use regex::Regex;
 use serde_json::Value;
 
-use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta};
+use crate::chart::{Note, NoteKind, NoteMeta};
 use crate::config::{BudgetConfig, Config, Prices, UsageFormat};
 
 /// What a run spent, as far as its output says.
@@ -556,11 +556,7 @@ pub fn cost_note(usage: Option<&Usage>, stage: &str, run: &str, at: DateTime<Utc
         ),
         None => "cost_usd: unknown\nsource: none (the agent's output reported no usage)".into(),
     };
-    Note {
-        kind: NoteKind::Cost,
-        meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at },
-        body,
-    }
+    Note { kind: NoteKind::Cost, meta: NoteMeta::engine(run, stage, at), body }
 }
 
 /// The COST note's line naming the agent's session log kept with the run.
@@ -621,7 +617,7 @@ pub fn over_budget_notes(
     };
     let escalation = Note {
         kind: NoteKind::Escalation,
-        meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at: now },
+        meta: NoteMeta::engine(run, stage, now),
         body: format!(
             "Budget reached in stage `{stage}`: {breach}. {what} and moved the patient to `{chief}`.\n\n\
              What to do: decide whether this patient is worth more; raise the limit in \

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use anyhow::Context;
 use tracing::info;
 
-use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen, Sentinels};
+use crate::chart::{Note, NoteKind, NoteMeta, Seen, Sentinels};
 use crate::config::{AUDIT_PASSED, Config};
 use crate::forge::{Forge, Issue, IssueNumber, IssueState, LabelAction, PullState};
 use crate::rules::DependencyFact;
@@ -163,12 +163,7 @@ pub async fn release(
         }
         let note = Note {
             kind: NoteKind::Outcome,
-            meta: NoteMeta {
-                run: run.into(),
-                stage: config.audit_stage().map_or("discharge", |s| s.name).into(),
-                role: ENGINE_ROLE.into(),
-                at: now,
-            },
+            meta: NoteMeta::engine(run, config.audit_stage().map_or("discharge", |s| s.name), now),
             body: AUDIT_PASSED.into(),
         };
         let to = Move::To(config.discharge.discharged_label.clone());

@@ -19,7 +19,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
-use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta};
+use crate::chart::{Note, NoteKind, NoteMeta};
 use crate::forge::{Forge, ForgeError, Issue, IssueNumber, LabelSpec, NewIssue, Permission};
 
 pub use crate::config::LOCKDOWN_LABEL;
@@ -241,7 +241,7 @@ pub async fn retrigger_waiting(
 pub fn lockdown_note(lockdown: &Lockdown, stage: &str, run: &str, now: DateTime<Utc>) -> Note {
     Note {
         kind: NoteKind::Lockdown,
-        meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at: now },
+        meta: NoteMeta::engine(run, stage, now),
         body: format!(
             "Infection control: lockdown {} is in force, so stage `{stage}` did not run and the label stays.\n\n\
              Reason: {}\n\nLifting the lockdown (`ward lockdown off`) re-triggers this stage.",

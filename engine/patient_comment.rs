@@ -195,8 +195,7 @@ mod tests {
     use super::*;
 
     fn note(kind: NoteKind, body: &str) -> Note {
-        let meta =
-            NoteMeta { run: "r1".into(), stage: "treat".into(), role: ENGINE_ROLE.into(), at: chrono::Utc::now() };
+        let meta = NoteMeta::engine("r1", "treat", chrono::Utc::now());
         Note { kind, meta, body: body.into() }
     }
 

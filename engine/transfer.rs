@@ -299,8 +299,7 @@ mod tests {
     use crate::forge::local::LocalForge;
 
     fn note(kind: NoteKind, run: &str, body: &str) -> Note {
-        let meta =
-            NoteMeta { run: run.into(), stage: "treat".into(), role: ENGINE_ROLE.into(), at: chrono::Utc::now() };
+        let meta = NoteMeta::engine(run, "treat", chrono::Utc::now());
         Note { kind, meta, body: body.into() }
     }
 

@@ -821,12 +821,14 @@ async fn a_follow_up_filed_before_a_crash_is_found_by_its_marker_and_not_filed_a
 }
 
 /// The first treatment writes a 60-line file; after the refusal sent the
-/// patient back to diagnosis, the second stays small. The stand-in otherwise.
+/// patient back to diagnosis, the second stays small. The stand-in
+/// otherwise. It remembers in `$2`, a folder ward.yml makes writable behind
+/// the walls (`agent.writable`).
 const LARGE_THEN_SMALL_AGENT: &str = r#"ward=$1
-here=$(dirname "$0")
+marks=$2
 if [ "$WARD_MODE" = treat ]; then
-  if [ ! -e "$here/treated-once" ]; then
-    : > "$here/treated-once"
+  if [ ! -e "$marks/treated-once" ]; then
+    : > "$marks/treated-once"
     i=0
     while [ $i -lt 60 ]; do echo "line $i" >> big.txt; i=$((i + 1)); done
   else
@@ -845,7 +847,12 @@ async fn a_treatment_over_max_diff_lines_goes_back_to_diagnosis() {
     let sandbox = Sandbox::new();
     sandbox.write("agent.sh", LARGE_THEN_SMALL_AGENT);
     let script = sandbox.root().join("agent.sh").display().to_string();
-    sandbox.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
+    let marks_dir = tempfile::tempdir().unwrap();
+    let marks = marks_dir.path().display().to_string();
+    sandbox.edit_config(
+        r#"command: ["{ward}", "stand-in"]"#,
+        &format!("command: [\"sh\", \"{script}\", \"{{ward}}\", \"{marks}\"]\n  writable: [\"{marks}\"]"),
+    );
     sandbox.edit_config("    mode: treat\n", "    mode: treat\n    max_diff_lines: 40\n");
     git_init(sandbox.root());
     let (h, forge) = hospital(&sandbox, "reporter");

@@ -41,6 +41,13 @@ pub struct NoteMeta {
     pub at: DateTime<Utc>,
 }
 
+impl NoteMeta {
+    /// The metadata of a note the engine writes ([`ENGINE_ROLE`]) in `run`, at `stage`.
+    pub fn engine(run: impl Into<String>, stage: impl Into<String>, at: DateTime<Utc>) -> Self {
+        NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at }
+    }
+}
+
 /// One note of a chart. For OUTCOME notes the body is the outcome name.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Note {

@@ -12,7 +12,7 @@ use anyhow::Context;
 use tracing::info;
 
 use super::{Command, CommentEvent};
-use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
+use crate::chart::{Note, NoteKind, NoteMeta, Seen};
 use crate::config::Config;
 use crate::forge::{Issue, IssueState, Permission, Reaction};
 use crate::hospital::{Hospital, new_run_id};
@@ -281,7 +281,7 @@ fn decide(config: &Config, s: &Said<'_>, notes: &[Note]) -> Decision<Result<Done
 /// The note meta of a command's run: the stage the patient is in, if any.
 fn command_meta(h: &Hospital, config: &Config, place: Option<&str>) -> NoteMeta {
     let stage = place.and_then(|p| config.stage_by_label(p)).map_or("command", |s| s.name).to_string();
-    NoteMeta { run: new_run_id(h.now()), stage, role: ENGINE_ROLE.into(), at: h.now() }
+    NoteMeta::engine(new_run_id(h.now()), stage, h.now())
 }
 
 async fn react(h: &Hospital, event: &CommentEvent, reaction: Reaction) -> anyhow::Result<()> {
@@ -323,8 +323,7 @@ mod tests {
     }
 
     fn said<'a>(command: &'a Command, place: Option<&'a str>) -> Said<'a> {
-        let meta =
-            NoteMeta { run: "r".into(), stage: "treat".into(), role: ENGINE_ROLE.into(), at: chrono::Utc::now() };
+        let meta = NoteMeta::engine("r", "treat", chrono::Utc::now());
         Said { command, who: "rob", have: Permission::Write, place, meta }
     }
 
@@ -356,8 +355,7 @@ mod tests {
     fn a_resume_to_the_merge_queue_sends_a_look() {
         let c = config();
         let queue = c.merge_queue_label().to_string();
-        let meta =
-            NoteMeta { run: "r".into(), stage: "discharge".into(), role: ENGINE_ROLE.into(), at: chrono::Utc::now() };
+        let meta = NoteMeta::engine("r", "discharge", chrono::Utc::now());
         let held = format!(
             "The patient is held: this run's move to `{queue}` waits at `ward:hold` until `/ward resume`.\n{HOLD_LINE}{queue}"
         );

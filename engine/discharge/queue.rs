@@ -31,7 +31,7 @@ use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 
-use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
+use crate::chart::{Note, NoteKind, NoteMeta, Seen};
 use crate::config::{AUDIT_FAILED, Config, IntegrationConfig};
 use crate::forge::{Forge, Issue, IssueNumber, PullRequest};
 use crate::state::{self, MergedEntry, QueueEntry};
@@ -341,7 +341,7 @@ pub async fn record_verdict(
     let combined_with: Vec<IssueNumber> =
         combined_with.into_iter().filter(|n| merged.iter().any(|m| m.issue == *n)).collect();
     let issue = forge.issue(entry.issue).await?;
-    let meta = |stage: &str| NoteMeta { run: run.clone(), stage: stage.into(), role: ENGINE_ROLE.into(), at: now };
+    let meta = |stage: &str| NoteMeta::engine(run.clone(), stage, now);
     let pull = forge.pull_request_for_branch(&super::audit::patient_branch(entry.issue)).await?;
     let (line, done) = match pull.filter(|p| p.head_sha == entry.head && p.number == entry.pull) {
         _ if !issue.labels.contains(&integration.queued_label) => (
@@ -621,7 +621,7 @@ async fn record(
 ) -> anyhow::Result<(String, bool)> {
     let Combination { entry, pull, with: combined, run } = c;
     let stage = config.audit_stage().map_or("discharge", |s| s.name).to_string();
-    let meta = NoteMeta { run: run.into(), stage, role: ENGINE_ROLE.into(), at: now };
+    let meta = NoteMeta::engine(run, stage, now);
     let with = match combined {
         [] => "none (the base only)".to_string(),
         l => l.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),

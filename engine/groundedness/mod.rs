@@ -34,7 +34,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
-use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta};
+use crate::chart::{Note, NoteKind, NoteMeta};
 
 use self::check::{Verdict, check_lines, check_path, check_test};
 pub use self::claims::{Claim, ClaimKind, extract_claims};
@@ -218,11 +218,7 @@ pub fn groundedness_note(score: &Score, threshold: f64, stage: &str, run: &str, 
             body.push_str(&format!("- and {} more\n", list.len() - SHOW));
         }
     }
-    Note {
-        kind: NoteKind::Groundedness,
-        meta: NoteMeta { run: run.into(), stage: stage.into(), role: ENGINE_ROLE.into(), at },
-        body,
-    }
+    Note { kind: NoteKind::Groundedness, meta: NoteMeta::engine(run, stage, at), body }
 }
 
 #[cfg(test)]

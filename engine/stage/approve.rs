@@ -5,7 +5,7 @@
 
 use tracing::{info, warn};
 
-use super::guard::Patient;
+use super::patient::Patient;
 use super::result::StageResult;
 use crate::chart::{NoteKind, Seen};
 use crate::config::AUDIT_FAILED;

@@ -6,7 +6,7 @@
 
 use tracing::{info, warn};
 
-use super::guard::Patient;
+use super::patient::Patient;
 use super::result::StageResult;
 use crate::chart::{NoteKind, Seen};
 use crate::hospital::Hospital;

@@ -7,118 +7,19 @@
 //! an agent, on both paths: a stage run, and a chief's approval.
 
 use std::fs::File;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
 use tracing::warn;
 
-use super::result::{StageRequest, StageResult, Transition};
-use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
+use super::patient::Patient;
+use super::result::{StageRequest, StageResult};
+use crate::chart::{Note, NoteKind, NoteMeta, Seen};
 use crate::config::Stage;
 use crate::forge::{Issue, IssueNumber, IssueState, StoredChart};
 use crate::hospital::{Hospital, new_run_id, try_lock_issue};
 use crate::rules::{self, GuardInput, Refusal, Route};
-use crate::transfer::{Move, Tell, transfer, transfer_telling};
-
-/// A patient admitted to a run: everything the guard read, and the lock
-/// that keeps other runs off it until this one ends.
-pub struct Patient<'h> {
-    pub issue: Issue,
-    pub stage: Stage<'h>,
-    /// The label the run started on.
-    pub label_in: String,
-    pub run: String,
-    /// The chart as the guard read it.
-    pub chart: Vec<Note>,
-    pub stored: Option<StoredChart>,
-    /// This run's folder: the prompt, the agent's files, the sealed visit.
-    pub folder: PathBuf,
-    pub started: Instant,
-    /// The patient's comment: as the read found it, else as the chart says.
-    pub comment: Option<u64>,
-    /// Whether a move of this run wrote the patient's comment already.
-    pub told: std::sync::atomic::AtomicBool,
-    _lock: File,
-}
-
-/// The patient's comment's text from the chart and the ward label after a move.
-type Render<'a> = Box<dyn Fn(&[Note], Option<&str>) -> String + Send + Sync + 'a>;
-
-/// What a move needs to write the patient's comment with its labels.
-pub struct Telling<'a> {
-    comment: Option<u64>,
-    render: Render<'a>,
-    charted: Box<dyn Fn(u64) -> Note + Send + Sync + 'a>,
-    told: &'a std::sync::atomic::AtomicBool,
-}
-
-impl Telling<'_> {
-    pub fn tell(&self) -> Tell<'_> {
-        Tell { comment: self.comment, render: &*self.render, charted: &*self.charted, told: self.told }
-    }
-}
-
-impl Patient<'_> {
-    /// What this run's move needs to write the patient's comment.
-    pub fn telling<'a>(&'a self, h: &'a Hospital) -> Telling<'a> {
-        let links = crate::patient_comment::Links::from_env();
-        let number = self.issue.number;
-        let meta =
-            NoteMeta { run: self.run.clone(), stage: self.stage.name.into(), role: ENGINE_ROLE.into(), at: h.now() };
-        Telling {
-            comment: self.comment,
-            render: Box::new(move |notes, place| {
-                crate::patient_comment::render(&h.config, number, place, notes, &links, None)
-            }),
-            charted: Box::new(move |id| crate::patient_comment::charted(meta.clone(), id)),
-            told: &self.told,
-        }
-    }
-
-    /// Moves this patient ([`transfer_telling`]), its comment written with
-    /// the labels.
-    pub async fn transfer(
-        &self,
-        h: &Hospital,
-        seen: Seen,
-        notes: Vec<Note>,
-        to: Move,
-    ) -> Result<crate::transfer::Moved, crate::transfer::TransferError> {
-        let telling = self.telling(h);
-        transfer_telling(&*h.forge, &h.config, &self.issue, seen, notes, to, Some(&telling.tell())).await
-    }
-
-    /// A note by the engine in this run.
-    pub fn engine_note(&self, h: &Hospital, kind: NoteKind, body: String) -> Note {
-        self.note(h, kind, ENGINE_ROLE, body)
-    }
-
-    pub fn note(&self, h: &Hospital, kind: NoteKind, role: &str, body: String) -> Note {
-        let meta = NoteMeta { run: self.run.clone(), stage: self.stage.name.into(), role: role.into(), at: h.now() };
-        Note { kind, meta, body }
-    }
-
-    /// The engine moved this patient in this run, without an agent (a wait,
-    /// a queue, a send-back, an approval): the run's transition.
-    pub fn moved_by_engine(&self, outcome: &str, to: String, dispatched: bool) -> Transition {
-        let total = self.started.elapsed();
-        Transition {
-            issue: self.issue.number,
-            stage: self.stage.name.into(),
-            role: ENGINE_ROLE.into(),
-            run: self.run.clone(),
-            outcome: outcome.into(),
-            from: self.label_in.clone(),
-            to,
-            dispatched,
-            total_ms: total.as_millis(),
-            agent_ms: 0,
-            engine_us: total.as_micros(),
-            artifacts: self.folder.clone(),
-        }
-    }
-}
+use crate::transfer::{Move, transfer};
 
 /// What the guard decided.
 pub enum Admitted<'h> {
@@ -254,8 +155,7 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
             format!("{number} in GitHub's merge queue needs no agent; the record job looks at its pull request");
         return Ok(Admitted::Stop(StageResult::Deferred { issue: number, reason }));
     }
-    gate.chart()?;
-    let chart = gate.chart.take().expect("just parsed");
+    let chart = gate.take_chart()?;
     let stored = gate.stored.take();
     let settle = matches!(gate.asked, Asked::Settle { .. });
     let (approval, stage, label_in) = match gate.asked {
@@ -391,10 +291,19 @@ impl Gate<'_> {
 
     /// The chart read with the issue, parsed once by the guards that need it.
     fn chart(&mut self) -> anyhow::Result<(&[Note], &Option<StoredChart>)> {
-        if self.chart.is_none() {
-            self.chart = Some(parse_chart(self.h, self.issue.number, self.stored.as_ref())?);
+        let chart = match self.chart {
+            Some(ref chart) => chart,
+            None => self.chart.insert(parse_chart(self.h, self.issue.number, self.stored.as_ref())?),
+        };
+        Ok((chart, &self.stored))
+    }
+
+    /// The parsed chart, for the patient the guards admitted.
+    fn take_chart(&mut self) -> anyhow::Result<Vec<Note>> {
+        match self.chart.take() {
+            Some(chart) => Ok(chart),
+            None => parse_chart(self.h, self.issue.number, self.stored.as_ref()),
         }
-        Ok((self.chart.as_deref().expect("just parsed"), &self.stored))
     }
 
     fn seen(&self) -> Seen {
@@ -416,7 +325,7 @@ impl Gate<'_> {
         let h = self.h;
         warn!(rule = refusal.rule, reason = %refusal.reason, "refused");
         let stage = self.stage_name();
-        let meta = NoteMeta { run: self.run.clone(), stage: stage.clone(), role: ENGINE_ROLE.into(), at: h.now() };
+        let meta = NoteMeta::engine(self.run.clone(), stage.clone(), h.now());
         let note = Note { kind: NoteKind::Refusal, meta, body: refusal.note_body() };
         let to = Move::from(&refusal.route);
         if !self.writes {

@@ -28,7 +28,7 @@ use std::path::Path;
 use anyhow::Context;
 use tracing::warn;
 
-use super::guard::Patient;
+use super::patient::Patient;
 use super::result::StageResult;
 use super::visit::{VISIT_FILE, Visit};
 use crate::chart::NoteKind;

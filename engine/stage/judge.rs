@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use anyhow::Context;
 
-use super::guard::Patient;
+use super::patient::Patient;
 use super::prepare::Prepared;
 use super::visit::{AgentText, Visit};
 use crate::agent::AgentEnd;

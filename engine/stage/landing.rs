@@ -12,7 +12,7 @@
 
 use tracing::info;
 
-use super::guard::Patient;
+use super::patient::Patient;
 use crate::chart::{Note, NoteKind, Seen};
 use crate::discharge::{Landing, audit as facts};
 use crate::forge::PullRequest;

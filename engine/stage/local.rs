@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::Context;
 use tracing::{info, warn};
 
-use super::guard::Patient;
+use super::patient::Patient;
 use crate::config::CiConfig;
 use crate::forge::local::LocalForge;
 use crate::forge::{CiFailure, CiState, CiStatus, Forge, NewPullRequest};

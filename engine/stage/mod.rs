@@ -36,6 +36,7 @@ mod intake;
 mod judge;
 mod landing;
 pub mod local;
+mod patient;
 mod prepare;
 mod record;
 mod result;
@@ -127,13 +128,8 @@ struct Bedside {
 }
 
 impl Bedside {
-    fn of(h: &Hospital, p: &guard::Patient<'_>) -> Self {
-        let meta = crate::chart::NoteMeta {
-            run: p.run.clone(),
-            stage: p.stage.name.into(),
-            role: crate::chart::ENGINE_ROLE.into(),
-            at: h.now(),
-        };
+    fn of(h: &Hospital, p: &patient::Patient<'_>) -> Self {
+        let meta = crate::chart::NoteMeta::engine(p.run.clone(), p.stage.name, h.now());
         let told = p.told.load(std::sync::atomic::Ordering::Relaxed);
         Self {
             number: p.issue.number,
@@ -193,7 +189,7 @@ impl Bedside {
 /// had a workspace) with how the run ended and the exit code `ward stage`
 /// gives it, for every run past the guards: moved, refused, invalid, or
 /// failed with an error.
-fn write_report(patient: &guard::Patient<'_>, result: &anyhow::Result<StageResult>) {
+fn write_report(patient: &patient::Patient<'_>, result: &anyhow::Result<StageResult>) {
     let path = patient.folder.join("report.json");
     let mut report = std::fs::read_to_string(&path)
         .ok()
@@ -219,7 +215,7 @@ fn write_report(patient: &guard::Patient<'_>, result: &anyhow::Result<StageResul
 /// agent), judge, record.
 async fn rounds(
     h: &Hospital,
-    patient: &guard::Patient<'_>,
+    patient: &patient::Patient<'_>,
     req: &StageRequest,
     workspace: &mut Option<Workspace>,
 ) -> anyhow::Result<StageResult> {

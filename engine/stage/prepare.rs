@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use tracing::warn;
 
-use super::guard::Patient;
+use super::patient::Patient;
 use super::result::Phase;
 use super::visit::{CHART_FILE, PROMPT_FILE};
 use crate::chart::{Note, NoteKind, Seen};

@@ -5,8 +5,8 @@
 use anyhow::Context;
 use tracing::{info, warn};
 
-use super::guard::Patient;
 use super::judge::{Accepted, Judgment};
+use super::patient::Patient;
 use super::prepare::Prepared;
 use super::result::{StageResult, Transition};
 use super::visit::Visit;

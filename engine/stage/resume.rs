@@ -11,7 +11,7 @@
 
 use tracing::info;
 
-use super::guard::Patient;
+use super::patient::Patient;
 use super::result::{StageResult, Transition};
 use crate::chart::{Note, NoteKind, Seen};
 use crate::forge::LabelAction;

@@ -11,7 +11,7 @@ use std::path::Path;
 use anyhow::Context;
 use tracing::{info, warn};
 
-use super::guard::Patient;
+use super::patient::Patient;
 use super::result::StageResult;
 use super::visit::Visit;
 use crate::workspace::Workspace;

@@ -14,7 +14,7 @@
 
 use tracing::info;
 
-use super::guard::Patient;
+use super::patient::Patient;
 use super::result::StageResult;
 use crate::chart::{Note, NoteKind, Seen};
 use crate::config::AUDIT_FAILED;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tracing::{info, warn};
 
-use super::guard::Patient;
+use super::patient::Patient;
 use super::prepare::Prepared;
 use super::visit::{NOTES_FILE, STDOUT_FILE, Visit};
 use super::watch::{POLL, Stop};

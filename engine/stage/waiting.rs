@@ -11,7 +11,7 @@
 
 use tracing::info;
 
-use super::guard::Patient;
+use super::patient::Patient;
 use super::result::StageResult;
 use super::wake::ci_fingerprint;
 use crate::chart::{NoteKind, Seen};

@@ -14,7 +14,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{Queued, Slot, StateError, load, update};
-use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
+use crate::chart::{Note, NoteKind, NoteMeta, Seen};
 use crate::config::{Config, Stage};
 use crate::forge::{Forge, IssueNumber, IssueState};
 use crate::transfer::{Move, transfer};
@@ -125,12 +125,7 @@ async fn start(forge: &dyn Forge, config: &Config, next: &Queued, now: DateTime<
     let stage = config.stage_by_label(&next.label).map_or("", |s| s.name);
     let note = Note {
         kind: NoteKind::Waiting,
-        meta: NoteMeta {
-            run: format!("capacity-{}", now.timestamp()),
-            stage: stage.into(),
-            role: ENGINE_ROLE.into(),
-            at: now,
-        },
+        meta: NoteMeta::engine(format!("capacity-{}", now.timestamp()), stage, now),
         body: format!(
             "An agent slot is free: the patient leaves `{queued}` for `{}`, where it waited since {}.",
             next.label,

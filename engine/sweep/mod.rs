@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{DateTime, TimeZone, Utc};
 
-use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
+use crate::chart::{Note, NoteKind, NoteMeta, Seen};
 use crate::config::{Config, Stage};
 use crate::forge::{
     CiState, Forge, ForgeError, Found, Issue, IssueNumber, IssueSearch, IssueState, LOOKS_PER_REQUEST, LabelEvent,
@@ -947,11 +947,7 @@ impl Walk<'_> {
     }
 
     fn note(&self, kind: NoteKind, stage: &str, body: String) -> Note {
-        Note {
-            kind,
-            meta: NoteMeta { run: self.run.clone(), stage: stage.into(), role: ENGINE_ROLE.into(), at: self.now },
-            body,
-        }
+        Note { kind, meta: NoteMeta::engine(self.run.clone(), stage, self.now), body }
     }
 
     fn sweep_note(&self, stage: Stage<'_>, why: &Stall, attempt: u32) -> Note {
