@@ -52,9 +52,17 @@ impl Listener {
             for conn in l.incoming() {
                 let Ok(mut c) = conn else { continue };
                 let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut buf = vec![0u8; 64 * 1024];
-                let n = c.read(&mut buf).unwrap_or(0);
-                log.lock().unwrap().push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                // The whole head read before answering: a server closing on
+                // unread bytes resets the connection under its own answer.
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                log.lock().unwrap().push(String::from_utf8_lossy(&request).into_owned());
                 let body = "{\"type\":\"message\",\"content\":[]}";
                 let _ =
                     write!(c, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());

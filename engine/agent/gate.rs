@@ -12,8 +12,11 @@
 //!   only.
 //! - **The egress proxy**: HTTP `CONNECT` and plain HTTP (absolute-form),
 //!   to the hosts `agent.network.allow` names (`host` or `*.suffix`), the
-//!   name resolved here, by ward. Anything else is refused with 403,
-//!   logged with its host and port, and counted ([`Gate::blocked`]).
+//!   name resolved here, by ward; an allowed name that resolves to this
+//!   machine or a link-local address (a cloud's metadata service) is
+//!   refused unless the allowlist names `localhost` itself. Anything else
+//!   is refused with 403, logged with its host and port, and counted
+//!   ([`Gate::blocked`]).
 //! - **Each emulator port**, relayed to the container's port on 127.0.0.1.
 
 use std::collections::BTreeMap;
@@ -361,7 +364,28 @@ async fn egress(mut conn: tokio::net::UnixStream, allow: Arc<Vec<String>>, block
         let _ = conn.write_all(answer.as_bytes()).await;
         return;
     }
-    let Ok(mut upstream) = tokio::net::TcpStream::connect((host.as_str(), port)).await else {
+    let addrs = match tokio::net::lookup_host((host.as_str(), port)).await {
+        Ok(addrs) => addrs.collect::<Vec<_>>(),
+        Err(_) => Vec::new(),
+    };
+    // An allowed name must not lead back to this machine or its cloud's
+    // metadata service: a `*.suffix` whose owner points a name at
+    // 127.0.0.1 or 169.254.169.254 would otherwise reach ward's host.
+    if let Some(addr) = addrs.iter().find(|a| !reachable(&allow, &host, a.ip())) {
+        warn!(host = %host, port, address = %addr.ip(), "the agent's connection was refused: an allowed name resolved to this machine or a link-local address");
+        *blocked.lock().unwrap_or_else(|p| p.into_inner()).entry((host.clone(), port)).or_default() += 1;
+        let body = format!(
+            "blocked by ward's network wall: {host} resolved to {}, which only an allowlist entry naming it can reach\n",
+            addr.ip()
+        );
+        let answer = format!(
+            "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = conn.write_all(answer.as_bytes()).await;
+        return;
+    }
+    let Ok(mut upstream) = tokio::net::TcpStream::connect(&addrs[..]).await else {
         let _ = conn.write_all(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
         return;
     };
@@ -370,20 +394,40 @@ async fn egress(mut conn: tokio::net::UnixStream, allow: Arc<Vec<String>>, block
         if conn.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
             return;
         }
+        if upstream.write_all(&head[end..]).await.is_err() {
+            return;
+        }
     } else {
-        // The request goes on in origin form; its other lines as they were.
-        let after_first = &text[first.len()..];
-        let line = format!("{method} {rest} {version}");
-        if upstream.write_all(line.as_bytes()).await.is_err()
-            || upstream.write_all(after_first.as_bytes()).await.is_err()
-        {
+        // The request goes on in origin form, its other lines as they were,
+        // in one write: a server that answers after one read and closes
+        // would otherwise leave the rest unread, and its kernel would reset
+        // the connection under the answer.
+        let first_end = head.windows(2).position(|w| w == b"\r\n").unwrap_or(end);
+        let mut request = format!("{method} {rest} {version}").into_bytes();
+        request.extend_from_slice(&head[first_end..]);
+        if upstream.write_all(&request).await.is_err() {
             return;
         }
     }
-    if upstream.write_all(&head[end..]).await.is_err() {
-        return;
-    }
     let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+}
+
+/// Whether an allowed host's resolved address may be reached: loopback,
+/// unspecified and link-local addresses (this machine, a cloud's metadata
+/// service) only when the allowlist names the host exactly as one of them
+/// (`localhost`, `127.0.0.1`, `::1`), never through a `*.suffix`.
+fn reachable(allow: &[String], host: &str, ip: std::net::IpAddr) -> bool {
+    let local = match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local(),
+        std::net::IpAddr::V6(v6) => {
+            let mapped = v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback() || v4.is_link_local());
+            v6.is_loopback() || v6.is_unspecified() || v6.is_unicast_link_local() || mapped
+        }
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let named = matches!(host.as_str(), "localhost" | "127.0.0.1" | "::1")
+        && allow.iter().any(|rule| rule.trim().eq_ignore_ascii_case(&host));
+    !local || named
 }
 
 /// The host, port and (plain HTTP) origin-form path of a proxy request's target.
@@ -418,6 +462,65 @@ mod tests {
         assert!(!allowed(&allow, "evilpypi.org"));
         assert!(!allowed(&allow, "pypi.org.evil.example"));
         assert!(!allowed(&[], "example.org"));
+    }
+
+    #[test]
+    fn an_allowed_name_reaches_this_machine_only_when_named_as_it() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let allow = vec!["localhost".to_string(), "*.example.org".to_string(), "registry.internal".to_string()];
+        assert!(reachable(&allow, "localhost", ip("127.0.0.1")));
+        assert!(reachable(&allow, "localhost", ip("::1")));
+        assert!(!reachable(&allow, "evil.example.org", ip("127.0.0.1")));
+        assert!(!reachable(&allow, "evil.example.org", ip("169.254.169.254")));
+        assert!(!reachable(&allow, "evil.example.org", ip("0.0.0.0")));
+        assert!(!reachable(&allow, "evil.example.org", ip("::ffff:127.0.0.1")));
+        assert!(!reachable(&allow, "evil.example.org", ip("fe80::1")));
+        // A registry on the runner's private network is its real address.
+        assert!(reachable(&allow, "registry.internal", ip("10.0.0.7")));
+        assert!(reachable(&allow, "pkg.example.org", ip("93.184.215.14")));
+        // `localhost` reached only when the allowlist says so.
+        assert!(!reachable(&["*.example.org".to_string()], "localhost", ip("127.0.0.1")));
+    }
+
+    /// One request through the egress proxy; its answer, and whether the
+    /// listener at the target saw a connection.
+    async fn through_egress(allow: &[&str], target: impl Fn(u16) -> String) -> (String, bool, Blocked) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let served = tokio::spawn(async move {
+            let (mut c, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf).await;
+            c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok").await.unwrap();
+        });
+        let blocked = Arc::new(Mutex::new(Blocked::new()));
+        let allow = Arc::new(allow.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let (mut agent, proxy) = tokio::net::UnixStream::pair().unwrap();
+        let gate = tokio::spawn(egress(proxy, allow, blocked.clone()));
+        let request = format!("GET {} HTTP/1.1\r\nhost: x\r\n\r\n", target(port));
+        agent.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        agent.read_to_string(&mut answer).await.unwrap();
+        // The proxy relays until both sides are done: the agent hangs up.
+        drop(agent);
+        gate.await.unwrap();
+        let reached = served.is_finished();
+        served.abort();
+        let blocked = blocked.lock().unwrap().clone();
+        (answer, reached, blocked)
+    }
+
+    #[tokio::test]
+    async fn a_suffix_that_resolves_to_this_machine_is_refused_and_counted() {
+        let (answer, reached, blocked) = through_egress(&["*.0.0.1"], |p| format!("http://127.0.0.1:{p}/")).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(answer.contains("127.0.0.1 resolved to 127.0.0.1"), "{answer}");
+        assert!(!reached, "the listener was reached");
+        assert_eq!(blocked.values().sum::<u32>(), 1, "{blocked:?}");
+        // Named as itself, it is the allowlist's own choice (the control).
+        let (answer, _, blocked) = through_egress(&["127.0.0.1"], |p| format!("http://127.0.0.1:{p}/")).await;
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok"), "{answer}");
+        assert!(blocked.is_empty());
     }
 
     #[test]
