@@ -390,6 +390,21 @@ mod tests {
     }
 
     #[test]
+    fn the_schemas_reading_travels_beside_the_visit_within_its_bound() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(open_schema(tmp.path()), Ok(None), "no reading sealed");
+        seal_schema(tmp.path(), "Commit: abc\nSchema: unchanged against the seed\n").unwrap();
+        assert_eq!(
+            open_schema(tmp.path()).unwrap().as_deref(),
+            Some("Commit: abc\nSchema: unchanged against the seed\n")
+        );
+        std::fs::write(tmp.path().join(SCHEMA_FILE), vec![b'x'; MAX_SCHEMA_BYTES as usize + 1]).unwrap();
+        assert!(open_schema(tmp.path()).unwrap_err().contains("over the limit"));
+        std::fs::write(tmp.path().join(SCHEMA_FILE), [0xff, 0xfe]).unwrap();
+        assert!(open_schema(tmp.path()).unwrap_err().contains("not UTF-8"));
+    }
+
+    #[test]
     fn an_expiry_the_visit_job_wrote_is_capped_at_what_ward_yml_keeps() {
         let tmp = tempfile::tempdir().unwrap();
         let (_, out) = sealed_in(tmp.path());
