@@ -365,6 +365,7 @@ fn bookkeeping(kind: NoteKind) -> bool {
             | NoteKind::PrecedentLookup
             | NoteKind::Cost
             | NoteKind::Network
+            | NoteKind::Checkpoint
             | NoteKind::Sweep
             | NoteKind::FollowUp
     )

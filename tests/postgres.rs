@@ -427,8 +427,13 @@ fn have_psql() -> bool {
 /// A sandbox whose agent is [`PSQL_AGENT`], with the preset's emulator
 /// seeded from `db/seed.sql` (and `extra` lines in its section).
 fn psql_sandbox(image: &str, extra: &str) -> support::Sandbox {
+    psql_sandbox_with(image, extra, PSQL_AGENT)
+}
+
+/// [`psql_sandbox`] with `agent` as the agent's script.
+fn psql_sandbox_with(image: &str, extra: &str, agent: &str) -> support::Sandbox {
     let s = support::Sandbox::new();
-    s.write("agent.sh", PSQL_AGENT);
+    s.write("agent.sh", agent);
     s.write("db/seed.sql", SEED);
     let script = s.root().join("agent.sh").display().to_string();
     s.edit_config(r#"command: ["{ward}", "stand-in"]"#, &format!(r#"command: ["sh", "{script}", "{{ward}}"]"#));
@@ -491,6 +496,77 @@ async fn through_the_stages_the_code_reviewers_prompt_has_the_tables_the_schema_
         ),
         "{section}"
     );
+}
+
+/// The fellow adds a table through `DATABASE_URL`; for issue 2 it also
+/// writes the migration that makes it.
+const MIGRATING_AGENT: &str = r#"ward=$1
+if [ "$WARD_MODE" = treat ]; then
+  psql -X -q "$DATABASE_URL" -v ON_ERROR_STOP=1 -c "create table orders (id integer primary key)"
+  echo "orders" > CHANGELOG.md
+  if [ "$WARD_ISSUE" = 2 ]; then
+    mkdir -p db/migrations
+    echo "create table orders (id integer primary key);" > db/migrations/0001_orders.sql
+  fi
+fi
+exec "$ward" stand-in
+"#;
+
+/// Through the stages with `discharge.migrations`: the treatment's new
+/// table is recorded by the engine (a CHECKPOINT note of the head, read
+/// from ward's own exports), and the audit fails the pull request that
+/// carries no migration, naming the pattern and the table, and passes the
+/// one that does.
+#[tokio::test]
+async fn through_the_stages_a_new_table_without_a_migration_fails_the_audit_and_one_with_it_passes() {
+    use support::rules::{git_init, hospital, label_of};
+    use ward::forge::{IssueNumber, NewIssue};
+    use ward::rules::discharge_audit::{MIGRATIONS, Mark};
+    let Some(image) = image() else { return };
+    if !have_psql() {
+        return;
+    }
+    let s = psql_sandbox_with(&image, "", MIGRATING_AGENT);
+    s.edit_config(
+        "  approver_permission: maintain\n",
+        "  approver_permission: maintain\n  migrations: db/migrations/**\n",
+    );
+    git_init(s.root());
+    let (h, forge) = hospital(&s, "reporter");
+    for title in ["Add orders", "Add orders with its migration"] {
+        let body = "Add the orders table.".to_string();
+        forge.admit(NewIssue { title: title.into(), body, labels: vec!["ward:admit".into()] }).unwrap();
+    }
+    for n in [1, 2] {
+        let mut treated = false;
+        for _ in 0..12 {
+            let before = label_of(&forge, n);
+            let result = ward::stage::run_stage(&h, &ward::stage::StageRequest::new(IssueNumber(n))).await;
+            result.unwrap_or_else(|e| panic!("#{n} at {before}: {e:#}"));
+            if before == "ward:treat" {
+                treated = true;
+                break;
+            }
+        }
+        assert!(treated, "#{n} was treated");
+    }
+    let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(1))).unwrap();
+    let note = chart.split("<!-- WARD:CHECKPOINT").nth(1).expect("the engine's CHECKPOINT note");
+    assert!(note.contains("Schema: changed against the seed: `\"public\".\"orders\"` (new)"), "{note}");
+    let audit = |n| ward::discharge::audit::audit_issue(&*forge, &h.config, IssueNumber(n));
+    let list = audit(1).await.unwrap();
+    let item = list.item(MIGRATIONS).expect("the migration item");
+    assert_eq!(item.mark, Mark::Fail, "{}", list.render());
+    assert!(
+        item.note.contains("`\"public\".\"orders\"` (new)")
+            && item.note.contains("no file matching `db/migrations/**`"),
+        "{}",
+        item.note
+    );
+    let list = audit(2).await.unwrap();
+    let item = list.item(MIGRATIONS).expect("the migration item");
+    assert_eq!(item.mark, Mark::Pass, "{}", list.render());
+    assert!(item.note.contains("`db/migrations/0001_orders.sql`"), "{}", item.note);
 }
 
 /// Every file named `name` under `dir`.

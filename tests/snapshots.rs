@@ -163,6 +163,7 @@ fn the_engines_notes() {
     let head = "0123456789abcdef0123456789abcdef01234567";
     let facts = AuditFacts {
         merge_queue: None,
+        files: Err("not read: `discharge.migrations` is not set".into()),
         engine_account: config.engine_account.clone(),
         pull: Ok(PullRequest {
             number: 12,

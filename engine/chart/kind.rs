@@ -65,6 +65,7 @@ kinds! {
     Command = "COMMAND", engine: true;
     PatientComment = "PATIENT_COMMENT", engine: true;
     Network = "NETWORK", engine: true;
+    Checkpoint = "CHECKPOINT", engine: true;
 }
 
 impl NoteKind {
@@ -155,7 +156,8 @@ mod tests {
                 "WAITING",
                 "COMMAND",
                 "PATIENT_COMMENT",
-                "NETWORK"
+                "NETWORK",
+                "CHECKPOINT"
             ]
         );
     }

@@ -370,7 +370,31 @@ impl Config {
                 "must be `maintain` or `admin`: approving a merge is a chief's decision".into(),
             ));
         }
+        p.extend(self.validate_migrations());
         p
+    }
+
+    /// `discharge.migrations`: a usable pattern, and a schema ward can read:
+    /// the checkpoints of a treating stage's emulator are where it comes from.
+    fn validate_migrations(&self) -> Option<(String, String)> {
+        let pattern = self.discharge.migrations.as_ref()?;
+        let at = "discharge.migrations".to_string();
+        if let Some(problem) = pattern.problem() {
+            return Some((at, problem));
+        }
+        let checkpointed = self.stages().any(|s| {
+            s.config.mode.is_some_and(Mode::treats) && self.emulator_for(s.name).and_then(|e| e.checkpoint()).is_some()
+        });
+        (!checkpointed).then(|| {
+            (
+                at,
+                format!(
+                    "`{pattern}` asks for a migration when a treatment changes the database's schema, but no treating \
+                     stage's emulator has a `checkpoint`, so ward never reads the schema; use `emulator: {{ preset: \
+                     postgres }}` (or give the emulator a `checkpoint` section), or remove `migrations`"
+                ),
+            )
+        })
     }
 
     fn validate_labels(&self) -> Vec<(String, String)> {
@@ -674,6 +698,46 @@ mod tests {
             assert!(err.0.iter().any(|e| e.path == path && e.message.contains(what)), "{path}: {said}");
         }
         assert!(err.0.iter().all(|e| e.line > 0), "{said}");
+    }
+
+    #[test]
+    fn discharge_migrations_is_a_usable_pattern_over_a_schema_ward_reads() {
+        let with = |pattern: &str, emulator: &str| {
+            SHIPPED
+                .replace(
+                    "  approver_permission: maintain\n",
+                    &format!("  approver_permission: maintain\n  migrations: {pattern}\n"),
+                )
+                .replace("\ndecomposition:\n", &format!("\n{emulator}decomposition:\n"))
+        };
+        let postgres = "emulator:\n  preset: postgres\n  image: ward-postgres:test\n";
+        let config = Config::parse(&with("\"db/migrations/**\"", postgres), Path::new(CONFIG_PATH), None).unwrap();
+        let pattern = config.discharge.migrations.clone().unwrap();
+        assert!(pattern.matches("db/migrations/0003_orders.sql"));
+        assert!(pattern.matches("db/migrations/2026/0003_orders.sql"));
+        assert!(!pattern.matches("db/seed.sql") && !pattern.matches("app/db/migrations/x.sql"));
+        let sql = PathPattern("**/migrations/*.sql".into());
+        assert!(sql.matches("migrations/1.sql") && sql.matches("svc/a/migrations/1.sql"));
+        assert!(!sql.matches("migrations/old/1.sql") && !sql.matches("migrations/1.sql.bak"));
+        assert!(PathPattern("db/migrations/".into()).matches("db/migrations/x/1.sql"));
+        assert!(PathPattern("db/V?__*.sql".into()).matches("db/V7__add_orders.sql"));
+        assert_eq!(
+            Config::parse(SHIPPED, Path::new(CONFIG_PATH), None).unwrap().discharge.migrations,
+            None,
+            "off by default"
+        );
+        for (pattern, emulator, what) in [
+            ("\"/db/migrations/**\"", postgres, "is absolute"),
+            ("\"../migrations/*\"", postgres, "leaves the repository"),
+            ("\"db/{a,b}/*.sql\"", postgres, "which ward's patterns do not have"),
+            ("\"db/migrations**\"", postgres, "stands alone between slashes"),
+            ("\"\"", postgres, "is empty"),
+            ("\"db/migrations/**\"", "", "no treating stage's emulator has a `checkpoint`"),
+        ] {
+            let err = Config::parse(&with(pattern, emulator), Path::new(CONFIG_PATH), None).unwrap_err();
+            let e = err.0.iter().find(|e| e.path == "discharge.migrations").unwrap_or_else(|| panic!("{err}"));
+            assert!(e.message.contains(what) && e.line > 0, "{pattern}: {err}");
+        }
     }
 
     #[test]

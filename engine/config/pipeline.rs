@@ -154,6 +154,16 @@ pub struct DischargeConfig {
     #[serde(default = "default_approver_permission", deserialize_with = "de_permission")]
     #[schemars(schema_with = "super::schema::permission")]
     pub approver_permission: Permission,
+    /// Where the repository's database migrations live, as a path pattern
+    /// (`db/migrations/**`, `migrations/*.sql`: `*` within a folder, `**`
+    /// across folders, `?` one character). When set, the discharge audit
+    /// checks that a pull request whose treatment changed the emulator's
+    /// database schema (as ward read it from the checkpoints: the seed's
+    /// export against the treatment's) adds or changes a file matching it.
+    /// Needs a treating stage whose emulator has a `checkpoint`. Off by
+    /// default.
+    #[serde(default)]
+    pub migrations: Option<PathPattern>,
 }
 
 impl Default for DischargeConfig {
@@ -164,7 +174,90 @@ impl Default for DischargeConfig {
             pending_label: default_pending_label(),
             approved_label: default_approved_label(),
             approver_permission: default_approver_permission(),
+            migrations: None,
         }
+    }
+}
+
+/// A path pattern of ward.yml, as written (`db/migrations/**`): relative
+/// to the repository's top, `/` between folders; `*` matches within one
+/// folder's or file's name, `**` any number of folders, `?` one character,
+/// anything else itself; a trailing `/` is everything under that folder.
+/// Checked when ward.yml is read ([`PathPattern::problem`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct PathPattern(pub String);
+
+impl fmt::Display for PathPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PathPattern {
+    /// Why the pattern cannot be used, as a sentence; `None` when it can.
+    pub fn problem(&self) -> Option<String> {
+        let p = self.0.trim();
+        if p.is_empty() || p == "." || p == "./" {
+            return Some("is empty; name the migrations' files, e.g. `db/migrations/**`".into());
+        }
+        if let Some(relative) = p.strip_prefix('/') {
+            return Some(format!("`{p}` is absolute; write it relative to the repository's top, e.g. `{relative}`"));
+        }
+        if p.split('/').any(|c| c == "..") {
+            return Some(format!("`{p}` leaves the repository (`..`); name a path inside it"));
+        }
+        if p.contains(['[', ']', '{', '}', '\\']) {
+            return Some(format!(
+                "`{p}` uses `[`, `{{` or `\\`, which ward's patterns do not have; use `*` (within a folder), `**` \
+                 (any folders) and `?` (one character)"
+            ));
+        }
+        if let Some(c) = p.split('/').find(|c| c.contains("**") && *c != "**") {
+            return Some(format!(
+                "`{p}`: `**` stands alone between slashes (`{c}` mixes it with a name), e.g. `db/**/*.sql`"
+            ));
+        }
+        if p != self.0 {
+            return Some(format!("`{}` has spaces around it; write `{p}`", self.0));
+        }
+        None
+    }
+
+    /// Whether `path` (relative, `/` between folders) matches.
+    pub fn matches(&self, path: &str) -> bool {
+        let mut pattern: Vec<&str> = self.0.split('/').filter(|c| !c.is_empty()).collect();
+        if self.0.ends_with('/') {
+            pattern.push("**");
+        }
+        let path: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+        match_parts(&pattern, &path)
+    }
+}
+
+/// Folder by folder; `**` takes none or more of them.
+fn match_parts(pattern: &[&str], path: &[&str]) -> bool {
+    match pattern.split_first() {
+        None => path.is_empty(),
+        Some((&"**", rest)) => (0..=path.len()).any(|skip| match_parts(rest, &path[skip..])),
+        Some((first, rest)) => {
+            path.split_first().is_some_and(|(name, tail)| match_name(first, name) && match_parts(rest, tail))
+        }
+    }
+}
+
+/// One folder's or file's name against `*` and `?`.
+fn match_name(pattern: &str, name: &str) -> bool {
+    let (pattern, name): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    match_chars(&pattern, &name)
+}
+
+fn match_chars(pattern: &[char], name: &[char]) -> bool {
+    match pattern.split_first() {
+        None => name.is_empty(),
+        Some(('*', rest)) => (0..=name.len()).any(|skip| match_chars(rest, &name[skip..])),
+        Some(('?', rest)) => !name.is_empty() && match_chars(rest, &name[1..]),
+        Some((c, rest)) => name.first() == Some(c) && match_chars(rest, &name[1..]),
     }
 }
 

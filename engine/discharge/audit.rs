@@ -31,12 +31,14 @@ pub fn patient_branch(issue: IssueNumber) -> String {
 /// Asks the forge for every fact of the audit of `branch`'s pull request
 /// (one read on GitHub: [`Forge::pull_facts`]): the pull request, its
 /// reviews, threads, commits, the CI of its head, and the permission of
-/// each person whose review would count. A reviewer the forge already said
+/// each person whose review would count; with `discharge.migrations`, the
+/// files it adds or changes. A reviewer the forge already said
 /// can push meets a `needed` of write or less without another call; the
 /// others are looked up one call each. A read that fails (after the
 /// forge's retries) is the error: a transient failure of GitHub never
 /// becomes a ❔ that sends the patient back.
-pub async fn gather(forge: &dyn Forge, branch: &str, needed: Permission) -> Result<AuditFacts, ForgeError> {
+pub async fn gather(forge: &dyn Forge, branch: &str, config: &Config) -> Result<AuditFacts, ForgeError> {
+    let needed = config.approve_permission;
     let engine_account = forge.engine_account().clone();
     let Some(read) = forge.pull_facts(branch).await? else {
         return Ok(no_pull(engine_account, format!("no open pull request has head branch `{branch}`")));
@@ -49,7 +51,14 @@ pub async fn gather(forge: &dyn Forge, branch: &str, needed: Permission) -> Resu
         }
         Err(e) => Err(e.clone()),
     };
+    // The files cost a listing of their own (a call per 100 on GitHub),
+    // made only for the migration check that reads them.
+    let files = match &config.discharge.migrations {
+        Some(_) => Ok(forge.pull_request_files(pull.number).await?),
+        None => Err("not read: `discharge.migrations` is not set".to_string()),
+    };
     Ok(AuditFacts {
+        files,
         engine_account,
         pull: Ok(pull),
         reviews,
@@ -66,6 +75,7 @@ fn no_pull(engine_account: crate::forge::EngineAccount, why: String) -> AuditFac
     AuditFacts {
         engine_account,
         merge_queue: None,
+        files: Err(why.clone()),
         reviews: Err(why.clone()),
         unresolved_threads: Err(why.clone()),
         commits: Err(why.clone()),
@@ -108,9 +118,8 @@ pub async fn read_chart(forge: &dyn Forge, config: &Config, issue: IssueNumber) 
 /// The whole audit of one patient, changing nothing: `ward audit N`.
 pub async fn audit_issue(forge: &dyn Forge, config: &Config, issue: IssueNumber) -> Result<Checklist, AuditError> {
     let chart = read_chart(forge, config, issue).await?;
-    let facts = gather(forge, &patient_branch(issue), config.approve_permission)
-        .await
-        .map_err(|cause| AuditError::Forge { issue, cause })?;
+    let facts =
+        gather(forge, &patient_branch(issue), config).await.map_err(|cause| AuditError::Forge { issue, cause })?;
     Ok(discharge_audit::audit(config, &chart, &facts))
 }
 

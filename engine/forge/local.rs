@@ -51,6 +51,10 @@ pub struct PullRecord {
     pub unresolved_threads: usize,
     #[serde(default)]
     pub commits: Vec<CommitInfo>,
+    /// The files the branch adds or changes since it left the base, as of
+    /// its last push (removed ones aside).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
     /// The commit the base branch was at after the merge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_as: Option<String>,
@@ -637,6 +641,10 @@ impl Forge for LocalForge {
         Ok(self.read_pull(pull)?.commits)
     }
 
+    async fn pull_request_files(&self, pull: u64) -> ForgeResult<Vec<String>> {
+        Ok(self.read_pull(pull)?.files)
+    }
+
     async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus> {
         let path = self.forge_dir().join("ci").join(format!("{sha}.json"));
         match fs::read_to_string(&path) {
@@ -809,12 +817,14 @@ impl LocalForge {
         let action = || format!("record `{}` as a pull request on {}", new.head_branch, self.describe());
         let (head, commits) =
             branch_commits(repository, &new.head_branch, &new.base_branch).map_err(|e| ForgeError::io(action(), e))?;
+        let files = branch_files(repository, &head, &new.base_branch).map_err(|e| ForgeError::io(action(), e))?;
         let pull = self.open_pull_request(new).await?;
         self.update_pull(pull.number, |rec| {
             if let Some(p) = rec.pull.as_mut() {
                 p.head_sha = head.clone();
             }
             rec.commits = commits;
+            rec.files = files;
             rec.pull.clone()
         })
     }
@@ -823,6 +833,26 @@ impl LocalForge {
     pub fn record_review(&self, pull: u64, review: Review) -> ForgeResult<()> {
         self.update_pull(pull, |rec| rec.reviews.push(review))
     }
+}
+
+/// The files `head` adds or changes since it left `base` (their merge
+/// base), as GitHub lists a pull request's: removed files aside, a rename
+/// by its new path.
+fn branch_files(repository: &Path, head: &str, base: &str) -> Result<Vec<String>, git2::Error> {
+    let repo = git2::Repository::open(repository)?;
+    let head = repo.revparse_single(head)?.peel_to_commit()?;
+    let from = match repo.find_branch(base, git2::BranchType::Local) {
+        Ok(b) => Some(repo.find_commit(repo.merge_base(b.get().peel_to_commit()?.id(), head.id())?)?.tree()?),
+        Err(_) => None,
+    };
+    let mut opts = git2::DiffOptions::new();
+    let mut diff = repo.diff_tree_to_tree(from.as_ref(), Some(&head.tree()?), Some(&mut opts))?;
+    diff.find_similar(None)?;
+    Ok(diff
+        .deltas()
+        .filter(|d| d.status() != git2::Delta::Deleted)
+        .filter_map(|d| d.new_file().path().map(|p| p.to_string_lossy().replace('\\', "/")))
+        .collect())
 }
 
 /// The tip of `branch` and its commits since `base`, oldest first.

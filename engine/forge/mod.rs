@@ -555,6 +555,10 @@ pub trait Forge: Send + Sync {
     /// How many review threads are unresolved (GraphQL `reviewThreads` on GitHub).
     async fn unresolved_review_threads(&self, pull: u64) -> ForgeResult<usize>;
     async fn pull_request_commits(&self, pull: u64) -> ForgeResult<Vec<CommitInfo>>;
+    /// The files the pull request adds or changes against its base (a
+    /// renamed file by its new path; removed files aside), as the forge
+    /// lists them for its diff.
+    async fn pull_request_files(&self, pull: u64) -> ForgeResult<Vec<String>>;
     async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus>;
     /// The pull request of `branch` ([`Self::pull_request_for_branch`])
     /// with every fact the discharge audit reads, in one read where the

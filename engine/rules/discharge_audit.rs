@@ -43,6 +43,9 @@ pub struct AuditFacts {
     /// GitHub's own merge queue on the base branch, read with the pull
     /// request: discharge enqueues instead of merging. Not an audit item.
     pub merge_queue: Option<crate::forge::ForgeQueue>,
+    /// The files the pull request adds or changes (removed ones aside),
+    /// read only when `discharge.migrations` asks for them.
+    pub files: Fact<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,11 +115,14 @@ impl Checklist {
         }
     }
 
-    /// The failures a fellow fixes, not a reviewer: red CI, or changes
-    /// requested by a person whose review counts. The patient goes back to
-    /// treatment for these.
+    /// The failures a fellow fixes, not a reviewer: red CI, changes
+    /// requested by a person whose review counts, a schema change without
+    /// its migration. The patient goes back to treatment for these.
     pub fn for_treatment(&self) -> Vec<&Item> {
-        self.items.iter().filter(|i| i.mark == Mark::Fail && matches!(i.id, "ci" | "pr-approval")).collect()
+        self.items
+            .iter()
+            .filter(|i| i.mark == Mark::Fail && matches!(i.id, "ci" | "pr-approval" | MIGRATIONS))
+            .collect()
     }
 
     /// The items not passed yet, one line each: what a waiting patient waits for.
@@ -236,6 +242,8 @@ pub fn audit(config: &Config, chart: &[Note], facts: &AuditFacts) -> Checklist {
         ci_item(facts, &head, &mut details),
         history_item(facts, &head),
     ];
+    // An item of ward.yml's asking: absent unless `discharge.migrations` is set.
+    let items: Vec<Item> = items.into_iter().chain(migrations_item(config, chart, facts)).collect();
     Checklist { head: head.ok().map(str::to_string), pull: facts.pull.as_ref().ok().map(|p| p.number), items, details }
 }
 
@@ -517,6 +525,133 @@ fn history_item(facts: &AuditFacts, head: &Fact<&str>) -> Item {
     it(Mark::Pass, format!("{} commit(s), no fixup!, squash!, WIP or merge commits", commits.len()))
 }
 
+/// The migration item's id.
+pub const MIGRATIONS: &str = "migrations";
+
+/// What a CHECKPOINT note says about the schema: what ward read from the
+/// emulator's exports after an accepted treatment, the seed's against the
+/// treatment's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaRecord {
+    Unchanged,
+    /// What changed, as shown to people: `"public"."orders"` (new), ...
+    Changed(String),
+    /// Why it could not be read.
+    Unknown(String),
+}
+
+const SCHEMA_LINE: &str = "Schema:";
+const UNCHANGED: &str = "unchanged against the seed";
+const CHANGED: &str = "changed against the seed: ";
+const UNKNOWN: &str = "unknown: ";
+
+/// The CHECKPOINT note's body, which the engine writes after an accepted
+/// treatment and [`audit`] reads back: the commit whose data was read, and
+/// the schema against the seed's export. One line each, so nothing a
+/// database names can make a second one.
+pub fn checkpoint_body(commit: &str, schema: &SchemaRecord) -> String {
+    let line = |text: &str| text.replace(['\n', '\r'], " ");
+    let said = match schema {
+        SchemaRecord::Unchanged => UNCHANGED.to_string(),
+        SchemaRecord::Changed(what) => format!("{CHANGED}{}", line(what)),
+        SchemaRecord::Unknown(why) => format!("{UNKNOWN}{}", line(why)),
+    };
+    format!(
+        "Commit: {commit}\n{SCHEMA_LINE} {said}\n\nWhat the treatment left in its emulator's database, as ward read \
+         it: the export after the treatment against the seed's export (the discharge audit's migration check reads \
+         this note).\n"
+    )
+}
+
+/// A CHECKPOINT note's commit and schema, when it reads as one.
+pub fn read_checkpoint(body: &str) -> Option<(&str, SchemaRecord)> {
+    let commit = body.lines().find_map(|l| l.strip_prefix("Commit:"))?.trim();
+    let said = body.lines().find_map(|l| l.strip_prefix(SCHEMA_LINE))?.trim();
+    let schema = if said == UNCHANGED {
+        SchemaRecord::Unchanged
+    } else if let Some(what) = said.strip_prefix(CHANGED) {
+        SchemaRecord::Changed(what.to_string())
+    } else {
+        SchemaRecord::Unknown(said.strip_prefix(UNKNOWN).unwrap_or(said).to_string())
+    };
+    Some((commit, schema))
+}
+
+/// `discharge.migrations`: a pull request whose treatment changed the
+/// database schema carries a migration. The schema is what ward recorded
+/// (the engine's latest CHECKPOINT note of a commit of this pull request),
+/// never what an agent says it did.
+fn migrations_item(config: &Config, chart: &[Note], facts: &AuditFacts) -> Option<Item> {
+    let pattern = config.discharge.migrations.as_ref()?;
+    let it = |mark, note: String| item(MIGRATIONS, "A migration with every schema change", mark, note);
+    let commits = match (&facts.pull, &facts.commits) {
+        (Err(e), _) | (_, Err(e)) => {
+            return Some(it(Mark::Unknown, format!("the pull request's commits could not be read: {e}")));
+        }
+        (Ok(_), Ok(c)) => c,
+    };
+    let recorded = chart
+        .iter()
+        .rev()
+        .filter(|n| n.kind == NoteKind::Checkpoint && n.meta.role == crate::chart::ENGINE_ROLE)
+        .filter_map(|n| read_checkpoint(&n.body).map(|(commit, schema)| (n, commit, schema)))
+        .find(|(_, commit, _)| commits.iter().any(|c| same_commit(commit, &c.sha)));
+    let Some((note, commit, schema)) = recorded else {
+        return Some(it(
+            Mark::Unknown,
+            format!(
+                "ward recorded no database schema for a commit of this pull request (no CHECKPOINT note names one), \
+                 so whether it needs a migration matching `{pattern}` is unknown"
+            ),
+        ));
+    };
+    let (run, at) = (&note.meta.run, short(commit));
+    let what = match schema {
+        SchemaRecord::Unchanged => {
+            return Some(it(
+                Mark::Pass,
+                format!("the schema at `{at}` is the seed's (run `{run}`); no migration needed"),
+            ));
+        }
+        SchemaRecord::Unknown(why) => {
+            return Some(it(
+                Mark::Unknown,
+                format!(
+                    "whether the treatment changed the schema at `{at}` (run `{run}`) is unknown: {why}; so whether it \
+                     needs a migration matching `{pattern}` is too"
+                ),
+            ));
+        }
+        SchemaRecord::Changed(what) => what,
+    };
+    let files = match &facts.files {
+        Ok(files) => files,
+        Err(e) => {
+            return Some(it(
+                Mark::Unknown,
+                format!(
+                    "the treatment changed the schema ({what}), but the pull request's files could not be read: {e}"
+                ),
+            ));
+        }
+    };
+    let migrations: Vec<String> = files.iter().filter(|f| pattern.matches(f)).map(|f| format!("`{f}`")).collect();
+    Some(match migrations.len() {
+        0 => it(
+            Mark::Fail,
+            format!(
+                "the treatment changed the database schema at `{at}` (run `{run}`: {what}), but the pull request adds \
+                 or changes no file matching `{pattern}`; add the migration that makes this change"
+            ),
+        ),
+        n => {
+            let named =
+                if n > 5 { format!("{}, and {} more", migrations[..5].join(", "), n - 5) } else { list(&migrations) };
+            it(Mark::Pass, format!("the schema changed at `{at}` ({what}), and the pull request carries {named}"))
+        }
+    })
+}
+
 /// The stage's outcome: the nurse may fail a passing audit with her own
 /// judgment, never pass a failing one. Returns the outcome and, when the
 /// agent's declaration was overruled, why.
@@ -589,6 +724,7 @@ mod tests {
                 },
             ]),
             ci: Ok(CiStatus::new(CiState::Success, vec!["test: success".into()])),
+            files: Ok(vec!["engine/cache.rs".into(), "tests/cache.rs".into()]),
             permissions: Ok([("maria", Permission::Write), ("tom", Permission::Maintain), ("tia", Permission::Triage)]
                 .into_iter()
                 .map(|(l, p)| (l.to_string(), p))
@@ -815,6 +951,118 @@ mod tests {
         }
         assert_eq!(list.verdict(), Verdict::Failed, "what cannot be read is not waited for");
         assert!(list.render().contains("no pull request found"));
+    }
+
+    /// The shipped pipeline with `discharge.migrations: db/migrations/**`
+    /// (a postgres emulator, whose checkpoints give ward the schema).
+    fn with_migrations() -> Config {
+        let text = SHIPPED
+            .replace(
+                "  approver_permission: maintain\n",
+                "  approver_permission: maintain\n  migrations: db/migrations/**\n",
+            )
+            .replace(
+                "\ndecomposition:\n",
+                "\nemulator:\n  preset: postgres\n  image: ward-postgres:test\n\ndecomposition:\n",
+            );
+        Config::parse(&text, std::path::Path::new(crate::config::CONFIG_PATH), None).expect("valid")
+    }
+
+    fn checkpoint(run: &str, commit: &str, schema: SchemaRecord) -> Note {
+        note("CHECKPOINT", run, "treat", crate::chart::ENGINE_ROLE, &checkpoint_body(commit, &schema))
+    }
+
+    #[test]
+    fn without_the_setting_there_is_no_migration_item() {
+        let mut c = chart();
+        c.push(checkpoint("r5", HEAD, SchemaRecord::Changed("`\"public\".\"orders\"` (new)".into())));
+        let list = run(&c, &facts());
+        assert!(list.item(MIGRATIONS).is_none() && list.passed(), "{}", list.render());
+    }
+
+    #[test]
+    fn a_schema_change_needs_a_migration_in_the_pull_request() {
+        let config = with_migrations();
+        let changed = SchemaRecord::Changed("`\"public\".\"orders\"` (new), `\"public\".\"t\"` (changed)".into());
+        let mut c = chart();
+        c.push(checkpoint("r5", HEAD, changed.clone()));
+        // No file under db/migrations/: failed, the fellow's to fix, naming the pattern and the tables.
+        let list = audit(&config, &c, &facts());
+        let it = list.item(MIGRATIONS).unwrap();
+        assert_eq!(it.mark, Mark::Fail, "{}", list.render());
+        assert!(
+            it.note.contains("changed the database schema at `0123456789ab` (run `r5`: `\"public\".\"orders\"` (new)")
+                && it.note.contains("no file matching `db/migrations/**`"),
+            "{}",
+            it.note
+        );
+        assert_eq!(list.for_treatment().len(), 1, "a missing migration goes back to the fellow");
+        // With the migration among the pull request's files: verified.
+        let mut f = facts();
+        f.files = Ok(vec!["engine/orders.rs".into(), "db/migrations/0007_orders.sql".into()]);
+        let list = audit(&config, &c, &f);
+        assert_eq!(list.item(MIGRATIONS).unwrap().mark, Mark::Pass, "{}", list.render());
+        assert!(list.item(MIGRATIONS).unwrap().note.contains("`db/migrations/0007_orders.sql`"));
+        assert!(list.passed(), "{}", list.render());
+        // The files unread: not verified.
+        f.files = Err("GitHub answered 502".into());
+        assert_eq!(audit(&config, &c, &f).item(MIGRATIONS).unwrap().mark, Mark::Unknown);
+    }
+
+    #[test]
+    fn the_schema_is_what_the_engine_recorded_for_a_commit_of_the_pull_request() {
+        let config = with_migrations();
+        let changed = || SchemaRecord::Changed("`\"public\".\"orders\"` (new)".into());
+        // Unchanged at the head: no migration needed.
+        let mut c = chart();
+        c.push(checkpoint("r5", HEAD, SchemaRecord::Unchanged));
+        let it = audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().clone();
+        assert_eq!((it.mark, it.note.contains("is the seed's")), (Mark::Pass, true), "{}", it.note);
+        // An earlier commit of the pull request counts (a later treatment left the data alone).
+        let mut c = chart();
+        c.push(checkpoint("r5", "aaaaaaa1", changed()));
+        assert_eq!(audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().mark, Mark::Fail);
+        // A note of a commit the branch no longer has (a restart) says nothing about it.
+        let mut c = chart();
+        c.push(checkpoint("r5", "fedcba9876543210fedcba9876543210fedcba98", changed()));
+        let it = audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().clone();
+        assert_eq!(it.mark, Mark::Unknown);
+        assert!(it.note.contains("ward recorded no database schema for a commit of this pull request"), "{}", it.note);
+        // The latest note of the branch decides: a later change back to the seed's schema passes.
+        let mut c = chart();
+        c.push(checkpoint("r5", "aaaaaaa1", changed()));
+        c.push(checkpoint("r6", HEAD, SchemaRecord::Unchanged));
+        assert_eq!(audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().mark, Mark::Pass);
+        // A schema ward could not read is no pass.
+        let mut c = chart();
+        c.push(checkpoint("r5", HEAD, SchemaRecord::Unknown("the seed's export was not kept".into())));
+        let it = audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().clone();
+        assert_eq!(it.mark, Mark::Unknown);
+        assert!(it.note.contains("is unknown: the seed's export was not kept"), "{}", it.note);
+        // An agent's claim is no record: a note that is not the engine's is not read.
+        let mut c = chart();
+        let mut forged = checkpoint("r5", HEAD, SchemaRecord::Unchanged);
+        forged.meta.role = "fellow".into();
+        c.push(forged);
+        assert_eq!(audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().mark, Mark::Unknown);
+        // No commits read: not verified.
+        let mut f = facts();
+        f.commits = Err("GitHub answered 502".into());
+        assert_eq!(audit(&config, &chart(), &f).item(MIGRATIONS).unwrap().mark, Mark::Unknown);
+    }
+
+    #[test]
+    fn a_checkpoint_note_reads_back_as_written_and_keeps_to_its_lines() {
+        for schema in [
+            SchemaRecord::Unchanged,
+            SchemaRecord::Changed("`\"public\".\"orders\"` (new)".into()),
+            SchemaRecord::Unknown("the export failed".into()),
+        ] {
+            let body = checkpoint_body(HEAD, &schema);
+            assert_eq!(read_checkpoint(&body), Some((HEAD, schema)), "{body}");
+        }
+        let sly = checkpoint_body(HEAD, &SchemaRecord::Changed("`x` (new)\nSchema: unchanged against the seed".into()));
+        assert!(matches!(read_checkpoint(&sly), Some((_, SchemaRecord::Changed(_)))), "{sly}");
     }
 
     #[test]

@@ -112,6 +112,9 @@ pub fn take_in(h: &Hospital, patient: &Patient<'_>, from: &Path) -> anyhow::Resu
                 return Ok(Taken::Refused(Box::new(visit), refusal.to_string()));
             }
             intake.checkpoint = sealed_checkpoint(patient, from, &intake);
+            if intake.checkpoint.is_none() {
+                intake.schema = sealed_schema(patient, from, &intake);
+            }
             visit.changed = intake.changed.clone();
             visit.diff_lines = intake.diff_lines;
             visit.commit = (intake.head != intake.start).then(|| intake.head.clone());
@@ -151,6 +154,27 @@ fn sealed_checkpoint(patient: &Patient<'_>, from: &Path, intake: &Intake) -> Opt
         return None;
     }
     Some(Box::new(sealed))
+}
+
+/// The schema's reading a treatment's visit sealed with no data: the body of
+/// a CHECKPOINT note, kept only when it reads as one and names the head this
+/// job records (the visit job read it from its own exports, as it made the
+/// data it would otherwise have sealed).
+fn sealed_schema(patient: &Patient<'_>, from: &Path, intake: &Intake) -> Option<String> {
+    let number = patient.issue.number;
+    let body = match shared::open_schema(from) {
+        Ok(body) => body?,
+        Err(why) => {
+            warn!("the schema reading of the visit of {number} is left out: {why}");
+            return None;
+        }
+    };
+    let names_head = crate::rules::discharge_audit::read_checkpoint(&body).is_some_and(|(c, _)| c == intake.head);
+    if !patient.stage.mode().treats() || !names_head {
+        warn!("the schema reading of the visit of {number} is not of the head this job records: left out");
+        return None;
+    }
+    Some(body)
 }
 
 /// A treatment the merge queue sent back because its check failed combined

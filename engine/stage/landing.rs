@@ -25,9 +25,8 @@ use crate::transfer::{Move, Moved};
 /// ([`unread`]).
 pub(super) async fn audit(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<(AuditFacts, Checklist)> {
     let number = patient.issue.number;
-    let facts = facts::gather(&*h.forge, &facts::patient_branch(number), h.config.approve_permission)
-        .await
-        .map_err(|e| unread(number, e))?;
+    let facts =
+        facts::gather(&*h.forge, &facts::patient_branch(number), &h.config).await.map_err(|e| unread(number, e))?;
     let checklist = discharge_audit::audit(&h.config, &patient.chart, &facts);
     Ok((facts, checklist))
 }

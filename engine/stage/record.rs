@@ -16,10 +16,12 @@ use crate::forge::StoredChart;
 use crate::groundedness as g;
 use crate::hospital::Hospital;
 use crate::rules::approval::{self, AfterAudit};
+use crate::rules::discharge_audit::{self, SchemaRecord};
 use crate::transfer::{Move, transfer};
-use crate::workspace::Workspace;
 use crate::workspace::bundle::Intake;
+use crate::workspace::checkpoint::SchemaReading;
 use crate::workspace::shared;
+use crate::workspace::{TreatedSchema, Workspace};
 
 pub async fn record(
     h: &Hospital,
@@ -132,6 +134,34 @@ fn network_note(h: &Hospital, patient: &Patient<'_>, visit: &Visit) -> Option<No
     Some(patient.engine_note(h, NoteKind::Network, body))
 }
 
+/// What a CHECKPOINT note says of a treatment whose data ward read: its
+/// commit and the schema against the seed's export. `None` without a
+/// commit to name.
+pub(super) fn schema_record(treated: &TreatedSchema) -> Option<(String, SchemaRecord)> {
+    const SHOWN: usize = 20;
+    let commit = treated.commit.clone()?;
+    let schema = match &treated.reading {
+        SchemaReading::Unchanged => SchemaRecord::Unchanged,
+        SchemaReading::Unknown(why) => SchemaRecord::Unknown(why.clone()),
+        SchemaReading::Changed(changes) => {
+            // The names come from a database the agent wrote: escaped, cut, a bounded few.
+            let name = |o: &str| crate::untrusted::shown(&o.chars().take(120).collect::<String>().replace('`', "'"));
+            let mut shown: Vec<String> =
+                changes.iter().take(SHOWN).map(|c| format!("`{}` ({})", name(&c.object), c.how)).collect();
+            if changes.len() > SHOWN {
+                shown.push(format!("and {} more", changes.len() - SHOWN));
+            }
+            SchemaRecord::Changed(shown.join(", "))
+        }
+    };
+    Some((commit, schema))
+}
+
+/// The CHECKPOINT note, which the discharge audit's migration check reads.
+fn checkpoint_note(h: &Hospital, patient: &Patient<'_>, (commit, schema): &(String, SchemaRecord)) -> Note {
+    patient.engine_note(h, NoteKind::Checkpoint, discharge_audit::checkpoint_body(commit, schema))
+}
+
 /// What the run changed is committed only for a treating stage's accepted
 /// run; everything else is thrown away before any note is written. The
 /// worktree is read again here, not taken from the visit: a change made
@@ -237,6 +267,8 @@ async fn accept(
     let Change { workspace, committed } = change;
     let (stage, number) = (patient.stage, patient.issue.number);
     let role = stage.config.role.as_str();
+    // What the treatment's data did to the schema, as ward read it.
+    let mut treated = None;
     if stage.mode().treats()
         && let Some(ws) = workspace
     {
@@ -251,6 +283,7 @@ async fn accept(
             Ok(None) => {}
             Err(e) => warn!("{e}"),
         }
+        treated = ws.treated_schema().and_then(schema_record);
         propose(h, patient, ws).await?;
         super::local::propose(h, patient, ws).await?;
     }
@@ -268,9 +301,23 @@ async fn accept(
         && let Some(sealed) = &intake.checkpoint
     {
         share_checkpoint(h, patient, intake, sealed)?;
+        // The data the record job checked: the seed's export and the checkpoint.
+        let seed = sealed.seed.as_ref().map(|s| s.data.as_slice());
+        let reading = crate::workspace::checkpoint::read_schema(seed, &sealed.checkpoint.data);
+        treated = schema_record(&TreatedSchema { commit: Some(sealed.commit().to_string()), reading });
+    }
+    // No data sealed: the visit job's reading, which intake checked names the head.
+    if stage.mode().treats()
+        && treated.is_none()
+        && let Some(body) = committed.and_then(|i| i.schema.as_deref())
+    {
+        treated = discharge_audit::read_checkpoint(body).map(|(commit, schema)| (commit.to_string(), schema));
     }
     let Accepted { notes, outcome, overruled, groundedness, audit, protected } = accepted;
     let mut batch = cost;
+    if h.config.discharge.migrations.is_some() {
+        batch.extend(treated.as_ref().map(|t| checkpoint_note(h, patient, t)));
+    }
     batch.extend(groundedness);
     if !protected.is_empty() {
         batch.push(patient.engine_note(h, NoteKind::ProtectedChange, protected_body(h, &protected)));

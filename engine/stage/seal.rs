@@ -39,6 +39,17 @@ pub async fn seal(
                 warn!("{e}");
                 false
             });
+            // No data sealed (it did not change): the schema's reading still
+            // goes, for the record job's CHECKPOINT note.
+            if !data
+                && let Some((commit, schema)) = ws.treated_schema().and_then(super::record::schema_record)
+                && let Err(e) = crate::workspace::shared::seal_schema(
+                    out,
+                    &crate::rules::discharge_audit::checkpoint_body(&commit, &schema),
+                )
+            {
+                warn!("could not seal the schema's reading of {number}: {e}");
+            }
         }
     }
     info!(out = %out.display(), bundled, data, "visit sealed");

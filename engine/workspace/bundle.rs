@@ -69,6 +69,9 @@ pub struct Intake {
     pub remote_head: Option<String>,
     /// The patient's emulator data the visit sealed, once intake checked it.
     pub checkpoint: Option<Box<super::shared::Sealed>>,
+    /// When it sealed none (its data did not change): the visit job's
+    /// reading of the schema, a CHECKPOINT note's body naming `head`.
+    pub schema: Option<String>,
 }
 
 /// What the record job knows, from its own reading, about where the run started.
@@ -170,6 +173,7 @@ pub fn take_in(
         force,
         remote_head,
         checkpoint: None,
+        schema: None,
     })
 }
 

@@ -442,6 +442,107 @@ pub fn table_summaries(before: &SqlDump, after: &SqlDump) -> Vec<TableSummary> {
         .collect()
 }
 
+/// What a treatment's data did to the database's schema against the
+/// seed's export, as ward read both exports (never as an agent said).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaReading {
+    Unchanged,
+    /// The objects whose statements differ, by name, in order.
+    Changed(Vec<SchemaChange>),
+    /// Why the schema could not be compared.
+    Unknown(String),
+}
+
+/// One object of the schema (a table with its indexes, constraints and
+/// comments; a sequence, view, function or type) that is new, gone or
+/// different.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaChange {
+    /// As the dump names it: `"public"."orders"`.
+    pub object: String,
+    /// `new`, `gone` or `changed`.
+    pub how: &'static str,
+}
+
+/// The schema of `after` against the seed's export `seed` (`None`: no seed
+/// export was kept, so there is nothing to compare with).
+pub fn read_schema(seed: Option<&[u8]>, after: &[u8]) -> SchemaReading {
+    let Some(seed) = seed else {
+        return SchemaReading::Unknown(
+            "the seed's export was not kept, so the schema has nothing to be compared with".into(),
+        );
+    };
+    let (Some(before), Some(after)) = (SqlDump::parse(seed), SqlDump::parse(after)) else {
+        return SchemaReading::Unknown(
+            "the emulator's export is not a PostgreSQL plain dump (`pg_dump`), the one whose schema ward reads".into(),
+        );
+    };
+    let changes = schema_changes(&before, &after);
+    if changes.is_empty() { SchemaReading::Unchanged } else { SchemaReading::Changed(changes) }
+}
+
+/// The objects whose statements differ between two dumps' schemas.
+pub fn schema_changes(before: &SqlDump, after: &SqlDump) -> Vec<SchemaChange> {
+    let (b, a) = (objects(&before.schema), objects(&after.schema));
+    let names: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let how = match (b.get(name), a.get(name)) {
+                (None, Some(_)) => "new",
+                (Some(_), None) => "gone",
+                (Some(x), Some(y)) if x != y => "changed",
+                _ => return None,
+            };
+            Some(SchemaChange { object: name.clone(), how })
+        })
+        .collect()
+}
+
+/// The schema's statements by the object each is about: the first
+/// schema-qualified name in it (`pg_catalog`'s aside), so a table's
+/// indexes, constraints, defaults and comments count as the table's; a
+/// statement that names none (`SET`, `CREATE SCHEMA`) stands for itself.
+fn objects(schema: &[String]) -> std::collections::BTreeMap<String, Vec<String>> {
+    use std::sync::LazyLock;
+    const PART: &str = r#"(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)"#;
+    static QUALIFIED: LazyLock<regex::Regex> =
+        LazyLock::new(|| regex::Regex::new(&format!("{PART}\\.{PART}")).expect("a valid pattern"));
+    static DOLLAR: LazyLock<regex::Regex> =
+        LazyLock::new(|| regex::Regex::new(r"\$[A-Za-z_0-9]*\$").expect("a valid pattern"));
+    let mut out: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let (mut statement, mut quoted) = (String::new(), false);
+    for line in schema {
+        statement.push_str(line);
+        statement.push('\n');
+        // A function's body ($$ ... $$) holds `;` that end no statement.
+        if DOLLAR.find_iter(line).count() % 2 == 1 {
+            quoted = !quoted;
+        }
+        if quoted || !line.trim_end().ends_with(';') {
+            continue;
+        }
+        // The dump's session settings (`SET`, `SELECT pg_catalog.set_config`) are no schema.
+        if statement.starts_with("SET ") || statement.starts_with("SELECT ") {
+            statement.clear();
+            continue;
+        }
+        let name = QUALIFIED
+            .find_iter(&statement)
+            .map(|m| m.as_str())
+            .find(|m| !m.starts_with("pg_catalog.") && !m.starts_with("\"pg_catalog\"."))
+            .map_or_else(|| statement.lines().next().unwrap_or_default().trim().to_string(), str::to_string);
+        out.entry(name).or_default().push(std::mem::take(&mut statement));
+    }
+    if !statement.trim().is_empty() {
+        out.entry(statement.lines().next().unwrap_or_default().trim().to_string()).or_default().push(statement);
+    }
+    for statements in out.values_mut() {
+        statements.sort_unstable();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,6 +585,37 @@ mod tests {
         let from_nothing = table_summaries(&SqlDump::parse(b"").unwrap(), &before);
         assert_eq!((from_nothing[0].rows_before, from_nothing[0].rows_after), (None, Some(2)));
         assert_eq!(SqlDump::parse(b"db\tc\t1\n"), None, "not a pg_dump");
+    }
+
+    #[test]
+    fn the_schema_is_read_by_object_and_a_tables_index_is_the_tables() {
+        let seed = DUMP.as_bytes();
+        let rows_only = DUMP.replace("b\na\n", "a\nb\nc\n");
+        assert_eq!(read_schema(Some(seed), rows_only.as_bytes()), SchemaReading::Unchanged, "rows are no schema");
+        let grown = DUMP.replace(
+            "\n\nCOPY",
+            "\nCREATE TABLE \"public\".\"orders\" (\n    \"id\" integer\n);\n\
+             CREATE INDEX \"t_k\" ON \"public\".\"t\" USING \"btree\" (\"k\");\n\
+             CREATE FUNCTION \"public\".\"f\"() RETURNS integer\n    AS $$ select 1; $$;\n\nCOPY",
+        );
+        let changes = |r: SchemaReading| match r {
+            SchemaReading::Changed(c) => c.into_iter().map(|c| format!("{} {}", c.object, c.how)).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            changes(read_schema(Some(seed), grown.as_bytes())),
+            ["\"public\".\"f\" new", "\"public\".\"orders\" new", "\"public\".\"t\" changed"]
+        );
+        let altered = DUMP.replace("    \"k\" \"text\"\n", "    \"k\" \"text\",\n    \"n\" integer\n");
+        assert_eq!(changes(read_schema(Some(altered.as_bytes()), seed)), ["\"public\".\"t\" changed"]);
+        let unquoted = "--\n-- PostgreSQL database dump\n--\nCREATE TABLE public.t (\n    k text\n);\n";
+        assert_eq!(changes(read_schema(Some(unquoted.as_bytes()), seed)), ["\"public\".\"t\" new", "public.t gone"]);
+        assert!(
+            matches!(read_schema(None, seed), SchemaReading::Unknown(why) if why.contains("seed's export was not kept"))
+        );
+        assert!(
+            matches!(read_schema(Some(seed), b"db\tc\t1\n"), SchemaReading::Unknown(why) if why.contains("pg_dump"))
+        );
     }
 
     #[test]

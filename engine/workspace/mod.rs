@@ -515,6 +515,9 @@ pub struct Workspace {
     /// The emulator's data: how it was checkpointed and where it started.
     data: Option<Data>,
     data_report: DataReport,
+    /// What the data an accepted treatment left did to the schema, read
+    /// when it was checkpointed ([`Workspace::checkpoint`]).
+    schema: Option<TreatedSchema>,
     up_ms: u64,
     commit_ms: u64,
     /// The patient's worktree as the run started: clean at its start
@@ -533,6 +536,16 @@ struct Data {
     from: Option<checkpoint::Marker>,
     /// [`inside_env`].
     env: Vec<String>,
+}
+
+/// The database schema after an accepted treatment, against the seed's
+/// export, as ward read the two exports: what a CHECKPOINT note records
+/// and the discharge audit's migration check reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TreatedSchema {
+    /// The branch head the data belongs to (`None`: the branch was gone).
+    pub commit: Option<String>,
+    pub reading: checkpoint::SchemaReading,
 }
 
 /// What the run did with checkpoints, in `report.json`.
@@ -815,6 +828,7 @@ impl Workspace {
             checkpoints: None,
             data: None,
             data_report: DataReport::default(),
+            schema: None,
             up_ms: 0,
             commit_ms: 0,
             at_start,
@@ -1032,17 +1046,8 @@ impl Workspace {
         };
         let c = &data.config;
         let fail = |op, message: String| WorkspaceError::Checkpoint { path: store.patient(self.issue), op, message };
-        let out = docker
-            .exec(&em.id, &c.export, &data.env, None, c.time_limit)
-            .await
-            .map_err(|e| fail("export the emulator's data into", e.to_string()))?;
-        let unchanged = data.start.as_deref() == Some(out.as_slice());
         let (repo, branch) = (self.repo.clone(), self.branch.name.clone());
         let from = data.from.as_ref().and_then(|m| m.commit.clone());
-        // Unchanged data needs no checkpoint while the next stage still
-        // finds the one it came from; after a rebase (the head no longer
-        // descends from that checkpoint's commit) the data is saved again
-        // for the new head, or the next stage would start from the seed.
         let (head, still_found) = blocking(move || {
             let git = GitRepo::open(&repo)?;
             let head = git.branch_head(&branch)?;
@@ -1053,6 +1058,24 @@ impl Workspace {
             Ok((head, found))
         })
         .await?;
+        let out = match docker.exec(&em.id, &c.export, &data.env, None, c.time_limit).await {
+            Ok(out) => out,
+            Err(e) => {
+                let e = fail("export the emulator's data into", e.to_string());
+                // The schema this treatment left is then unknown, and said so.
+                let why = format!("the emulator's data could not be exported after the treatment: {e}");
+                self.schema = Some(TreatedSchema { commit: head, reading: checkpoint::SchemaReading::Unknown(why) });
+                return Err(e);
+            }
+        };
+        let seed = store.seed(self.issue);
+        let reading = checkpoint::read_schema(seed.as_ref().map(|s| s.data.as_slice()), &out);
+        self.schema = Some(TreatedSchema { commit: head.clone(), reading });
+        let unchanged = data.start.as_deref() == Some(out.as_slice());
+        // Unchanged data needs no checkpoint while the next stage still
+        // finds the one it came from; after a rebase (the head no longer
+        // descends from that checkpoint's commit) the data is saved again
+        // for the new head, or the next stage would start from the seed.
         if unchanged && still_found {
             return Ok(None);
         }
@@ -1062,6 +1085,13 @@ impl Workspace {
             .map_err(|e| fail("save", e.to_string()))?;
         self.data_report.saved = Some(saved.clone());
         Ok(Some(saved))
+    }
+
+    /// After [`Workspace::checkpoint`]: what the treatment's data did to
+    /// the schema. `None` when the run keeps no checkpoints, or its branch
+    /// head could not be read.
+    pub fn treated_schema(&self) -> Option<&TreatedSchema> {
+        self.schema.as_ref()
     }
 
     /// The visit job's end for a treating stage: the emulator's data saved

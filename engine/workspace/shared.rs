@@ -116,6 +116,25 @@ fn check(marker: &[u8], data: Vec<u8>, issue: u64, seed: bool, what: &str) -> st
     Ok(Part { marker, data })
 }
 
+/// The visit job's reading of the schema when it sealed no data (the data
+/// did not change since the run started): a CHECKPOINT note's body, for the
+/// record job to check and chart.
+pub const SCHEMA_FILE: &str = "schema.txt";
+const MAX_SCHEMA_BYTES: u64 = 16 * 1024;
+
+/// Writes the schema's reading beside the sealed visit.
+pub fn seal_schema(out: &Path, body: &str) -> std::io::Result<()> {
+    std::fs::write(out.join(SCHEMA_FILE), body)
+}
+
+/// The schema's reading the visit sealed, bounded; `Ok(None)` when none.
+pub fn open_schema(dir: &Path) -> std::result::Result<Option<String>, String> {
+    let Some(bytes) = read_bounded(&dir.join(SCHEMA_FILE), MAX_SCHEMA_BYTES, "sealed schema")? else {
+        return Ok(None);
+    };
+    String::from_utf8(bytes).map(Some).map_err(|_| "the sealed schema is not UTF-8 text".to_string())
+}
+
 /// Reads `path`, at most `max` bytes; `Ok(None)` when there is no file.
 fn read_bounded(path: &Path, max: u64, what: &str) -> std::result::Result<Option<Vec<u8>>, String> {
     use std::io::Read;
@@ -368,6 +387,21 @@ mod tests {
         assert!(why.contains("half there"), "{why}");
         std::fs::remove_file(out.join(DATA_FILE)).unwrap();
         assert_eq!(open_sealed(&out, 1), Ok(None), "no checkpoint sealed");
+    }
+
+    #[test]
+    fn the_schemas_reading_travels_beside_the_visit_within_its_bound() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(open_schema(tmp.path()), Ok(None), "no reading sealed");
+        seal_schema(tmp.path(), "Commit: abc\nSchema: unchanged against the seed\n").unwrap();
+        assert_eq!(
+            open_schema(tmp.path()).unwrap().as_deref(),
+            Some("Commit: abc\nSchema: unchanged against the seed\n")
+        );
+        std::fs::write(tmp.path().join(SCHEMA_FILE), vec![b'x'; MAX_SCHEMA_BYTES as usize + 1]).unwrap();
+        assert!(open_schema(tmp.path()).unwrap_err().contains("over the limit"));
+        std::fs::write(tmp.path().join(SCHEMA_FILE), [0xff, 0xfe]).unwrap();
+        assert!(open_schema(tmp.path()).unwrap_err().contains("not UTF-8"));
     }
 
     #[test]

@@ -329,6 +329,10 @@ impl<F: Forge> Forge for Counting<F> {
         self.count("pull_request_commits");
         self.inner.pull_request_commits(pull).await
     }
+    async fn pull_request_files(&self, pull: u64) -> ForgeResult<Vec<String>> {
+        self.count("pull_request_files");
+        self.inner.pull_request_files(pull).await
+    }
     async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus> {
         self.count("ci_status");
         self.inner.ci_status(sha).await
@@ -460,6 +464,9 @@ impl Forge for Shared {
     }
     async fn pull_request_commits(&self, pull: u64) -> ForgeResult<Vec<CommitInfo>> {
         self.0.pull_request_commits(pull).await
+    }
+    async fn pull_request_files(&self, pull: u64) -> ForgeResult<Vec<String>> {
+        self.0.pull_request_files(pull).await
     }
     async fn ci_status(&self, sha: &str) -> ForgeResult<CiStatus> {
         self.0.ci_status(sha).await

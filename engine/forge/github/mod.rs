@@ -820,6 +820,19 @@ impl Forge for GitHubForge {
         convert::<WireCommitItem, CommitInfo>(self.get_all(call, array).await?, &action)
     }
 
+    async fn pull_request_files(&self, pull: u64) -> ForgeResult<Vec<String>> {
+        #[derive(serde::Deserialize)]
+        struct WireFile {
+            filename: String,
+            status: String,
+        }
+        let action = format!("read the files of pull request #{pull}");
+        let call = self.call(Method::GET, &format!("/pulls/{pull}/files?per_page=100"), action, Access::PullsRead);
+        // GitHub lists at most 3,000 files of a pull request.
+        let files: Vec<WireFile> = self.get_all_as(call).await?;
+        Ok(files.into_iter().filter(|f| f.status != "removed").map(|f| f.filename).collect())
+    }
+
     async fn pull_facts(&self, branch: &str) -> ForgeResult<Option<PullFacts>> {
         if self.graphql { self.pull_facts_read(branch).await } else { super::pull_facts_by_parts(self, branch).await }
     }

@@ -345,6 +345,26 @@ impl BareRepo {
             .collect()
     }
 
+    /// A pull request's diff entries between two commits: each file's path
+    /// (a removed file's old one) and GitHub's status for it.
+    pub fn diff_entries(&self, from: Option<&str>, to: &str) -> Vec<(String, &'static str)> {
+        let r = self.open();
+        let tree_of = |sha: &str| r.find_commit(Oid::from_str(sha).ok()?).ok()?.tree().ok();
+        let (new, old) = (tree_of(to), from.and_then(tree_of));
+        let diff = r.diff_tree_to_tree(old.as_ref(), new.as_ref(), None).unwrap();
+        diff.deltas()
+            .filter_map(|d| {
+                let status = match d.status() {
+                    git2::Delta::Added => "added",
+                    git2::Delta::Deleted => "removed",
+                    _ => "modified",
+                };
+                let path = d.new_file().path().or(d.old_file().path())?;
+                Some((path.to_string_lossy().into_owned(), status))
+            })
+            .collect()
+    }
+
     /// The tree of merging `head` into `base`, or `None` on a conflict.
     fn merged_tree(&self, base: &str, head: &str) -> Option<String> {
         let r = self.open();

@@ -68,6 +68,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/repos/{owner}/{repo}/pulls"),
     ("GET", "/repos/{owner}/{repo}/pulls/{pull_number}/reviews"),
     ("GET", "/repos/{owner}/{repo}/pulls/{pull_number}/commits"),
+    ("GET", "/repos/{owner}/{repo}/pulls/{pull_number}/files"),
     ("PUT", "/repos/{owner}/{repo}/pulls/{pull_number}/merge"),
     ("GET", "/repos/{owner}/{repo}/rules/branches/{branch}"),
     ("GET", "/repos/{owner}/{repo}/commits"),
@@ -369,6 +370,7 @@ impl State {
             ("POST", "/pulls") => self.create_pull(body),
             ("GET", "/pulls/{pull_number}/reviews") => self.list_reviews(num("pull_number"), q),
             ("GET", "/pulls/{pull_number}/commits") => self.list_commits(num("pull_number"), q),
+            ("GET", "/pulls/{pull_number}/files") => self.list_files(num("pull_number"), q),
             ("PUT", "/pulls/{pull_number}/merge") => self.merge(num("pull_number"), body),
             ("GET", "/rules/branches/{branch}") => self.branch_rules(&p["branch"]),
             ("GET", "/commits") => self.list_branch_commits(q),
@@ -1282,6 +1284,27 @@ impl State {
                         .collect(),
                 );
                 v
+            })
+            .collect();
+        self.page(items, q)
+    }
+
+    /// The files of a pull request's diff against where it left the base,
+    /// as GitHub's diff entries (`filename`, `status`).
+    fn list_files(&self, n: u64, q: &BTreeMap<String, String>) -> Answer {
+        let Some(p) = self.pulls.get(&n) else { return not_found() };
+        let base = match &p.merge_commit {
+            Some(merge) => self.git.commit(merge).and_then(|c| c.parents.first().cloned()),
+            None => self.git.branch_head(&p.base),
+        };
+        let from = base.and_then(|b| self.git.merge_base(&b, &p.head_sha));
+        let items = self
+            .git
+            .diff_entries(from.as_deref(), &p.head_sha)
+            .into_iter()
+            .map(|(filename, status)| {
+                json!({ "sha": null, "filename": filename, "status": status, "additions": 0,
+                "deletions": 0, "changes": 0, "blob_url": "", "raw_url": "", "contents_url": "" })
             })
             .collect();
         self.page(items, q)
