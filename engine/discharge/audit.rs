@@ -42,27 +42,23 @@ pub async fn gather(forge: &dyn Forge, branch: &str, needed: Permission) -> Resu
         return Ok(no_pull(engine_account, format!("no open pull request has head branch `{branch}`")));
     };
     let PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push, merge_queue } = read;
-    let permissions = match &reviews {
-        Ok(list) => {
-            let logins = discharge_audit::reviewers_to_check(&pull, &engine_account, list);
-            Ok(permissions(forge, &logins, &can_push, needed).await?)
-        }
-        Err(e) => Err(e.clone()),
-    };
+    let logins = discharge_audit::reviewers_to_check(&pull, &engine_account, &reviews);
+    let permissions = permissions(forge, &logins, &can_push, needed).await?;
     Ok(AuditFacts {
         engine_account,
+        ci: ci.ok_or_else(|| discharge_audit::no_head(pull.number)),
         pull: Ok(pull),
-        reviews,
-        unresolved_threads,
-        commits,
-        ci,
-        permissions,
+        reviews: Ok(reviews),
+        unresolved_threads: Ok(unresolved_threads),
+        commits: Ok(commits),
+        permissions: Ok(permissions),
         merge_queue,
     })
 }
 
 /// The facts when the forge says the branch has no pull request: each says why.
 fn no_pull(engine_account: crate::forge::EngineAccount, why: String) -> AuditFacts {
+    let why = discharge_audit::Unread(why);
     AuditFacts {
         engine_account,
         merge_queue: None,
