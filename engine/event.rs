@@ -175,7 +175,7 @@ pub fn parse_event(text: &str, event_name: Option<&str>, path: &Path) -> Result<
         "pull_request_review" | "check_suite" | "check_run" | "workflow_run" | "status" => {
             let (branches, head, reviewer) = match wake_facts(&r) {
                 Ok(facts) => facts,
-                Err(reason) => return Ok(not_ours(reason)),
+                Err(asleep) => return Ok(not_ours(asleep.to_string())),
             };
             let Some(issue) = branches.iter().find_map(|b| patient_of_branch(b)) else {
                 return Ok(not_ours(format!(
@@ -223,15 +223,24 @@ pub fn patient_of_branch(branch: &str) -> Option<IssueNumber> {
     (!n.starts_with('0') && n.chars().all(|c| c.is_ascii_digit())).then(|| n.parse().ok().map(IssueNumber)).flatten()
 }
 
-/// Branches, head commit and reviewer of a wake-up event; `Err` (with the
-/// reason) when the event is not one that can change an audit.
+/// A wake-up event whose action cannot change an audit: not ours, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("a `{name}` event with action `{action}`; ward wakes on `{wanted}`")]
+struct NoChange {
+    name: String,
+    action: String,
+    wanted: &'static str,
+}
+
+/// Branches, head commit and reviewer of a wake-up event; `Err` when the
+/// event is not one that can change an audit.
 type WakeFacts = (Vec<String>, Option<String>, Option<String>);
-fn wake_facts(r: &Reader<'_>) -> Result<WakeFacts, String> {
+fn wake_facts(r: &Reader<'_>) -> Result<WakeFacts, NoChange> {
     let action = r.str_at("/action").unwrap_or_default();
     let name = r.event;
     let wanted = if name == "pull_request_review" { "submitted" } else { "completed" };
     if name != "status" && action != wanted {
-        return Err(format!("a `{name}` event with action `{action}`; ward wakes on `{wanted}`"));
+        return Err(NoChange { name: name.to_string(), action, wanted });
     }
     let (branch, head) = match name {
         "pull_request_review" => ("/pull_request/head/ref", "/pull_request/head/sha"),

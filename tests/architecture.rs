@@ -352,3 +352,94 @@ fn stage_and_discharge_do_not_import_the_sweep() {
     }
     assert!(top["sweep"].contains("state") && top["stage"].contains("state"), "the edges are read: {top:#?}");
 }
+
+/// Each `Result<…, String>` in `text` (comments aside), as the line it
+/// starts on and the type as written: `Result<Vec<u8>, String>`, across
+/// lines too, and `std::result::Result` the same.
+fn string_errors(text: &str) -> Vec<(usize, String)> {
+    let code: String =
+        text.lines().map(|l| if l.trim_start().starts_with("//") { "" } else { l }).collect::<Vec<_>>().join("\n");
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut found = Vec::new();
+    for (start, _) in code.match_indices("Result<") {
+        if code[..start].ends_with(ident) {
+            continue;
+        }
+        // The generic arguments: to the `>` that closes `Result<`, split at
+        // the commas outside any inner `<>`, `()` or `[]` (`->` is no bracket).
+        let open = start + "Result<".len();
+        let (mut depth, mut cuts, mut end) = (1usize, vec![open], None);
+        let bytes = code.as_bytes();
+        for (i, c) in code[open..].char_indices().map(|(i, c)| (open + i, c)) {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' if bytes[i - 1] == b'-' => {}
+                '>' | ')' | ']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(i);
+                        break;
+                    }
+                }
+                ',' if depth == 1 => cuts.push(i + 1),
+                _ => {}
+            }
+        }
+        let Some(end) = end else { continue };
+        cuts.push(end + 1);
+        let mut args: Vec<String> =
+            cuts.windows(2).map(|w| code[w[0]..w[1] - 1].chars().filter(|c| !c.is_whitespace()).collect()).collect();
+        if args.last().is_some_and(String::is_empty) {
+            args.pop(); // a trailing comma
+        }
+        let error = args.last().map_or("", String::as_str);
+        if args.len() == 2 && (error == "String" || error == "std::string::String") {
+            let line = code[..start].matches('\n').count() + 1;
+            let written: String = code[start..=end].split_whitespace().collect::<Vec<_>>().join(" ");
+            found.push((line, written));
+        }
+    }
+    found
+}
+
+/// Errors at the boundaries are types (`thiserror` where callers tell
+/// cases apart, `anyhow` with context above them), never a bare `String`:
+/// the sentences people read are their `Display`.
+#[test]
+fn no_result_in_engine_carries_its_error_as_a_string() {
+    let mut offences = Vec::new();
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let rel = path.strip_prefix(engine()).unwrap().display().to_string();
+                out.extend(string_errors(&text).into_iter().map(|(line, t)| format!("engine/{rel}:{line}: {t}")));
+            }
+        }
+    }
+    walk(&engine(), &mut offences);
+    assert!(
+        offences.is_empty(),
+        "`Result<_, String>` in engine/ (give the error a type: a thiserror enum at the boundary, or anyhow with \
+         context):\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn the_string_error_scan_finds_them_where_they_hide() {
+    let text = "fn a() -> Result<Vec<(u8, String)>, String> {}\n\
+                // fn commented() -> Result<(), String>\n\
+                fn b() -> std::result::Result<\n    Option<String>,\n    String,\n> {}\n\
+                type Fact<T> = Result<T, String>;\n\
+                fn c(f: impl Fn() -> u8) -> Result<String, Error> {}\n\
+                fn d() -> anyhow::Result<String> {}\n\
+                fn e() -> io::Result<Box<dyn Fn(u8) -> String>> {}\n\
+                fn f() -> MyResult<(), String> {}\n";
+    let lines: Vec<usize> = string_errors(text).into_iter().map(|(l, _)| l).collect();
+    assert_eq!(lines, [1, 3, 7], "{:?}", string_errors(text));
+}

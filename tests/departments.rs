@@ -206,7 +206,11 @@ struct FakeReaper(std::sync::Mutex<Vec<chrono::DateTime<chrono::Utc>>>);
 
 #[async_trait::async_trait]
 impl sweep::Reaper for FakeReaper {
-    async fn reap(&self, _forge: &dyn Forge, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<String>, String> {
+    async fn reap(
+        &self,
+        _forge: &dyn Forge,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<String>, sweep::ReapError> {
         self.0.lock().unwrap().push(now);
         Ok(vec!["container `ward-7-x` (past its `ward.expires`)".into()])
     }
@@ -378,7 +382,8 @@ async fn lockdown_on_and_off_with_stages_refused_meanwhile() {
 async fn the_sweep_declares_a_lockdown_when_a_facility_fails() {
     // Docker.
     let w = Ward::new(config_with(|t| t));
-    let f = Facilities { docker_reachable: Some(Err("connection refused at /var/run/docker.sock".into())) };
+    let refused = ward::doctor::DockerUnreachable::Said("connection refused at /var/run/docker.sock".into());
+    let f = Facilities { docker_reachable: Some(Err(refused)) };
     let r = sweep::sweep(&*w.local, &w.config, w.now(), &f, None).await.unwrap();
     let SweepOutcome::Lockdown { issue, reason, declared_now: true } = r.outcome else { panic!("{r}") };
     assert!(reason.contains("Docker is not reachable"), "{reason}");

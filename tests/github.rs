@@ -749,7 +749,7 @@ async fn pull_requests_reviews_threads_commits_ci_and_merge() {
     let by_rest = ward::forge::pull_facts_by_parts(&forge, "ward/issue-1").await.unwrap().unwrap();
     assert_eq!(by_graphql.pull, by_rest.pull);
     assert_eq!(by_graphql.reviews, by_rest.reviews);
-    assert_eq!(by_graphql.unresolved_threads, Ok(3));
+    assert_eq!(by_graphql.unresolved_threads, 3);
     assert_eq!(by_graphql.commits, by_rest.commits);
     assert_eq!(by_graphql.ci, by_rest.ci);
     assert_eq!(by_graphql.can_push, [("bob".to_string(), true)].into_iter().collect(), "bob has write");

@@ -85,22 +85,75 @@ pub fn command(ward: &Path, relays: &[Relay], mounts: &Mounts, agent: &[String])
     args
 }
 
+/// Why this system does not let ward wall an agent ([`probe`]): the
+/// system's own reason, for a sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum Unwalled {
+    #[error("could not start {}: {source}", ward.display())]
+    Start { ward: PathBuf, source: std::io::Error },
+    /// What the wall said on its stderr.
+    #[error("{0}")]
+    Said(String),
+    #[error("`ward {SUBCOMMAND} --probe` ended with {0}")]
+    Ended(std::process::ExitStatus),
+}
+
 /// Whether this system lets ward wall an agent: `ward __wall --probe`
-/// makes the namespaces and brings their loopback up, then exits. `Err`
-/// is the system's own reason, for a sentence.
-pub async fn probe(ward: &Path) -> Result<(), String> {
+/// makes the namespaces and brings their loopback up, then exits.
+pub async fn probe(ward: &Path) -> Result<(), Unwalled> {
     let out = tokio::process::Command::new(ward)
         .args([SUBCOMMAND, "--probe"])
         .env_clear()
         .stdin(std::process::Stdio::null())
         .output()
         .await
-        .map_err(|e| format!("could not start {}: {e}", ward.display()))?;
+        .map_err(|source| Unwalled::Start { ward: ward.to_path_buf(), source })?;
     if out.status.success() {
         return Ok(());
     }
     let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    Err(if said.is_empty() { format!("`ward {SUBCOMMAND} --probe` ended with {}", out.status) } else { said })
+    Err(if said.is_empty() { Unwalled::Ended(out.status) } else { Unwalled::Said(said) })
+}
+
+/// What stops `ward __wall` before the agent starts: its arguments (which
+/// ward writes), or the system refusing a namespace, a mount or a socket.
+/// Printed on its stderr, the reason [`probe`] gives.
+#[derive(Debug, thiserror::Error)]
+enum WallError {
+    #[error("--relay needs PORT=SOCKET")]
+    Relay,
+    #[error("`{0}` is not a port")]
+    Port(String),
+    #[error("{0} needs a path")]
+    NoPath(String),
+    #[error("{flag} needs an absolute path, not {}", path.display())]
+    Relative { flag: String, path: PathBuf },
+    #[error("unknown argument {0:?}")]
+    Unknown(OsString),
+    #[error("no agent command after `--`")]
+    NoAgent,
+    #[error("{} holds a NUL", .0.display())]
+    Nul(PathBuf),
+    #[error(
+        "could not create the agent's user and network namespaces (unshare: {0}); this system does not let ward wall \
+         the agent"
+    )]
+    Namespaces(std::io::Error),
+    #[error(
+        "this kernel has no mount_setattr(2) (Linux 5.12 or later has it), so ward cannot make the rest of the system \
+         read-only for the agent"
+    )]
+    NoMountSetattr,
+    #[error("could not make the system read-only for the agent (mount_setattr: {0})")]
+    ReadOnlySystem(std::io::Error),
+    /// A step that failed, with the system's reason: "could not {what}: {source}".
+    #[error("could not {what}: {source}")]
+    Failed { what: String, source: std::io::Error },
+}
+
+/// "could not {what}: {the system's reason}".
+fn failed(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> WallError {
+    move |source| WallError::Failed { what: what.into(), source }
 }
 
 /// `ward __wall`: runs in a process of its own, with one thread (before
@@ -115,7 +168,7 @@ pub fn main(args: &[OsString]) -> i32 {
     }
 }
 
-fn jail(args: &[OsString]) -> Result<i32, String> {
+fn jail(args: &[OsString]) -> Result<i32, WallError> {
     let mut relays = Vec::new();
     let mut mounts = Mounts::default();
     let mut probe = false;
@@ -125,15 +178,15 @@ fn jail(args: &[OsString]) -> Result<i32, String> {
         match a.to_str() {
             Some("--probe") => probe = true,
             Some("--relay") => {
-                let v = it.next().and_then(|v| v.to_str()).ok_or("--relay needs PORT=SOCKET")?;
-                let (port, socket) = v.split_once('=').ok_or("--relay needs PORT=SOCKET")?;
-                let port: u16 = port.parse().map_err(|_| format!("`{port}` is not a port"))?;
+                let v = it.next().and_then(|v| v.to_str()).ok_or(WallError::Relay)?;
+                let (port, socket) = v.split_once('=').ok_or(WallError::Relay)?;
+                let port: u16 = port.parse().map_err(|_| WallError::Port(port.into()))?;
                 relays.push(Relay { port, socket: PathBuf::from(socket) });
             }
             Some(flag @ ("--hide" | "--write" | "--read-only")) => {
-                let path = PathBuf::from(it.next().ok_or_else(|| format!("{flag} needs a path"))?);
+                let path = PathBuf::from(it.next().ok_or_else(|| WallError::NoPath(flag.into()))?);
                 if !path.is_absolute() {
-                    return Err(format!("{flag} needs an absolute path, not {}", path.display()));
+                    return Err(WallError::Relative { flag: flag.into(), path });
                 }
                 match flag {
                     "--hide" => mounts.hide.push(path),
@@ -145,7 +198,7 @@ fn jail(args: &[OsString]) -> Result<i32, String> {
                 agent = it.cloned().collect();
                 break;
             }
-            _ => return Err(format!("unknown argument {a:?}")),
+            _ => return Err(WallError::Unknown(a.clone())),
         }
     }
     // This process holds nothing secret (its environment is the agent's),
@@ -158,14 +211,14 @@ fn jail(args: &[OsString]) -> Result<i32, String> {
     }
     for relay in relays {
         let listener = TcpListener::bind(("127.0.0.1", relay.port))
-            .map_err(|e| format!("could not listen on 127.0.0.1:{} inside the wall: {e}", relay.port))?;
+            .map_err(failed(format!("listen on 127.0.0.1:{} inside the wall", relay.port)))?;
         std::thread::spawn(move || serve(listener, relay.socket));
     }
     // Nothing of this process is the agent's to read or to drive: its
     // mounts (what hides the Docker socket) are changed only from here.
     // SAFETY: prctl(PR_SET_DUMPABLE) only changes this process's flag.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    let (program, rest) = agent.split_first().ok_or("no agent command after `--`")?;
+    let (program, rest) = agent.split_first().ok_or(WallError::NoAgent)?;
     let mut cmd = std::process::Command::new(program);
     cmd.args(rest);
     let inner = InnerMaps::new();
@@ -174,8 +227,8 @@ fn jail(args: &[OsString]) -> Result<i32, String> {
     unsafe {
         cmd.pre_exec(move || inner.enter());
     }
-    let mut child = cmd.spawn().map_err(|e| format!("could not start the agent {program:?}: {e}"))?;
-    let status = child.wait().map_err(|e| format!("could not wait for the agent: {e}"))?;
+    let mut child = cmd.spawn().map_err(failed(format!("start the agent {program:?}")))?;
+    let status = child.wait().map_err(failed("wait for the agent"))?;
     use std::os::unix::process::ExitStatusExt;
     if let Some(sig) = status.signal() {
         // SAFETY: signal(2) and raise(2) end this process as the agent ended.
@@ -245,25 +298,21 @@ unsafe fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()>
 /// New user, network and mount namespaces; the same uid and gid inside;
 /// the hidden paths covered; the system read-only but for the writable
 /// paths; the loopback up.
-fn enter_namespaces(mounts: &Mounts) -> Result<(), String> {
+fn enter_namespaces(mounts: &Mounts) -> Result<(), WallError> {
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     // SAFETY: unshare(2) with flags; this process has one thread.
     if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET | libc::CLONE_NEWNS) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(format!(
-            "could not create the agent's user and network namespaces (unshare: {e}); this system does not let \
-             ward wall the agent"
-        ));
+        return Err(WallError::Namespaces(std::io::Error::last_os_error()));
     }
     let write = |file: &str, text: String| {
-        std::fs::write(file, text).map_err(|e| format!("could not write {file} for the agent's namespace: {e}"))
+        std::fs::write(file, text).map_err(failed(format!("write {file} for the agent's namespace")))
     };
     write("/proc/self/setgroups", "deny".into())?;
     write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
     write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
     // Mounts made here stay here.
-    let root = CString::new("/").map_err(|e| e.to_string())?;
+    let root = c"/";
     // SAFETY: mount(2) with valid C strings and null pointers where allowed.
     if unsafe {
         libc::mount(
@@ -275,20 +324,16 @@ fn enter_namespaces(mounts: &Mounts) -> Result<(), String> {
         )
     } != 0
     {
-        return Err(format!("could not make the agent's mounts private: {}", std::io::Error::last_os_error()));
+        return Err(failed("make the agent's mounts private")(std::io::Error::last_os_error()));
     }
-    let null = CString::new("/dev/null").map_err(|e| e.to_string())?;
+    let null = c"/dev/null";
     for path in mounts.hide.iter().filter(|p| p.symlink_metadata().is_ok()) {
-        let target = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+        let target = c_path(path)?;
         // SAFETY: as above.
         if unsafe { libc::mount(null.as_ptr(), target.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null()) }
             != 0
         {
-            return Err(format!(
-                "could not hide {} from the agent: {}",
-                path.display(),
-                std::io::Error::last_os_error()
-            ));
+            return Err(failed(format!("hide {} from the agent", path.display()))(std::io::Error::last_os_error()));
         }
     }
     read_only_system(mounts)?;
@@ -306,14 +351,14 @@ struct MountAttr {
 
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 
-fn c_path(path: &Path) -> Result<CString, String> {
-    CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| format!("{} holds a NUL", path.display()))
+fn c_path(path: &Path) -> Result<CString, WallError> {
+    CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| WallError::Nul(path.to_path_buf()))
 }
 
 /// Sets (`rdonly`) or clears the read-only flag of the mount at `path`, and
 /// of the mounts under it when `recursive`.
 fn set_read_only(path: &Path, rdonly: bool, recursive: bool) -> std::io::Result<()> {
-    let target = c_path(path).map_err(std::io::Error::other)?;
+    let target = c_path(path).map_err(|e| std::io::Error::other(e.to_string()))?;
     let attr = MountAttr {
         attr_set: if rdonly { MOUNT_ATTR_RDONLY } else { 0 },
         attr_clr: if rdonly { 0 } else { MOUNT_ATTR_RDONLY },
@@ -340,38 +385,36 @@ fn set_read_only(path: &Path, rdonly: bool, recursive: bool) -> std::io::Result<
 
 /// Binds `path` onto itself (with what is mounted under it), so that its
 /// flags can be changed apart from the mount it lies on.
-fn bind_onto_itself(path: &Path) -> Result<(), String> {
+fn bind_onto_itself(path: &Path) -> Result<(), WallError> {
     let target = c_path(path)?;
     // SAFETY: mount(2) with valid C strings and null pointers where allowed.
     let rc = unsafe {
         libc::mount(target.as_ptr(), target.as_ptr(), std::ptr::null(), libc::MS_BIND | libc::MS_REC, std::ptr::null())
     };
     if rc != 0 {
-        return Err(format!("could not bind {} for the agent: {}", path.display(), std::io::Error::last_os_error()));
+        return Err(failed(format!("bind {} for the agent", path.display()))(std::io::Error::last_os_error()));
     }
     Ok(())
 }
 
 /// Makes `path` writable again: its mount, and the mounts under it where
 /// they may be (a mount made read-only outside this namespace stays so).
-fn make_writable(path: &Path) -> Result<(), String> {
+fn make_writable(path: &Path) -> Result<(), WallError> {
     set_read_only(path, false, true)
         .or_else(|e| if e.raw_os_error() == Some(libc::EPERM) { set_read_only(path, false, false) } else { Err(e) })
-        .map_err(|e| format!("could not make {} writable for the agent: {e}", path.display()))
+        .map_err(failed(format!("make {} writable for the agent", path.display())))
 }
 
 /// Every mount read-only, then the agent's own paths writable again:
 /// `/proc` (its namespace's maps are written there), a fresh `/dev/shm`,
 /// each `--write` path bound onto itself (a parent before what lies under
 /// it, which it then holds), then each `--read-only` path bound read-only.
-fn read_only_system(mounts: &Mounts) -> Result<(), String> {
+fn read_only_system(mounts: &Mounts) -> Result<(), WallError> {
     if let Err(e) = set_read_only(Path::new("/"), true, true) {
         return Err(if e.raw_os_error() == Some(libc::ENOSYS) {
-            "this kernel has no mount_setattr(2) (Linux 5.12 or later has it), so ward cannot make the rest of the \
-             system read-only for the agent"
-                .to_string()
+            WallError::NoMountSetattr
         } else {
-            format!("could not make the system read-only for the agent (mount_setattr: {e})")
+            WallError::ReadOnlySystem(e)
         });
     }
     make_writable(Path::new("/proc"))?;
@@ -389,7 +432,7 @@ fn read_only_system(mounts: &Mounts) -> Result<(), String> {
             )
         };
         if rc != 0 {
-            return Err(format!("could not give the agent a /dev/shm of its own: {}", std::io::Error::last_os_error()));
+            return Err(failed("give the agent a /dev/shm of its own")(std::io::Error::last_os_error()));
         }
     }
     let mut write: Vec<&PathBuf> = mounts.write.iter().filter(|p| p.symlink_metadata().is_ok()).collect();
@@ -406,14 +449,12 @@ fn read_only_system(mounts: &Mounts) -> Result<(), String> {
     }
     for path in mounts.read_only.iter().filter(|p| p.symlink_metadata().is_ok()) {
         bind_onto_itself(path)?;
-        set_read_only(path, true, true)
-            .map_err(|e| format!("could not make {} read-only for the agent: {e}", path.display()))?;
+        set_read_only(path, true, true).map_err(failed(format!("make {} read-only for the agent", path.display())))?;
     }
     // The working folder was entered before the binds: entered again, it
     // is the writable one bound over it.
     if let Ok(here) = std::env::current_dir() {
-        std::env::set_current_dir(&here)
-            .map_err(|e| format!("could not enter {} again inside the wall: {e}", here.display()))?;
+        std::env::set_current_dir(&here).map_err(failed(format!("enter {} again inside the wall", here.display())))?;
     }
     Ok(())
 }
@@ -458,12 +499,12 @@ pub fn git_paths(worktree: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
 }
 
 /// `ip link set lo up`, with ioctl(2): SIOCGIFFLAGS then SIOCSIFFLAGS.
-fn loopback_up() -> Result<(), String> {
+fn loopback_up() -> Result<(), WallError> {
     // SAFETY: socket(2), ioctl(2) on a 40-byte ifreq (name, then flags), close(2).
     unsafe {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
         if fd < 0 {
-            return Err(format!("could not open a socket inside the wall: {}", std::io::Error::last_os_error()));
+            return Err(failed("open a socket inside the wall")(std::io::Error::last_os_error()));
         }
         let mut req = [0u8; 40];
         req[..2].copy_from_slice(b"lo");
@@ -474,7 +515,7 @@ fn loopback_up() -> Result<(), String> {
         let err = std::io::Error::last_os_error();
         libc::close(fd);
         if rc != 0 {
-            return Err(format!("could not bring the loopback up inside the wall: {err}"));
+            return Err(failed("bring the loopback up inside the wall")(err));
         }
     }
     Ok(())

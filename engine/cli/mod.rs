@@ -875,7 +875,7 @@ async fn command_from_event(cli: &Cli, event: &Path) -> anyhow::Result<ExitCode>
             event.display()
         ))
     })?;
-    let comment = match crate::command::read_comment_event(&text, event).map_err(BadInput)? {
+    let comment = match crate::command::read_comment_event(&text, event).map_err(|e| BadInput(e.to_string()))? {
         Some(c) if crate::command::parse(&c.body).is_some() => c,
         _ => {
             println!("nothing to do: not a created comment with a `/ward` line");

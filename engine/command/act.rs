@@ -64,29 +64,56 @@ pub async fn act(h: &Hospital, event: &CommentEvent) -> anyhow::Result<Acted> {
         return Ok(Acted::NotAllowed { who: event.author.clone(), have, need });
     }
     let issue = forge.issue(number).await.with_context(|| format!("could not read issue {number}"))?;
-    let acted = match (&parsed, issue.state) {
-        (_, IssueState::Closed) => Acted::Declined(format!("{number} is closed: it is no patient any more.")),
-        (Err(answer), _) => Acted::Declined(answer.clone()),
+    let declined = match (&parsed, issue.state) {
+        (_, IssueState::Closed) => format!("{number} is closed: it is no patient any more."),
+        (Err(answer), _) => answer.to_string(),
         (Ok(command), _) => match crate::lockdown::active_lockdown(forge).await? {
-            Some(lockdown) => Acted::Declined(format!(
-                "`{}` changed nothing: {lockdown}. Nothing moves until a maintainer lifts it.",
-                command.name()
-            )),
+            Some(lockdown) => {
+                format!("`{}` changed nothing: {lockdown}. Nothing moves until a maintainer lifts it.", command.name())
+            }
             None if *command == Command::Approve => return approve(h, event, &issue).await,
             None => return carry_out(h, event, &issue, command, have).await,
         },
     };
     // Declined before anything moved: answered on the patient's comment
     // when the issue is a patient.
-    let answer = match &acted {
-        Acted::Declined(a) => a.clone(),
-        _ => unreachable!("only declines reach here"),
-    };
     react(h, event, Reaction::Refused).await?;
     if issue.state == IssueState::Open && h.config.ward_label(&issue.labels).is_some() {
-        answer_on_patient(h, &issue, &event.author, &answer).await?;
+        answer_on_patient(h, &issue, &event.author, &declined).await?;
     }
-    Ok(acted)
+    Ok(Acted::Declined(declined))
+}
+
+/// The answer to a command ward understood and weighed: done (`+1`) or
+/// declined (`confused`), in the words the person reads.
+#[derive(Debug)]
+enum Answer {
+    Done(String),
+    Declined(String),
+}
+
+impl Answer {
+    fn reaction(&self) -> Reaction {
+        match self {
+            Answer::Done(_) => Reaction::Done,
+            Answer::Declined(_) => Reaction::Refused,
+        }
+    }
+
+    fn text(&self) -> &str {
+        match self {
+            Answer::Done(text) | Answer::Declined(text) => text,
+        }
+    }
+}
+
+impl From<Answer> for Acted {
+    fn from(answer: Answer) -> Self {
+        match answer {
+            Answer::Done(text) => Acted::Done(text),
+            Answer::Declined(text) => Acted::Declined(text),
+        }
+    }
 }
 
 /// Retry, hold, resume, chief: one transfer decided on the chart as it
@@ -105,40 +132,35 @@ async fn carry_out(
         transfer_with(&*h.forge, &h.config, issue, Seen::NotRead, |notes| decide(&h.config, &said, notes))
             .await
             .with_context(|| format!("could not carry out `{}` on {}", command.name(), issue.number))?;
-    let acted = match decided {
+    let answer = match decided {
         Ok(Done { answer, dispatch }) => {
             if let Some(label) = dispatch {
                 h.forge.dispatch_stage(issue.number, &label).await.with_context(|| {
                     format!("`{}` on {}: could not start the stage of `{label}`", command.name(), issue.number)
                 })?;
             }
-            Acted::Done(answer)
+            Answer::Done(answer)
         }
-        Err(answer) => Acted::Declined(answer),
+        Err(Declined(answer)) => Answer::Declined(answer),
     };
-    info!(issue = issue.number.0, command = command.name(), ?acted, "command");
-    let (text, reaction) = match &acted {
-        Acted::Done(a) => (a, Reaction::Done),
-        Acted::Declined(a) => (a, Reaction::Refused),
-        _ => unreachable!("decide answers done or declined"),
-    };
-    react(h, event, reaction).await?;
+    info!(issue = issue.number.0, command = command.name(), ?answer, "command");
+    react(h, event, answer.reaction()).await?;
     let notes = match &moved.chart {
         Some(stored) => h.sentinels.parse_chart(&stored.text).unwrap_or_default(),
         None => Vec::new(),
     };
-    let answer = format!("**Last command:** `{}` by `{}`: {text}", command.name(), event.author);
+    let last = format!("**Last command:** `{}` by `{}`: {}", command.name(), event.author, answer.text());
     let update = Update {
         number: issue.number,
         place: moved.at.as_deref(),
         notes: &notes,
         seen: Seen::Read(moved.chart.clone()),
         meta,
-        answer: Some(&answer),
+        answer: Some(&last),
         known: None,
     };
     patient_comment::update(&*h.forge, &h.config, update).await;
-    Ok(acted)
+    Ok(answer.into())
 }
 
 /// `/ward approve`: the approval path of the approved label (the guard's
@@ -147,30 +169,30 @@ async fn carry_out(
 async fn approve(h: &Hospital, event: &CommentEvent, issue: &Issue) -> anyhow::Result<Acted> {
     let req = StageRequest { approver: Some(event.author.clone()), ..StageRequest::new(issue.number) };
     let result = run_stage(h, &req).await?;
-    let acted = match &result {
-        StageResult::Moved(t) if t.to == h.config.discharge.discharged_label => Acted::Done(
+    let answer = match &result {
+        StageResult::Moved(t) if t.to == h.config.discharge.discharged_label => Answer::Done(
             "approved: the audit passed again, the pull request is merged and the patient discharged.".into(),
         ),
-        StageResult::Moved(t) => {
-            Acted::Done(format!("approved, but the audit taken again failed: back to `{}` (the chart says why).", t.to))
-        }
-        StageResult::Refused { reason, .. } => Acted::Declined(format!("not approved: {reason}")),
+        StageResult::Moved(t) => Answer::Done(format!(
+            "approved, but the audit taken again failed: back to `{}` (the chart says why).",
+            t.to
+        )),
+        StageResult::Refused { reason, .. } => Answer::Declined(format!("not approved: {reason}")),
         StageResult::NoOp { reason, .. } | StageResult::Deferred { reason, .. } => {
-            Acted::Declined(format!("nothing to approve: {reason}"))
+            Answer::Declined(format!("nothing to approve: {reason}"))
         }
-        StageResult::SlotTaken { .. } => Acted::Declined("nothing to approve: the run only took an agent slot".into()),
-        StageResult::Invalid { reason, .. } => Acted::Declined(format!("not approved: {reason}")),
+        StageResult::SlotTaken { .. } => Answer::Declined("nothing to approve: the run only took an agent slot".into()),
+        StageResult::Invalid { reason, .. } => Answer::Declined(format!("not approved: {reason}")),
     };
-    let (text, reaction) = match &acted {
-        Acted::Done(a) => (a.clone(), Reaction::Done),
-        Acted::Declined(a) => (a.clone(), Reaction::Refused),
-        _ => unreachable!("approval answers done or declined"),
-    };
-    react(h, event, reaction).await?;
+    react(h, event, answer.reaction()).await?;
     let issue = h.forge.issue(issue.number).await?;
-    answer_on_patient(h, &issue, &event.author, &format!("`/ward approve`: {text}")).await?;
-    Ok(acted)
+    answer_on_patient(h, &issue, &event.author, &format!("`/ward approve`: {}", answer.text())).await?;
+    Ok(answer.into())
 }
+
+/// Why a command did nothing: the answer the person reads.
+#[derive(Debug, PartialEq, Eq)]
+struct Declined(String);
 
 /// What a command decided, when it did something.
 #[derive(Debug)]
@@ -192,12 +214,12 @@ struct Said<'a> {
 
 /// The decision of a command on the chart as it stands (pure): the COMMAND
 /// note and the move, or the answer why nothing moves.
-fn decide(config: &Config, s: &Said<'_>, notes: &[Note]) -> Decision<Result<Done, String>> {
+fn decide(config: &Config, s: &Said<'_>, notes: &[Note]) -> Decision<Result<Done, Declined>> {
     let hold = &config.commands.hold_label;
     let held = held_at(notes.iter());
     let pending = &config.discharge.pending_label;
     let wakes = |label: &str| label == pending || label == config.merge_queue_label();
-    let no = |answer: String| Decision { notes: Vec::new(), to: Move::Stay, value: Err(answer) };
+    let no = |answer: String| Decision { notes: Vec::new(), to: Move::Stay, value: Err(Declined(answer)) };
     let Some(place) = s.place else {
         return no(format!(
             "the issue carries no ward label: it is no patient (apply `{}` to admit it).",
@@ -335,16 +357,16 @@ mod tests {
         assert!(d.notes[0].body.ends_with("Hold: ward:treat"), "{}", d.notes[0].body);
         let chart = d.notes;
         let retry = decide(&c, &said(&Command::Retry, Some("ward:hold")), &chart);
-        assert!(retry.value.unwrap_err().contains("`/ward resume` first"));
+        assert!(retry.value.unwrap_err().0.contains("`/ward resume` first"));
         let again = decide(&c, &said(&Command::Hold, Some("ward:hold")), &chart);
-        assert!(again.value.unwrap_err().contains("already held"));
+        assert!(again.value.unwrap_err().0.contains("already held"));
         let resume = decide(&c, &said(&Command::Resume, Some("ward:hold")), &chart);
         assert_eq!(resume.to, Move::To("ward:treat".into()));
         let mut chart = chart;
         chart.extend(resume.notes);
         assert_eq!(held_at(chart.iter()), None);
         assert!(
-            decide(&c, &said(&Command::Resume, Some("ward:treat")), &chart).value.unwrap_err().contains("not held")
+            decide(&c, &said(&Command::Resume, Some("ward:treat")), &chart).value.unwrap_err().0.contains("not held")
         );
     }
 
@@ -376,9 +398,9 @@ mod tests {
         let d = decide(&c, &said(&Command::Retry, Some(&queue)), &[]);
         assert_eq!((d.to, d.value.unwrap().dispatch), (Move::Stay, Some(queue)));
         let d = decide(&c, &said(&Command::Retry, Some("ward:chief")), &[]);
-        assert!(d.notes.is_empty() && d.value.unwrap_err().contains("rests at `ward:chief`"));
+        assert!(d.notes.is_empty() && d.value.unwrap_err().0.contains("rests at `ward:chief`"));
         let d = decide(&c, &said(&Command::Retry, None), &[]);
-        assert!(d.value.unwrap_err().contains("no patient"));
+        assert!(d.value.unwrap_err().0.contains("no patient"));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 pub mod act;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -46,10 +46,27 @@ impl Command {
 /// The longest reason `/ward chief` keeps, in bytes.
 pub const MAX_REASON_BYTES: usize = 500;
 
+/// The commands ward knows, as an answer lists them.
+const KNOWN: &str = "`/ward retry`, `/ward hold`, `/ward resume`, `/ward chief <reason>`, `/ward approve`";
+
+/// A `/ward` line that is no command ward knows: the answer the person
+/// reads (it never echoes what they wrote).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotACommand {
+    #[error("`{0}` takes nothing after it")]
+    TakesNothing(&'static str),
+    #[error("`/ward chief` needs a reason: `/ward chief <why a person must look>`")]
+    NoReason,
+    #[error("`/ward` alone asks nothing; ward knows {KNOWN}")]
+    Alone,
+    #[error("ward knows no such command; it knows {KNOWN}")]
+    Unknown,
+}
+
 /// The command in a comment's body: `None` when no line starts with
 /// `/ward` (the comment is not for ward), `Some(Err(answer))` when the
 /// first such line is not a command ward knows.
-pub fn parse(body: &str) -> Option<Result<Command, String>> {
+pub fn parse(body: &str) -> Option<Result<Command, NotACommand>> {
     let line = body.lines().map(str::trim).find(|l| {
         l.strip_prefix("/ward").is_some_and(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace))
     })?;
@@ -58,21 +75,16 @@ pub fn parse(body: &str) -> Option<Result<Command, String>> {
         Some((w, a)) => (w, a.trim()),
         None => (rest, ""),
     };
-    let known = "`/ward retry`, `/ward hold`, `/ward resume`, `/ward chief <reason>`, `/ward approve`";
-    let bare = |c: Command| {
-        if args.is_empty() { Ok(c) } else { Err(format!("`{}` takes nothing after it", c.name())) }
-    };
+    let bare = |c: Command| if args.is_empty() { Ok(c) } else { Err(NotACommand::TakesNothing(c.name())) };
     Some(match word.to_ascii_lowercase().as_str() {
         "retry" => bare(Command::Retry),
         "hold" => bare(Command::Hold),
         "resume" => bare(Command::Resume),
         "approve" => bare(Command::Approve),
-        "chief" if args.is_empty() => {
-            Err("`/ward chief` needs a reason: `/ward chief <why a person must look>`".into())
-        }
+        "chief" if args.is_empty() => Err(NotACommand::NoReason),
         "chief" => Ok(Command::Chief(untrusted::cut(args, MAX_REASON_BYTES, "the reason was longer"))),
-        "" => Err(format!("`/ward` alone asks nothing; ward knows {known}")),
-        _ => Err(format!("ward knows no such command; it knows {known}")),
+        "" => Err(NotACommand::Alone),
+        _ => Err(NotACommand::Unknown),
     })
 }
 
@@ -103,12 +115,21 @@ impl CommentEvent {
     }
 }
 
+/// An `issue_comment` event file ward cannot read a command from (bad input).
+#[derive(Debug, thiserror::Error)]
+pub enum CommentEventError {
+    #[error("the event file {} is not JSON: {source}", path.display())]
+    NotJson { path: PathBuf, source: serde_json::Error },
+    #[error("the `issue_comment` event in {} has no usable `{field}`", path.display())]
+    Missing { path: PathBuf, field: &'static str },
+}
+
 /// Reads an `issue_comment` event payload. `Ok(None)`: not a created
 /// comment (an edit or a deletion never runs a command again).
-pub fn read_comment_event(text: &str, path: &Path) -> Result<Option<CommentEvent>, String> {
+pub fn read_comment_event(text: &str, path: &Path) -> Result<Option<CommentEvent>, CommentEventError> {
     let p: Value =
-        serde_json::from_str(text).map_err(|e| format!("the event file {} is not JSON: {e}", path.display()))?;
-    let missing = |field: &str| format!("the `issue_comment` event in {} has no usable `{field}`", path.display());
+        serde_json::from_str(text).map_err(|source| CommentEventError::NotJson { path: path.to_path_buf(), source })?;
+    let missing = |field: &'static str| CommentEventError::Missing { path: path.to_path_buf(), field };
     if p.pointer("/action").and_then(Value::as_str) != Some("created") {
         return Ok(None);
     }
@@ -146,7 +167,7 @@ mod tests {
             parse("/ward chief the plan touches billing"),
             Some(Ok(Command::Chief("the plan touches billing".into())))
         );
-        assert!(parse("/ward chief").unwrap().unwrap_err().contains("needs a reason"));
+        assert!(parse("/ward chief").unwrap().unwrap_err().to_string().contains("needs a reason"));
         let long = format!("/ward chief {}", "x".repeat(2000));
         let Some(Ok(Command::Chief(reason))) = parse(&long) else { panic!() };
         assert!(reason.len() < MAX_REASON_BYTES + 100, "{}", reason.len());
@@ -154,11 +175,12 @@ mod tests {
 
     #[test]
     fn unknown_words_and_extra_arguments_are_answered_without_echoing_them() {
-        let unknown = parse("/ward <img src=x onerror=alert(1)> @everyone").unwrap().unwrap_err();
+        let unknown = parse("/ward <img src=x onerror=alert(1)> @everyone").unwrap().unwrap_err().to_string();
         assert!(unknown.starts_with("ward knows no such command"), "{unknown}");
         assert!(!unknown.contains("img") && !unknown.contains("@everyone"), "{unknown}");
-        assert!(parse("/ward retry now please").unwrap().unwrap_err().contains("`/ward retry` takes nothing"));
-        assert!(parse("/ward").unwrap().unwrap_err().contains("alone asks nothing"));
+        let extra = parse("/ward retry now please").unwrap().unwrap_err().to_string();
+        assert!(extra.contains("`/ward retry` takes nothing"), "{extra}");
+        assert!(parse("/ward").unwrap().unwrap_err().to_string().contains("alone asks nothing"));
     }
 
     #[test]
@@ -168,10 +190,11 @@ mod tests {
         assert_eq!((e.issue, e.author.as_str(), e.on_pull_request), (IssueNumber(1), "Codertocat", false));
         assert!(!e.association.is_empty());
         let edited = fixture.replacen("\"action\": \"created\"", "\"action\": \"edited\"", 1);
-        assert_eq!(read_comment_event(&edited, Path::new("e.json")), Ok(None));
+        assert_eq!(read_comment_event(&edited, Path::new("e.json")).unwrap(), None);
         let mut broken: Value = serde_json::from_str(fixture).unwrap();
         broken["comment"]["user"] = Value::Null;
         let broken = broken.to_string();
-        assert!(read_comment_event(&broken, Path::new("e.json")).unwrap_err().contains("comment.user.login"));
+        let err = read_comment_event(&broken, Path::new("e.json")).unwrap_err().to_string();
+        assert!(err.contains("comment.user.login"), "{err}");
     }
 }

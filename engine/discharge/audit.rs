@@ -44,34 +44,30 @@ pub async fn gather(forge: &dyn Forge, branch: &str, config: &Config) -> Result<
         return Ok(no_pull(engine_account, format!("no open pull request has head branch `{branch}`")));
     };
     let PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push, merge_queue } = read;
-    let permissions = match &reviews {
-        Ok(list) => {
-            let logins = discharge_audit::reviewers_to_check(&pull, &engine_account, list);
-            Ok(permissions(forge, &logins, &can_push, needed).await?)
-        }
-        Err(e) => Err(e.clone()),
-    };
+    let logins = discharge_audit::reviewers_to_check(&pull, &engine_account, &reviews);
+    let permissions = permissions(forge, &logins, &can_push, needed).await?;
     // The files cost a listing of their own (a call per 100 on GitHub),
     // made only for the migration check that reads them.
     let files = match &config.discharge.migrations {
         Some(_) => Ok(forge.pull_request_files(pull.number).await?),
-        None => Err("not read: `discharge.migrations` is not set".to_string()),
+        None => Err("not read: `discharge.migrations` is not set".into()),
     };
     Ok(AuditFacts {
         files,
         engine_account,
+        ci: ci.ok_or_else(|| discharge_audit::no_head(pull.number)),
         pull: Ok(pull),
-        reviews,
-        unresolved_threads,
-        commits,
-        ci,
-        permissions,
+        reviews: Ok(reviews),
+        unresolved_threads: Ok(unresolved_threads),
+        commits: Ok(commits),
+        permissions: Ok(permissions),
         merge_queue,
     })
 }
 
 /// The facts when the forge says the branch has no pull request: each says why.
 fn no_pull(engine_account: crate::forge::EngineAccount, why: String) -> AuditFacts {
+    let why = discharge_audit::Unread(why);
     AuditFacts {
         engine_account,
         merge_queue: None,

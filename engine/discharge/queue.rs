@@ -197,10 +197,10 @@ impl Verdict {
     }
 
     /// The bounds of what the check half writes.
-    fn check(&self) -> Result<(), String> {
-        let commit = |what: &str, id: &str| {
+    fn check(&self) -> Result<(), OutOfBounds> {
+        let commit = |what: &'static str, id: &str| {
             let hex = id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
-            if hex && (id.len() == 40 || id.len() == 64) { Ok(()) } else { Err(format!("{what} is not a commit id")) }
+            if hex && (id.len() == 40 || id.len() == 64) { Ok(()) } else { Err(OutOfBounds::NotACommit(what)) }
         };
         commit("the entry's head", &self.entry.head)?;
         let run_ok = self
@@ -208,13 +208,13 @@ impl Verdict {
             .strip_prefix("merge-queue-")
             .is_some_and(|t| !t.is_empty() && t.len() <= 32 && t.bytes().all(|b| b.is_ascii_alphanumeric()));
         if !run_ok {
-            return Err("its run id is not `merge-queue-<time>`".into());
+            return Err(OutOfBounds::RunId);
         }
         if self.combined_with.len() > crate::state::MergeQueue::KEEP {
-            return Err("it names more combined patients than the queue keeps".into());
+            return Err(OutOfBounds::Combined);
         }
-        let bounded = |what: &str, text: &str, max: usize| {
-            if text.len() <= max { Ok(()) } else { Err(format!("{what} is longer than {max} bytes")) }
+        let bounded = |what: &'static str, text: &str, max: usize| {
+            if text.len() <= max { Ok(()) } else { Err(OutOfBounds::TooLong { what, max }) }
         };
         match &self.found {
             Found::Stale { why } => bounded("the reason", why, 1000),
@@ -223,12 +223,27 @@ impl Verdict {
             Found::Conflict { base, files, hunks } => {
                 commit("the base", base)?;
                 if files.len() > 200 || files.iter().any(|f| f.len() > 1000) {
-                    return Err("its conflicting files are more than 200, or a name is longer than 1000 bytes".into());
+                    return Err(OutOfBounds::Files);
                 }
                 bounded("the hunks", hunks, 64 * 1024)
             }
         }
     }
+}
+
+/// A bound a sealed verdict breaks: why it is refused.
+#[derive(Debug, thiserror::Error)]
+enum OutOfBounds {
+    #[error("{0} is not a commit id")]
+    NotACommit(&'static str),
+    #[error("its run id is not `merge-queue-<time>`")]
+    RunId,
+    #[error("it names more combined patients than the queue keeps")]
+    Combined,
+    #[error("{what} is longer than {max} bytes")]
+    TooLong { what: &'static str, max: usize },
+    #[error("its conflicting files are more than 200, or a name is longer than 1000 bytes")]
+    Files,
 }
 
 /// Where the check finds the base and the patient's branch.
@@ -349,9 +364,6 @@ pub async fn record_verdict(
             true,
         ),
         None => (back_to_discharge(forge, config, &issue, &entry, meta("merge-queue")).await?, true),
-        Some(_) if matches!(found, Found::Stale { .. }) => {
-            (format!("{} is checked again: the check found it had moved, and it has not", entry.issue), false)
-        }
         Some(pull) => {
             let facts = Combination { entry: &entry, pull: &pull, with: &combined_with, run: &run };
             record(forge, config, &issue, facts, found, now).await?
@@ -609,8 +621,9 @@ struct Combination<'a> {
     run: &'a str,
 }
 
-/// Merges and discharges a patient whose check passed, or sends it back.
-/// (the line, whether the entry leaves the queue).
+/// Merges and discharges a patient whose check passed, or sends it back;
+/// one the check found moved, and which has not, is checked again. (the
+/// line, whether the entry leaves the queue).
 async fn record(
     forge: &dyn Forge,
     config: &Config,
@@ -627,7 +640,10 @@ async fn record(
         l => l.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
     };
     let line = match found {
-        Found::Stale { .. } => unreachable!("a stale verdict is not recorded"),
+        Found::Stale { .. } => {
+            let line = format!("{} is checked again: the check found it had moved, and it has not", entry.issue);
+            return Ok((line, false));
+        }
         Found::Passed { base, tested } => {
             let now_base = forge.branch_tip(&pull.base_branch).await?;
             if now_base.as_deref() != Some(base.as_str()) {

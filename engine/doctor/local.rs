@@ -131,16 +131,28 @@ fn agent(config: &Config, root: &Path, path: &str) -> Check {
     Check::ok("agent", found)
 }
 
+/// Why `cli --version` printed no version, said after the command.
+#[derive(Debug, thiserror::Error)]
+enum NoVersion {
+    #[error("could not run: {0}")]
+    Run(std::io::Error),
+    #[error("did not answer within 10 s")]
+    Silent,
+    /// It ended with `status`, and the first line of its stderr.
+    #[error("failed ({status}): {said}")]
+    Failed { status: std::process::ExitStatus, said: String },
+}
+
 /// What `cli --version` prints (its first line), within ten seconds.
-fn version(cli: &Path, path: &str) -> Result<String, String> {
+fn version(cli: &Path, path: &str) -> Result<String, NoVersion> {
     let home = std::env::temp_dir().join(format!("ward-doctor-home-{}", std::process::id()));
-    std::fs::create_dir_all(&home).map_err(|e| format!("could not run: {e}"))?;
+    std::fs::create_dir_all(&home).map_err(NoVersion::Run)?;
     let result = run_version(cli, path, &home);
     let _ = std::fs::remove_dir_all(&home);
     result
 }
 
-fn run_version(cli: &Path, path: &str, home: &Path) -> Result<String, String> {
+fn run_version(cli: &Path, path: &str, home: &Path) -> Result<String, NoVersion> {
     let mut child = std::process::Command::new(cli)
         .arg("--version")
         .env_clear()
@@ -151,7 +163,7 @@ fn run_version(cli: &Path, path: &str, home: &Path) -> Result<String, String> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("could not run: {e}"))?;
+        .map_err(NoVersion::Run)?;
     let started = std::time::Instant::now();
     loop {
         match child.try_wait() {
@@ -162,20 +174,19 @@ fn run_version(cli: &Path, path: &str, home: &Path) -> Result<String, String> {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err("did not answer within 10 s".into());
+                return Err(NoVersion::Silent);
             }
         }
     }
-    let out = child.wait_with_output().map_err(|e| format!("could not run: {e}"))?;
+    let out = child.wait_with_output().map_err(NoVersion::Run)?;
     let text = String::from_utf8_lossy(&out.stdout);
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
     match (out.status.success(), first.is_empty()) {
         (true, false) => Ok(crate::untrusted::excerpt(&first)),
-        _ => Err(format!(
-            "failed ({}): {}",
-            out.status,
-            crate::untrusted::excerpt(String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or(""))
-        )),
+        _ => Err(NoVersion::Failed {
+            status: out.status,
+            said: crate::untrusted::excerpt(String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("")),
+        }),
     }
 }
 

@@ -96,13 +96,24 @@ impl fmt::Display for Report {
     }
 }
 
+/// Why the Docker daemon does not answer [`probe_docker`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DockerUnreachable {
+    /// What the Docker client said, connecting or pinging.
+    #[error("{0}")]
+    Said(String),
+    #[error("no answer within 10s")]
+    Silent,
+}
+
 /// Pings the Docker daemon (the local socket or `DOCKER_HOST`); the
 /// sweep's facility check uses it too.
-pub async fn probe_docker() -> Result<(), String> {
-    let docker = bollard::Docker::connect_with_local_defaults().map_err(|e| e.to_string())?;
+pub async fn probe_docker() -> Result<(), DockerUnreachable> {
+    let said = |e: bollard::errors::Error| DockerUnreachable::Said(e.to_string());
+    let docker = bollard::Docker::connect_with_local_defaults().map_err(said)?;
     match tokio::time::timeout(std::time::Duration::from_secs(10), docker.ping()).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("no answer within 10s".into()),
+        Ok(Err(e)) => Err(said(e)),
+        Err(_) => Err(DockerUnreachable::Silent),
     }
 }

@@ -17,8 +17,13 @@ pub use crate::install::shipped;
 
 const ACTION_RUN: &str = include_str!("../../action/run.sh");
 
-fn parse(text: &str) -> Result<Value, String> {
-    serde_yaml::from_str(text).map_err(|e| format!("is not YAML ({e})"))
+/// A workflow file that is not YAML, said after its path: "`PATH` is not YAML (...)".
+#[derive(Debug, thiserror::Error)]
+#[error("is not YAML ({0})")]
+pub struct NotYaml(serde_yaml::Error);
+
+fn parse(text: &str) -> Result<Value, NotYaml> {
+    serde_yaml::from_str(text).map_err(NotYaml)
 }
 
 fn key<'a>(v: &'a Value, k: &str) -> Option<&'a Value> {
@@ -42,12 +47,12 @@ fn triggers(workflow: &Value) -> BTreeMap<String, Value> {
 }
 
 /// Whether a workflow can be started by `workflow_dispatch`.
-pub fn dispatchable(text: &str) -> Result<bool, String> {
+pub fn dispatchable(text: &str) -> Result<bool, NotYaml> {
     Ok(triggers(&parse(text)?).contains_key("workflow_dispatch"))
 }
 
 /// What the installed workflow lacks of the shipped one, one sentence each.
-pub fn differences(shipped: &str, installed: &str) -> Result<Vec<String>, String> {
+pub fn differences(shipped: &str, installed: &str) -> Result<Vec<String>, NotYaml> {
     let (want, have) = (parse(shipped)?, parse(installed)?);
     let mut out = Vec::new();
     let have_on = triggers(&have);
@@ -97,7 +102,7 @@ pub fn differences(shipped: &str, installed: &str) -> Result<Vec<String>, String
 /// not grant: (job, missing grants like `issues: write`). A job that names
 /// none (nor does its workflow) gets the repository's default, which ward
 /// does not rely on.
-pub fn missing_permissions(shipped: &str, installed: &str) -> Result<Vec<(String, Vec<String>)>, String> {
+pub fn missing_permissions(shipped: &str, installed: &str) -> Result<Vec<(String, Vec<String>)>, NotYaml> {
     let (want, have) = (parse(shipped)?, parse(installed)?);
     let have_jobs = jobs(&have);
     let mut out = Vec::new();
@@ -122,7 +127,7 @@ pub fn missing_permissions(shipped: &str, installed: &str) -> Result<Vec<(String
 /// (job, grants like `contents: write`). A job that names no `permissions:`
 /// (nor does its workflow) gets the repository's default, which may be
 /// write: that is named too.
-pub fn excess_permissions(shipped: &str, installed: &str) -> Result<Vec<(String, Vec<String>)>, String> {
+pub fn excess_permissions(shipped: &str, installed: &str) -> Result<Vec<(String, Vec<String>)>, NotYaml> {
     let (want, have) = (parse(shipped)?, parse(installed)?);
     let have_jobs = jobs(&have);
     let mut out = Vec::new();
@@ -250,7 +255,7 @@ fn action_args(command: &str) -> Vec<String> {
 /// `?` one character, a `!pattern` excluding what earlier ones matched;
 /// the last pattern that matches decides). A workflow without the event
 /// misses them all; one without a filter misses none.
-pub fn unfiltered(installed: &str, files: &[String]) -> Result<Vec<String>, String> {
+pub fn unfiltered(installed: &str, files: &[String]) -> Result<Vec<String>, NotYaml> {
     let workflow = parse(installed)?;
     let Some(settings) = triggers(&workflow).remove("pull_request") else { return Ok(files.to_vec()) };
     let patterns = str_list(key(&settings, "paths"));
@@ -317,7 +322,7 @@ mod tests {
     fn the_shipped_workflows_match_themselves_and_grant_what_they_need() {
         assert!(shipped().len() >= 4, "{:?}", shipped().iter().map(|s| s.0).collect::<Vec<_>>());
         for (name, text) in shipped() {
-            assert_eq!(differences(text, text), Ok(Vec::new()), "{name}");
+            assert_eq!(differences(text, text).unwrap(), Vec::<String>::new(), "{name}");
             assert!(missing_permissions(text, text).unwrap().iter().all(|(_, m)| m.is_empty()), "{name}");
         }
         assert!(ward_calls(&jobs(&parse(stage()).unwrap())["visit"]).iter().any(|(c, _)| c == "visit"));
@@ -332,7 +337,7 @@ mod tests {
             "uses: octo/ward@0123456789abcdef0123456789abcdef01234567\n        with:\n          command: record\n          args: --visit visit",
         );
         assert_ne!(installed, stage());
-        assert_eq!(differences(stage(), &installed), Ok(Vec::new()));
+        assert_eq!(differences(stage(), &installed).unwrap(), Vec::<String>::new());
         let sweep = "jobs:\n  s:\n    steps:\n      - uses: o/ward@x\n        with: { command: sweep, args: --reap }\n";
         assert_eq!(ward_calls(&jobs(&parse(sweep).unwrap())["s"]), vec![("sweep".to_string(), vec!["--reap".into()])]);
     }

@@ -143,12 +143,17 @@ fn conflicted_files(index: &git2::Index) -> Vec<String> {
 /// Brings every checkout of `base_name` (the main folder, or a linked
 /// worktree) to `new` with a safe checkout: files changed there that the
 /// merge would overwrite refuse it, before any branch moves.
-fn update_checkouts(repo: &Repository, base_name: &str, new: Oid) -> Result<(), String> {
+fn update_checkouts(repo: &Repository, base_name: &str, new: Oid) -> Result<(), MergeRefusal> {
     let mut checkouts: Vec<Repository> = Vec::new();
     if !repo.is_bare() {
-        checkouts.push(Repository::open(repo.path()).map_err(|e| format!("could not reopen the repository: {e}"))?);
+        checkouts.push(
+            Repository::open(repo.path())
+                .map_err(|e| MergeRefusal::Other(format!("could not reopen the repository: {e}")))?,
+        );
     }
-    for name in repo.worktrees().map_err(|e| format!("could not list worktrees: {e}"))?.iter().flatten() {
+    for name in
+        repo.worktrees().map_err(|e| MergeRefusal::Other(format!("could not list worktrees: {e}")))?.iter().flatten()
+    {
         if let Ok(wt) = repo.find_worktree(name)
             && let Ok(r) = Repository::open_from_worktree(&wt)
         {
@@ -161,15 +166,17 @@ fn update_checkouts(repo: &Repository, base_name: &str, new: Oid) -> Result<(), 
             continue;
         }
         let folder = checkout.workdir().map(|p| p.display().to_string()).unwrap_or_default();
-        let tree =
-            checkout.find_commit(new).and_then(|c| c.tree()).map_err(|e| format!("could not read {new}: {e}"))?;
+        let tree = checkout
+            .find_commit(new)
+            .and_then(|c| c.tree())
+            .map_err(|e| MergeRefusal::Other(format!("could not read {new}: {e}")))?;
         checkout.checkout_tree(tree.as_object(), Some(git2::build::CheckoutBuilder::new().safe())).map_err(|e| {
-            format!(
+            MergeRefusal::Other(format!(
                 "the checkout of `{}` at {folder} has changes the merge would overwrite ({}); commit or stash \
                  them, then run the discharge again",
                 base_name.trim_start_matches("refs/heads/"),
                 e.message()
-            )
+            ))
         })?;
     }
     Ok(())

@@ -108,8 +108,13 @@ pub enum Permission {
     Admin,
 }
 
+/// A word that names no repository permission.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a repository permission (read, triage, write, maintain, admin)")]
+pub struct UnknownPermission(pub String);
+
 impl std::str::FromStr for Permission {
-    type Err = String;
+    type Err = UnknownPermission;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Ok(match s {
             "none" => Self::None,
@@ -118,9 +123,7 @@ impl std::str::FromStr for Permission {
             "write" | "push" => Self::Write,
             "maintain" => Self::Maintain,
             "admin" => Self::Admin,
-            other => {
-                return Err(format!("`{other}` is not a repository permission (read, triage, write, maintain, admin)"));
-            }
+            other => return Err(UnknownPermission(other.to_string())),
         })
     }
 }
@@ -350,16 +353,17 @@ pub const LOOKS_PER_REQUEST: usize = 50;
 
 /// The facts of a pull request the discharge audit reads (one GraphQL query
 /// on GitHub). A fact the forge could not read is no field here but the
-/// read's error ([`Forge::pull_facts`] fails): an `Err` below is a fact that
-/// was read and cannot pass (a pull request without a head commit).
+/// read's error ([`Forge::pull_facts`] fails).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PullFacts {
     pub pull: PullRequest,
-    pub reviews: Result<Vec<Review>, String>,
-    pub unresolved_threads: Result<usize, String>,
-    pub commits: Result<Vec<CommitInfo>, String>,
-    /// CI of the head commit: check runs (but ward's own) and statuses.
-    pub ci: Result<CiStatus, String>,
+    pub reviews: Vec<Review>,
+    pub unresolved_threads: usize,
+    pub commits: Vec<CommitInfo>,
+    /// CI of the head commit: check runs (but ward's own) and statuses;
+    /// `None` when the pull request reports no head commit (a fact that was
+    /// read and cannot pass: the audit says so).
+    pub ci: Option<CiStatus>,
     /// Whether a reviewer (lower-case login) can push to the repository,
     /// where the forge says it with the reviews (GitHub's
     /// `authorCanPushToRepository`); empty when it does not.
@@ -715,14 +719,10 @@ pub async fn pull_facts_by_parts<F: Forge + ?Sized>(forge: &F, branch: &str) -> 
     let Some(pull) = forge.pull_request_for_branch(branch).await? else { return Ok(None) };
     let number = pull.number;
     let head = pull.head_sha.trim().to_string();
-    let reviews = Ok(forge.reviews(number).await?);
-    let unresolved_threads = Ok(forge.unresolved_review_threads(number).await?);
-    let commits = Ok(forge.pull_request_commits(number).await?);
-    let ci = if head.is_empty() {
-        Err(format!("pull request #{number} reports no head commit"))
-    } else {
-        Ok(forge.ci_status(&head).await?)
-    };
+    let reviews = forge.reviews(number).await?;
+    let unresolved_threads = forge.unresolved_review_threads(number).await?;
+    let commits = forge.pull_request_commits(number).await?;
+    let ci = if head.is_empty() { None } else { Some(forge.ci_status(&head).await?) };
     let facts =
         PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push: Default::default(), merge_queue: None };
     Ok(Some(facts))

@@ -58,7 +58,7 @@ pub(super) fn check_lines(claim: &Claim, tree: &Tree, reader: &mut tree::Reader<
         let bytes = match reader.read(key, entry) {
             Ok(bytes) => bytes,
             Err(why) => {
-                unknowable.get_or_insert(why);
+                unknowable.get_or_insert(why.to_string());
                 continue;
             }
         };

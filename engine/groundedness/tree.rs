@@ -507,27 +507,39 @@ pub(crate) struct Found {
     pub(crate) unread: Vec<String>,
 }
 
+/// Why a file of the tree cannot be read, said after its path.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unreadable {
+    #[error("could not open {}: {}", .dir.display(), .error.message())]
+    Open { dir: PathBuf, error: git2::Error },
+    #[error("could not be read: {0}")]
+    Disk(std::io::Error),
+    #[error("could not be read: {}", .0.message())]
+    Blob(git2::Error),
+    /// In Git LFS, the object (its first 12 digits) not here.
+    #[error("is stored in Git LFS and its content is not here (`git lfs pull` fetches object {0})")]
+    Lfs(String),
+}
+
 impl Reader<'_> {
-    fn repo(&mut self, i: usize) -> Result<&Repository, String> {
+    fn repo(&mut self, i: usize) -> Result<&Repository, Unreadable> {
         if self.open[i].is_none() {
             let dir = &self.tree.repos[i].git_dir;
-            let git =
-                Repository::open(dir).map_err(|e| format!("could not open {}: {}", dir.display(), e.message()))?;
+            let git = Repository::open(dir).map_err(|error| Unreadable::Open { dir: dir.clone(), error })?;
             self.open[i] = Some(git);
         }
         Ok(self.open[i].as_ref().expect("just opened"))
     }
 
     /// The real content of `entry` (LFS resolved), or why it cannot be read.
-    pub(crate) fn read(&mut self, key: &str, entry: &Entry) -> Result<Vec<u8>, String> {
+    pub(crate) fn read(&mut self, key: &str, entry: &Entry) -> Result<Vec<u8>, Unreadable> {
         let (bytes, repo) = match &entry.source {
             Source::Disk(path) => {
-                let bytes = std::fs::read(path).map_err(|e| format!("could not be read: {e}"))?;
+                let bytes = std::fs::read(path).map_err(Unreadable::Disk)?;
                 (bytes, 0)
             }
             Source::Blob { repo, oid } => {
-                let blob =
-                    self.repo(*repo)?.find_blob(*oid).map_err(|e| format!("could not be read: {}", e.message()))?;
+                let blob = self.repo(*repo)?.find_blob(*oid).map_err(Unreadable::Blob)?;
                 (blob.content().to_vec(), *repo)
             }
         };
@@ -550,7 +562,7 @@ impl Reader<'_> {
                 return Ok(real);
             }
         }
-        Err(format!("is stored in Git LFS and its content is not here (`git lfs pull` fetches object {})", &oid[..12]))
+        Err(Unreadable::Lfs(oid[..12].to_string()))
     }
 
     /// Which of `words` (identifiers) occur as whole words in `files`, or

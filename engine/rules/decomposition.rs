@@ -50,9 +50,20 @@ static MARKER: LazyLock<Regex> = LazyLock::new(|| {
 static MARKER_LIKE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?i)<!--(\s*)ward\s*-\s*child").expect("marker-like regex"));
 
+/// Why a DECOMPOSITION note holds no one ```` ```yaml ```` block.
+#[derive(Debug, thiserror::Error)]
+enum NoBlock {
+    #[error("the ```yaml block is never closed")]
+    Unclosed,
+    #[error("there is no ```yaml block listing the children")]
+    None,
+    #[error("there are {0} ```yaml blocks; put every child in one list")]
+    Many(usize),
+}
+
 /// The single ```` ```yaml ```` block of a note body, with the body line it
 /// starts on (1-based, the line after the fence).
-fn yaml_block(body: &str) -> Result<(String, usize), String> {
+fn yaml_block(body: &str) -> Result<(String, usize), NoBlock> {
     let mut blocks = Vec::new();
     let mut current: Option<(Vec<&str>, usize)> = None;
     for (i, line) in body.lines().enumerate() {
@@ -68,12 +79,12 @@ fn yaml_block(body: &str) -> Result<(String, usize), String> {
         }
     }
     if current.is_some() {
-        return Err("the ```yaml block is never closed".into());
+        return Err(NoBlock::Unclosed);
     }
     match blocks.len() {
         1 => Ok(blocks.pop().expect("one block")),
-        0 => Err("there is no ```yaml block listing the children".into()),
-        n => Err(format!("there are {n} ```yaml blocks; put every child in one list")),
+        0 => Err(NoBlock::None),
+        n => Err(NoBlock::Many(n)),
     }
 }
 
@@ -81,7 +92,7 @@ fn yaml_block(body: &str) -> Result<(String, usize), String> {
 /// them in dependency order (foundations first, the planner's order among
 /// equals), or every problem found.
 pub fn parse_children(body: &str) -> Result<Vec<Child>, Vec<String>> {
-    let (yaml, start) = yaml_block(body).map_err(|e| vec![e])?;
+    let (yaml, start) = yaml_block(body).map_err(|e| vec![e.to_string()])?;
     // Before the parser: its cost grows with the square of the nesting.
     crate::untrusted::check_yaml_depth(&yaml, crate::untrusted::MAX_YAML_DEPTH).map_err(|e| {
         vec![format!(

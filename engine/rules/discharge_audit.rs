@@ -23,7 +23,25 @@ pub const PASSED: &str = "discharged";
 pub const FAILED: &str = "audit-failed";
 
 /// A fact the stage gathered, or why it could not.
-pub type Fact<T> = Result<T, String>;
+pub type Fact<T> = Result<T, Unread>;
+
+/// Why a fact of the audit could not be read (no pull request, no head
+/// commit): the sentence its checklist item shows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unread(pub String);
+
+impl From<String> for Unread {
+    fn from(why: String) -> Self {
+        Unread(why)
+    }
+}
+
+impl From<&str> for Unread {
+    fn from(why: &str) -> Self {
+        Unread(why.to_string())
+    }
+}
 
 /// What the audit looks at; gathered by `crate::discharge::audit` (the I/O half).
 #[derive(Debug, Clone)]
@@ -224,10 +242,15 @@ pub fn unclean_subject(message: &str) -> Option<&'static str> {
     wip.then_some("a work-in-progress commit")
 }
 
+/// Why the head commit of pull request `number` is unknown.
+pub fn no_head(number: u64) -> Unread {
+    Unread(format!("pull request #{number} reports no head commit"))
+}
+
 /// Runs the audit.
 pub fn audit(config: &Config, chart: &[Note], facts: &AuditFacts) -> Checklist {
     let head: Fact<&str> = match &facts.pull {
-        Ok(p) if p.head_sha.trim().is_empty() => Err(format!("pull request #{} reports no head commit", p.number)),
+        Ok(p) if p.head_sha.trim().is_empty() => Err(no_head(p.number)),
         Ok(p) => Ok(p.head_sha.trim()),
         Err(e) => Err(e.clone()),
     };

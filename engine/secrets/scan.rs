@@ -72,7 +72,7 @@ impl Scanner {
     /// gitleaks' rules, and the credentials `known` (name, value): the ones
     /// ward holds and hands the agent as placeholders. Values shorter than
     /// 12 characters are not looked for.
-    pub fn new(known: impl IntoIterator<Item = (String, String)>) -> Result<Self, String> {
+    pub fn new(known: impl IntoIterator<Item = (String, String)>) -> Result<Self, RuleSetError> {
         let rules = rules()?;
         let known = known.into_iter().filter(|(_, v)| v.trim().len() >= KNOWN_MIN_LEN).collect();
         Ok(Self { rules, known })
@@ -290,11 +290,23 @@ struct RawAllow {
     commits: Vec<String>,
 }
 
-fn compile(pattern: &str, what: &str) -> Result<Regex, String> {
+/// Why the vendored rule set (`secrets/gitleaks.toml`) does not load: a
+/// fault of ward's build, never of what is scanned.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RuleSetError {
+    #[error("gitleaks.toml does not parse: {0}")]
+    Parse(toml_edit::de::Error),
+    #[error("gitleaks.toml: the {what} does not compile: {error}")]
+    Regex { what: String, error: regex::Error },
+    #[error("gitleaks.toml: {what} has an unknown regexTarget `{target}`")]
+    Target { what: String, target: String },
+}
+
+fn compile(pattern: &str, what: &str) -> Result<Regex, RuleSetError> {
     RegexBuilder::new(&from_go(pattern))
         .size_limit(64 << 20)
         .build()
-        .map_err(|e| format!("gitleaks.toml: the {what} does not compile: {e}"))
+        .map_err(|error| RuleSetError::Regex { what: what.into(), error })
 }
 
 /// Go's regular expressions (RE2, gitleaks' language) take a `{` that
@@ -343,12 +355,12 @@ fn repetition(rest: &[char]) -> bool {
 }
 
 impl RawAllow {
-    fn compile(self, what: &str) -> Result<Allow, String> {
+    fn compile(self, what: &str) -> Result<Allow, RuleSetError> {
         let target = match self.regex_target.as_deref() {
             None | Some("secret") => Target::Secret,
             Some("match") => Target::Match,
             Some("line") => Target::Line,
-            Some(other) => return Err(format!("gitleaks.toml: {what} has an unknown regexTarget `{other}`")),
+            Some(other) => return Err(RuleSetError::Target { what: what.into(), target: other.into() }),
         };
         let regexes = self.regexes.iter().map(|r| compile(r, what)).collect::<Result<_, _>>()?;
         Ok(Allow {
@@ -361,8 +373,8 @@ impl RawAllow {
     }
 }
 
-fn load() -> Result<Rules, String> {
-    let raw: RawConfig = toml_edit::de::from_str(GITLEAKS).map_err(|e| format!("gitleaks.toml does not parse: {e}"))?;
+fn load() -> Result<Rules, RuleSetError> {
+    let raw: RawConfig = toml_edit::de::from_str(GITLEAKS).map_err(RuleSetError::Parse)?;
     let global = raw.allowlist.map(|a| a.compile("global allowlist")).transpose()?.into_iter().collect();
     let mut rules = Vec::with_capacity(raw.rules.len());
     for r in raw.rules {
@@ -383,8 +395,8 @@ fn load() -> Result<Rules, String> {
 }
 
 /// The rule set, compiled once per process.
-fn rules() -> Result<&'static Rules, String> {
-    static RULES: OnceLock<Result<Rules, String>> = OnceLock::new();
+fn rules() -> Result<&'static Rules, RuleSetError> {
+    static RULES: OnceLock<Result<Rules, RuleSetError>> = OnceLock::new();
     RULES.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 

@@ -51,6 +51,51 @@ pub enum Judgment {
     Accepted(Box<Accepted>),
 }
 
+/// How a run broke the contract every run meets: the reason of an invalid
+/// run, as its REFUSAL says it.
+#[derive(Debug, thiserror::Error)]
+pub enum Broken {
+    /// The model refused the agent's request ([`model_refused`]'s sentence).
+    #[error("{0}")]
+    ModelRefused(String),
+    #[error(
+        "the agent was stopped at its time limit of {} (stage `{stage}`); its whole process group was killed",
+        duration(.limit)
+    )]
+    TimedOut { limit: std::time::Duration, stage: String },
+    #[error(
+        "the agent exited with code {code}{}; last lines of its stderr (each cut to {} characters):\n\n```\n{}\n```",
+        it_said(.gave_up.as_deref()),
+        crate::untrusted::EXCERPT_LINE_CHARS,
+        crate::untrusted::excerpt(.stderr_tail)
+    )]
+    Exited { code: i32, gave_up: Option<String>, stderr_tail: String },
+    #[error("the agent was killed by signal {0}")]
+    Signalled(i32),
+    #[error(
+        "the agent's notes are {0} bytes, over the limit of {max} bytes; write shorter notes",
+        max = super::visit::MAX_NOTES_BYTES
+    )]
+    NotesTooLarge(u64),
+    #[error("the agent wrote no notes to $WARD_NOTES")]
+    NoNotes,
+    #[error("$WARD_NOTES {0}")]
+    Unreadable(crate::chart::SentinelError),
+    /// What is wrong with the notes, one sentence each (their line first
+    /// where there is one).
+    #[error("{}", .0.join("; "))]
+    Notes(Vec<String>),
+}
+
+fn duration(limit: &std::time::Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(*limit)
+}
+
+/// What the agent said as it gave up, after its exit code.
+fn it_said(gave_up: Option<&str>) -> String {
+    gave_up.map(|why| format!("; it said: `{}`", crate::untrusted::excerpt(why).replace('`', "'"))).unwrap_or_default()
+}
+
 /// A valid run: what goes into the chart and where the patient goes.
 pub struct Accepted {
     pub notes: AgentNotes,
@@ -91,7 +136,7 @@ pub async fn judge(
     }
     let (notes, outcome) = match contract(h, patient, visit) {
         Ok(pair) => pair,
-        Err(reason) => return Ok(Judgment::Invalid { reason }),
+        Err(broken) => return Ok(Judgment::Invalid { reason: broken.to_string() }),
     };
     let depth = crate::family::depth(&*h.forge, &patient.issue).await?;
     let input = RunInput {
@@ -143,45 +188,28 @@ pub async fn judge(
 /// The contract every run meets, whatever the role: it exited 0 within its
 /// limit, and wrote a readable notes file with only its role's kinds, the
 /// kinds the stage and the outcome require, and exactly one outcome.
-fn contract(h: &Hospital, patient: &Patient<'_>, visit: &Visit) -> Result<(AgentNotes, String), String> {
+fn contract(h: &Hospital, patient: &Patient<'_>, visit: &Visit) -> Result<(AgentNotes, String), Broken> {
     let stage = patient.stage;
     if let Some(ModelTrouble::Refused { error }) = &visit.model {
-        return Err(model_refused(h, error, visit));
+        return Err(Broken::ModelRefused(model_refused(h, error, visit)));
     }
     match visit.end {
         AgentEnd::Exited(0) => {}
         AgentEnd::TimedOut => {
-            return Err(format!(
-                "the agent was stopped at its time limit of {} (stage `{}`); its whole process group was killed",
-                humantime::format_duration(stage.config.time_limit),
-                stage.name
-            ));
+            return Err(Broken::TimedOut { limit: stage.config.time_limit, stage: stage.name.to_string() });
         }
         AgentEnd::Exited(code) => {
-            let said = visit
-                .gave_up
-                .as_deref()
-                .map(|why| format!("; it said: `{}`", crate::untrusted::excerpt(why).replace('`', "'")))
-                .unwrap_or_default();
-            return Err(format!(
-                "the agent exited with code {code}{said}; last lines of its stderr (each cut to {} characters):\n\n```\n{}\n```",
-                crate::untrusted::EXCERPT_LINE_CHARS,
-                crate::untrusted::excerpt(&visit.stderr_tail)
-            ));
+            let (gave_up, stderr_tail) = (visit.gave_up.clone(), visit.stderr_tail.clone());
+            return Err(Broken::Exited { code, gave_up, stderr_tail });
         }
-        AgentEnd::Signalled(sig) => return Err(format!("the agent was killed by signal {sig}")),
+        AgentEnd::Signalled(sig) => return Err(Broken::Signalled(sig)),
     }
     let text = match &visit.notes {
         AgentText::Text(t) if !t.trim().is_empty() => t,
-        AgentText::TooLarge(n) => {
-            return Err(format!(
-                "the agent's notes are {n} bytes, over the limit of {} bytes; write shorter notes",
-                super::visit::MAX_NOTES_BYTES
-            ));
-        }
-        _ => return Err("the agent wrote no notes to $WARD_NOTES".into()),
+        AgentText::TooLarge(n) => return Err(Broken::NotesTooLarge(*n)),
+        _ => return Err(Broken::NoNotes),
     };
-    let notes = h.sentinels.parse_agent_notes(text).map_err(|e| format!("$WARD_NOTES {e}"))?;
+    let notes = h.sentinels.parse_agent_notes(text).map_err(Broken::Unreadable)?;
     within_limits(patient, &notes)?;
     validate_notes(&h.config, stage, &notes).map(|outcome| (notes, outcome))
 }
@@ -225,7 +253,7 @@ fn service_down(error: &ModelError, errors: u32, visit: &Visit) -> String {
 
 /// The size limits: each note, and the chart it would grow (the engine's
 /// reserve kept free, so the REFUSAL of an oversized run still fits).
-fn within_limits(patient: &Patient<'_>, notes: &AgentNotes) -> Result<(), String> {
+fn within_limits(patient: &Patient<'_>, notes: &AgentNotes) -> Result<(), Broken> {
     use crate::untrusted::{ENGINE_RESERVE_BYTES, MAX_CHART_BYTES, MAX_NOTE_BYTES};
     let mut problems = Vec::new();
     for n in notes.notes.iter().filter(|n| n.body.len() > MAX_NOTE_BYTES) {
@@ -247,7 +275,7 @@ fn within_limits(patient: &Patient<'_>, notes: &AgentNotes) -> Result<(), String
             patient.issue.number
         ));
     }
-    if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+    if problems.is_empty() { Ok(()) } else { Err(Broken::Notes(problems)) }
 }
 
 /// The notes contract: only the role's kinds, every required kind, one outcome.
@@ -255,7 +283,7 @@ pub fn validate_notes(
     config: &crate::config::Config,
     stage: crate::config::Stage<'_>,
     notes: &AgentNotes,
-) -> Result<String, String> {
+) -> Result<String, Broken> {
     let role = &stage.config.role;
     let writes = config.role(role).map(|r| r.writes.as_slice()).unwrap_or_default();
     let mut problems = Vec::new();
@@ -301,7 +329,7 @@ pub fn validate_notes(
     }
     match (problems.is_empty(), outcome) {
         (true, Some(o)) => Ok(o),
-        _ => Err(problems.join("; ")),
+        _ => Err(Broken::Notes(problems)),
     }
 }
 

@@ -229,11 +229,13 @@ async fn rounds(
         false => None,
     };
     // The record job reads the visit before it writes anything: a visit
-    // that is not this run's is dropped with nothing written.
+    // that is not this run's is dropped with nothing written. What it takes
+    // in: the visit, its commits, and why it was refused if it broke a bound.
     let taken = match &req.phase {
         Phase::Record { from } => match intake::take_in(h, patient, from)? {
             intake::Taken::Dropped(result) => return Ok(result),
-            taken => Some(taken),
+            intake::Taken::Visit(visit, committed) => Some((*visit, committed, None)),
+            intake::Taken::Refused(visit, reason) => Some((*visit, None, Some(reason))),
         },
         _ => None,
     };
@@ -258,9 +260,7 @@ async fn rounds(
     let prepared = prepare::prepare(h, patient, audit, workspace, &req.phase).await?;
     crate::fault::point("after-prepare");
     let (visit, committed, refused) = match taken {
-        Some(intake::Taken::Visit(visit, committed)) => (*visit, committed, None),
-        Some(intake::Taken::Refused(visit, reason)) => (*visit, None, Some(reason)),
-        Some(intake::Taken::Dropped(_)) => unreachable!("returned above"),
+        Some(taken) => taken,
         None => (treat::treat(h, patient, &prepared, req.agent_command.clone(), workspace.as_ref()).await?, None, None),
     };
     crate::fault::point("after-treat");

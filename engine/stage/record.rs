@@ -231,7 +231,7 @@ pub(super) fn no_credentials(
     // The placeholder too: an agent that writes it down was after the key.
     let placeholder = ("the agent's placeholder key".to_string(), crate::agent::gate::PLACEHOLDER_KEY.to_string());
     let held = crate::secrets::held(&h.config.agent.pass_env).into_iter().chain([placeholder]);
-    let scanner = Scanner::new(held).map_err(anyhow::Error::msg)?;
+    let scanner = Scanner::new(held)?;
     let mut texts: Vec<Text<'_>> = added
         .iter()
         .map(|a| Text { path: &a.path, lines: a.lines.iter().map(|(n, l)| (*n, l.as_str())).collect() })

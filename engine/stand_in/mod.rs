@@ -39,6 +39,39 @@ pub struct ScriptedNote {
     pub body: String,
 }
 
+/// What stops the stand-in agent: printed as `stand-in: ...`, its run
+/// failing as an agent's would.
+#[derive(Debug, thiserror::Error)]
+pub enum StandInError {
+    #[error("the stand-in agent needs ${0}; run it through `ward stage`")]
+    NoVariable(&'static str),
+    #[error("could not read {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("could not write {path}: {source}")]
+    Write { path: String, source: std::io::Error },
+    #[error("{}: {source}", path.display())]
+    Script { path: PathBuf, source: serde_yaml::Error },
+    #[error(
+        "the stand-in agent knows the modes of the default pipeline (triage, diagnose, plan, treat, resolve, \
+         consult, code, discharge), not `{mode}` of stage `{stage}`; script this stage in a scenario"
+    )]
+    UnknownMode { mode: String, stage: String },
+    /// An issue's recipe ([`side_by_side`]) that cannot be followed.
+    #[error("the issue asks to add a line to `{path}`, which cannot be read: {source}")]
+    NoFile { path: String, source: std::io::Error },
+    #[error("`{0}` has no line containing the anchor the issue names")]
+    NoAnchor(String),
+    #[error("could not run the command the issue names: {0}")]
+    Run(std::io::Error),
+    #[error("the command the issue asks to run failed ({status}): {said}")]
+    Failed { status: std::process::ExitStatus, said: String },
+}
+
+/// "could not write {path}: {the system's reason}".
+fn write_failed(path: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> StandInError {
+    move |source| StandInError::Write { path: path.to_string(), source }
+}
+
 /// What the stand-in reads from its environment.
 #[derive(Debug, Clone)]
 pub struct StandInEnv {
@@ -53,10 +86,8 @@ pub struct StandInEnv {
 }
 
 impl StandInEnv {
-    pub fn from_env() -> Result<Self, String> {
-        let get = |k: &str| {
-            std::env::var(k).map_err(|_| format!("the stand-in agent needs ${k}; run it through `ward stage`"))
-        };
+    pub fn from_env() -> Result<Self, StandInError> {
+        let get = |k: &'static str| std::env::var(k).map_err(|_| StandInError::NoVariable(k));
         Ok(Self {
             issue: get("WARD_ISSUE")?,
             stage: get("WARD_STAGE")?,
@@ -159,10 +190,8 @@ fn line_of(text: &str, needle: &str) -> Option<usize> {
 /// the shell entry point and the check runs again (it passes); a changelog
 /// line. Returns what changed, as `path:lines` with what each does, and the
 /// tests run, for the TREATMENT_NOTE.
-fn treat(env: &StandInEnv, sample: &Sample) -> Result<(Vec<String>, Vec<String>), String> {
-    let write = |path: &str, text: &str| {
-        std::fs::write(env.worktree.join(path), text).map_err(|e| format!("could not write {path}: {e}"))
-    };
+fn treat(env: &StandInEnv, sample: &Sample) -> Result<(Vec<String>, Vec<String>), StandInError> {
+    let write = |path: &str, text: &str| std::fs::write(env.worktree.join(path), text).map_err(write_failed(path));
     let (mut changes, mut tests) = (Vec::new(), Vec::new());
     if let Some((path, body, first)) = sample.shell_entry() {
         if let Some(check) = &sample.check {
@@ -313,7 +342,7 @@ fn code_review(env: &StandInEnv, sample: &Sample) -> (&'static str, ScriptedNote
 }
 
 /// The happy-path visit of the default pipeline for `mode`.
-pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
+pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, StandInError> {
     let note = |kind: NoteKind, body: String| ScriptedNote { kind, body };
     let issue = &env.issue;
     let visit = |outcome: &str, notes: Vec<ScriptedNote>| ScriptedVisit { outcome: outcome.into(), notes };
@@ -404,13 +433,7 @@ pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, String> {
                 "The engine's checklist above is what counts; nothing on it is left blank by this nurse.".into(),
             )],
         ),
-        other => {
-            return Err(format!(
-                "the stand-in agent knows the modes of the default pipeline (triage, diagnose, plan, treat, \
-                 resolve, consult, code, discharge), not `{other}` of stage `{}`; script this stage in a scenario",
-                env.stage
-            ));
-        }
+        other => return Err(StandInError::UnknownMode { mode: other.into(), stage: env.stage.clone() }),
     })
 }
 
@@ -449,17 +472,18 @@ fn git_head(dir: &Path) -> Option<String> {
 }
 
 /// `ward stand-in [--script FILE]`: writes its notes and exits.
-pub fn stand_in(script: Option<&Path>) -> Result<(), String> {
+pub fn stand_in(script: Option<&Path>) -> Result<(), StandInError> {
     let env = StandInEnv::from_env()?;
     let visit = match script {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("could not read {}: {e}", path.display()))?;
-            serde_yaml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
+            let text = std::fs::read_to_string(path)
+                .map_err(|source| StandInError::Read { path: path.to_path_buf(), source })?;
+            serde_yaml::from_str(&text).map_err(|source| StandInError::Script { path: path.to_path_buf(), source })?
         }
         None => default_visit(&env)?,
     };
     let text = render_notes(&env.sentinel, &visit.notes, &visit.outcome);
-    std::fs::write(&env.notes_file, text).map_err(|e| format!("could not write {}: {e}", env.notes_file.display()))
+    std::fs::write(&env.notes_file, text).map_err(write_failed(env.notes_file.display()))
 }
 
 #[cfg(test)]

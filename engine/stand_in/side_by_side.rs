@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use super::{ScriptedNote, ScriptedVisit, StandInEnv};
+use super::{ScriptedNote, ScriptedVisit, StandInEnv, StandInError, write_failed};
 use crate::chart::NoteKind;
 
 /// A step the issue spells out, one per line of its text.
@@ -67,14 +67,14 @@ fn plain_relative(path: &str) -> bool {
 
 /// Applies `recipes` in `worktree`; what changed, one line each, for the
 /// TREATMENT_NOTE (paths with the line they changed where there is one).
-pub fn apply(worktree: &Path, recipes: &[Recipe]) -> Result<Vec<String>, String> {
+pub fn apply(worktree: &Path, recipes: &[Recipe]) -> Result<Vec<String>, StandInError> {
     let mut changes = Vec::new();
     for r in recipes {
         match r {
             Recipe::Add { line, path, anchor } => {
                 let file = worktree.join(path);
                 let text = std::fs::read_to_string(&file)
-                    .map_err(|e| format!("the issue asks to add a line to `{path}`, which cannot be read: {e}"))?;
+                    .map_err(|source| StandInError::NoFile { path: path.clone(), source })?;
                 let mut lines: Vec<&str> = text.lines().collect();
                 if let Some(at) = lines.iter().position(|l| *l == line.as_str()) {
                     changes.push(format!("`{path}:{}`: the line the issue asks for, already there", at + 1));
@@ -83,14 +83,14 @@ pub fn apply(worktree: &Path, recipes: &[Recipe]) -> Result<Vec<String>, String>
                 let after = lines
                     .iter()
                     .position(|l| l.contains(anchor.as_str()))
-                    .ok_or_else(|| format!("`{path}` has no line containing the anchor the issue names"))?;
+                    .ok_or_else(|| StandInError::NoAnchor(path.clone()))?;
                 lines.insert(after + 1, line);
-                std::fs::write(&file, lines.join("\n") + "\n").map_err(|e| format!("could not write {path}: {e}"))?;
+                std::fs::write(&file, lines.join("\n") + "\n").map_err(write_failed(path))?;
                 changes.push(format!("`{path}:{}`: the line the issue asks for, after its anchor", after + 2));
             }
             Recipe::Record { command, path } => {
                 let out = run_in(worktree, command)?;
-                std::fs::write(worktree.join(path), &out.stdout).map_err(|e| format!("could not write {path}: {e}"))?;
+                std::fs::write(worktree.join(path), &out.stdout).map_err(write_failed(path))?;
                 let lines = String::from_utf8_lossy(&out.stdout).lines().count();
                 changes.push(format!("`{path}`: recorded what the command the issue names prints ({lines} lines)"));
             }
@@ -99,11 +99,8 @@ pub fn apply(worktree: &Path, recipes: &[Recipe]) -> Result<Vec<String>, String>
                 if !out.status.success() {
                     let said = String::from_utf8_lossy(&out.stderr);
                     let tail: Vec<&str> = said.lines().rev().take(3).collect();
-                    return Err(format!(
-                        "the command the issue asks to run failed ({}): {}",
-                        out.status,
-                        tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-                    ));
+                    let said = tail.into_iter().rev().collect::<Vec<_>>().join(" / ");
+                    return Err(StandInError::Failed { status: out.status, said });
                 }
                 changes.push("ran the command the issue names (it exited 0; it changes data, not files)".into());
             }
@@ -316,7 +313,7 @@ pub fn plan(recipes: &[Recipe]) -> ScriptedNote {
 /// because the integration check failed combined with others, the fellow
 /// first rebases onto the base (where those others are), then does the
 /// steps again on top of them.
-pub fn treat(env: &StandInEnv, recipes: &[Recipe]) -> Result<ScriptedVisit, String> {
+pub fn treat(env: &StandInEnv, recipes: &[Recipe]) -> Result<ScriptedVisit, StandInError> {
     let prompt = prompt_text(env);
     let mut changes = Vec::new();
     if prompt.contains("Integration failed")
@@ -339,7 +336,7 @@ pub fn treat(env: &StandInEnv, recipes: &[Recipe]) -> Result<ScriptedVisit, Stri
             }
             text.push_str(&entry);
             text.push('\n');
-            std::fs::write(&log, &text).map_err(|e| format!("could not write {name}: {e}"))?;
+            std::fs::write(&log, &text).map_err(write_failed(name))?;
         }
         changes.push(format!("`{name}`: records the change"));
     }
@@ -416,13 +413,13 @@ pub fn review(env: &StandInEnv) -> (&'static str, ScriptedNote) {
 }
 
 /// Runs the command an issue names with `sh -c` in the worktree, no input.
-fn run_in(worktree: &Path, command: &str) -> Result<std::process::Output, String> {
+fn run_in(worktree: &Path, command: &str) -> Result<std::process::Output, StandInError> {
     Command::new("sh")
         .args(["-c", command])
         .current_dir(worktree)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("could not run the command the issue names: {e}"))
+        .map_err(StandInError::Run)
 }
 
 #[cfg(test)]
@@ -452,7 +449,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(dir.path().join("ran.txt")).unwrap(), "data\n");
         assert!(done[0].starts_with("ran the command the issue names"), "{done:?}");
         let failing = Recipe::Run { command: "echo no such collection >&2; exit 3".into() };
-        let err = apply(dir.path(), &[failing]).unwrap_err();
+        let err = apply(dir.path(), &[failing]).unwrap_err().to_string();
         assert!(err.contains("failed (exit status: 3)") && err.contains("no such collection"), "{err}");
     }
 

@@ -194,14 +194,27 @@ impl HospitalState {
         )
     }
 
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, BadState> {
         if !text.contains(STATE_MARK) {
-            return Err(format!("it lacks the line `{STATE_MARK}`"));
+            return Err(BadState::NoMark);
         }
-        let start = text.find("```json\n").ok_or("it has no ```json block")? + "```json\n".len();
-        let end = text[start..].find("\n```").ok_or("its ```json block is not closed")? + start;
-        serde_json::from_str(&text[start..end]).map_err(|e| format!("its JSON is invalid: {e}"))
+        let start = text.find("```json\n").ok_or(BadState::NoBlock)? + "```json\n".len();
+        let end = text[start..].find("\n```").ok_or(BadState::Unclosed)? + start;
+        serde_json::from_str(&text[start..end]).map_err(BadState::Json)
     }
+}
+
+/// Why the state's file is not the state ward writes.
+#[derive(Debug, thiserror::Error)]
+pub enum BadState {
+    #[error("it lacks the line `{STATE_MARK}`")]
+    NoMark,
+    #[error("it has no ```json block")]
+    NoBlock,
+    #[error("its ```json block is not closed")]
+    Unclosed,
+    #[error("its JSON is invalid: {0}")]
+    Json(serde_json::Error),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -212,7 +225,7 @@ pub enum StateError {
         "the hospital's state (chart slot {STATE_SLOT}, `charts/0.md`) is unreadable: {0}; delete that file and \
          the next sweep rebuilds it"
     )]
-    Unreadable(String),
+    Unreadable(BadState),
 }
 
 /// Reads the state (the default when it was never written).
@@ -279,6 +292,6 @@ mod tests {
         let mut s = HospitalState { cursor: 42, ..HospitalState::default() };
         s.watch.insert(7, ("ward:treat".into(), 1_700_000_000));
         assert_eq!(HospitalState::parse(&s.render()).unwrap(), s);
-        assert!(HospitalState::parse("# hello").unwrap_err().contains("lacks"));
+        assert!(HospitalState::parse("# hello").unwrap_err().to_string().contains("lacks"));
     }
 }

@@ -54,7 +54,7 @@ use crate::transfer::{Decision, Move, transfer_with};
 pub mod reap;
 mod verdicts;
 
-pub use reap::Reaper;
+pub use reap::{ReapError, Reaper};
 pub use verdicts::*;
 
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +85,7 @@ fn forge_err(action: impl Into<String>) -> impl FnOnce(ForgeError) -> SweepError
 #[derive(Debug, Clone, Default)]
 pub struct Facilities {
     /// Result of the Docker probe; `None` when not probed.
-    pub docker_reachable: Option<Result<(), String>>,
+    pub docker_reachable: Option<Result<(), crate::doctor::DockerUnreachable>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -1002,13 +1002,15 @@ fn fmt_time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// A `--now` that is no time ward reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a time like `2026-11-29T12:00:00Z` (RFC 3339) or unix seconds")]
+pub struct NotATime(pub String);
+
 /// Parses `--now`: RFC 3339 (`2026-11-29T12:00:00Z`) or unix seconds.
-pub fn parse_now(text: &str) -> Result<DateTime<Utc>, String> {
+pub fn parse_now(text: &str) -> Result<DateTime<Utc>, NotATime> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc));
     }
-    text.parse::<i64>()
-        .ok()
-        .and_then(|s| Utc.timestamp_opt(s, 0).single())
-        .ok_or_else(|| format!("`{text}` is not a time like `2026-11-29T12:00:00Z` (RFC 3339) or unix seconds"))
+    text.parse::<i64>().ok().and_then(|s| Utc.timestamp_opt(s, 0).single()).ok_or_else(|| NotATime(text.to_string()))
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use super::errors::WorktreeError;
 use super::git;
 
 /// How the local CI ended.
@@ -21,6 +22,21 @@ pub enum CiEnd {
     TimedOut,
     /// It could not run at all (no checkout, no shell): the sentence says why.
     NotRun(String),
+}
+
+/// Why the local CI could not run at all.
+#[derive(Debug, thiserror::Error)]
+enum NotRun {
+    #[error(transparent)]
+    Git(#[from] WorktreeError),
+    #[error("could not create {}: {source}", path.display())]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("could not open {} twice: {source}", path.display())]
+    Twice { path: PathBuf, source: std::io::Error },
+    #[error("could not start `sh -c {command}`: {source}")]
+    Start { command: String, source: std::io::Error },
+    #[error("could not wait for the local CI: {0}")]
+    Wait(std::io::Error),
 }
 
 #[derive(Debug, Clone)]
@@ -49,7 +65,7 @@ pub async fn run(repo: &Path, commit: &str, command: &str, limit: Duration, log:
         Ok(end) => end,
         Err(why) => {
             let _ = std::fs::write(log, format!("ward: the local CI did not run: {why}\n"));
-            CiEnd::NotRun(why)
+            CiEnd::NotRun(why.to_string())
         }
     };
     CiRun { end, log: log.to_path_buf(), elapsed: started.elapsed() }
@@ -61,12 +77,12 @@ async fn checkout_and_run(
     command: &str,
     limit: Duration,
     log: &Path,
-) -> Result<CiEnd, String> {
-    let scratch = git::Scratch::new().map_err(|e| e.to_string())?;
+) -> Result<CiEnd, NotRun> {
+    let scratch = git::Scratch::new()?;
     let checkout = scratch.0.join("checkout");
     let mut add = git::local(repo);
     add.args(["worktree", "add", "--detach", "--quiet"]).arg(&checkout).arg(commit);
-    git::run(add, "check out the commit for the local CI", None).map_err(|e| e.to_string())?;
+    git::run(add, "check out the commit for the local CI", None)?;
     let end = run_command(&checkout, command, limit, log).await;
     let mut remove = git::local(repo);
     remove.args(["worktree", "remove", "--force"]).arg(&checkout);
@@ -76,12 +92,16 @@ async fn checkout_and_run(
     end
 }
 
-async fn run_command(dir: &Path, command: &str, limit: Duration, log: &Path) -> Result<CiEnd, String> {
+async fn run_command(dir: &Path, command: &str, limit: Duration, log: &Path) -> Result<CiEnd, NotRun> {
+    let create = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| NotRun::Create { path, source }
+    };
     if let Some(parent) = log.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("could not create {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(create(parent))?;
     }
-    let out = File::create(log).map_err(|e| format!("could not create {}: {e}", log.display()))?;
-    let err = out.try_clone().map_err(|e| format!("could not open {} twice: {e}", log.display()))?;
+    let out = File::create(log).map_err(create(log))?;
+    let err = out.try_clone().map_err(|source| NotRun::Twice { path: log.to_path_buf(), source })?;
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c")
         .arg(command)
@@ -95,7 +115,7 @@ async fn run_command(dir: &Path, command: &str, limit: Duration, log: &Path) -> 
         .stdout(out)
         .stderr(err)
         .process_group(0);
-    let mut child = cmd.spawn().map_err(|e| format!("could not start `sh -c {command}`: {e}"))?;
+    let mut child = cmd.spawn().map_err(|source| NotRun::Start { command: command.into(), source })?;
     let group = child.id().map(|p| p as i32);
     let kill = || {
         if let Some(pgid) = group {
@@ -108,7 +128,7 @@ async fn run_command(dir: &Path, command: &str, limit: Duration, log: &Path) -> 
     let end = match tokio::time::timeout(limit, child.wait()).await {
         Ok(Ok(status)) if status.success() => CiEnd::Passed,
         Ok(Ok(status)) => CiEnd::Failed(status.code()),
-        Ok(Err(e)) => return Err(format!("could not wait for the local CI: {e}")),
+        Ok(Err(e)) => return Err(NotRun::Wait(e)),
         Err(_) => {
             kill();
             let _ = child.wait().await;

@@ -932,7 +932,7 @@ impl Workspace {
         self.data_report.dropped = dropped;
         match shared {
             Some(Ok(commit)) => self.data_report.shared = commit,
-            Some(Err(problem)) => self.data_report.problems.push(problem),
+            Some(Err(problem)) => self.data_report.problems.push(problem.to_string()),
             None => {}
         }
         Ok(latest)
@@ -1369,19 +1369,27 @@ impl Workspace {
     }
 }
 
+/// Why the patient's shared checkpoint was not taken: a line of the
+/// run's data report.
+#[derive(Debug, thiserror::Error)]
+enum NotTaken {
+    #[error("{0}; the run starts without it")]
+    Unusable(shared::Unusable),
+    #[error("the shared checkpoint of #{issue} was not taken in ({source}); the run starts from the seed")]
+    Adopt { issue: u64, source: WorktreeError },
+}
+
 /// The patient's shared checkpoint fetched and, when usable, saved into
 /// `store` (with the seed's export it carries): its commit, `None` when
-/// there is none, or a sentence saying why it was not taken.
-fn take_shared(store: &checkpoint::Store, remote: &PushTarget, issue: u64) -> Result<Option<String>, String> {
+/// there is none, or why it was not taken.
+fn take_shared(store: &checkpoint::Store, remote: &PushTarget, issue: u64) -> Result<Option<String>, NotTaken> {
     let fetched = shared::fetch(&remote.url, remote.token.as_deref(), issue);
-    let Some(sealed) = fetched.map_err(|e| format!("{e}; the run starts without it"))? else { return Ok(None) };
+    let Some(sealed) = fetched.map_err(NotTaken::Unusable)? else { return Ok(None) };
     let adopt = |part: &shared::Part| store.adopt(&part.marker, &part.data);
     let taken = sealed.seed.as_ref().map(adopt).transpose().and_then(|_| adopt(&sealed.checkpoint));
     match taken {
         Ok(_) => Ok(Some(sealed.commit().to_string())),
-        Err(e) => {
-            Err(format!("the shared checkpoint of #{issue} was not taken in ({e}); the run starts from the seed"))
-        }
+        Err(source) => Err(NotTaken::Adopt { issue, source }),
     }
 }
 

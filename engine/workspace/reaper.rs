@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{PlanError, WorkspacePlan};
+use super::{PlanError, WorkspaceError, WorkspacePlan};
 
 pub struct WorkspaceReaper {
     /// The repository whose worktrees and branches are reaped.
@@ -32,10 +32,8 @@ impl WorkspaceReaper {
     }
 
     /// Removes what is expired; `closed` are the issues whose worktrees and
-    /// branches may go. One line per thing removed, or an error sentence.
-    pub async fn reap_closed(&self, closed: &[u64], now: DateTime<Utc>) -> Result<Vec<String>, String> {
-        super::reap(&self.plan, &self.root, now, self.worktree_ttl, closed, &self.artifacts)
-            .await
-            .map_err(|e| format!("could not reap workspaces: {e}"))
+    /// branches may go. One line per thing removed.
+    pub async fn reap_closed(&self, closed: &[u64], now: DateTime<Utc>) -> Result<Vec<String>, WorkspaceError> {
+        super::reap(&self.plan, &self.root, now, self.worktree_ttl, closed, &self.artifacts).await
     }
 }

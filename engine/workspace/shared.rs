@@ -30,7 +30,7 @@
 //! SHA-256 checked against its marker, its commit the head the record job
 //! records; the data goes to the emulator's `import` and nowhere else.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 
@@ -85,33 +85,67 @@ impl Sealed {
     }
 }
 
+/// Why a checkpoint that travels is not taken (the run goes on without
+/// it): a sentence naming the file or the ref and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Unusable {
+    #[error("the {what}'s marker is not a ward marker: {source}")]
+    NotAMarker { what: String, source: serde_json::Error },
+    #[error("the {what}'s marker is of kind `{}` for #{found}, not ward's for #{issue}", .kind.escape_debug())]
+    NotOurs { what: String, kind: String, found: u64, issue: u64 },
+    #[error("the {what}'s marker names no commit it may name")]
+    Commit { what: String },
+    #[error(
+        "the {what}'s data ({bytes} bytes) does not match its marker ({marked} bytes, SHA-256 {})",
+        .sha256.escape_debug()
+    )]
+    Mismatch { what: String, bytes: usize, marked: u64, sha256: String },
+    #[error("the {what} {} cannot be read: {source}", path.display())]
+    Unreadable { what: String, path: PathBuf, source: std::io::Error },
+    #[error("the {what} {} is over the limit of {max} bytes", path.display())]
+    TooBig { what: String, path: PathBuf, max: u64 },
+    #[error("the {what} is half there: `{data}` and `{marker}` come together")]
+    Half { what: &'static str, data: &'static str, marker: &'static str },
+    /// In a ref's tree.
+    #[error("`{data}` and `{marker}` come together")]
+    Apart { data: &'static str, marker: &'static str },
+    #[error("`{name}` is no file of at most {max} bytes")]
+    NoFile { name: &'static str, max: u64 },
+    #[error("the tree holds no `checkpoint.data`")]
+    NoCheckpoint,
+    #[error("the {what} is not UTF-8 text")]
+    NotText { what: &'static str },
+    #[error(transparent)]
+    Git(#[from] git2::Error),
+    #[error("could not fetch `{name}`: {source}")]
+    Fetch { name: String, source: WorktreeError },
+    #[error("`{name}` is not usable: {source}")]
+    Ref { name: String, source: Box<Unusable> },
+}
+
 /// Checks one export against its marker: ward's kind, this issue, a commit
 /// (40 hex digits) for a checkpoint and none for the seed, the size and
 /// the SHA-256 the marker says, within [`MAX_DATA_BYTES`].
-fn check(marker: &[u8], data: Vec<u8>, issue: u64, seed: bool, what: &str) -> std::result::Result<Part, String> {
+fn check(marker: &[u8], data: Vec<u8>, issue: u64, seed: bool, what: &str) -> std::result::Result<Part, Unusable> {
     let marker: Marker =
-        serde_json::from_slice(marker).map_err(|e| format!("the {what}'s marker is not a ward marker: {e}"))?;
+        serde_json::from_slice(marker).map_err(|source| Unusable::NotAMarker { what: what.into(), source })?;
     if marker.kind != KIND || marker.issue != issue {
-        return Err(format!(
-            "the {what}'s marker is of kind `{}` for #{}, not ward's for #{issue}",
-            marker.kind.escape_debug(),
-            marker.issue
-        ));
+        return Err(Unusable::NotOurs { what: what.into(), kind: marker.kind, found: marker.issue, issue });
     }
     let commit_ok = match &marker.commit {
         None => seed,
         Some(c) => !seed && c.len() == 40 && c.bytes().all(|b| b.is_ascii_hexdigit()),
     };
     if !commit_ok {
-        return Err(format!("the {what}'s marker names no commit it may name"));
+        return Err(Unusable::Commit { what: what.into() });
     }
     if data.len() as u64 != marker.bytes || sha256_hex(&data) != marker.sha256 {
-        return Err(format!(
-            "the {what}'s data ({} bytes) does not match its marker ({} bytes, SHA-256 {})",
-            data.len(),
-            marker.bytes,
-            marker.sha256.escape_debug()
-        ));
+        return Err(Unusable::Mismatch {
+            what: what.into(),
+            bytes: data.len(),
+            marked: marker.bytes,
+            sha256: marker.sha256,
+        });
     }
     Ok(Part { marker, data })
 }
@@ -128,27 +162,26 @@ pub fn seal_schema(out: &Path, body: &str) -> std::io::Result<()> {
 }
 
 /// The schema's reading the visit sealed, bounded; `Ok(None)` when none.
-pub fn open_schema(dir: &Path) -> std::result::Result<Option<String>, String> {
+pub fn open_schema(dir: &Path) -> std::result::Result<Option<String>, Unusable> {
     let Some(bytes) = read_bounded(&dir.join(SCHEMA_FILE), MAX_SCHEMA_BYTES, "sealed schema")? else {
         return Ok(None);
     };
-    String::from_utf8(bytes).map(Some).map_err(|_| "the sealed schema is not UTF-8 text".to_string())
+    String::from_utf8(bytes).map(Some).map_err(|_| Unusable::NotText { what: "sealed schema" })
 }
 
 /// Reads `path`, at most `max` bytes; `Ok(None)` when there is no file.
-fn read_bounded(path: &Path, max: u64, what: &str) -> std::result::Result<Option<Vec<u8>>, String> {
+fn read_bounded(path: &Path, max: u64, what: &str) -> std::result::Result<Option<Vec<u8>>, Unusable> {
     use std::io::Read;
+    let unreadable = |source| Unusable::Unreadable { what: what.into(), path: path.to_path_buf(), source };
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("the {what} {} cannot be read: {e}", path.display())),
+        Err(e) => return Err(unreadable(e)),
     };
     let mut bytes = Vec::new();
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("the {what} {} cannot be read: {e}", path.display()))?;
+    file.take(max + 1).read_to_end(&mut bytes).map_err(unreadable)?;
     if bytes.len() as u64 > max {
-        return Err(format!("the {what} {} is over the limit of {max} bytes", path.display()));
+        return Err(Unusable::TooBig { what: what.into(), path: path.to_path_buf(), max });
     }
     Ok(Some(bytes))
 }
@@ -167,16 +200,15 @@ pub fn seal(out: &Path, checkpoint: &Checkpoint, seed: Option<&Checkpoint>) -> R
 }
 
 /// The record job: the checkpoint the visit in `dir` sealed, read with
-/// bounds and checked (a sentence when it fails); `Ok(None)` when the
-/// visit sealed none.
-pub fn open_sealed(dir: &Path, issue: u64) -> std::result::Result<Option<Sealed>, String> {
-    let part = |data: &str, marker: &str, seed: bool, what: &str| {
+/// bounds and checked; `Ok(None)` when the visit sealed none.
+pub fn open_sealed(dir: &Path, issue: u64) -> std::result::Result<Option<Sealed>, Unusable> {
+    let part = |data: &'static str, marker: &'static str, seed: bool, what: &'static str| {
         let marker_bytes = read_bounded(&dir.join(marker), MAX_MARKER_BYTES, &format!("{what}'s marker"))?;
         let data_bytes = read_bounded(&dir.join(data), MAX_DATA_BYTES, &format!("{what}'s data"))?;
         match (marker_bytes, data_bytes) {
             (None, None) => Ok(None),
             (Some(m), Some(d)) => check(&m, d, issue, seed, what).map(Some),
-            _ => Err(format!("the {what} is half there: `{data}` and `{marker}` come together")),
+            _ => Err(Unusable::Half { what, data, marker }),
         }
     };
     let Some(checkpoint) = part(DATA_FILE, MARKER_FILE, false, "sealed checkpoint")? else { return Ok(None) };
@@ -185,34 +217,34 @@ pub fn open_sealed(dir: &Path, issue: u64) -> std::result::Result<Option<Sealed>
 }
 
 /// What a ref's tree holds, read from the bare repository `bare`.
-fn read_tree(bare: &Path, commit: &str, issue: u64) -> std::result::Result<Sealed, String> {
-    let repo = git2::Repository::open_bare(bare).map_err(|e| e.to_string())?;
-    let tree = repo.revparse_single(commit).and_then(|o| o.peel_to_tree()).map_err(|e| e.to_string())?;
-    let odb = repo.odb().map_err(|e| e.to_string())?;
-    let blob = |name: &str, max: u64| -> std::result::Result<Option<Vec<u8>>, String> {
+fn read_tree(bare: &Path, commit: &str, issue: u64) -> std::result::Result<Sealed, Unusable> {
+    let repo = git2::Repository::open_bare(bare)?;
+    let tree = repo.revparse_single(commit).and_then(|o| o.peel_to_tree())?;
+    let odb = repo.odb()?;
+    let blob = |name: &'static str, max: u64| -> std::result::Result<Option<Vec<u8>>, Unusable> {
         let Some(entry) = tree.get_name(name) else { return Ok(None) };
-        let (size, kind) = odb.read_header(entry.id()).map_err(|e| e.to_string())?;
+        let (size, kind) = odb.read_header(entry.id())?;
         if kind != git2::ObjectType::Blob || size as u64 > max {
-            return Err(format!("`{name}` is no file of at most {max} bytes"));
+            return Err(Unusable::NoFile { name, max });
         }
-        Ok(Some(repo.find_blob(entry.id()).map_err(|e| e.to_string())?.content().to_vec()))
+        Ok(Some(repo.find_blob(entry.id())?.content().to_vec()))
     };
-    let part = |data: &str, marker: &str, seed: bool| -> std::result::Result<Option<Part>, String> {
+    let part = |data: &'static str, marker: &'static str, seed: bool| -> std::result::Result<Option<Part>, Unusable> {
         match (blob(marker, MAX_MARKER_BYTES)?, blob(data, MAX_DATA_BYTES)?) {
             (Some(m), Some(d)) => check(&m, d, issue, seed, "shared checkpoint").map(Some),
             (None, None) => Ok(None),
-            _ => Err(format!("`{data}` and `{marker}` come together")),
+            _ => Err(Unusable::Apart { data, marker }),
         }
     };
-    let checkpoint = part(DATA_FILE, MARKER_FILE, false)?.ok_or("the tree holds no `checkpoint.data`")?;
+    let checkpoint = part(DATA_FILE, MARKER_FILE, false)?.ok_or(Unusable::NoCheckpoint)?;
     Ok(Sealed { checkpoint, seed: part(SEED_DATA_FILE, SEED_MARKER_FILE, true)? })
 }
 
 /// A visit job: the patient's shared checkpoint, fetched with the job's
 /// (read-only) token into a fresh bare repository and checked. `Ok(None)`
-/// when there is none; an unusable one is an error sentence (the run then
-/// starts from the seed).
-pub fn fetch(remote_url: &str, token: Option<&str>, issue: u64) -> std::result::Result<Option<Sealed>, String> {
+/// when there is none; an unusable one is an error (the run then starts
+/// from the seed).
+pub fn fetch(remote_url: &str, token: Option<&str>, issue: u64) -> std::result::Result<Option<Sealed>, Unusable> {
     let name = ref_name(issue);
     let fetched = || -> Result<Option<(Scratch, std::path::PathBuf)>> {
         let scratch = Scratch::new()?;
@@ -225,10 +257,10 @@ pub fn fetch(remote_url: &str, token: Option<&str>, issue: u64) -> std::result::
             false => Ok(None),
         }
     };
-    let Some((_scratch, bare)) = fetched().map_err(|e| format!("could not fetch `{name}`: {e}"))? else {
+    let Some((_scratch, bare)) = fetched().map_err(|source| Unusable::Fetch { name: name.clone(), source })? else {
         return Ok(None);
     };
-    read_tree(&bare, "refs/ward/checkpoint", issue).map(Some).map_err(|e| format!("`{name}` is not usable: {e}"))
+    read_tree(&bare, "refs/ward/checkpoint", issue).map(Some).map_err(|e| Unusable::Ref { name, source: Box::new(e) })
 }
 
 /// The record job: `sealed` becomes the patient's ref, a commit made in
@@ -377,31 +409,31 @@ mod tests {
         assert_eq!((sealed.commit(), sealed.checkpoint.data.as_slice()), (COMMIT, &b"seed\ntreated\n"[..]));
         assert_eq!(sealed.seed.as_ref().unwrap().data, b"seed\n");
 
-        let why = open_sealed(&out, 2).unwrap_err();
+        let why = open_sealed(&out, 2).unwrap_err().to_string();
         assert!(why.contains("not ward's for #2"), "{why}");
         std::fs::write(out.join(DATA_FILE), b"seed\nforged\n").unwrap();
-        let why = open_sealed(&out, 1).unwrap_err();
+        let why = open_sealed(&out, 1).unwrap_err().to_string();
         assert!(why.contains("does not match its marker"), "{why}");
         std::fs::remove_file(out.join(MARKER_FILE)).unwrap();
-        let why = open_sealed(&out, 1).unwrap_err();
+        let why = open_sealed(&out, 1).unwrap_err().to_string();
         assert!(why.contains("half there"), "{why}");
         std::fs::remove_file(out.join(DATA_FILE)).unwrap();
-        assert_eq!(open_sealed(&out, 1), Ok(None), "no checkpoint sealed");
+        assert_eq!(open_sealed(&out, 1).unwrap(), None, "no checkpoint sealed");
     }
 
     #[test]
     fn the_schemas_reading_travels_beside_the_visit_within_its_bound() {
         let tmp = tempfile::tempdir().unwrap();
-        assert_eq!(open_schema(tmp.path()), Ok(None), "no reading sealed");
+        assert_eq!(open_schema(tmp.path()).unwrap(), None, "no reading sealed");
         seal_schema(tmp.path(), "Commit: abc\nSchema: unchanged against the seed\n").unwrap();
         assert_eq!(
             open_schema(tmp.path()).unwrap().as_deref(),
             Some("Commit: abc\nSchema: unchanged against the seed\n")
         );
         std::fs::write(tmp.path().join(SCHEMA_FILE), vec![b'x'; MAX_SCHEMA_BYTES as usize + 1]).unwrap();
-        assert!(open_schema(tmp.path()).unwrap_err().contains("over the limit"));
+        assert!(open_schema(tmp.path()).unwrap_err().to_string().contains("over the limit"));
         std::fs::write(tmp.path().join(SCHEMA_FILE), [0xff, 0xfe]).unwrap();
-        assert!(open_schema(tmp.path()).unwrap_err().contains("not UTF-8"));
+        assert!(open_schema(tmp.path()).unwrap_err().to_string().contains("not UTF-8"));
     }
 
     #[test]
@@ -435,9 +467,9 @@ mod tests {
             git::run(init, "init", None).unwrap();
         }
         let url = remote.to_str().unwrap();
-        assert_eq!(fetch(url, None, 1), Ok(None), "no ref yet");
+        assert_eq!(fetch(url, None, 1).unwrap(), None, "no ref yet");
         push(&record, &sealed, 1, url, None).unwrap();
-        assert_eq!(fetch(url, None, 1), Ok(Some(sealed.clone())), "fetched as it was pushed");
+        assert_eq!(fetch(url, None, 1).unwrap(), Some(sealed.clone()), "fetched as it was pushed");
         // A second treatment's data replaces it (forced, leased on what was there).
         let mut newer = sealed.clone();
         newer.checkpoint.data = b"seed\ntreated twice\n".to_vec();
@@ -447,7 +479,7 @@ mod tests {
         assert_eq!(fetch(url, None, 1).unwrap().unwrap().checkpoint.data, b"seed\ntreated twice\n");
         assert!(drop_patient(url, None, 1).unwrap());
         assert!(!drop_patient(url, None, 1).unwrap(), "nothing left to drop");
-        assert_eq!(fetch(url, None, 1), Ok(None));
+        assert_eq!(fetch(url, None, 1).unwrap(), None);
 
         for issue in [2, 3] {
             let mut theirs = sealed.clone();
@@ -457,13 +489,13 @@ mod tests {
         }
         let lines = reap(url, None, &[2, 9], chrono::Utc::now()).unwrap();
         assert_eq!(lines, ["checkpoint ref `refs/ward/checkpoints/issue-2` of #2 (its issue is closed)"]);
-        assert_eq!(fetch(url, None, 2), Ok(None));
+        assert_eq!(fetch(url, None, 2).unwrap(), None);
         assert!(fetch(url, None, 3).unwrap().is_some(), "an open patient's checkpoint stays");
         // A ref whose data does not match its marker is not usable.
         let mut forged = sealed.clone();
         forged.checkpoint.data = b"forged\n".to_vec();
         push(&record, &forged, 1, url, None).unwrap();
-        let why = fetch(url, None, 1).unwrap_err();
+        let why = fetch(url, None, 1).unwrap_err().to_string();
         assert!(why.contains("is not usable") && why.contains("does not match its marker"), "{why}");
     }
 

@@ -266,11 +266,11 @@ struct GqlIssue {
 }
 
 impl GqlIssue {
-    fn into_issue(self, labels: Vec<String>) -> Result<Issue, String> {
+    fn into_issue(self, labels: Vec<String>) -> Result<Issue, Unexpected> {
         let state = match self.state.as_str() {
             "OPEN" => IssueState::Open,
             "CLOSED" => IssueState::Closed,
-            other => return Err(format!("issue #{} has state `{other}`", self.number)),
+            other => return Err(Unexpected::State { what: "issue", number: self.number, state: other.into() }),
         };
         Ok(Issue {
             number: IssueNumber(self.number),
@@ -401,7 +401,7 @@ enum GqlContext {
 
 impl GqlContext {
     /// The REST shape's verdict, so both APIs fold the same way.
-    fn check(self) -> Result<Check, String> {
+    fn check(self) -> Result<Check, Unexpected> {
         match self {
             GqlContext::CheckRun { name, status, conclusion, url, title, summary } => Check::try_from(WireCheckRun {
                 name,
@@ -804,17 +804,17 @@ impl GitHubForge {
                 };
                 out.push(Review::try_from(wire).map_err(|e| bad_shape(action, e))?);
             }
-            Ok(out)
+            out
         } else {
-            Ok(self.reviews(number).await?)
+            self.reviews(number).await?
         };
         let unresolved_threads = if p.review_threads.whole() {
-            Ok(p.review_threads.nodes.iter().filter(|t| !t.is_resolved).count())
+            p.review_threads.nodes.iter().filter(|t| !t.is_resolved).count()
         } else {
-            Ok(self.unresolved_review_threads(number).await?)
+            self.unresolved_review_threads(number).await?
         };
         let commits = if p.commits.whole() {
-            Ok(p.commits
+            p.commits
                 .nodes
                 .into_iter()
                 .map(|c| CommitInfo {
@@ -822,27 +822,27 @@ impl GitHubForge {
                     message: c.commit.message.unwrap_or_default(),
                     parent_count: c.commit.parents.map_or(0, |n| n.total_count),
                 })
-                .collect())
+                .collect()
         } else {
-            Ok(self.pull_request_commits(number).await?)
+            self.pull_request_commits(number).await?
         };
         let head = pull.head_sha.trim().to_string();
         let ci = match p.head.nodes.into_iter().next() {
-            _ if head.is_empty() => Err(format!("pull request #{number} reports no head commit")),
+            _ if head.is_empty() => None,
             Some(last) if last.commit.oid == head => match last.commit.status_check_rollup {
-                None => Ok(fold_ci(&[])),
+                None => Some(fold_ci(&[])),
                 Some(rollup) if rollup.contexts.whole() => {
                     let mut checks = Vec::new();
                     for context in rollup.contexts.nodes {
                         checks.push(context.check().map_err(|e| bad_shape(action, e))?);
                     }
                     checks.retain(|c| c.is_status || !c.name.starts_with(OWN_CHECK_PREFIX));
-                    Ok(fold_ci(&checks))
+                    Some(fold_ci(&checks))
                 }
-                Some(_) => Ok(self.ci_status(&head).await?),
+                Some(_) => Some(self.ci_status(&head).await?),
             },
             // The last commit listed is not the head (a push between): REST on the head.
-            _ => Ok(self.ci_status(&head).await?),
+            _ => Some(self.ci_status(&head).await?),
         };
         Ok(PullFacts { pull, reviews, unresolved_threads, commits, ci, can_push, merge_queue })
     }

@@ -79,7 +79,7 @@ const MAX_PAGES: usize = 50;
 /// not compiled in; [`GitHubForge`] retries.
 pub fn build_client(api_url: &str, token: &str) -> ForgeResult<Octocrab> {
     let action = format!("set up the GitHub client for {api_url}");
-    let origin = Endpoints::origin(api_url).map_err(|e| ForgeError::io(&action, e))?;
+    let origin = Endpoints::origin(api_url, &action)?;
     if token.trim().is_empty() {
         return Err(ForgeError::Forbidden {
             action,
@@ -108,11 +108,12 @@ pub(super) struct Endpoints {
 
 impl Endpoints {
     /// `scheme://authority` of `url`.
-    fn origin(url: &str) -> Result<String, String> {
-        let uri: http::Uri = url.trim().parse().map_err(|e| format!("`{url}` is not a URL ({e})"))?;
+    fn origin(url: &str, action: &str) -> ForgeResult<String> {
+        let uri: http::Uri =
+            url.trim().parse().map_err(|e| ForgeError::io(action, format!("`{url}` is not a URL ({e})")))?;
         match (uri.scheme_str(), uri.authority()) {
             (Some(scheme), Some(authority)) => Ok(format!("{scheme}://{authority}")),
-            _ => Err(format!("`{url}` is not an absolute URL (`https://HOST/...`)")),
+            _ => Err(ForgeError::io(action, format!("`{url}` is not an absolute URL (`https://HOST/...`)"))),
         }
     }
 
@@ -125,9 +126,7 @@ impl Endpoints {
                 url.trim().parse().map_err(|e| ForgeError::io(&action, format!("`{url}` is not a URL ({e})")))?;
             Ok(uri.path().trim_end_matches('/').to_string())
         };
-        let (api, graphql) = (Self::origin(&settings.api_url), Self::origin(&settings.graphql_url));
-        let (api, graphql) =
-            (api.map_err(|e| ForgeError::io(&action, e))?, graphql.map_err(|e| ForgeError::io(&action, e))?);
+        let (api, graphql) = (Self::origin(&settings.api_url, &action)?, Self::origin(&settings.graphql_url, &action)?);
         if !api.eq_ignore_ascii_case(&graphql) {
             return Err(ForgeError::io(
                 &action,
@@ -153,13 +152,18 @@ pub struct RepoName {
     pub name: String,
 }
 
+/// A text that names no repository like `owner/name`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a repository like `owner/name` (set --repo or GITHUB_REPOSITORY)")]
+pub struct NotARepo(pub String);
+
 impl std::str::FromStr for RepoName {
-    type Err = String;
+    type Err = NotARepo;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let ok = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         match s.split_once('/') {
             Some((owner, name)) if ok(owner) && ok(name) => Ok(Self { owner: owner.into(), name: name.into() }),
-            _ => Err(format!("`{s}` is not a repository like `owner/name` (set --repo or GITHUB_REPOSITORY)")),
+            _ => Err(NotARepo(s.to_string())),
         }
     }
 }
@@ -270,7 +274,7 @@ impl GitHubForge {
                 "no repository named: pass --repo OWNER/NAME or set GITHUB_REPOSITORY",
             )
         })?;
-        let repo: RepoName = repo.parse().map_err(|e: String| ForgeError::io("find the repository", e))?;
+        let repo: RepoName = repo.parse().map_err(|e: NotARepo| ForgeError::io("find the repository", e))?;
         let token = crate::secrets::Secrets::global().github_token().unwrap_or_default();
         let api_url = var("GITHUB_API_URL").unwrap_or_else(|| DEFAULT_API_URL.into());
         let settings = GitHubSettings {

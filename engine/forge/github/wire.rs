@@ -9,7 +9,35 @@ use serde_json::Value;
 use crate::forge::{
     CiFailure, CiState, CiStatus, Comment, CommitInfo, ForgeError, ForgeResult, Issue, IssueNumber, IssueState,
     LabelAction, LabelEvent, Listed, Permission, PullRequest, PullState, Review, ReviewState, StoredChart,
+    UnknownPermission,
 };
+
+/// What in an API answer is not what the API documents, found converting
+/// it to the forge's types (said after "the answer is not what the API
+/// documents", [`bad_shape`]).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Unexpected {
+    #[error("{what} #{number} has state `{state}`")]
+    State { what: &'static str, number: u64, state: String },
+    #[error("a label event without its label")]
+    LabelWithoutName,
+    #[error(transparent)]
+    Permission(#[from] UnknownPermission),
+    #[error("the chart path holds a {0}, not a file")]
+    ChartNotAFile(String),
+    #[error("the chart comes in encoding `{0}`")]
+    ChartEncoding(String),
+    #[error("the chart's content is not base64 ({0})")]
+    ChartNotBase64(base64::DecodeError),
+    #[error("the chart is not UTF-8 text")]
+    ChartNotUtf8,
+    #[error("review state `{0}` is unknown")]
+    ReviewState(String),
+    #[error("check run `{0}` is completed without a conclusion")]
+    NoConclusion(String),
+    #[error("commit status `{context}` has state `{state}`")]
+    StatusState { context: String, state: String },
+}
 
 #[derive(Deserialize)]
 pub(super) struct WireUser {
@@ -35,12 +63,12 @@ pub(super) struct WireIssue {
 }
 
 impl TryFrom<WireIssue> for Issue {
-    type Error = String;
-    fn try_from(w: WireIssue) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WireIssue) -> Result<Self, Unexpected> {
         let state = match w.state.as_str() {
             "open" => IssueState::Open,
             "closed" => IssueState::Closed,
-            other => return Err(format!("issue #{} has state `{other}`", w.number)),
+            other => return Err(Unexpected::State { what: "issue", number: w.number, state: other.into() }),
         };
         Ok(Issue {
             number: IssueNumber(w.number),
@@ -79,8 +107,8 @@ pub(super) struct WireListed {
 }
 
 impl TryFrom<WireListed> for Listed {
-    type Error = String;
-    fn try_from(w: WireListed) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WireListed) -> Result<Self, Unexpected> {
         let WireListed { number, title, body, user, state, labels, updated_at, pull_request: _ } = w;
         let issue = Issue::try_from(WireIssue { number, title, body, user, state, labels })?;
         Ok(Listed { issue, updated_at })
@@ -104,14 +132,14 @@ pub(super) struct WireIssueEvent {
 pub(super) struct MaybeLabelEvent(pub(super) Option<LabelEvent>);
 
 impl TryFrom<WireIssueEvent> for MaybeLabelEvent {
-    type Error = String;
-    fn try_from(w: WireIssueEvent) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WireIssueEvent) -> Result<Self, Unexpected> {
         let action = match w.event.as_str() {
             "labeled" => LabelAction::Added,
             "unlabeled" => LabelAction::Removed,
             _ => return Ok(Self(None)),
         };
-        let label = w.label.ok_or("a label event without its label")?.name;
+        let label = w.label.ok_or(Unexpected::LabelWithoutName)?.name;
         let actor = w.actor.map(|a| a.login).unwrap_or_else(|| "ghost".into());
         Ok(Self(Some(LabelEvent { label, action, actor, at: w.created_at })))
     }
@@ -126,8 +154,8 @@ pub(super) struct WireComment {
 }
 
 impl TryFrom<WireComment> for Comment {
-    type Error = String;
-    fn try_from(w: WireComment) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WireComment) -> Result<Self, Unexpected> {
         Ok(Comment {
             id: w.id,
             author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
@@ -145,11 +173,12 @@ pub(super) struct WirePermission {
 }
 
 impl TryFrom<WirePermission> for Permission {
-    type Error = String;
-    fn try_from(w: WirePermission) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WirePermission) -> Result<Self, Unexpected> {
         // `permission` only knows admin/write/read/none; `role_name` also
         // knows triage and maintain. Custom roles fall back to `permission`.
-        w.role_name.as_deref().and_then(|r| r.parse().ok()).map_or_else(|| w.permission.parse::<Permission>(), Ok)
+        let role = w.role_name.as_deref().and_then(|r| r.parse().ok());
+        Ok(role.map_or_else(|| w.permission.parse::<Permission>(), Ok)?)
     }
 }
 
@@ -165,19 +194,17 @@ pub(super) struct WireContent {
 }
 
 impl TryFrom<WireContent> for StoredChart {
-    type Error = String;
-    fn try_from(w: WireContent) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WireContent) -> Result<Self, Unexpected> {
         if w.kind != "file" {
-            return Err(format!("the chart path holds a {}, not a file", w.kind));
+            return Err(Unexpected::ChartNotAFile(w.kind));
         }
         if w.encoding.as_deref().is_some_and(|e| e != "base64") {
-            return Err(format!("the chart comes in encoding `{}`", w.encoding.unwrap_or_default()));
+            return Err(Unexpected::ChartEncoding(w.encoding.unwrap_or_default()));
         }
         let packed: String = w.content.unwrap_or_default().chars().filter(|c| !c.is_ascii_whitespace()).collect();
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(packed)
-            .map_err(|e| format!("the chart's content is not base64 ({e})"))?;
-        let text = String::from_utf8(bytes).map_err(|_| "the chart is not UTF-8 text".to_string())?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(packed).map_err(Unexpected::ChartNotBase64)?;
+        let text = String::from_utf8(bytes).map_err(|_| Unexpected::ChartNotUtf8)?;
         Ok(StoredChart { text, version: w.sha })
     }
 }
@@ -221,13 +248,15 @@ pub(super) struct WirePull {
 }
 
 impl TryFrom<WirePull> for PullRequest {
-    type Error = String;
-    fn try_from(w: WirePull) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WirePull) -> Result<Self, Unexpected> {
         let state = match (w.state.as_str(), w.merged_at.is_some()) {
             ("open", _) => PullState::Open,
             ("closed", true) => PullState::Merged,
             ("closed", false) => PullState::Closed,
-            (other, _) => return Err(format!("pull request #{} has state `{other}`", w.number)),
+            (other, _) => {
+                return Err(Unexpected::State { what: "pull request", number: w.number, state: other.into() });
+            }
         };
         Ok(PullRequest {
             number: w.number,
@@ -254,15 +283,15 @@ pub(super) struct WireReview {
 }
 
 impl TryFrom<WireReview> for Review {
-    type Error = String;
-    fn try_from(w: WireReview) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WireReview) -> Result<Self, Unexpected> {
         let state = match w.state.as_str() {
             "APPROVED" => ReviewState::Approved,
             "CHANGES_REQUESTED" => ReviewState::ChangesRequested,
             "COMMENTED" => ReviewState::Commented,
             "DISMISSED" => ReviewState::Dismissed,
             "PENDING" => ReviewState::Pending,
-            other => return Err(format!("review state `{other}` is unknown")),
+            other => return Err(Unexpected::ReviewState(other.into())),
         };
         Ok(Review {
             author: w.user.map(|u| u.login).unwrap_or_else(|| "ghost".into()),
@@ -287,8 +316,8 @@ pub(super) struct WireCommitDetail {
 }
 
 impl TryFrom<WireCommitItem> for CommitInfo {
-    type Error = String;
-    fn try_from(w: WireCommitItem) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WireCommitItem) -> Result<Self, Unexpected> {
         Ok(CommitInfo { sha: w.sha, message: w.commit.message, parent_count: w.parents.len() })
     }
 }
@@ -322,12 +351,12 @@ pub(super) struct WireCheckOutput {
 }
 
 impl TryFrom<WireCheckRun> for Check {
-    type Error = String;
-    fn try_from(w: WireCheckRun) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WireCheckRun) -> Result<Self, Unexpected> {
         let (state, detail) = match (w.status.as_str(), w.conclusion.as_deref()) {
             ("completed", Some(c @ ("success" | "neutral" | "skipped"))) => (CiState::Success, c.to_string()),
             ("completed", Some(c)) => (CiState::Failure, c.to_string()),
-            ("completed", None) => return Err(format!("check run `{}` is completed without a conclusion", w.name)),
+            ("completed", None) => return Err(Unexpected::NoConclusion(w.name)),
             (status, _) => (CiState::Pending, status.to_string()),
         };
         // The output's title and summary, as the API gives them (null for Actions jobs).
@@ -356,13 +385,16 @@ pub(super) struct WireStatus {
 }
 
 impl TryFrom<WireStatus> for Check {
-    type Error = String;
-    fn try_from(w: WireStatus) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WireStatus) -> Result<Self, Unexpected> {
         let state = match w.state.as_str() {
             "success" => CiState::Success,
             "pending" => CiState::Pending,
             "failure" | "error" => CiState::Failure,
-            other => return Err(format!("commit status `{}` has state `{other}`", w.context)),
+            other => {
+                let state = other.to_string();
+                return Err(Unexpected::StatusState { context: w.context, state });
+            }
         };
         let summary = w.description.filter(|d| !d.trim().is_empty());
         Ok(Check {
@@ -448,8 +480,8 @@ reviewThreads(first: 100, after: $after) { nodes { isResolved } pageInfo { hasNe
 pub(super) struct LabelName(pub(super) String);
 
 impl TryFrom<WireLabel> for LabelName {
-    type Error = String;
-    fn try_from(w: WireLabel) -> Result<Self, String> {
+    type Error = Unexpected;
+    fn try_from(w: WireLabel) -> Result<Self, Unexpected> {
         Ok(Self(w.name))
     }
 }
@@ -472,7 +504,7 @@ pub(super) fn check_runs(v: Value) -> Option<Vec<Value>> {
 pub(super) fn convert<W, T>(items: Vec<Value>, action: &str) -> ForgeResult<Vec<T>>
 where
     W: for<'de> Deserialize<'de>,
-    T: TryFrom<W, Error = String>,
+    T: TryFrom<W, Error = Unexpected>,
 {
     items
         .into_iter()
