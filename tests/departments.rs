@@ -1136,6 +1136,92 @@ mod research {
         assert!(said.contains("skills and roles, nothing else"), "{said}");
     }
 
+    /// On the fake GitHub: the branch pushed with the token, the pull
+    /// request opened and labelled through the issues API, once.
+    #[tokio::test]
+    async fn on_the_fake_github_the_role_pushes_its_branch_and_opens_one_labelled_pull_request() {
+        use std::sync::Arc;
+
+        use ward::report::PatientRecord;
+        use ward::research::policy::Role;
+        use ward::workspace::{PushTarget, WorkspacePlan};
+
+        use super::support::fake_github::{FakeGitHub, OWNER, REPO, TOKEN};
+
+        let gh = FakeGitHub::start().await;
+        let s = Sandbox::new();
+        s.edit_config(
+            "    max_proposals: 3        # issues and the policy pull request per run (--max overrides)\n    agent: false",
+            ROLE_ON,
+        );
+        s.write(".gitignore", ".ward/\n");
+        git(s.root(), &["init", "--quiet", "--initial-branch", "main"]);
+        git(s.root(), &["add", "--all"]);
+        git(s.root(), &["commit", "--quiet", "-m", "ward init"]);
+        gh.seed(s.root());
+        // docs/github.md, step 3: "Allow GitHub Actions to create and approve pull requests".
+        gh.state().actions_can_create_pull_requests = true;
+        let mut h = ward::hospital::Hospital::load(s.root(), Arc::new(gh.forge())).unwrap();
+        h.ward_exe = env!("CARGO_BIN_EXE_ward").into();
+        let url = gh.url.clone();
+        let env = move |k: &str| match k {
+            "GITHUB_ACTIONS" => Some("true".to_string()),
+            "GITHUB_REPOSITORY" => Some(format!("{OWNER}/{REPO}")),
+            "GITHUB_SERVER_URL" => Some(url.clone()),
+            _ => None,
+        };
+        let mut plan = WorkspacePlan::detect(s.root(), env).unwrap().expect("a git repository");
+        plan.push = Some(PushTarget { url: gh.git_url(), token: Some(TOKEN.into()) });
+        h.workspace = Ok(Some(plan));
+
+        let note = |n: u64| Note {
+            kind: NoteKind::Outcome,
+            meta: NoteMeta {
+                run: format!("r{n}"),
+                stage: "plan-review".into(),
+                role: "x".into(),
+                at: chrono::Utc::now(),
+            },
+            body: "reject".into(),
+        };
+        let records: Vec<PatientRecord> = (1..=3)
+            .map(|n| {
+                let number = gh.state().add_issue(&format!("patient {n}"), "work", "maria", &["ward:diagnose"]);
+                let issue = Issue {
+                    number: ward::forge::IssueNumber(number),
+                    title: format!("patient {n}"),
+                    body: "work".into(),
+                    author: "maria".into(),
+                    state: ward::forge::IssueState::Open,
+                    labels: vec!["ward:diagnose".into()],
+                };
+                PatientRecord { issue, events: Vec::new(), notes: vec![note(number)] }
+            })
+            .collect();
+        let role = Role { hospital: &h, run: "r1".into(), command: None };
+        let first = ward::research::file_with_role(&*h.forge, &h.config, &records, 3, Some(&role)).await.unwrap();
+        assert!(first.to_string().contains("is pull request #4 (`ward/research-"), "{first}");
+        let (files, pull) = {
+            let st = gh.state();
+            let pull = st.pulls.values().find(|p| p.head.starts_with("ward/research-")).expect("opened").clone();
+            (st.branch_files(&pull.head), pull)
+        };
+        assert!(pull.open && !pull.merged, "not merged");
+        assert_eq!(pull.labels, ["ward:proposal"], "labelled through the issues API");
+        assert_eq!(pull.author, "github-actions[bot]");
+        let main_files = gh.state().branch_files("main");
+        let changed: Vec<&String> = files.keys().filter(|f| main_files.get(*f) != files.get(*f)).collect();
+        assert_eq!(changed, ["roles/fellow.md"], "pushed with the change, and only it");
+        let main = git(s.root(), &["rev-parse", "main"]);
+        assert_eq!(gh.state().branch_head("main"), Some(main), "main untouched");
+        assert!(first.filed.is_empty(), "the pull request is the finding's proposal: {first}");
+
+        let again = ward::research::file_with_role(&*h.forge, &h.config, &records, 3, Some(&role)).await.unwrap();
+        assert_eq!((again.known, again.filed.len(), again.policy.is_none()), (1, 0, true), "{again}");
+        assert_eq!(gh.state().pulls.values().filter(|p| p.head.starts_with("ward/research-")).count(), 1);
+        gh.assert_known_routes();
+    }
+
     #[tokio::test]
     async fn the_limit_in_ward_yml_holds_and_the_flag_overrides_it() {
         let (s, forge) = hospital("    max_proposals: 1        # per run\n    agent: false", true).await;

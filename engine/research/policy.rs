@@ -171,7 +171,11 @@ async fn try_propose(
              and GITHUB_ACTIONS): run it in the repository's workflow",
         )?;
         let git_dir = crate::workspace::worktree::GitRepo::open(&h.root)?.git_dir().to_path_buf();
-        git::push_branch(&git_dir, &push.url, &branch, push.token.as_deref(), false)
+        let (url, token, name) = (push.url.clone(), push.token.clone(), branch.clone());
+        // The push waits on the network: off the async threads.
+        tokio::task::spawn_blocking(move || git::push_branch(&git_dir, &url, &name, token.as_deref(), false))
+            .await
+            .context("the push of the research branch was cancelled")?
             .with_context(|| format!("could not push `{branch}`"))?;
     }
     let pull = open(h, forge, target, &branch, &message).await?;
