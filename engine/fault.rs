@@ -23,6 +23,7 @@ pub const POINTS: &[&str] = &[
     "after-merge",          // discharge: the pull request merged, the patient not yet moved
     "after-incident-filed", // safety: an incident issue opened, the run not finished
     "after-proposal-filed", // research: a proposal filed, the run not finished
+    "after-policy-filed",   // research: the role's pull request opened and labelled, the run not finished
 ];
 
 /// Exits the process when `WARD_FAULT` names `point`.

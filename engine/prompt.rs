@@ -526,8 +526,9 @@ impl Prompts {
         Self { env, root: root.to_path_buf() }
     }
 
-    /// Renders the template at `template` (relative to the root).
-    pub fn render(&self, template: &Path, ctx: &PromptContext) -> Result<String, PromptError> {
+    /// Renders the template at `template` (relative to the root) with a
+    /// stage's [`PromptContext`], or a department role's own context.
+    pub fn render(&self, template: &Path, ctx: &impl Serialize) -> Result<String, PromptError> {
         let name = template.to_string_lossy().replace('\\', "/");
         let tmpl = self.env.get_template(&name).map_err(|e| render_error(&name, &e))?;
         tmpl.render(ctx).map_err(|e| render_error(&name, &e))

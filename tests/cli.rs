@@ -536,9 +536,9 @@ fn chart_notes(s: &Sandbox) -> Vec<ward::chart::Note> {
 fn a_stage_killed_at_every_step_is_recovered_by_the_sweep_and_the_next_run() {
     use ward::chart::NoteKind;
     // `after-merge` is a discharge's: tests/github.rs kills one there;
-    // `after-incident-filed` and `after-proposal-filed` the safety and
-    // research departments': tests/safety.rs.
-    let departments = ["after-merge", "after-incident-filed", "after-proposal-filed"];
+    // `after-incident-filed`, `after-proposal-filed` and `after-policy-filed`
+    // the safety and research departments': tests/safety.rs, tests/departments.rs.
+    let departments = ["after-merge", "after-incident-filed", "after-proposal-filed", "after-policy-filed"];
     for point in ward::fault::POINTS.iter().filter(|p| !departments.contains(*p)) {
         let s = Sandbox::new();
         admit(&s, "crash", "a patient whose first run is killed");

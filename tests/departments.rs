@@ -1,6 +1,7 @@
 //! The departments outside the patient flow, with a moving clock: the
-//! charge nurse's sweep, infection control, budgets, groundedness and the
-//! safety report.
+//! charge nurse's sweep, infection control, budgets, groundedness, the
+//! safety report and the research department's role (its policy change as
+//! a pull request, on the local forge).
 
 mod support;
 
@@ -947,4 +948,295 @@ fn the_department_commands_work_from_the_command_line() {
     assert!(stderr(&out).contains("posted the report as #3"), "{}", stderr(&out));
     let out = sb.ward(&["report", "--since", "a while"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+// ---------------------------------------------------------------------------
+// Research department: the role's policy change (issue 31)
+// ---------------------------------------------------------------------------
+
+mod research {
+    use std::path::Path;
+
+    use ward::chart::{Note, NoteKind, NoteMeta, Seen, Sentinels, append};
+    use ward::forge::local::LocalForge;
+    use ward::forge::{Forge, Issue, NewIssue, PullState};
+
+    use super::support::{Sandbox, stderr, stdout};
+
+    const BOT: &str = "github-actions[bot]";
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "rosa")
+            .env("GIT_AUTHOR_EMAIL", "rosa@example.com")
+            .env("GIT_COMMITTER_NAME", "rosa")
+            .env("GIT_COMMITTER_EMAIL", "rosa@example.com")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// `ward init` in a git repository on `main` (ward.yml's research
+    /// section as `research`, committed), and a month's record on its local
+    /// forge: plan review sent #1, #2 and #3 back to diagnosis (a gate that
+    /// points at the fellow's role), and with `escalations` two of them
+    /// escalated from diagnosis too (a finding that points at no file).
+    async fn hospital(research: &str, escalations: bool) -> (Sandbox, LocalForge) {
+        let s = Sandbox::new();
+        s.edit_config(
+            "    max_proposals: 3        # issues and the policy pull request per run (--max overrides)\n    agent: false",
+            research,
+        );
+        s.write(".gitignore", ".ward/\ncharts/*.md\n");
+        git(s.root(), &["init", "--quiet", "--initial-branch", "main"]);
+        git(s.root(), &["add", "--all"]);
+        git(s.root(), &["commit", "--quiet", "-m", "ward init"]);
+        let forge = LocalForge::new(s.root(), BOT);
+        let sentinels = Sentinels::new("WARD");
+        let note = |kind: NoteKind, stage: &str, body: &str| Note {
+            kind,
+            meta: NoteMeta { run: "r1".into(), stage: stage.into(), role: "x".into(), at: chrono::Utc::now() },
+            body: body.into(),
+        };
+        for n in 1..=3 {
+            let title = format!("patient {n}");
+            let new = NewIssue { title, body: "work".into(), labels: vec!["ward:diagnose".into()] };
+            let issue = forge.admit(new).unwrap();
+            let mut notes = vec![note(NoteKind::Outcome, "plan-review", "reject")];
+            if escalations && n < 3 {
+                notes.push(note(NoteKind::Escalation, "diagnose", "Which behaviour is wanted?"));
+            }
+            append(&forge, &sentinels, issue.number, Seen::NotRead, &notes).await.unwrap();
+        }
+        (s, forge)
+    }
+
+    const ROLE_ON: &str = "    max_proposals: 3        # per run\n    agent: true";
+
+    async fn proposals(forge: &LocalForge) -> Vec<Issue> {
+        let issues = forge.all_issues().await.unwrap();
+        issues.into_iter().filter(|i| i.labels.iter().any(|l| l == "ward:proposal")).collect()
+    }
+
+    fn research_branches(s: &Sandbox) -> String {
+        git(s.root(), &["branch", "--list", "ward/research-*"])
+    }
+
+    #[tokio::test]
+    async fn the_role_opens_one_policy_pull_request_that_touches_the_roles_only_and_waits_for_a_chief() {
+        let (s, forge) = hospital(ROLE_ON, false).await;
+        let main = git(s.root(), &["rev-parse", "main"]);
+        let out = s.ward(&["research", "--since", "30d"]);
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+        assert!(stdout(&out).contains("is pull request #1 (`ward/research-"), "{}", stdout(&out));
+        assert!(stdout(&out).contains("waiting for a chief"), "{}", stdout(&out));
+
+        let branch = research_branches(&s).trim().to_string();
+        assert!(branch.starts_with("ward/research-"), "{branch}");
+        let pulls = forge.pull_requests_of_branch(&branch).await.unwrap();
+        assert_eq!(pulls.len(), 1, "{pulls:#?}");
+        let pull = &pulls[0];
+        assert_eq!((pull.state, pull.base_branch.as_str(), pull.author.as_str()), (PullState::Open, "main", BOT));
+        assert_eq!(forge.read_pull(pull.number).unwrap().labels, ["ward:proposal"], "at the proposal label only");
+        assert_eq!(git(s.root(), &["rev-parse", "main"]), main, "not merged: main did not move");
+        assert_eq!(pull.head_sha, git(s.root(), &["rev-parse", &branch]));
+        // What it changed: the fellow's role (plan review sends work back to
+        // diagnosis), and nothing else; committed by ward on main's tip.
+        let files = git(s.root(), &["diff", "--name-only", &format!("main...{branch}")]);
+        assert_eq!(files, "roles/fellow.md");
+        let added = git(s.root(), &["diff", &format!("main...{branch}")]);
+        assert!(added.contains("+## From the research department"), "{added}");
+        assert_eq!(git(s.root(), &["log", "-1", "--format=%an", &branch]), "ward");
+        // Its body: the key's marker, the evidence, the role's account fenced.
+        let key = branch.trim_start_matches("ward/research-");
+        assert!(pull.body.starts_with(&format!("<!-- ward-research key={key} -->\n")), "{}", pull.body);
+        assert!(pull.body.contains("sent work back 3 times in the period (#1, #2, #3)"), "{}", pull.body);
+        assert!(pull.body.contains("```text\nFiles: `roles/fellow.md`."), "{}", pull.body);
+        assert!(pull.body.contains("a chief reviews it"), "{}", pull.body);
+        // The pull request is the finding's proposal: no issue for it, no
+        // stage started, the worktree gone.
+        assert!(proposals(&forge).await.is_empty(), "{:#?}", proposals(&forge).await);
+        assert!(forge.dispatches().unwrap().is_empty());
+        assert!(!s.root().join(".ward/home/research").join(key).exists(), "the worktree is removed");
+        assert_eq!(git(s.root(), &["worktree", "list"]).lines().count(), 1);
+
+        // Again: nothing new, no agent.
+        let again = s.ward(&["research", "--since", "30d"]);
+        assert!(again.status.success(), "{}", stderr(&again));
+        assert!(stdout(&again).contains("1 proposal(s) found, 1 filed before"), "{}", stdout(&again));
+        assert!(!stdout(&again).contains("pull request #"), "{}", stdout(&again));
+        assert_eq!(forge.pull_requests_of_branch(&branch).await.unwrap().len(), 1);
+        assert!(proposals(&forge).await.is_empty());
+
+        // A person closes it: it stays declined.
+        forge.update_pull(pull.number, |r| r.pull.as_mut().unwrap().state = PullState::Closed).unwrap();
+        let closed = s.ward(&["research", "--since", "30d"]);
+        assert!(stdout(&closed).contains("1 filed before"), "{}", stdout(&closed));
+        assert_eq!(forge.pull_requests_of_branch(&branch).await.unwrap().len(), 1, "never opened twice");
+    }
+
+    #[tokio::test]
+    async fn a_run_killed_after_the_pull_request_is_not_repeated() {
+        let (s, forge) = hospital(ROLE_ON, true).await;
+        let out = s.ward_env(&["research", "--since", "30d"], &[("WARD_FAULT", "after-policy-filed")]);
+        assert_eq!(out.status.code(), Some(86), "{}", stderr(&out));
+        assert!(proposals(&forge).await.is_empty(), "killed before the issues");
+        let out = s.ward(&["research", "--since", "30d"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stdout(&out).contains("2 proposal(s) found, 1 filed before"), "{}", stdout(&out));
+        let branch = research_branches(&s).trim().to_string();
+        assert_eq!(forge.pull_requests_of_branch(&branch).await.unwrap().len(), 1);
+        let filed = proposals(&forge).await;
+        assert_eq!(filed.len(), 1, "the escalations' finding, as an issue: {filed:#?}");
+        assert!(filed[0].title.contains("escalated from `diagnose`"), "{}", filed[0].title);
+    }
+
+    /// A role that strays: the change is refused with a sentence, no branch
+    /// and no pull request; its finding goes to a person as an issue.
+    async fn strays(edits: &str) -> (Sandbox, LocalForge, String) {
+        let (s, forge) = hospital(ROLE_ON, false).await;
+        let script = s.root().join(".ward/research-script.yaml");
+        let body = format!(
+            "outcome: proposed\nnotes:\n  - kind: TRIAGE\n    body: \"## Summary\\nA change.\"\nedits:\n{edits}"
+        );
+        std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+        std::fs::write(&script, body).unwrap();
+        s.edit_config(
+            r#"command: ["{ward}", "stand-in"]"#,
+            &format!(r#"command: ["{{ward}}", "stand-in", "--script", "{}"]"#, script.display()),
+        );
+        let out = s.ward(&["research", "--since", "30d"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(research_branches(&s).is_empty(), "no branch: {}", research_branches(&s));
+        assert!(!s.root().join(".ward/forge/pulls").exists(), "no pull request");
+        let filed = proposals(&forge).await;
+        assert_eq!(filed.len(), 1, "the finding as an issue instead: {filed:#?}");
+        assert_eq!(git(s.root(), &["worktree", "list"]).lines().count(), 1, "the worktree is removed");
+        (s, forge, stdout(&out))
+    }
+
+    #[tokio::test]
+    async fn a_role_that_appends_to_the_precedent_log_is_refused_and_nothing_is_filed_for_its_change() {
+        let edits = "  - path: skills/plan-format.md\n    append: \"More.\\n\"\n  - path: precedents/log.yaml\n    \
+                     append: \"- id: P-0001\\n\"\n";
+        let (_s, _forge, said) = strays(edits).await;
+        assert!(
+            said.contains("the research role's change was refused: the role changed `precedents/log.yaml`"),
+            "{said}"
+        );
+        assert!(said.contains("the precedent log is human-only"), "{said}");
+        assert!(said.contains("nothing was filed for it"), "{said}");
+    }
+
+    #[tokio::test]
+    async fn a_role_that_edits_ward_yml_is_refused() {
+        let edits = "  - path: roles/fellow.md\n    append: \"More.\\n\"\n  - path: .github/ward.yml\n    \
+                     append: \"# more\\n\"\n";
+        let (_s, _forge, said) = strays(edits).await;
+        assert!(said.contains("the role changed `.github/ward.yml`, outside `skills/` and `roles/`"), "{said}");
+        assert!(said.contains("skills and roles, nothing else"), "{said}");
+    }
+
+    /// On the fake GitHub: the branch pushed with the token, the pull
+    /// request opened and labelled through the issues API, once.
+    #[tokio::test]
+    async fn on_the_fake_github_the_role_pushes_its_branch_and_opens_one_labelled_pull_request() {
+        use std::sync::Arc;
+
+        use ward::report::PatientRecord;
+        use ward::research::policy::Role;
+        use ward::workspace::{PushTarget, WorkspacePlan};
+
+        use super::support::fake_github::{FakeGitHub, OWNER, REPO, TOKEN};
+
+        let gh = FakeGitHub::start().await;
+        let s = Sandbox::new();
+        s.edit_config(
+            "    max_proposals: 3        # issues and the policy pull request per run (--max overrides)\n    agent: false",
+            ROLE_ON,
+        );
+        s.write(".gitignore", ".ward/\n");
+        git(s.root(), &["init", "--quiet", "--initial-branch", "main"]);
+        git(s.root(), &["add", "--all"]);
+        git(s.root(), &["commit", "--quiet", "-m", "ward init"]);
+        gh.seed(s.root());
+        // docs/github.md, step 3: "Allow GitHub Actions to create and approve pull requests".
+        gh.state().actions_can_create_pull_requests = true;
+        let mut h = ward::hospital::Hospital::load(s.root(), Arc::new(gh.forge())).unwrap();
+        h.ward_exe = env!("CARGO_BIN_EXE_ward").into();
+        let url = gh.url.clone();
+        let env = move |k: &str| match k {
+            "GITHUB_ACTIONS" => Some("true".to_string()),
+            "GITHUB_REPOSITORY" => Some(format!("{OWNER}/{REPO}")),
+            "GITHUB_SERVER_URL" => Some(url.clone()),
+            _ => None,
+        };
+        let mut plan = WorkspacePlan::detect(s.root(), env).unwrap().expect("a git repository");
+        plan.push = Some(PushTarget { url: gh.git_url(), token: Some(TOKEN.into()) });
+        h.workspace = Ok(Some(plan));
+
+        let note = |n: u64| Note {
+            kind: NoteKind::Outcome,
+            meta: NoteMeta {
+                run: format!("r{n}"),
+                stage: "plan-review".into(),
+                role: "x".into(),
+                at: chrono::Utc::now(),
+            },
+            body: "reject".into(),
+        };
+        let records: Vec<PatientRecord> = (1..=3)
+            .map(|n| {
+                let number = gh.state().add_issue(&format!("patient {n}"), "work", "maria", &["ward:diagnose"]);
+                let issue = Issue {
+                    number: ward::forge::IssueNumber(number),
+                    title: format!("patient {n}"),
+                    body: "work".into(),
+                    author: "maria".into(),
+                    state: ward::forge::IssueState::Open,
+                    labels: vec!["ward:diagnose".into()],
+                };
+                PatientRecord { issue, events: Vec::new(), notes: vec![note(number)] }
+            })
+            .collect();
+        let role = Role { hospital: &h, run: "r1".into(), command: None };
+        let first = ward::research::file_with_role(&*h.forge, &h.config, &records, 3, Some(&role)).await.unwrap();
+        assert!(first.to_string().contains("is pull request #4 (`ward/research-"), "{first}");
+        let (files, pull) = {
+            let st = gh.state();
+            let pull = st.pulls.values().find(|p| p.head.starts_with("ward/research-")).expect("opened").clone();
+            (st.branch_files(&pull.head), pull)
+        };
+        assert!(pull.open && !pull.merged, "not merged");
+        assert_eq!(pull.labels, ["ward:proposal"], "labelled through the issues API");
+        assert_eq!(pull.author, "github-actions[bot]");
+        let main_files = gh.state().branch_files("main");
+        let changed: Vec<&String> = files.keys().filter(|f| main_files.get(*f) != files.get(*f)).collect();
+        assert_eq!(changed, ["roles/fellow.md"], "pushed with the change, and only it");
+        let main = git(s.root(), &["rev-parse", "main"]);
+        assert_eq!(gh.state().branch_head("main"), Some(main), "main untouched");
+        assert!(first.filed.is_empty(), "the pull request is the finding's proposal: {first}");
+
+        let again = ward::research::file_with_role(&*h.forge, &h.config, &records, 3, Some(&role)).await.unwrap();
+        assert_eq!((again.known, again.filed.len(), again.policy.is_none()), (1, 0, true), "{again}");
+        assert_eq!(gh.state().pulls.values().filter(|p| p.head.starts_with("ward/research-")).count(), 1);
+        gh.assert_known_routes();
+    }
+
+    #[tokio::test]
+    async fn the_limit_in_ward_yml_holds_and_the_flag_overrides_it() {
+        let (s, forge) = hospital("    max_proposals: 1        # per run\n    agent: false", true).await;
+        let out = s.ward(&["research", "--since", "30d"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stdout(&out).contains("2 proposal(s) found, 0 filed before; filed #4"), "{}", stdout(&out));
+        assert_eq!(proposals(&forge).await.len(), 1, "ward.yml's max_proposals: 1");
+        assert!(research_branches(&s).is_empty(), "without the role, no pull request");
+        let out = s.ward(&["research", "--since", "30d", "--max", "5"]);
+        assert!(stdout(&out).contains("1 filed before; filed #5"), "{}", stdout(&out));
+        assert_eq!(proposals(&forge).await.len(), 2);
+    }
 }

@@ -51,8 +51,23 @@ pub async fn sweep(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `ward research`: proposals from the record of the last `since`.
-pub async fn research(forge: &dyn Forge, config: &Config, since: &str, max: usize) -> anyhow::Result<ExitCode> {
+/// `ward research`: proposals from the record of the last `since`, at most
+/// `max` (else ward.yml's `departments.research.max_proposals`); with
+/// `departments.research.agent`, the research role first.
+pub async fn research(
+    forge: std::sync::Arc<dyn Forge>,
+    config: &Config,
+    root: &Path,
+    since: &str,
+    max: Option<usize>,
+) -> anyhow::Result<ExitCode> {
+    let max = max.unwrap_or(config.departments.research.max_proposals);
+    // The role runs as a stage's agent does: the whole hospital is loaded.
+    let hospital = match config.departments.research.agent {
+        true => Some(crate::hospital::Hospital::load(root, forge.clone())?),
+        false => None,
+    };
+    let forge = &*forge;
     let since = report::parse_since(since).map_err(|e| crate::cli::BadInput(e.to_string()))?;
     let from = chrono::Duration::from_std(since)
         .ok()
@@ -70,9 +85,18 @@ pub async fn research(forge: &dyn Forge, config: &Config, since: &str, max: usiz
             p
         })
         .collect();
-    let run = crate::research::file(forge, config, &recent, max).await?;
+    let role = hospital.as_ref().map(|h| crate::research::policy::Role {
+        hospital: h,
+        run: crate::hospital::new_run_id(h.now()),
+        command: None,
+    });
+    let run = crate::research::file_with_role(forge, config, &recent, max, role.as_ref()).await?;
     println!("{}", crate::untrusted::shown(&run.to_string()));
-    Ok(ExitCode::SUCCESS)
+    // The proposals are filed; a role's run that failed still fails the job.
+    match run.policy {
+        Some(crate::research::policy::Attempt::Failed { .. }) => Ok(ExitCode::from(crate::stage::EXIT_FAILED)),
+        _ => Ok(ExitCode::SUCCESS),
+    }
 }
 
 /// `ward safety`: the incidents of reverted discharges.

@@ -254,9 +254,10 @@ pub enum Command {
         /// The period read, ending now: `30d`, `7d`.
         #[arg(long, default_value = "30d")]
         since: String,
-        /// Proposals filed per run, at most.
-        #[arg(long, default_value_t = crate::research::DEFAULT_MAX)]
-        max: usize,
+        /// Proposals filed per run, at most (issues and the research role's
+        /// pull request together). Default: `departments.research.max_proposals`.
+        #[arg(long)]
+        max: Option<usize>,
     },
     /// The safety department: open an incident (not admitted) for each
     /// revert on the base branch of a change ward merged, and for each open
@@ -608,7 +609,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Research { since, max } => {
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
-            departments::research(&*forge, &config, since, *max).await
+            departments::research(forge, &config, &cli.root, since, *max).await
         }
         Command::Safety { base } => {
             let config = load_config(&cli.root)?;
@@ -1007,8 +1008,15 @@ async fn doctor(cli: &Cli, fix: bool) -> anyhow::Result<ExitCode> {
 
 fn config_check(root: &Path) -> anyhow::Result<ExitCode> {
     let config = load_config(root)?;
-    let mut problems: Vec<String> =
-        Prompts::for_config(root, &config).check(&config).iter().map(|e| e.to_string()).collect();
+    let prompts = Prompts::for_config(root, &config);
+    let mut problems: Vec<String> = prompts.check(&config).iter().map(|e| e.to_string()).collect();
+    // The research role renders too, when it runs.
+    if config.departments.research.agent {
+        let template = PathBuf::from(config.paths.roles_dir()).join(crate::research::policy::TEMPLATE);
+        if let Err(e) = prompts.render(&template, &crate::research::policy::ResearchContext::sample()) {
+            problems.push(e.to_string());
+        }
+    }
     if let Err(e) = PrecedentLog::load(&root.join(&config.precedents.log)) {
         problems.push(e.to_string());
     }

@@ -7,6 +7,7 @@
 //!   budget: { run_usd: 10, patient_usd: 150 }
 //!   groundedness: { threshold: 0.8 }
 //!   safety: { regression_label: regression }
+//!   research: { max_proposals: 3, agent: false, time_limit: 30m }
 //! ```
 
 use std::collections::HashSet;
@@ -34,6 +35,9 @@ pub struct Departments {
     /// The safety department's post-incident review. Defaults: see [`SafetyConfig`].
     #[serde(default)]
     pub safety: SafetyConfig,
+    /// The research department (`ward research`). Defaults: see [`ResearchConfig`].
+    #[serde(default)]
+    pub research: ResearchConfig,
 }
 
 impl Departments {
@@ -43,6 +47,7 @@ impl Departments {
         p.extend(self.budget.validate(config));
         p.extend(self.groundedness.validate());
         p.extend(self.safety.validate(config));
+        p.extend(self.research.validate());
         p
     }
 }
@@ -436,6 +441,60 @@ impl SafetyConfig {
     }
 }
 
+/// `departments.research`: what one `ward research` run may file.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResearchConfig {
+    /// Proposals one run files at most, issues and the policy pull request
+    /// together (`ward research --max N` overrides it). Default 3.
+    #[serde(default = "default_max_proposals")]
+    pub max_proposals: usize,
+    /// Whether the research role (`researcher.md` in `paths.roles`) runs
+    /// on the findings and may propose an edit to the skills or roles as a
+    /// pull request; `false` keeps the deterministic reader alone, which
+    /// files issues only. Default false.
+    #[serde(default)]
+    pub agent: bool,
+    /// The research role's run limit. Default 30m.
+    #[serde(default = "default_research_time_limit", deserialize_with = "de_duration")]
+    #[schemars(schema_with = "super::schema::duration")]
+    pub time_limit: Duration,
+}
+
+fn default_max_proposals() -> usize {
+    3
+}
+fn default_research_time_limit() -> Duration {
+    Duration::from_secs(30 * 60)
+}
+
+impl Default for ResearchConfig {
+    fn default() -> Self {
+        Self { max_proposals: default_max_proposals(), agent: false, time_limit: default_research_time_limit() }
+    }
+}
+
+impl ResearchConfig {
+    pub fn validate(&self) -> Vec<(String, String)> {
+        let mut p = Vec::new();
+        if self.max_proposals == 0 {
+            p.push((
+                "departments.research.max_proposals".into(),
+                "must be at least 1: a run that may file nothing reads the record for no one (to stop the \
+                 department, remove its workflow)"
+                    .into(),
+            ));
+        }
+        if self.time_limit < Duration::from_secs(60) {
+            p.push((
+                "departments.research.time_limit".into(),
+                "must be at least 1m for the role to read anything".into(),
+            ));
+        }
+        p
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -454,6 +513,25 @@ mod tests {
         let bad = SweepConfig { max_actions: 0, ..SweepConfig::default() };
         let p = bad.validate(&c);
         assert!(p.iter().any(|(path, _)| path == "departments.sweep.max_actions"), "{p:?}");
+    }
+
+    #[test]
+    fn the_research_section_has_defaults_and_a_strict_shape() {
+        let c = config();
+        assert_eq!(c.departments.research, ResearchConfig::default());
+        assert_eq!((c.departments.research.max_proposals, c.departments.research.agent), (3, false));
+        let text = include_str!("../../.github/ward.yml")
+            .replace("max_proposals: 3 ", "max_proposals: 1 ")
+            .replace("agent: false ", "agent: true ")
+            .replace("time_limit: 30m         # the role's", "time_limit: 10m         # the role's");
+        let c = Config::parse(&text, Path::new(".github/ward.yml"), None).unwrap();
+        let r = &c.departments.research;
+        assert_eq!((r.max_proposals, r.agent, r.time_limit), (1, true, Duration::from_secs(600)));
+        let unknown = include_str!("../../.github/ward.yml").replace("max_proposals: 3 ", "max: 3 ");
+        let e = Config::parse(&unknown, Path::new(".github/ward.yml"), None).unwrap_err().to_string();
+        assert!(e.contains("max"), "{e}");
+        let zero = ResearchConfig { max_proposals: 0, ..ResearchConfig::default() };
+        assert_eq!(zero.validate()[0].0, "departments.research.max_proposals");
     }
 
     #[test]

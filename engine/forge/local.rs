@@ -61,6 +61,9 @@ pub struct PullRecord {
     /// Who ward asked to review (logins; teams as `team:<slug>`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requested_reviewers: Vec<String>,
+    /// Its labels (a research proposal's `ward:proposal`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
 }
 
 /// One `repository_dispatch` the local forge received.
@@ -604,6 +607,18 @@ impl Forge for LocalForge {
             .into_iter()
             .filter_map(|r| r.pull)
             .rfind(|p| p.head_branch == branch && p.state != PullState::Closed))
+    }
+
+    async fn pull_requests_of_branch(&self, branch: &str) -> ForgeResult<Vec<PullRequest>> {
+        Ok(self.all_pulls()?.into_iter().filter_map(|r| r.pull).filter(|p| p.head_branch == branch).collect())
+    }
+
+    async fn label_pull_request(&self, pull: u64, label: &str) -> ForgeResult<()> {
+        self.update_pull(pull, |rec| {
+            if !rec.labels.iter().any(|l| l == label) {
+                rec.labels.push(label.to_string());
+            }
+        })
     }
 
     async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest> {

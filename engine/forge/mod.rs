@@ -553,8 +553,23 @@ pub trait Forge: Send + Sync {
 
     /// The open (or merged) pull request whose head is `branch`, if any.
     async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>>;
+    /// Every pull request whose head is `branch`, closed ones included (the
+    /// research department never opens a policy change twice, even one a
+    /// person closed).
+    async fn pull_requests_of_branch(&self, branch: &str) -> ForgeResult<Vec<PullRequest>>;
     /// Opens a pull request, or returns the one already open for the head.
     async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest>;
+    /// Adds `label` to pull request `pull` unless it has it, keeping the
+    /// others. On GitHub a pull request is an issue: its labels are the
+    /// issue's.
+    async fn label_pull_request(&self, pull: u64, label: &str) -> ForgeResult<()> {
+        let mut labels = self.issue(IssueNumber(pull)).await?.labels;
+        if labels.iter().any(|l| l == label) {
+            return Ok(());
+        }
+        labels.push(label.to_string());
+        self.set_labels(IssueNumber(pull), &labels).await
+    }
     async fn reviews(&self, pull: u64) -> ForgeResult<Vec<Review>>;
     /// How many review threads are unresolved (GraphQL `reviewThreads` on GitHub).
     async fn unresolved_review_threads(&self, pull: u64) -> ForgeResult<usize>;

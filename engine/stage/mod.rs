@@ -52,9 +52,11 @@ pub mod watch;
 use tracing::{Instrument, info_span, warn};
 
 pub use judge::validate_notes;
+// A department's run of its role runs its agent as a stage does.
 pub use result::{
     EXIT_BAD_INPUT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_REFUSED, Phase, StageRequest, StageResult, Transition,
 };
+pub(crate) use treat::{Frame, run_framed};
 
 use crate::hospital::Hospital;
 use crate::workspace::Workspace;

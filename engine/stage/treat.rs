@@ -32,11 +32,21 @@ pub async fn treat(
 ) -> anyhow::Result<Visit> {
     let stage = patient.stage;
     let preset = h.config.agent.applied.as_ref().map(|a| a.preset);
+    let frame = Frame {
+        who: format!("issue {}, stage `{}`", patient.issue.number, stage.name),
+        folder: &patient.folder,
+        workdir: &prepared.workdir,
+        prompt_file: &prepared.prompt_file,
+        network: network(h, patient),
+        time_limit: stage.config.time_limit,
+        env: agent_env(h, patient, prepared).into_iter().chain(prepared.emulator_env.iter().cloned()).collect(),
+        emulator_ports: &prepared.emulator_ports,
+    };
     // The walls: the model key stays with ward (its proxy), and the agent
     // runs in a network of its own unless ward.yml says `network: open`.
     let routes = preset.map(|p| model_routes(h, p)).unwrap_or_default();
-    let gate = open_gate(h, patient, prepared, &routes).await?;
-    let spec = agent_spec(h, patient, prepared, command, gate.as_ref(), &routes)?;
+    let gate = open_gate(h, &frame, &routes).await?;
+    let spec = agent_spec(h, &frame, command, gate.as_ref(), &routes)?;
     info!(command = ?spec.command.first(), "agent starts");
     // The engine enforces the run's dollars while it goes and stops a run
     // the model refuses (the wall clock is crate::agent's); dropping the
@@ -137,17 +147,71 @@ pub async fn treat(
     Ok(Visit::open(&patient.folder)?)
 }
 
+/// One agent run, whoever starts it: a patient's visit, or a department's
+/// run of its role (the research department's, `crate::research::policy`).
+/// What the walls, the private HOME and the environment are made from.
+pub(crate) struct Frame<'a> {
+    /// Whose run, for sentences: "issue 3, stage `treat`".
+    pub who: String,
+    /// The run's folder: the agent's area and logs.
+    pub folder: &'a Path,
+    pub workdir: &'a Path,
+    pub prompt_file: &'a Path,
+    pub network: Network,
+    pub time_limit: Duration,
+    /// ward's own variables (`WARD_*`) and the emulator's: the agent's environment only.
+    pub env: Vec<(String, String)>,
+    /// The emulator's ports on 127.0.0.1, relayed into the wall.
+    pub emulator_ports: &'a [u16],
+}
+
+/// What a department's run of its role ended with (a patient's is sealed
+/// as a [`Visit`] instead).
+#[derive(Debug)]
+pub(crate) struct Ran {
+    pub end: AgentEnd,
+    /// The budget stopped it mid-run.
+    pub stopped: Option<crate::budget::Breach>,
+}
+
+/// Runs an agent in `frame` as a stage runs one: the same walls, gate,
+/// private HOME, time limit and budget watch, for a department's role
+/// (no patient, no visit). Its notes are left at `<folder>/notes.md`.
+pub(crate) async fn run_framed(h: &Hospital, frame: &Frame<'_>, command: Option<Vec<String>>) -> anyhow::Result<Ran> {
+    let preset = h.config.agent.applied.as_ref().map(|a| a.preset);
+    let routes = preset.map(|p| model_routes(h, p)).unwrap_or_default();
+    let gate = open_gate(h, frame, &routes).await?;
+    let spec = agent_spec(h, frame, command, gate.as_ref(), &routes)?;
+    info!(who = %frame.who, command = ?spec.command.first(), "agent starts");
+    let budget = &h.config.departments.budget;
+    let output = preset.map_or(Output::Opaque, |p| p.output);
+    let stdout = frame.folder.join(STDOUT_FILE);
+    let watch = super::watch::watch(&stdout, budget, output, frame.time_limit + Duration::from_secs(60), POLL);
+    let started = std::time::Instant::now();
+    let (end, stop) = tokio::select! {
+        exit = agent::run(&spec) => (exit?.end, None),
+        stop = watch => (AgentEnd::Signalled(libc::SIGKILL), Some(stop)),
+    };
+    let agent_ms = started.elapsed().as_millis() as u64;
+    drop(gate);
+    leave_area(&spec.area, frame.folder, preset)?;
+    let stopped = match stop {
+        Some(Stop::Budget(breach, _)) => Some(breach),
+        _ => None,
+    };
+    info!(who = %frame.who, agent_ms, ?end, "agent ended");
+    Ok(Ran { end, stopped })
+}
+
 /// The agent's command, environment and area for this run, with the gate's
 /// side of the walls (its loopback URLs, the placeholder key, the proxy).
 fn agent_spec(
     h: &Hospital,
-    patient: &Patient<'_>,
-    prepared: &Prepared,
+    frame: &Frame<'_>,
     command: Option<Vec<String>>,
     gate: Option<&Gate>,
     routes: &[(ModelRoute, ModelApi)],
 ) -> anyhow::Result<AgentSpec> {
-    let stage = patient.stage;
     let preset = h.config.agent.applied.as_ref().map(|a| a.preset);
     let gateway = match (gate, preset) {
         (Some(g), Some(p)) if p.gateway == Gateway::CodexConfig && !routes.is_empty() => g.model_urls.first().cloned(),
@@ -158,20 +222,20 @@ fn agent_spec(
         Some(p) => Setup::for_preset(p, std::env::var_os("HOME").map(PathBuf::from), gateway.as_deref()),
         None => Setup::default(),
     };
-    let area = Area::make_at(Area::for_agent(&patient.folder, &prepared.workdir, preset), &setup)?;
+    let area = Area::make_at(Area::for_agent(frame.folder, frame.workdir, preset), &setup)?;
     git_identity(h, &area)?;
     if let Some(p) = preset {
         let notes = (!p.shell).then_some(crate::agent::home::NOTES_IN_WORKTREE_IGNORED);
-        exclude_scratch(&prepared.workdir, p.scratch.iter().copied().chain(notes));
+        exclude_scratch(frame.workdir, p.scratch.iter().copied().chain(notes));
     }
     let wall = gate
-        .filter(|_| !network(h, patient).is_open())
-        .map(|g| agent::Walled { relays: g.relays.clone(), mounts: wall_mounts(h, &prepared.workdir, &area) });
+        .filter(|_| !frame.network.is_open())
+        .map(|g| agent::Walled { relays: g.relays.clone(), mounts: wall_mounts(h, frame.workdir, &area) });
     Ok(AgentSpec {
         command: command.unwrap_or_else(|| h.config.agent.command.clone()),
-        workdir: prepared.workdir.clone(),
+        workdir: frame.workdir.to_path_buf(),
         // The emulator's variables go to the agent's environment and nowhere else.
-        env: agent_env(h, patient, prepared).into_iter().chain(prepared.emulator_env.iter().cloned()).collect(),
+        env: frame.env.clone(),
         // The keys ward keeps never pass, whatever `pass_env` says.
         pass_env: h
             .config
@@ -188,9 +252,9 @@ fn agent_spec(
             .chain(gate.map(|g| wall_env(g, routes)).unwrap_or_default())
             .collect(),
         area,
-        prompt_file: prepared.prompt_file.clone(),
-        artifacts: patient.folder.clone(),
-        time_limit: stage.config.time_limit,
+        prompt_file: frame.prompt_file.to_path_buf(),
+        artifacts: frame.folder.to_path_buf(),
+        time_limit: frame.time_limit,
         ward_exe: h.ward_exe.clone(),
         wall,
     })
@@ -310,13 +374,8 @@ fn model_routes(h: &Hospital, preset: &Preset) -> Vec<(ModelRoute, ModelApi)> {
 /// The gate for this run: behind the wall (probed first: where this system
 /// cannot make one, the run is refused unless ward.yml says
 /// `agent.network: open`), or only the model proxy on the host's loopback.
-async fn open_gate(
-    h: &Hospital,
-    patient: &Patient<'_>,
-    prepared: &Prepared,
-    routes: &[(ModelRoute, ModelApi)],
-) -> anyhow::Result<Option<Gate>> {
-    let network = network(h, patient);
+async fn open_gate(h: &Hospital, frame: &Frame<'_>, routes: &[(ModelRoute, ModelApi)]) -> anyhow::Result<Option<Gate>> {
+    let network = &frame.network;
     let models: Vec<ModelRoute> = routes.iter().map(|(r, _)| r.clone()).collect();
     if network.is_open() {
         warn!("agent.network is `open`: the agent runs on the host's network, unwalled");
@@ -328,15 +387,14 @@ async fn open_gate(
     }
     if let Err(why) = agent::wall::probe(&h.ward_exe).await {
         anyhow::bail!(
-            "ward cannot wall the agent of issue {}, stage `{}`, on this system: {why}. Run ward where it may \
+            "ward cannot wall the agent of {}, on this system: {why}. Run ward where it may \
              create user and network namespaces (on Ubuntu 24.04, AppArmor restricts them: run ward with sudo, or \
              allow them with `sysctl kernel.apparmor_restrict_unprivileged_userns=0`), or set `agent.network: open` \
              in .github/ward.yml to run the agent unwalled",
-            patient.issue.number,
-            patient.stage.name
+            frame.who
         );
     }
-    let gate = Gate::walled(&std::env::temp_dir(), models, network.allow().to_vec(), &prepared.emulator_ports)
+    let gate = Gate::walled(&std::env::temp_dir(), models, network.allow().to_vec(), frame.emulator_ports)
         .await
         .context("could not start the network wall's proxies (their sockets go in ward's temp folder)")?;
     Ok(Some(gate))

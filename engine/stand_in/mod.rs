@@ -11,6 +11,12 @@
 //! stage, or sent back by the merge queue, its fellow rebases onto the base
 //! with a real `git rebase`, keeping both sides' additions.
 //!
+//! In the research department's role (`WARD_MODE=research`) it appends a
+//! short paragraph to the role or skill the strongest finding points at
+//! (the prompt's `Points at:` line) and writes its account as plain text.
+//! A script's `edits` append to files of the worktree (a scenario's, or a
+//! test's role that strays outside the skills and roles).
+//!
 //! It runs as any agent does: a subprocess of `crate::agent`, reading only
 //! its environment and its worktree.
 
@@ -30,6 +36,19 @@ pub struct ScriptedVisit {
     pub outcome: String,
     #[serde(default)]
     pub notes: Vec<ScriptedNote>,
+    /// Text appended to files of the worktree (made when missing), before
+    /// the notes are written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edits: Vec<ScriptedEdit>,
+}
+
+/// One file a script changes: `append` added at its end.
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedEdit {
+    /// Relative to the worktree's top; never leaves it.
+    pub path: String,
+    pub append: String,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
@@ -65,6 +84,13 @@ pub enum StandInError {
     Run(std::io::Error),
     #[error("the command the issue asks to run failed ({status}): {said}")]
     Failed { status: std::process::ExitStatus, said: String },
+    /// A scripted edit ([`append_inside`]).
+    #[error("a scripted edit stays inside the worktree: `{0}` does not")]
+    Outside(String),
+    #[error("a scripted edit writes regular files: `{0}` is not one")]
+    NotAFile(String),
+    #[error("could not make the folder of {path}: {source}")]
+    Folder { path: String, source: std::io::Error },
 }
 
 /// "could not write {path}: {the system's reason}".
@@ -89,7 +115,8 @@ impl StandInEnv {
     pub fn from_env() -> Result<Self, StandInError> {
         let get = |k: &'static str| std::env::var(k).map_err(|_| StandInError::NoVariable(k));
         Ok(Self {
-            issue: get("WARD_ISSUE")?,
+            // A department's role (research) has no patient.
+            issue: std::env::var("WARD_ISSUE").unwrap_or_default(),
             stage: get("WARD_STAGE")?,
             mode: get("WARD_MODE")?,
             notes_file: get("WARD_NOTES")?.into(),
@@ -345,7 +372,8 @@ fn code_review(env: &StandInEnv, sample: &Sample) -> (&'static str, ScriptedNote
 pub fn default_visit(env: &StandInEnv) -> Result<ScriptedVisit, StandInError> {
     let note = |kind: NoteKind, body: String| ScriptedNote { kind, body };
     let issue = &env.issue;
-    let visit = |outcome: &str, notes: Vec<ScriptedNote>| ScriptedVisit { outcome: outcome.into(), notes };
+    let visit =
+        |outcome: &str, notes: Vec<ScriptedNote>| ScriptedVisit { outcome: outcome.into(), notes, edits: Vec::new() };
     let sample = Sample::find(env);
     // `greet.sh:3`: the entry point's first line of code, before treatment.
     let cited = sample.entry.as_ref().map(|(p, _, first)| (p.as_str(), format!("`{p}:{first}`")));
@@ -474,16 +502,71 @@ fn git_head(dir: &Path) -> Option<String> {
 /// `ward stand-in [--script FILE]`: writes its notes and exits.
 pub fn stand_in(script: Option<&Path>) -> Result<(), StandInError> {
     let env = StandInEnv::from_env()?;
-    let visit = match script {
+    let research = env.mode == "research";
+    let text = match script {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|source| StandInError::Read { path: path.to_path_buf(), source })?;
-            serde_yaml::from_str(&text).map_err(|source| StandInError::Script { path: path.to_path_buf(), source })?
+            let visit: ScriptedVisit = serde_yaml::from_str(&text)
+                .map_err(|source| StandInError::Script { path: path.to_path_buf(), source })?;
+            for edit in &visit.edits {
+                append_inside(&env.worktree, &edit.path, &edit.append)?;
+            }
+            match research {
+                // The research role's account is plain text, not chart notes.
+                true => visit.notes.iter().map(|n| n.body.trim_end().to_string() + "\n").collect(),
+                false => render_notes(&env.sentinel, &visit.notes, &visit.outcome),
+            }
         }
-        None => default_visit(&env)?,
+        None if research => research_visit(&env)?,
+        None => {
+            let visit = default_visit(&env)?;
+            render_notes(&env.sentinel, &visit.notes, &visit.outcome)
+        }
     };
-    let text = render_notes(&env.sentinel, &visit.notes, &visit.outcome);
     std::fs::write(&env.notes_file, text).map_err(write_failed(env.notes_file.display()))
+}
+
+/// Appends `text` to the file at `path` (relative, inside `root`; made
+/// with its folders when missing; a link is refused).
+fn append_inside(root: &Path, path: &str, text: &str) -> Result<(), StandInError> {
+    let rel = Path::new(path.trim_start_matches("./"));
+    if !rel.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+        return Err(StandInError::Outside(path.to_string()));
+    }
+    let full = root.join(rel);
+    if full.symlink_metadata().is_ok_and(|m| !m.is_file()) {
+        return Err(StandInError::NotAFile(path.to_string()));
+    }
+    if let Some(dir) = full.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| StandInError::Folder { path: path.to_string(), source })?;
+    }
+    let mut body = std::fs::read_to_string(&full).unwrap_or_default();
+    if !body.is_empty() && !body.ends_with('\n') {
+        body.push('\n');
+    }
+    body.push_str(text);
+    std::fs::write(&full, body).map_err(write_failed(path))
+}
+
+/// The research role: a short paragraph appended to the file the
+/// strongest finding points at (the prompt's first `Points at:` line),
+/// and an account of it for the pull request.
+fn research_visit(env: &StandInEnv) -> Result<String, StandInError> {
+    let prompt = env.prompt.as_deref().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
+    let target = prompt.lines().find_map(|l| l.strip_prefix("Points at: `")?.strip_suffix('`').map(str::to_string));
+    let Some(target) = target.filter(|t| read_inside(&env.worktree, t).is_some()) else {
+        return Ok("## Summary\nNo finding points at a role or skill in this worktree; nothing changed.\n".into());
+    };
+    let paragraph = "\n## From the research department\n\nThe hospital's record shows work sent back from the \
+                     next gate again and again. Before you hand work on, read the reasons those send-backs gave \
+                     and check your work against each of them.\n";
+    append_inside(&env.worktree, &target, paragraph)?;
+    Ok(format!(
+        "## Summary\nAppended a paragraph to `{target}`: check the work against the reasons the gate keeps \
+         giving before handing it on.\n\n## Draft precedent\nNone: the change is to the role, not a decision \
+         for the chiefs.\n"
+    ))
 }
 
 #[cfg(test)]

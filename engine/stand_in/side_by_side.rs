@@ -255,7 +255,7 @@ fn note(kind: NoteKind, body: String) -> ScriptedNote {
 }
 
 fn visit(outcome: &str, notes: Vec<ScriptedNote>) -> ScriptedVisit {
-    ScriptedVisit { outcome: outcome.into(), notes }
+    ScriptedVisit { outcome: outcome.into(), notes, edits: Vec::new() }
 }
 
 /// A fellow who cannot keep both intents hands over instead of guessing.

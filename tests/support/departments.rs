@@ -313,9 +313,17 @@ impl<F: Forge> Forge for Counting<F> {
         self.count("pull_request_for_branch");
         self.inner.pull_request_for_branch(branch).await
     }
+    async fn pull_requests_of_branch(&self, branch: &str) -> ForgeResult<Vec<PullRequest>> {
+        self.count("pull_requests_of_branch");
+        self.inner.pull_requests_of_branch(branch).await
+    }
     async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest> {
         self.count("open_pull_request");
         self.inner.open_pull_request(new).await
+    }
+    async fn label_pull_request(&self, pull: u64, label: &str) -> ForgeResult<()> {
+        self.count("label_pull_request");
+        self.inner.label_pull_request(pull, label).await
     }
     async fn reviews(&self, pull: u64) -> ForgeResult<Vec<Review>> {
         self.count("reviews");
@@ -453,8 +461,14 @@ impl Forge for Shared {
     async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>> {
         self.0.pull_request_for_branch(branch).await
     }
+    async fn pull_requests_of_branch(&self, branch: &str) -> ForgeResult<Vec<PullRequest>> {
+        self.0.pull_requests_of_branch(branch).await
+    }
     async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest> {
         self.0.open_pull_request(new).await
+    }
+    async fn label_pull_request(&self, pull: u64, label: &str) -> ForgeResult<()> {
+        self.0.label_pull_request(pull, label).await
     }
     async fn reviews(&self, pull: u64) -> ForgeResult<Vec<Review>> {
         self.0.reviews(pull).await

@@ -747,7 +747,15 @@ impl Forge for GitHubForge {
     }
 
     async fn pull_request_for_branch(&self, branch: &str) -> ForgeResult<Option<PullRequest>> {
-        let action = format!("find the pull request of branch `{branch}` in {}", self.settings.repo);
+        let pulls = self.pull_requests_of_branch(branch).await?;
+        // As locally: the open one, else the merged one; closed ones do not count.
+        let mut live: Vec<PullRequest> = pulls.into_iter().filter(|p| p.state != PullState::Closed).collect();
+        live.sort_by_key(|p| (p.state == PullState::Open, p.number));
+        Ok(live.pop())
+    }
+
+    async fn pull_requests_of_branch(&self, branch: &str) -> ForgeResult<Vec<PullRequest>> {
+        let action = format!("find the pull requests of branch `{branch}` in {}", self.settings.repo);
         let head = percent(&format!("{}:{branch}", self.settings.repo.owner));
         let call = self.call(
             Method::GET,
@@ -755,11 +763,7 @@ impl Forge for GitHubForge {
             action.clone(),
             Access::PullsRead,
         );
-        let pulls = convert::<WirePull, PullRequest>(self.get_all(call, array).await?, &action)?;
-        // As locally: the open one, else the merged one; closed ones do not count.
-        let mut live: Vec<PullRequest> = pulls.into_iter().filter(|p| p.state != PullState::Closed).collect();
-        live.sort_by_key(|p| (p.state == PullState::Open, p.number));
-        Ok(live.pop())
+        convert::<WirePull, PullRequest>(self.get_all(call, array).await?, &action)
     }
 
     async fn open_pull_request(&self, new: NewPullRequest) -> ForgeResult<PullRequest> {

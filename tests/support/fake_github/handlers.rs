@@ -536,7 +536,29 @@ impl State {
         self.page_by(items.len(), q, |start, end| items[start..end].iter().map(|i| self.issue_json(i)).collect())
     }
 
+    /// A pull request as GitHub's issues API shows it: an issue with a
+    /// `pull_request` key.
+    fn pull_as_issue_json(&self, p: &FakePull) -> Value {
+        let issue = FakeIssue {
+            number: p.number,
+            title: p.title.clone(),
+            body: p.body.clone(),
+            author: p.author.clone(),
+            open: p.open,
+            labels: p.labels.clone(),
+            created_at: p.created_at.clone(),
+            closed_at: p.closed_at.clone(),
+            closed_by: None,
+        };
+        let mut v = self.issue_json(&issue);
+        v["pull_request"] = json!({ "url": format!("{}/pulls/{}", self.repo_url(), p.number) });
+        v
+    }
+
     fn get_issue(&self, n: u64) -> Answer {
+        if let Some(p) = self.pulls.get(&n) {
+            return answer(200, self.pull_as_issue_json(p));
+        }
         match self.issues.get(&n) {
             Some(i) => answer(200, self.issue_json(i)),
             None => not_found(),
@@ -598,7 +620,7 @@ impl State {
     }
 
     fn set_labels(&mut self, n: u64, body: &Value) -> Answer {
-        if !self.issues.contains_key(&n) {
+        if !self.issues.contains_key(&n) && !self.pulls.contains_key(&n) {
             return not_found();
         }
         let Some(labels) = body.get("labels").and_then(Value::as_array) else {
@@ -617,6 +639,15 @@ impl State {
             .iter()
             .filter_map(|l| l.as_str().map(String::from).or_else(|| l.get("name")?.as_str().map(String::from)))
             .collect();
+        if let Some(p) = self.pulls.get_mut(&n) {
+            // A pull request's labels; GitHub makes a label it does not know.
+            p.labels = names.clone();
+            for name in &names {
+                self.label_named(name);
+            }
+            let out = names.iter().filter_map(|l| self.labels.get(&l.to_lowercase())).map(|l| self.label_json(l));
+            return answer(200, Value::Array(out.collect()));
+        }
         let actor = self.actor.clone();
         self.apply_labels(n, &names, &actor);
         let out = self.issues[&n]
@@ -1189,6 +1220,7 @@ impl State {
                 closed_at: None,
                 reviews: Vec::new(),
                 threads: Vec::new(),
+                labels: Vec::new(),
             },
         );
         self.update_pull_refs(number);

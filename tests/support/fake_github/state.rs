@@ -92,6 +92,8 @@ pub struct FakePull {
     pub reviews: Vec<FakeReview>,
     /// One entry per review thread: resolved or not.
     pub threads: Vec<bool>,
+    /// Its labels: a pull request is an issue too (`/issues/{n}/labels`).
+    pub labels: Vec<String>,
 }
 
 /// A check run: a job of an Actions workflow run (app `github-actions`) or

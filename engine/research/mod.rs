@@ -18,13 +18,24 @@
 //!   the CI line of the discharge audit's checklists the engine wrote, on
 //!   [`RECURRING_FLAKES`] heads or more.
 //!
-//! Bounded and idempotent: at most `max` proposals per run, highest count
-//! first; each has a stable key (its kind and subject), in a marker on the
-//! issue's first line, trusted only on issues the engine wrote, open or
-//! closed: a proposal filed once is never filed again, and a run killed
-//! after filing (fault point `after-proposal-filed`) is completed by the next.
+//! With `departments.research.agent`, the research role
+//! (`researcher.md` in `paths.roles`) runs first, on the strongest finding
+//! that points at a role or skill (a gate that keeps sending work back
+//! points at the role of the stage it sends work back to) and has no
+//! proposal yet: it may edit files under `paths.skills` and `paths.roles`
+//! only, and ward opens what it changed as a pull request at
+//! [`PROPOSAL_LABEL`] ([`policy`]). That pull request is the finding's
+//! proposal; a change refused (a file elsewhere, the precedent log among
+//! them) or no change files the finding as an issue, as without the role.
 //!
-//! Not covered yet: policy changes as pull requests.
+//! Bounded and idempotent: at most `max` proposals per run (issues and the
+//! pull request together), highest count first; each has a stable key (its
+//! kind and subject), in a marker on the first line of the issue's or the
+//! pull request's body and in the pull request's branch
+//! (`ward/research-<key>`), trusted only on issues the engine wrote, open
+//! or closed: a proposal filed once is never filed again, and a run killed
+//! after filing (fault points `after-proposal-filed`,
+//! `after-policy-filed`) is completed by the next.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
@@ -38,12 +49,12 @@ use crate::config::Config;
 use crate::forge::{EngineAccount, Forge, Issue, IssueNumber, IssueState, LabelSpec, NewIssue};
 use crate::outcomes::{FOLLOW_UP_MARKER, PatientRecord, RESEARCH_MARKER};
 
+pub mod policy;
+
 /// Where a proposal waits for a person.
 pub const PROPOSAL_LABEL: &str = "ward:proposal";
 /// How often a thing must happen in the period to be a pattern.
 pub const RECURRING: usize = 3;
-/// Proposals per run when `--max` is not given.
-pub const DEFAULT_MAX: usize = 3;
 
 /// Heads a check must have failed and then passed on to be called flaky.
 pub const RECURRING_FLAKES: usize = 2;
@@ -73,6 +84,19 @@ pub struct Proposal {
     pub weight: usize,
     pub title: String,
     pub body: String,
+    /// The role or skill file (from the repository's top) a policy change
+    /// would edit, when the finding points at one: what the research role
+    /// is asked to change.
+    pub points_at: Option<String>,
+}
+
+/// The template of the role the outcome `stage.outcome` sends work back
+/// to: where work that keeps being sent back should arrive right.
+fn upstream_role(config: &Config, stage: &str, outcome: &str) -> Option<String> {
+    let label = config.stage(stage)?.config.outcomes.get(outcome)?;
+    let to = config.stages().find(|s| &s.config.label == label)?;
+    let role = config.role(&to.config.role)?;
+    Some(role.prompt.to_string_lossy().replace('\\', "/"))
 }
 
 fn key(kind: &str, subject: &str) -> String {
@@ -132,7 +156,9 @@ pub fn proposals(
     let mut out = Vec::new();
     for (gate, count) in send_back_counts.into_iter().filter(|(_, c)| *c >= RECURRING) {
         let who = patients_list(&send_backs[&gate]);
+        let points_at = gate.split_once('.').and_then(|(stage, outcome)| upstream_role(config, stage, outcome));
         out.push(Proposal {
+            points_at,
             key: key("send-backs", &gate),
             weight: count,
             title: format!("Research: `{gate}` sent work back {count} times"),
@@ -149,6 +175,7 @@ pub fn proposals(
         let count = numbers.len();
         out.push(Proposal {
             key: key("escalations", &stage),
+            points_at: None,
             weight: count,
             title: format!("Research: {count} patients escalated from `{stage}`"),
             body: format!(
@@ -164,6 +191,7 @@ pub fn proposals(
         let count = numbers.len();
         out.push(Proposal {
             key: key("precedent", &id),
+            points_at: None,
             weight: count,
             title: format!("Research: precedent {id} was cited by {count} patients"),
             body: format!(
@@ -179,6 +207,7 @@ pub fn proposals(
         let numbers: BTreeSet<u64> = heads.iter().map(|(n, _)| *n).collect();
         out.push(Proposal {
             key: key("flaky", &check),
+            points_at: None,
             weight: count,
             title: format!("Research: the check `{check}` failed and then passed on the same head {count} times"),
             body: format!(
@@ -201,6 +230,7 @@ pub fn proposals(
         let subject = waiting.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
         out.push(Proposal {
             key: key("follow-ups", &subject),
+            points_at: None,
             weight: waiting.len(),
             title: format!("Research: {} follow-ups wait for a decision", waiting.len()),
             body: format!(
@@ -264,13 +294,18 @@ pub fn new_issue(config: &Config, p: &Proposal) -> NewIssue {
 pub struct ResearchRun {
     pub found: usize,
     pub filed: Vec<IssueNumber>,
-    /// Found, and filed by an earlier run.
+    /// Found, and filed by an earlier run (as an issue or a pull request).
     pub known: usize,
+    /// What the research role's run came to, when it ran.
+    pub policy: Option<policy::Attempt>,
 }
 
 impl std::fmt::Display for ResearchRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "research: {} proposal(s) found, {} filed before", self.found, self.known)?;
+        if let Some(policy) = &self.policy {
+            write!(f, "; {policy}")?;
+        }
         if !self.filed.is_empty() {
             let list = self.filed.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ");
             write!(f, "; filed {list} at `{PROPOSAL_LABEL}`, waiting for a person")?;
@@ -279,33 +314,73 @@ impl std::fmt::Display for ResearchRun {
     }
 }
 
-/// Files at most `max` of the proposals not filed before, strongest first.
+fn proposal_label() -> LabelSpec {
+    LabelSpec {
+        name: PROPOSAL_LABEL.into(),
+        color: "c5def5".into(),
+        description: "Proposed by ward's research or safety department; a person admits it or closes it".into(),
+    }
+}
+
+/// Files at most `max` of the proposals not filed before, strongest first
+/// (the deterministic reader alone).
 pub async fn file(
     forge: &dyn Forge,
     config: &Config,
     patients: &[PatientRecord],
     max: usize,
 ) -> anyhow::Result<ResearchRun> {
+    file_with_role(forge, config, patients, max, None).await
+}
+
+/// [`file`], with the research role first when `role` is given: its
+/// policy change, if accepted, is the strongest eligible finding's proposal
+/// and counts toward `max`.
+pub async fn file_with_role(
+    forge: &dyn Forge,
+    config: &Config,
+    patients: &[PatientRecord],
+    max: usize,
+    role: Option<&policy::Role<'_>>,
+) -> anyhow::Result<ResearchRun> {
     let issues = forge.all_issues().await.context("the research department could not list the issues")?;
-    let found = proposals(config, patients, &issues, forge.engine_account());
-    let filed: BTreeSet<String> = issues.iter().filter_map(|i| trusted_key(i, forge.engine_account())).collect();
+    let engine = forge.engine_account();
+    let found = proposals(config, patients, &issues, engine);
+    let mut filed: BTreeSet<String> = issues.iter().filter_map(|i| trusted_key(i, engine)).collect();
+    // Findings that point at a role or skill may have a pull request of an
+    // earlier run, open, merged or closed: each is that finding's proposal.
+    let pointing: Vec<&Proposal> = found.iter().filter(|p| p.points_at.is_some() && !filed.contains(&p.key)).collect();
+    for p in pointing {
+        if policy::filed_before(forge, p).await? {
+            filed.insert(p.key.clone());
+        }
+    }
     let mut run = ResearchRun { found: found.len(), ..ResearchRun::default() };
     let mut labelled = false;
+    let mut room = max;
+    let target = found.iter().find(|p| p.points_at.is_some() && !filed.contains(&p.key));
+    if let (Some(role), Some(target), true) = (role, target, room > 0) {
+        forge.ensure_labels(&[proposal_label()]).await.context("could not make the proposal label")?;
+        labelled = true;
+        let attempt = policy::propose(role, forge, target, &found).await;
+        if let policy::Attempt::Opened { .. } = attempt {
+            filed.insert(target.key.clone());
+            room -= 1;
+        }
+        run.policy = Some(attempt);
+    }
     for p in &found {
         if filed.contains(&p.key) {
-            run.known += 1;
+            if !matches!(&run.policy, Some(policy::Attempt::Opened { key, .. }) if *key == p.key) {
+                run.known += 1;
+            }
             continue;
         }
-        if run.filed.len() >= max {
+        if run.filed.len() >= room {
             continue;
         }
         if !labelled {
-            let spec = LabelSpec {
-                name: PROPOSAL_LABEL.into(),
-                color: "c5def5".into(),
-                description: "Proposed by ward's research or safety department; a person admits it or closes it".into(),
-            };
-            forge.ensure_labels(&[spec]).await.context("could not make the proposal label")?;
+            forge.ensure_labels(&[proposal_label()]).await.context("could not make the proposal label")?;
             labelled = true;
         }
         let issue = forge.create_issue(new_issue(config, p)).await.context("could not file a research proposal")?;
