@@ -3132,7 +3132,7 @@ async fn an_approval_by_the_engines_own_account_never_counts_in_the_audit() {
     let reviews = facts.reviews.as_ref().unwrap();
     assert_eq!(reviews[0].author, ENGINE, "the reviewer as REST spells it");
     let checklist = ward::rules::discharge_audit::audit(&config, &[], &facts);
-    let approval = checklist.items.iter().find(|i| i.id == "pr-approval").unwrap();
+    let approval = checklist.items.iter().find(|i| i.id == ward::rules::discharge_audit::ItemId::PrApproval).unwrap();
     assert_eq!(approval.mark, ward::rules::discharge_audit::Mark::Waiting, "{}", approval.note);
     assert!(approval.note.contains(&format!("the engine `{ENGINE}`")), "{}", approval.note);
     // A person's approval counts, and only theirs.
@@ -3140,7 +3140,7 @@ async fn an_approval_by_the_engines_own_account_never_counts_in_the_audit() {
     gh.state().review(pr, "rob", "APPROVE", "Reviewed the change.", &[]);
     let facts = ward::discharge::audit::gather(&forge, "ward/issue-1", &config).await.unwrap();
     let checklist = ward::rules::discharge_audit::audit(&config, &[], &facts);
-    let approval = checklist.items.iter().find(|i| i.id == "pr-approval").unwrap();
+    let approval = checklist.items.iter().find(|i| i.id == ward::rules::discharge_audit::ItemId::PrApproval).unwrap();
     assert_eq!(approval.mark, ward::rules::discharge_audit::Mark::Pass, "{}", approval.note);
 }
 

@@ -521,7 +521,7 @@ exec "$ward" stand-in
 async fn through_the_stages_a_new_table_without_a_migration_fails_the_audit_and_one_with_it_passes() {
     use support::rules::{git_init, hospital, label_of};
     use ward::forge::{IssueNumber, NewIssue};
-    use ward::rules::discharge_audit::{MIGRATIONS, Mark};
+    use ward::rules::discharge_audit::{ItemId, Mark};
     let Some(image) = image() else { return };
     if !have_psql() {
         return;
@@ -555,7 +555,7 @@ async fn through_the_stages_a_new_table_without_a_migration_fails_the_audit_and_
     assert!(note.contains("Schema: changed against the seed: `\"public\".\"orders\"` (new)"), "{note}");
     let audit = |n| ward::discharge::audit::audit_issue(&*forge, &h.config, IssueNumber(n));
     let list = audit(1).await.unwrap();
-    let item = list.item(MIGRATIONS).expect("the migration item");
+    let item = list.item(ItemId::Migrations).expect("the migration item");
     assert_eq!(item.mark, Mark::Fail, "{}", list.render());
     assert!(
         item.note.contains("`\"public\".\"orders\"` (new)")
@@ -564,7 +564,7 @@ async fn through_the_stages_a_new_table_without_a_migration_fails_the_audit_and_
         item.note
     );
     let list = audit(2).await.unwrap();
-    let item = list.item(MIGRATIONS).expect("the migration item");
+    let item = list.item(ItemId::Migrations).expect("the migration item");
     assert_eq!(item.mark, Mark::Pass, "{}", list.render());
     assert!(item.note.contains("`db/migrations/0001_orders.sql`"), "{}", item.note);
 }

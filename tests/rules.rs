@@ -620,7 +620,7 @@ mod over_github {
     use ward::chart::{Note, NoteMeta, Sentinels};
     use ward::config::{CONFIG_PATH, Config};
     use ward::forge::IssueNumber;
-    use ward::rules::discharge_audit::Mark;
+    use ward::rules::discharge_audit::{ItemId, Mark};
 
     /// Breaks one fact of a seeded fake (the pull request's number given).
     type Breaker = Box<dyn Fn(&FakeGitHub, u64)>;
@@ -680,10 +680,10 @@ mod over_github {
         let list = ward::discharge::audit::audit_issue(&forge, &config, IssueNumber(n)).await.unwrap();
         assert!(list.passed(), "{}", list.render());
 
-        let cases: Vec<(&str, Breaker)> = vec![
-            ("threads", Box::new(|gh, pr| gh.state().pulls.get_mut(&pr).unwrap().threads.push(false))),
+        let cases: Vec<(ItemId, Breaker)> = vec![
+            (ItemId::Threads, Box::new(|gh, pr| gh.state().pulls.get_mut(&pr).unwrap().threads.push(false))),
             (
-                "ci",
+                ItemId::Ci,
                 Box::new(|gh, pr| {
                     let mut s = gh.state();
                     let head = s.pull(pr).head_sha.clone();
@@ -691,7 +691,7 @@ mod over_github {
                 }),
             ),
             (
-                "history",
+                ItemId::History,
                 Box::new(|gh, pr| {
                     let mut s = gh.state();
                     let branch = s.pull(pr).head.clone();
@@ -699,13 +699,13 @@ mod over_github {
                 }),
             ),
             (
-                "pr-approval",
+                ItemId::PrApproval,
                 Box::new(|gh, pr| {
                     gh.state().pulls.get_mut(&pr).unwrap().reviews[0].author = ENGINE.into();
                 }),
             ),
             (
-                "code-review",
+                ItemId::CodeReview,
                 Box::new(|gh, pr| {
                     let mut s = gh.state();
                     let branch = s.pull(pr).head.clone();

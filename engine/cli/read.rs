@@ -96,7 +96,7 @@ pub async fn audit(cli: &Cli, issue: IssueNumber, json: bool) -> anyhow::Result<
         let items: Vec<serde_json::Value> = checklist
             .items
             .iter()
-            .map(|i| serde_json::json!({"id": i.id, "title": i.title, "mark": i.mark.to_string(), "note": i.note}))
+            .map(|i| serde_json::json!({"id": i.id.as_str(), "title": i.title, "mark": i.mark.to_string(), "note": i.note}))
             .collect();
         let out = serde_json::json!({"issue": issue.0, "pull": checklist.pull, "head": checklist.head,
             "passed": checklist.passed(), "outcome": checklist.outcome(), "items": items});

@@ -156,8 +156,13 @@ mod tests {
 
         // No pull request yet: everything but the chart items is blank.
         let list = audit_issue(&forge, &config, issue).await.unwrap();
-        assert_eq!(list.item("ci").unwrap().mark, Mark::Unknown);
-        assert!(list.item("threads").unwrap().note.contains("no open pull request has head branch `ward/issue-1`"));
+        assert_eq!(list.item(discharge_audit::ItemId::Ci).unwrap().mark, Mark::Unknown);
+        assert!(
+            list.item(discharge_audit::ItemId::Threads)
+                .unwrap()
+                .note
+                .contains("no open pull request has head branch `ward/issue-1`")
+        );
 
         let review = format!(
             "## Scope against the plan\nok\n## Correctness\nok\n## Tests\nok\n## Security\nok\n## Verdict\nok\n\nCommit: {HEAD}"
@@ -196,9 +201,9 @@ mod tests {
             })
             .unwrap();
         let list = audit_issue(&forge, &config, issue).await.unwrap();
-        assert_eq!(list.item("ci").unwrap().mark, Mark::Waiting, "{}", list.render());
+        assert_eq!(list.item(discharge_audit::ItemId::Ci).unwrap().mark, Mark::Waiting, "{}", list.render());
         // maria is nobody on this repository: her approval does not count yet.
-        assert_eq!(list.item("pr-approval").unwrap().mark, Mark::Waiting, "{}", list.render());
+        assert_eq!(list.item(discharge_audit::ItemId::PrApproval).unwrap().mark, Mark::Waiting, "{}", list.render());
         assert_eq!(list.outcome(), "audit-failed");
         forge.grant("maria", crate::forge::Permission::Write).unwrap();
 

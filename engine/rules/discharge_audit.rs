@@ -97,9 +97,45 @@ pub enum Verdict {
     Failed,
 }
 
+/// The checklist's items, in the order they are listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemId {
+    PlanApproved,
+    CodeReview,
+    PrApproval,
+    ReviewTemplate,
+    Threads,
+    Ci,
+    History,
+    /// Only with `discharge.migrations` set.
+    Migrations,
+}
+
+impl ItemId {
+    /// The id `ward audit --json` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemId::PlanApproved => "plan-approved",
+            ItemId::CodeReview => "code-review",
+            ItemId::PrApproval => "pr-approval",
+            ItemId::ReviewTemplate => "review-template",
+            ItemId::Threads => "threads",
+            ItemId::Ci => "ci",
+            ItemId::History => "history",
+            ItemId::Migrations => "migrations",
+        }
+    }
+}
+
+impl fmt::Display for ItemId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
-    pub id: &'static str,
+    pub id: ItemId,
     pub title: &'static str,
     pub mark: Mark,
     pub note: String,
@@ -139,7 +175,7 @@ impl Checklist {
     pub fn for_treatment(&self) -> Vec<&Item> {
         self.items
             .iter()
-            .filter(|i| i.mark == Mark::Fail && matches!(i.id, "ci" | "pr-approval" | MIGRATIONS))
+            .filter(|i| i.mark == Mark::Fail && matches!(i.id, ItemId::Ci | ItemId::PrApproval | ItemId::Migrations))
             .collect()
     }
 
@@ -157,7 +193,7 @@ impl Checklist {
         if self.passed() { PASSED } else { FAILED }
     }
 
-    pub fn item(&self, id: &str) -> Option<&Item> {
+    pub fn item(&self, id: ItemId) -> Option<&Item> {
         self.items.iter().find(|i| i.id == id)
     }
 
@@ -274,12 +310,12 @@ fn permission_name(p: Permission) -> String {
     format!("{p:?}").to_lowercase()
 }
 
-fn item(id: &'static str, title: &'static str, mark: Mark, note: impl Into<String>) -> Item {
+fn item(id: ItemId, title: &'static str, mark: Mark, note: impl Into<String>) -> Item {
     Item { id, title, mark, note: note.into() }
 }
 
 fn plan_item(config: &Config, chart: &[Note]) -> Item {
-    let it = |mark, note: String| item("plan-approved", "Approved plan before treatment", mark, note);
+    let it = |mark, note: String| item(ItemId::PlanApproved, "Approved plan before treatment", mark, note);
     match plan_status(config, chart) {
         PlanStatus::Approved { plan, review } => it(
             Mark::Pass,
@@ -303,7 +339,7 @@ fn plan_item(config: &Config, chart: &[Note]) -> Item {
 }
 
 fn code_review_item(chart: &[Note], review: Option<&Note>, head: &Fact<&str>) -> Item {
-    let it = |mark, note: String| item("code-review", "Approving CODE_REVIEW for the head commit", mark, note);
+    let it = |mark, note: String| item(ItemId::CodeReview, "Approving CODE_REVIEW for the head commit", mark, note);
     let Some(review) = review else {
         return it(Mark::Fail, "the chart holds no CODE_REVIEW".into());
     };
@@ -334,7 +370,7 @@ fn code_review_item(chart: &[Note], review: Option<&Note>, head: &Fact<&str>) ->
 fn pr_approval_item(config: &Config, facts: &AuditFacts, head: &Fact<&str>, details: &mut Vec<String>) -> Item {
     let needed = config.approve_permission;
     let title = "Approving pull request review by a person with write permission, not the author or the engine";
-    let it = |mark, note: String| item("pr-approval", title, mark, note);
+    let it = |mark, note: String| item(ItemId::PrApproval, title, mark, note);
     let (pull, reviews, permissions) = match (&facts.pull, &facts.reviews, &facts.permissions) {
         (Err(e), _, _) | (_, Err(e), _) => return it(Mark::Unknown, format!("reviews could not be read: {e}")),
         (_, _, Err(e)) => return it(Mark::Unknown, format!("the reviewers' permissions could not be read: {e}")),
@@ -451,7 +487,7 @@ pub fn reviewers_to_check(facts_pull: &PullRequest, engine: &EngineAccount, revi
 }
 
 fn template_item(review: Option<&Note>) -> Item {
-    let it = |mark, note: String| item("review-template", "Review template filled", mark, note);
+    let it = |mark, note: String| item(ItemId::ReviewTemplate, "Review template filled", mark, note);
     let Some(review) = review else {
         return it(Mark::Fail, "the chart holds no CODE_REVIEW".into());
     };
@@ -467,7 +503,7 @@ fn template_item(review: Option<&Note>) -> Item {
 }
 
 fn threads_item(facts: &AuditFacts) -> Item {
-    let it = |mark, note: String| item("threads", "No unresolved review threads", mark, note);
+    let it = |mark, note: String| item(ItemId::Threads, "No unresolved review threads", mark, note);
     match (&facts.pull, &facts.unresolved_threads) {
         (Err(e), _) | (_, Err(e)) => it(Mark::Unknown, format!("review threads could not be read: {e}")),
         (Ok(_), Ok(0)) => it(Mark::Pass, "every review thread is resolved".into()),
@@ -476,7 +512,7 @@ fn threads_item(facts: &AuditFacts) -> Item {
 }
 
 fn ci_item(facts: &AuditFacts, head: &Fact<&str>, details: &mut Vec<String>) -> Item {
-    let it = |mark, note: String| item("ci", "CI green for the head commit", mark, note);
+    let it = |mark, note: String| item(ItemId::Ci, "CI green for the head commit", mark, note);
     let h = match head {
         Ok(h) => *h,
         Err(why) => return it(Mark::Unknown, format!("the head commit is unknown: {why}")),
@@ -515,7 +551,7 @@ fn ci_item(facts: &AuditFacts, head: &Fact<&str>, details: &mut Vec<String>) -> 
 }
 
 fn history_item(facts: &AuditFacts, head: &Fact<&str>) -> Item {
-    let it = |mark, note: String| item("history", "Clean history", mark, note);
+    let it = |mark, note: String| item(ItemId::History, "Clean history", mark, note);
     let commits = match (&facts.pull, &facts.commits) {
         (Err(e), _) | (_, Err(e)) => return it(Mark::Unknown, format!("commits could not be read: {e}")),
         (Ok(_), Ok(c)) => c,
@@ -549,8 +585,6 @@ fn history_item(facts: &AuditFacts, head: &Fact<&str>) -> Item {
 }
 
 /// The migration item's id.
-pub const MIGRATIONS: &str = "migrations";
-
 /// What a CHECKPOINT note says about the schema: what ward read from the
 /// emulator's exports after an accepted treatment, the seed's against the
 /// treatment's.
@@ -606,7 +640,7 @@ pub fn read_checkpoint(body: &str) -> Option<(&str, SchemaRecord)> {
 /// never what an agent says it did.
 fn migrations_item(config: &Config, chart: &[Note], facts: &AuditFacts) -> Option<Item> {
     let pattern = config.discharge.migrations.as_ref()?;
-    let it = |mark, note: String| item(MIGRATIONS, "A migration with every schema change", mark, note);
+    let it = |mark, note: String| item(ItemId::Migrations, "A migration with every schema change", mark, note);
     let commits = match (&facts.pull, &facts.commits) {
         (Err(e), _) | (_, Err(e)) => {
             return Some(it(Mark::Unknown, format!("the pull request's commits could not be read: {e}")));
@@ -759,7 +793,7 @@ mod tests {
         audit(&config(), chart, facts)
     }
 
-    fn mark(list: &Checklist, id: &str) -> Mark {
+    fn mark(list: &Checklist, id: ItemId) -> Mark {
         list.item(id).unwrap().mark
     }
 
@@ -778,16 +812,16 @@ mod tests {
             p.head_sha = "fedcba9876543210fedcba9876543210fedcba98".into();
         }
         let list = run(&chart(), &f);
-        assert_eq!(mark(&list, "code-review"), Mark::Fail);
-        assert!(list.item("code-review").unwrap().note.contains("the head is now `fedcba987654`"));
+        assert_eq!(mark(&list, ItemId::CodeReview), Mark::Fail);
+        assert!(list.item(ItemId::CodeReview).unwrap().note.contains("the head is now `fedcba987654`"));
         let mut c = chart();
         c[4] = outcome("r7", "code-review", "changes-requested");
-        assert_eq!(mark(&run(&c, &facts()), "code-review"), Mark::Fail);
+        assert_eq!(mark(&run(&c, &facts()), ItemId::CodeReview), Mark::Fail);
         // A fellow's CODE_REVIEW does not count.
         let mut forged = chart();
         forged.truncate(3);
         forged.extend([note("CODE_REVIEW", "r8", "treat", "fellow", CODE_REVIEW), outcome("r8", "treat", "approve")]);
-        assert_eq!(mark(&run(&forged, &facts()), "code-review"), Mark::Fail);
+        assert_eq!(mark(&run(&forged, &facts()), ItemId::CodeReview), Mark::Fail);
     }
 
     #[test]
@@ -801,30 +835,30 @@ mod tests {
         let mut f = facts();
         f.reviews = Ok(vec![review("WARD-BOT", ReviewState::Approved, HEAD)]);
         let list = run(&chart(), &f);
-        assert_eq!(mark(&list, "pr-approval"), Mark::Waiting);
+        assert_eq!(mark(&list, ItemId::PrApproval), Mark::Waiting);
         assert_eq!(list.verdict(), Verdict::Waiting);
         assert!(
-            list.item("pr-approval").unwrap().note.contains("`WARD-BOT` approved (their own)"),
+            list.item(ItemId::PrApproval).unwrap().note.contains("`WARD-BOT` approved (their own)"),
             "{}",
             list.render()
         );
         f.reviews = Ok(vec![review("maria", ReviewState::Approved, "1111111")]);
         let list = run(&chart(), &f);
-        assert!(list.item("pr-approval").unwrap().note.contains("older commits"));
-        assert_eq!(mark(&list, "pr-approval"), Mark::Waiting);
+        assert!(list.item(ItemId::PrApproval).unwrap().note.contains("older commits"));
+        assert_eq!(mark(&list, ItemId::PrApproval), Mark::Waiting);
         f.reviews = Ok(vec![
             review("maria", ReviewState::Approved, HEAD),
             review("tom", ReviewState::ChangesRequested, HEAD),
             review("tom", ReviewState::Commented, HEAD),
         ]);
         let list = run(&chart(), &f);
-        assert!(list.item("pr-approval").unwrap().note.contains("`tom` requested changes"));
+        assert!(list.item(ItemId::PrApproval).unwrap().note.contains("`tom` requested changes"));
         assert_eq!(list.for_treatment().len(), 1);
         assert!(list.render().contains("### Changes requested by `tom`"), "{}", list.render());
         f.reviews = Ok(vec![review("maria", ReviewState::Approved, "")]);
-        assert_eq!(mark(&run(&chart(), &f), "pr-approval"), Mark::Waiting, "an empty sha approves nothing");
+        assert_eq!(mark(&run(&chart(), &f), ItemId::PrApproval), Mark::Waiting, "an empty sha approves nothing");
         f.reviews = Err("GitHub answered 502".into());
-        assert_eq!(mark(&run(&chart(), &f), "pr-approval"), Mark::Unknown);
+        assert_eq!(mark(&run(&chart(), &f), ItemId::PrApproval), Mark::Unknown);
     }
 
     #[test]
@@ -835,37 +869,37 @@ mod tests {
         // A triager's approval neither passes nor blocks; it is listed.
         f.reviews = Ok(vec![review("tia", ReviewState::Approved)]);
         let list = run(&chart(), &f);
-        assert_eq!(mark(&list, "pr-approval"), Mark::Waiting);
-        assert!(list.item("pr-approval").unwrap().note.contains("`tia` approved (triage)"), "{}", list.render());
+        assert_eq!(mark(&list, ItemId::PrApproval), Mark::Waiting);
+        assert!(list.item(ItemId::PrApproval).unwrap().note.contains("`tia` approved (triage)"), "{}", list.render());
         // A triager's "changes requested" blocks nothing; a writer's approval passes.
         f.reviews = Ok(vec![review("tia", ReviewState::ChangesRequested), review("maria", ReviewState::Approved)]);
         let list = run(&chart(), &f);
-        assert_eq!(mark(&list, "pr-approval"), Mark::Pass, "{}", list.render());
-        assert!(list.item("pr-approval").unwrap().note.contains("`tia` requested changes (triage)"));
+        assert_eq!(mark(&list, ItemId::PrApproval), Mark::Pass, "{}", list.render());
+        assert!(list.item(ItemId::PrApproval).unwrap().note.contains("`tia` requested changes (triage)"));
         // Someone the forge does not know as a collaborator counts for nothing.
         f.reviews = Ok(vec![review("stranger", ReviewState::Approved)]);
         let list = run(&chart(), &f);
-        assert_eq!(mark(&list, "pr-approval"), Mark::Waiting);
-        assert!(list.item("pr-approval").unwrap().note.contains("`stranger` approved (permission unknown)"));
+        assert_eq!(mark(&list, ItemId::PrApproval), Mark::Waiting);
+        assert!(list.item(ItemId::PrApproval).unwrap().note.contains("`stranger` approved (permission unknown)"));
         // A higher bar in ward.yml.
         let mut c = config();
         c.approve_permission = Permission::Maintain;
         f.reviews = Ok(vec![review("maria", ReviewState::Approved)]);
-        assert_eq!(mark(&audit(&c, &chart(), &f), "pr-approval"), Mark::Waiting);
+        assert_eq!(mark(&audit(&c, &chart(), &f), ItemId::PrApproval), Mark::Waiting);
         f.reviews = Ok(vec![review("tom", ReviewState::Approved)]);
-        assert_eq!(mark(&audit(&c, &chart(), &f), "pr-approval"), Mark::Pass);
+        assert_eq!(mark(&audit(&c, &chart(), &f), ItemId::PrApproval), Mark::Pass);
         f.permissions = Err("GitHub answered 502".into());
-        assert_eq!(mark(&audit(&c, &chart(), &f), "pr-approval"), Mark::Unknown);
+        assert_eq!(mark(&audit(&c, &chart(), &f), ItemId::PrApproval), Mark::Unknown);
     }
 
     #[test]
     fn treatment_without_an_approved_plan_fails() {
         let list = run(&chart()[3..], &facts());
-        assert_eq!(mark(&list, "plan-approved"), Mark::Fail);
-        assert_eq!(list.item("plan-approved").unwrap().note, "the chart holds no treatment plan");
+        assert_eq!(mark(&list, ItemId::PlanApproved), Mark::Fail);
+        assert_eq!(list.item(ItemId::PlanApproved).unwrap().note, "the chart holds no treatment plan");
         let mut c = chart();
         c[2] = outcome("r2", "plan-review", "reject");
-        assert!(run(&c, &facts()).item("plan-approved").unwrap().note.contains("run `r2` ended `reject`"));
+        assert!(run(&c, &facts()).item(ItemId::PlanApproved).unwrap().note.contains("run `r2` ended `reject`"));
     }
 
     #[test]
@@ -873,17 +907,17 @@ mod tests {
         let mut c = chart();
         c[3].body = CODE_REVIEW.replace("## Security\nNo new input.\n", "## Security\n<!-- fill -->\n");
         let list = run(&c, &facts());
-        assert_eq!(mark(&list, "review-template"), Mark::Fail);
-        assert!(list.item("review-template").unwrap().note.contains("`## Security` is empty"));
+        assert_eq!(mark(&list, ItemId::ReviewTemplate), Mark::Fail);
+        assert!(list.item(ItemId::ReviewTemplate).unwrap().note.contains("`## Security` is empty"));
     }
 
     #[test]
     fn unresolved_threads_fail() {
         let mut f = facts();
         f.unresolved_threads = Ok(2);
-        assert_eq!(mark(&run(&chart(), &f), "threads"), Mark::Fail);
+        assert_eq!(mark(&run(&chart(), &f), ItemId::Threads), Mark::Fail);
         f.unresolved_threads = Err("GraphQL error".into());
-        assert_eq!(mark(&run(&chart(), &f), "threads"), Mark::Unknown);
+        assert_eq!(mark(&run(&chart(), &f), ItemId::Threads), Mark::Unknown);
     }
 
     #[test]
@@ -896,7 +930,7 @@ mod tests {
         ] {
             f.ci = Ok(CiStatus::new(state, vec![]));
             let list = run(&chart(), &f);
-            assert_eq!(mark(&list, "ci"), want);
+            assert_eq!(mark(&list, ItemId::Ci), want);
             assert_eq!(list.verdict(), verdict);
             assert_eq!(list.outcome(), "audit-failed");
         }
@@ -910,7 +944,7 @@ mod tests {
         }];
         f.ci = Ok(red);
         let list = run(&chart(), &f);
-        assert_eq!(list.item("ci").unwrap().note, "CI failed for `0123456789ab`: `lint` (failure)");
+        assert_eq!(list.item(ItemId::Ci).unwrap().note, "CI failed for `0123456789ab`: `lint` (failure)");
         assert_eq!(list.for_treatment().len(), 1);
         let text = list.render();
         assert!(
@@ -956,12 +990,12 @@ mod tests {
                 c.insert(0, CommitInfo { sha: "bbbbbbb2".into(), message: message.into(), parent_count: parents });
             }
             let list = run(&chart(), &f);
-            assert_eq!(mark(&list, "history"), Mark::Fail, "{message}");
+            assert_eq!(mark(&list, ItemId::History), Mark::Fail, "{message}");
         }
         assert_eq!(unclean_subject("Wipe the cache on deploy"), None);
         let mut f = facts();
         f.commits = Ok(vec![]);
-        assert_eq!(mark(&run(&chart(), &f), "history"), Mark::Unknown);
+        assert_eq!(mark(&run(&chart(), &f), ItemId::History), Mark::Unknown);
     }
 
     #[test]
@@ -969,7 +1003,7 @@ mod tests {
         let mut f = facts();
         f.pull = Err("no pull request has head `ward/issue-1`".into());
         let list = run(&chart(), &f);
-        for id in ["code-review", "pr-approval", "threads", "ci", "history"] {
+        for id in [ItemId::CodeReview, ItemId::PrApproval, ItemId::Threads, ItemId::Ci, ItemId::History] {
             assert_eq!(mark(&list, id), Mark::Unknown, "{id}");
         }
         assert_eq!(list.verdict(), Verdict::Failed, "what cannot be read is not waited for");
@@ -1000,7 +1034,7 @@ mod tests {
         let mut c = chart();
         c.push(checkpoint("r5", HEAD, SchemaRecord::Changed("`\"public\".\"orders\"` (new)".into())));
         let list = run(&c, &facts());
-        assert!(list.item(MIGRATIONS).is_none() && list.passed(), "{}", list.render());
+        assert!(list.item(ItemId::Migrations).is_none() && list.passed(), "{}", list.render());
     }
 
     #[test]
@@ -1011,7 +1045,7 @@ mod tests {
         c.push(checkpoint("r5", HEAD, changed.clone()));
         // No file under db/migrations/: failed, the fellow's to fix, naming the pattern and the tables.
         let list = audit(&config, &c, &facts());
-        let it = list.item(MIGRATIONS).unwrap();
+        let it = list.item(ItemId::Migrations).unwrap();
         assert_eq!(it.mark, Mark::Fail, "{}", list.render());
         assert!(
             it.note.contains("changed the database schema at `0123456789ab` (run `r5`: `\"public\".\"orders\"` (new)")
@@ -1024,12 +1058,12 @@ mod tests {
         let mut f = facts();
         f.files = Ok(vec!["engine/orders.rs".into(), "db/migrations/0007_orders.sql".into()]);
         let list = audit(&config, &c, &f);
-        assert_eq!(list.item(MIGRATIONS).unwrap().mark, Mark::Pass, "{}", list.render());
-        assert!(list.item(MIGRATIONS).unwrap().note.contains("`db/migrations/0007_orders.sql`"));
+        assert_eq!(list.item(ItemId::Migrations).unwrap().mark, Mark::Pass, "{}", list.render());
+        assert!(list.item(ItemId::Migrations).unwrap().note.contains("`db/migrations/0007_orders.sql`"));
         assert!(list.passed(), "{}", list.render());
         // The files unread: not verified.
         f.files = Err("GitHub answered 502".into());
-        assert_eq!(audit(&config, &c, &f).item(MIGRATIONS).unwrap().mark, Mark::Unknown);
+        assert_eq!(audit(&config, &c, &f).item(ItemId::Migrations).unwrap().mark, Mark::Unknown);
     }
 
     #[test]
@@ -1039,27 +1073,27 @@ mod tests {
         // Unchanged at the head: no migration needed.
         let mut c = chart();
         c.push(checkpoint("r5", HEAD, SchemaRecord::Unchanged));
-        let it = audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().clone();
+        let it = audit(&config, &c, &facts()).item(ItemId::Migrations).unwrap().clone();
         assert_eq!((it.mark, it.note.contains("is the seed's")), (Mark::Pass, true), "{}", it.note);
         // An earlier commit of the pull request counts (a later treatment left the data alone).
         let mut c = chart();
         c.push(checkpoint("r5", "aaaaaaa1", changed()));
-        assert_eq!(audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().mark, Mark::Fail);
+        assert_eq!(audit(&config, &c, &facts()).item(ItemId::Migrations).unwrap().mark, Mark::Fail);
         // A note of a commit the branch no longer has (a restart) says nothing about it.
         let mut c = chart();
         c.push(checkpoint("r5", "fedcba9876543210fedcba9876543210fedcba98", changed()));
-        let it = audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().clone();
+        let it = audit(&config, &c, &facts()).item(ItemId::Migrations).unwrap().clone();
         assert_eq!(it.mark, Mark::Unknown);
         assert!(it.note.contains("ward recorded no database schema for a commit of this pull request"), "{}", it.note);
         // The latest note of the branch decides: a later change back to the seed's schema passes.
         let mut c = chart();
         c.push(checkpoint("r5", "aaaaaaa1", changed()));
         c.push(checkpoint("r6", HEAD, SchemaRecord::Unchanged));
-        assert_eq!(audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().mark, Mark::Pass);
+        assert_eq!(audit(&config, &c, &facts()).item(ItemId::Migrations).unwrap().mark, Mark::Pass);
         // A schema ward could not read is no pass.
         let mut c = chart();
         c.push(checkpoint("r5", HEAD, SchemaRecord::Unknown("the seed's export was not kept".into())));
-        let it = audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().clone();
+        let it = audit(&config, &c, &facts()).item(ItemId::Migrations).unwrap().clone();
         assert_eq!(it.mark, Mark::Unknown);
         assert!(it.note.contains("is unknown: the seed's export was not kept"), "{}", it.note);
         // An agent's claim is no record: a note that is not the engine's is not read.
@@ -1067,11 +1101,11 @@ mod tests {
         let mut forged = checkpoint("r5", HEAD, SchemaRecord::Unchanged);
         forged.meta.role = "fellow".into();
         c.push(forged);
-        assert_eq!(audit(&config, &c, &facts()).item(MIGRATIONS).unwrap().mark, Mark::Unknown);
+        assert_eq!(audit(&config, &c, &facts()).item(ItemId::Migrations).unwrap().mark, Mark::Unknown);
         // No commits read: not verified.
         let mut f = facts();
         f.commits = Err("GitHub answered 502".into());
-        assert_eq!(audit(&config, &chart(), &f).item(MIGRATIONS).unwrap().mark, Mark::Unknown);
+        assert_eq!(audit(&config, &chart(), &f).item(ItemId::Migrations).unwrap().mark, Mark::Unknown);
     }
 
     #[test]
