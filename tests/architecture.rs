@@ -399,6 +399,14 @@ fn string_errors(text: &str) -> Vec<(usize, String)> {
             found.push((line, written));
         }
     }
+    // `FromStr`/`TryFrom` with a `String` error is the same `Result<_, String>`.
+    for (start, _) in code.match_indices("type Err") {
+        let rest: String = code[start..].chars().take_while(|c| *c != ';').filter(|c| !c.is_whitespace()).collect();
+        if rest == "typeErr=String" || rest == "typeErr=std::string::String" {
+            found.push((code[..start].matches('\n').count() + 1, "type Err = String".to_string()));
+        }
+    }
+    found.sort();
     found
 }
 
@@ -439,7 +447,9 @@ fn the_string_error_scan_finds_them_where_they_hide() {
                 fn c(f: impl Fn() -> u8) -> Result<String, Error> {}\n\
                 fn d() -> anyhow::Result<String> {}\n\
                 fn e() -> io::Result<Box<dyn Fn(u8) -> String>> {}\n\
-                fn f() -> MyResult<(), String> {}\n";
+                fn f() -> MyResult<(), String> {}\n\
+                impl FromStr for M { type Err = String; }\n\
+                impl FromStr for N { type Err = NotAnN; }\n";
     let lines: Vec<usize> = string_errors(text).into_iter().map(|(l, _)| l).collect();
-    assert_eq!(lines, [1, 3, 7], "{:?}", string_errors(text));
+    assert_eq!(lines, [1, 3, 7, 12], "{:?}", string_errors(text));
 }

@@ -89,14 +89,15 @@ impl fmt::Display for Mode {
     }
 }
 
+/// A name that is none of the modes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a mode (modes: {known})", known = Mode::known())]
+pub struct NotAMode(pub String);
+
 impl FromStr for Mode {
-    type Err = String;
+    type Err = NotAMode;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .iter()
-            .copied()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| format!("`{s}` is not a mode (modes: {})", Self::known()))
+        Self::ALL.iter().copied().find(|m| m.as_str() == s).ok_or_else(|| NotAMode(s.to_string()))
     }
 }
 
