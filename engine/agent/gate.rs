@@ -355,14 +355,8 @@ async fn egress(mut conn: tokio::net::UnixStream, allow: Arc<Vec<String>>, block
     };
     if !allowed(&allow, &host) {
         warn!(host = %host, port, "the agent's connection was refused: the host is not in agent.network.allow");
-        *blocked.lock().unwrap_or_else(|p| p.into_inner()).entry((host.clone(), port)).or_default() += 1;
-        let body = format!("blocked by ward's network wall: {host}:{port} is not in agent.network.allow\n");
-        let answer = format!(
-            "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let _ = conn.write_all(answer.as_bytes()).await;
-        return;
+        let why = format!("{host}:{port} is not in agent.network.allow");
+        return refuse(&mut conn, &blocked, host, port, &why).await;
     }
     let addrs = match tokio::net::lookup_host((host.as_str(), port)).await {
         Ok(addrs) => addrs.collect::<Vec<_>>(),
@@ -373,17 +367,8 @@ async fn egress(mut conn: tokio::net::UnixStream, allow: Arc<Vec<String>>, block
     // 127.0.0.1 or 169.254.169.254 would otherwise reach ward's host.
     if let Some(addr) = addrs.iter().find(|a| !reachable(&allow, &host, a.ip())) {
         warn!(host = %host, port, address = %addr.ip(), "the agent's connection was refused: an allowed name resolved to this machine or a link-local address");
-        *blocked.lock().unwrap_or_else(|p| p.into_inner()).entry((host.clone(), port)).or_default() += 1;
-        let body = format!(
-            "blocked by ward's network wall: {host} resolved to {}, which only an allowlist entry naming it can reach\n",
-            addr.ip()
-        );
-        let answer = format!(
-            "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let _ = conn.write_all(answer.as_bytes()).await;
-        return;
+        let why = format!("{host} resolved to {}, which only an allowlist entry naming it can reach", addr.ip());
+        return refuse(&mut conn, &blocked, host, port, &why).await;
     }
     let Ok(mut upstream) = tokio::net::TcpStream::connect(&addrs[..]).await else {
         let _ = conn.write_all(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
@@ -410,6 +395,18 @@ async fn egress(mut conn: tokio::net::UnixStream, allow: Arc<Vec<String>>, block
         }
     }
     let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+}
+
+/// A refused connection: counted against (host, port) and answered 403
+/// with why, for the agent's tool to print.
+async fn refuse(conn: &mut tokio::net::UnixStream, blocked: &Mutex<Blocked>, host: String, port: u16, why: &str) {
+    *blocked.lock().unwrap_or_else(|p| p.into_inner()).entry((host, port)).or_default() += 1;
+    let body = format!("blocked by ward's network wall: {why}\n");
+    let answer = format!(
+        "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = conn.write_all(answer.as_bytes()).await;
 }
 
 /// Whether an allowed host's resolved address may be reached: loopback,
