@@ -47,6 +47,11 @@ const MAX_TRIGGERS: usize = 60;
 const CHARTS: &str = "ward-charts";
 const RESTING: &[&str] = &["ward:chief", "ward:needs-info", "ward:awaiting-chief"];
 
+/// git with fixed dates (the commits' ids do not change between runs).
+fn git(dir: &Path, args: &[&str]) -> String {
+    support::git_at(dir, "2026-01-01T00:00:00Z", args)
+}
+
 /// A repository with ward installed and committed, copied for each schedule.
 fn template() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -62,25 +67,6 @@ fn template() -> tempfile::TempDir {
         git(dir.path(), args);
     }
     dir
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "tester")
-        .env("GIT_AUTHOR_EMAIL", "tester@ward.invalid")
-        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
-        .env("GIT_COMMITTER_NAME", "tester")
-        .env("GIT_COMMITTER_EMAIL", "tester@ward.invalid")
-        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// The hospital of `root` on the fake, as a workflow step has it: checkout

@@ -6,18 +6,7 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use support::{stderr, stdout};
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-        .args(args)
-        .current_dir(dir)
-        .env("HOME", dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-}
+use support::{git, stderr, stdout};
 
 fn init(dir: &Path) -> Output {
     Command::new(support::ward_bin())

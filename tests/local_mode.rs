@@ -6,21 +6,7 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
-
-use support::{Sandbox, stderr, stdout};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    stdout(&out).trim().to_string()
-}
+use support::{Sandbox, git, stderr, stdout};
 
 /// `ward init` in a git repository on `main` whose CI is `ci_command`.
 fn repository(ci_command: &str) -> Sandbox {

@@ -363,37 +363,17 @@ exec "$ward" stand-in
 /// report.json say why.
 #[tokio::test]
 async fn through_the_stages_a_checkpoint_that_does_not_read_back_is_charted_and_code_review_never_runs() {
-    use support::rules::{git_init, hospital, label_of};
-    use ward::forge::{IssueNumber, NewIssue};
+    use support::rules::label_of;
+    use ward::forge::IssueNumber;
     let Some(image) = image() else { return };
     if !have_psql() {
         return;
     }
     let quiet = "  checkpoint:\n    export: [pg_dump, --data-only, --restrict-key=ward]\n    import: [psql, -q]\n";
     let s = psql_sandbox(&image, quiet);
-    git_init(s.root());
-    let (h, forge) = hospital(&s, "reporter");
-    forge
-        .admit(NewIssue {
-            title: "Move the dispatch".into(),
-            body: "Move it to BAY-7.".into(),
-            labels: vec!["ward:admit".into()],
-        })
-        .unwrap();
-    let mut failed = None;
-    for _ in 0..12 {
-        let before = label_of(&forge, 1);
-        match ward::stage::run_stage(&h, &ward::stage::StageRequest::new(IssueNumber(1))).await {
-            Ok(result) => {
-                assert_ne!(before, "ward:code-review", "code review ran on the wrong data: {result:?}");
-            }
-            Err(e) => {
-                failed = Some((before, format!("{e:#}")));
-                break;
-            }
-        }
-    }
-    let (at, error) = failed.expect("a stage stopped");
+    let (h, forge) = admitted(&s, &["Move the dispatch"]);
+    let (at, error) =
+        run_until(&h, &forge, 1, "ward:code-review").await.expect_err("code review ran on the wrong data");
     assert_eq!(at, "ward:code-review", "{error}");
     assert!(error.contains("did not read back") && error.contains("stopped before its agent ran"), "{error}");
     assert_eq!(label_of(&forge, 1), "ward:code-review", "the patient stays where it was");
@@ -446,38 +426,61 @@ fn psql_sandbox_with(image: &str, extra: &str, agent: &str) -> support::Sandbox 
     s
 }
 
+/// The sandbox committed as a repository, its hospital on the local forge,
+/// and an issue admitted for each of `titles` (#1, #2, ...).
+fn admitted(
+    s: &support::Sandbox,
+    titles: &[&str],
+) -> (ward::hospital::Hospital, std::sync::Arc<ward::forge::local::LocalForge>) {
+    support::rules::git_init(s.root());
+    let (h, forge) = support::rules::hospital(s, "reporter");
+    for title in titles {
+        let new = ward::forge::NewIssue {
+            title: title.to_string(),
+            body: "Through the stages.".into(),
+            labels: vec!["ward:admit".into()],
+        };
+        forge.admit(new).unwrap();
+    }
+    (h, forge)
+}
+
+/// Runs issue `n`'s stages one after another until the stage at `label`
+/// has run: `Err((the label it was at, the error))` at the first stage that
+/// fails.
+async fn run_until(
+    h: &ward::hospital::Hospital,
+    forge: &ward::forge::local::LocalForge,
+    n: u64,
+    label: &str,
+) -> Result<(), (String, String)> {
+    for _ in 0..12 {
+        let before = support::rules::label_of(forge, n);
+        let request = ward::stage::StageRequest::new(ward::forge::IssueNumber(n));
+        if let Err(e) = ward::stage::run_stage(h, &request).await {
+            return Err((before, format!("{e:#}")));
+        }
+        if before == label {
+            return Ok(());
+        }
+    }
+    panic!("#{n} did not reach `{label}` in 12 stages: it is at `{}`", support::rules::label_of(forge, n));
+}
+
 /// Through the stages with the preset as it is: the treatment's row is in
 /// code review's database, and the reviewer's prompt has the tables'
 /// counts and checksums, the schema unchanged, and the row that moved.
 #[tokio::test]
 async fn through_the_stages_the_code_reviewers_prompt_has_the_tables_the_schema_and_the_rows() {
-    use support::rules::{git_init, hospital, label_of};
-    use ward::forge::{IssueNumber, NewIssue};
     let Some(image) = image() else { return };
     if !have_psql() {
         return;
     }
     let s = psql_sandbox(&image, "");
-    git_init(s.root());
-    let (h, forge) = hospital(&s, "reporter");
-    forge
-        .admit(NewIssue {
-            title: "Move the dispatch".into(),
-            body: "Move it to BAY-7.".into(),
-            labels: vec!["ward:admit".into()],
-        })
-        .unwrap();
-    let mut reviewed = false;
-    for _ in 0..12 {
-        let before = label_of(&forge, 1);
-        let result = ward::stage::run_stage(&h, &ward::stage::StageRequest::new(IssueNumber(1))).await;
-        result.unwrap_or_else(|e| panic!("{before}: {e:#}"));
-        if before == "ward:code-review" {
-            reviewed = true;
-            break;
-        }
+    let (h, forge) = admitted(&s, &["Move the dispatch"]);
+    if let Err((at, error)) = run_until(&h, &forge, 1, "ward:code-review").await {
+        panic!("{at}: {error}");
     }
-    assert!(reviewed, "code review ran");
     let prompts: Vec<String> = walk(&h.artifacts, "prompt.md")
         .into_iter()
         .filter_map(|p| std::fs::read_to_string(p).ok())
@@ -519,8 +522,7 @@ exec "$ward" stand-in
 /// one that does.
 #[tokio::test]
 async fn through_the_stages_a_new_table_without_a_migration_fails_the_audit_and_one_with_it_passes() {
-    use support::rules::{git_init, hospital, label_of};
-    use ward::forge::{IssueNumber, NewIssue};
+    use ward::forge::IssueNumber;
     use ward::rules::discharge_audit::{ItemId, Mark};
     let Some(image) = image() else { return };
     if !have_psql() {
@@ -531,24 +533,11 @@ async fn through_the_stages_a_new_table_without_a_migration_fails_the_audit_and_
         "  approver_permission: maintain\n",
         "  approver_permission: maintain\n  migrations: db/migrations/**\n",
     );
-    git_init(s.root());
-    let (h, forge) = hospital(&s, "reporter");
-    for title in ["Add orders", "Add orders with its migration"] {
-        let body = "Add the orders table.".to_string();
-        forge.admit(NewIssue { title: title.into(), body, labels: vec!["ward:admit".into()] }).unwrap();
-    }
+    let (h, forge) = admitted(&s, &["Add orders", "Add orders with its migration"]);
     for n in [1, 2] {
-        let mut treated = false;
-        for _ in 0..12 {
-            let before = label_of(&forge, n);
-            let result = ward::stage::run_stage(&h, &ward::stage::StageRequest::new(IssueNumber(n))).await;
-            result.unwrap_or_else(|e| panic!("#{n} at {before}: {e:#}"));
-            if before == "ward:treat" {
-                treated = true;
-                break;
-            }
+        if let Err((at, error)) = run_until(&h, &forge, n, "ward:treat").await {
+            panic!("#{n} at {at}: {error}");
         }
-        assert!(treated, "#{n} was treated");
     }
     let chart = std::fs::read_to_string(forge.chart_path(IssueNumber(1))).unwrap();
     let note = chart.split("<!-- WARD:CHECKPOINT").nth(1).expect("the engine's CHECKPOINT note");

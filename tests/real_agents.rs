@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use support::model::clis::{proven, real_cli};
 use support::model::{Fault, ModelServer, Scene, Script, Turn, Usage};
-use support::{stderr, stdout, ward_bin};
+use support::{git, stderr, stdout, ward_bin};
 
 const GREET: &str = "#!/bin/sh\n# Greets.\necho \"Hello, $1!\"\n";
 const CHECK: &str = "#!/bin/sh\nset -e\n[ \"$(./greet.sh Ada)\" = \"Hello, Ada!\" ]\necho ok\n";
@@ -94,17 +94,6 @@ struct Clinic {
     server: ModelServer,
     agent: Agent,
     bin: PathBuf,
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    stdout(&out).trim().to_string()
 }
 
 impl Clinic {

@@ -10,6 +10,7 @@ use std::process::Command;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use support::fake_github::FakeGitHub;
+use support::git;
 use ward::budget::Usage;
 use ward::chart::{Note, NoteKind, NoteMeta};
 use ward::config::Config;
@@ -237,20 +238,6 @@ fn the_outcomes_by_period_and_by_pipeline_version() {
     assert!(review.starts_with("# ward weekly process review"), "{review}");
     assert!(review.contains("1 merged change(s) were reverted within 14 days"), "{review}");
     assert!(review.contains("waited") && review.contains("for people"), "{review}");
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "rosa")
-        .env("GIT_AUTHOR_EMAIL", "rosa@example.com")
-        .env("GIT_COMMITTER_NAME", "rosa")
-        .env("GIT_COMMITTER_EMAIL", "rosa@example.com")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 fn ward(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {

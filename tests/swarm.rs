@@ -12,13 +12,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use support::workspace::docstore_image;
-use support::{stderr, stdout, ward_bin};
-
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    stdout(&out)
-}
+use support::{git, stderr, stdout, ward_bin};
 
 /// `ward demo --swarm --dir DIR` and `extra` arguments, with only PATH,
 /// HOME (the temporary folder) and WARD_HOME from outside: (stdout, how long).

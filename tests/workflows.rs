@@ -17,26 +17,9 @@ use ward::forge::Forge as _;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// Runs git in `dir` with a fixed identity and date and nothing from the
-/// machine's configuration.
+/// git with fixed dates (the commits' ids do not change between runs).
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "tester")
-        .env("GIT_AUTHOR_EMAIL", "tester@ward.invalid")
-        .env("GIT_AUTHOR_DATE", "2026-11-01T00:00:00Z")
-        .env("GIT_COMMITTER_NAME", "tester")
-        .env("GIT_COMMITTER_EMAIL", "tester@ward.invalid")
-        .env("GIT_COMMITTER_DATE", "2026-11-01T00:00:00Z")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    support::git_at(dir, "2026-11-01T00:00:00Z", args)
 }
 
 /// A repository holding `files` on `main`, as the fake's repository before

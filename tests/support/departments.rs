@@ -11,8 +11,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use ward::chart::{ENGINE_ROLE, Note, NoteMeta, Seen, Sentinels, append};
+use ward::clock::Clock;
 use ward::config::Config;
-use ward::forge::local::{Clock, LocalForge};
+use ward::forge::local::LocalForge;
 use ward::forge::{
     CiStatus, Comment, CommentWrite, CommitInfo, Forge, ForgeResult, Found, Issue, IssueNumber, IssueSearch,
     LOOKS_PER_REQUEST, LabelEvent, LabelSpec, Listed, NewIssue, NewPullRequest, PatientLook, Permission, PullRequest,

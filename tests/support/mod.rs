@@ -89,6 +89,39 @@ impl Sandbox {
     }
 }
 
+/// git in `dir` as the tests' person (`tester`), with the machine's git
+/// settings and the outside environment left out; its trimmed standard
+/// output. Panics with git's standard error when it fails.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    git_command(dir, None, args)
+}
+
+/// [`git`] with the author's and committer's date fixed (ISO 8601), for
+/// commits whose ids must not change between runs.
+pub fn git_at(dir: &Path, date: &str, args: &[&str]) -> String {
+    git_command(dir, Some(date), args)
+}
+
+fn git_command(dir: &Path, date: Option<&str>, args: &[&str]) -> String {
+    let mut git = Command::new("git");
+    git.args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1");
+    for role in ["AUTHOR", "COMMITTER"] {
+        git.env(format!("GIT_{role}_NAME"), "tester").env(format!("GIT_{role}_EMAIL"), "tester@ward.invalid");
+        if let Some(date) = date {
+            git.env(format!("GIT_{role}_DATE"), date);
+        }
+    }
+    let out = git.output().expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+    stdout(&out).trim().to_string()
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
