@@ -12,8 +12,8 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 
 use crate::chart::Sentinels;
+use crate::clock::{Clock, system_clock};
 use crate::config::Config;
-use crate::forge::local::{Clock, system_clock};
 use crate::forge::{Forge, IssueNumber};
 use crate::precedent::PrecedentLog;
 use crate::prompt::Prompts;

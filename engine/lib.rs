@@ -6,6 +6,7 @@ pub mod agent;
 pub mod budget;
 pub mod chart;
 pub mod cli;
+pub mod clock;
 pub mod codeowners;
 pub mod command;
 pub mod config;

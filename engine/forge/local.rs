@@ -7,25 +7,19 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::clock::{Clock, system_clock};
+
 use super::{
     CiState, CiStatus, Comment, CommentWrite, CommitInfo, Forge, ForgeError, ForgeResult, Issue, IssueNumber,
     IssueState, LabelAction, LabelEvent, LabelSpec, Listed, NewIssue, NewPullRequest, Permission, PullRequest,
     PullState, Reaction, Relabel, RelabelError, Review, StoredChart,
 };
-
-/// Where "now" comes from; tests and `--now` move it.
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
-
-pub fn system_clock() -> Clock {
-    Arc::new(Utc::now)
-}
 
 /// An issue as stored on disk, with its history.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -898,6 +892,8 @@ fn git_time(at: DateTime<Utc>) -> git2::Time {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[tokio::test]
