@@ -165,10 +165,9 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
         Asked::Nothing(_) | Asked::Problem(_) | Asked::Wake { .. } => unreachable!("the guards stop or resolve these"),
     };
     let folder = h.run_folder(number, &gate.run);
-    let comment = found_comment.or_else(|| crate::patient_comment::comment_id(&chart));
+    let comment = found_comment.or_else(|| crate::chart::control::comment_id(&chart));
     let patient = Patient {
         comment,
-        told: Default::default(),
         issue: gate.issue,
         stage,
         label_in,
