@@ -10,6 +10,7 @@
 
 use tracing::warn;
 
+use crate::chart::control::{ControlLine, comment_id, held_at};
 use crate::chart::{self, ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen, Sentinels};
 use crate::config::Config;
 use crate::forge::{Forge, IssueNumber};
@@ -45,18 +46,9 @@ impl Links {
 }
 
 /// The PATIENT_COMMENT note that charts comment `id`.
-pub fn charted(meta: NoteMeta, id: u64) -> Note {
+fn charted(meta: NoteMeta, id: u64) -> Note {
     let meta = NoteMeta { role: ENGINE_ROLE.into(), ..meta };
-    Note { kind: NoteKind::PatientComment, meta, body: format!("The patient's comment.\nComment: {id}") }
-}
-
-/// The comment's id as the chart keeps it.
-pub fn comment_id(notes: &[Note]) -> Option<u64> {
-    notes
-        .iter()
-        .rev()
-        .filter(|n| n.kind == NoteKind::PatientComment)
-        .find_map(|n| n.body.lines().find_map(|l| l.strip_prefix("Comment: ")?.trim().parse().ok()))
+    Note { kind: NoteKind::PatientComment, meta, body: format!("The patient's comment.\n{}", ControlLine::Comment(id)) }
 }
 
 /// How a NETWORK note's line of refused connections starts.
@@ -74,7 +66,7 @@ pub fn render(
     answer: Option<&str>,
 ) -> String {
     let mut rows: Vec<(&str, String)> = Vec::new();
-    let held = crate::transfer::held_at(notes.iter());
+    let held = held_at(notes.iter());
     let at = match (place, &held) {
         (Some(p), Some(back)) if *p == config.commands.hold_label => {
             format!("`{p}` (held; `/ward resume` takes it to `{back}`)")
@@ -148,46 +140,71 @@ pub fn render(
     out
 }
 
-/// What an update of the patient's comment needs: the chart as the caller
-/// has it (after its writes), the version it read (so a first comment's
-/// PATIENT_COMMENT note needs no second read), and this run's note meta.
-pub struct Update<'a> {
+/// The patient's comment, as every writer carries it: whose it is, its id
+/// when known (GitHub's read finds it by its marker; elsewhere the chart's
+/// PATIENT_COMMENT note says), and the metadata of the note that charts a
+/// new one's id. A move writes it with its labels
+/// ([`crate::transfer::transfer_telling`]); [`Tell::update`] writes it alone.
+#[derive(Debug, Clone)]
+pub struct Tell {
     pub number: IssueNumber,
-    pub place: Option<&'a str>,
-    pub notes: &'a [Note],
-    pub seen: Seen,
-    pub meta: NoteMeta,
-    pub answer: Option<&'a str>,
-    /// The comment's id as the caller's read found it (GitHub's GraphQL
-    /// read finds it by its marker; the chart may have no note of it).
     pub known: Option<u64>,
+    pub meta: NoteMeta,
 }
 
-/// Creates or edits the patient's comment. Never fails: a comment that
-/// could not be written is a warning.
-pub async fn update(forge: &dyn Forge, config: &Config, u: Update<'_>) {
-    let number = u.number;
-    let text = render(config, number, u.place, u.notes, &Links::from_env(), u.answer);
-    if let Err(e) = write(forge, config, u, &text).await {
-        warn!(issue = number.0, error = %e, "could not update the patient's comment (nothing else changes)");
+impl Tell {
+    /// The comment's text at `place`, from the chart as the caller has it.
+    pub fn render(&self, config: &Config, place: Option<&str>, notes: &[Note], answer: Option<&str>) -> String {
+        render(config, self.number, place, notes, &Links::from_env(), answer)
     }
-}
 
-async fn write(forge: &dyn Forge, config: &Config, u: Update<'_>, text: &str) -> anyhow::Result<()> {
-    let mut known = u.known.or_else(|| comment_id(u.notes));
-    if known.is_none() && forge.finds_patient_comment() {
-        known = forge.find_patient_comment(u.number).await?;
+    /// The PATIENT_COMMENT note that charts comment `id`.
+    pub fn charted(&self, id: u64) -> Note {
+        charted(self.meta.clone(), id)
     }
-    if let Some(id) = known {
-        return Ok(forge.edit_comment(u.number, id, text).await?);
+
+    /// Creates or edits the comment, without a move: `notes` the chart as
+    /// the caller has it (after its writes), `seen` the version it read (so
+    /// a first comment's PATIENT_COMMENT note needs no second read). Never
+    /// fails: a comment that could not be written is a warning.
+    pub async fn update(
+        &self,
+        forge: &dyn Forge,
+        config: &Config,
+        place: Option<&str>,
+        notes: &[Note],
+        seen: Seen,
+        answer: Option<&str>,
+    ) {
+        let text = self.render(config, place, notes, answer);
+        if let Err(e) = self.write(forge, config, notes, seen, &text).await {
+            warn!(issue = self.number.0, error = %e, "could not update the patient's comment (nothing else changes)");
+        }
     }
-    let id = forge.post_comment(u.number, text).await?;
-    if forge.finds_patient_comment() {
-        return Ok(());
+
+    async fn write(
+        &self,
+        forge: &dyn Forge,
+        config: &Config,
+        notes: &[Note],
+        seen: Seen,
+        text: &str,
+    ) -> anyhow::Result<()> {
+        let number = self.number;
+        let mut known = self.known.or_else(|| comment_id(notes));
+        if known.is_none() && forge.finds_patient_comment() {
+            known = forge.find_patient_comment(number).await?;
+        }
+        if let Some(id) = known {
+            return Ok(forge.edit_comment(number, id, text).await?);
+        }
+        let id = forge.post_comment(number, text).await?;
+        if forge.finds_patient_comment() {
+            return Ok(());
+        }
+        chart::append(forge, &Sentinels::new(&config.sentinel_prefix), number, seen, &[self.charted(id)]).await?;
+        Ok(())
     }
-    let note = charted(u.meta, id);
-    chart::append(forge, &Sentinels::new(&config.sentinel_prefix), u.number, u.seen, &[note]).await?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -205,10 +222,11 @@ mod tests {
     }
 
     #[test]
-    fn the_id_is_the_last_patient_comment_notes() {
-        let notes = [note(NoteKind::PatientComment, "x\nComment: 7"), note(NoteKind::Outcome, "Comment: 9")];
-        assert_eq!(comment_id(&notes), Some(7));
-        assert_eq!(comment_id(&notes[1..]), None);
+    fn a_charted_comment_reads_back() {
+        let meta = NoteMeta::engine("r1", "treat", chrono::Utc::now());
+        let charted = charted(meta, 7);
+        assert_eq!(charted.body, "The patient's comment.\nComment: 7");
+        assert_eq!(comment_id(&[charted]), Some(7));
     }
 
     #[test]

@@ -10,13 +10,16 @@
 //!    patient sent to the discharged label is also closed;
 //! 3. the next stage, through one rule ([`Config::dispatches`]).
 //!
-//! A stage's move also writes the patient's comment ([`Tell`]) between 2
-//! and 3: with the labels in one request where the forge can (GitHub: one
-//! GraphQL mutation), so the comment costs no call of its own.
+//! [`transfer_telling`] also writes the patient's comment ([`Tell`])
+//! between 2 and 3: with the labels in one request where the forge can
+//! (GitHub: one GraphQL mutation), so the comment costs no call of its
+//! own; the move says whether it did ([`Moved::told`]).
 
+use crate::chart::control::{self, ControlLine, Hold, held_at};
 use crate::chart::{self, ChartStoreError, ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen, Sentinels};
 use crate::config::Config;
 use crate::forge::{CommentWrite, Forge, ForgeError, Issue, IssueNumber, Relabel, RelabelError, StoredChart};
+use crate::patient_comment::Tell;
 
 /// Where a patient goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +43,9 @@ pub struct Moved {
     pub dispatched: bool,
     /// The chart as stored after the notes were written.
     pub chart: Option<StoredChart>,
+    /// Whether the move wrote the patient's comment (only
+    /// [`transfer_telling`] does; a comment that failed alone did not).
+    pub told: bool,
 }
 
 impl From<&crate::rules::Route> for Move {
@@ -71,21 +77,6 @@ pub enum TransferError {
     Dispatch { issue: IssueNumber, label: String, cause: ForgeError },
 }
 
-/// The patient's comment, written with a move: after the notes, with the
-/// labels, before the next stage starts.
-pub struct Tell<'a> {
-    /// Its id, when the read found it or the chart says.
-    pub comment: Option<u64>,
-    /// Its text, from the chart as written and the ward label the patient
-    /// is at after the move.
-    pub render: &'a (dyn Fn(&[Note], Option<&str>) -> String + Sync),
-    /// The PATIENT_COMMENT note that charts a new comment's id, where the
-    /// forge does not find the comment by its marker.
-    pub charted: &'a (dyn Fn(u64) -> Note + Sync),
-    /// Set once the comment is written.
-    pub told: &'a std::sync::atomic::AtomicBool,
-}
-
 /// Writes `notes` to the patient's chart, then moves it as `to` says.
 /// `seen` is the chart as this run last read it (a stale copy costs a
 /// re-read, never a lost note).
@@ -97,10 +88,13 @@ pub async fn transfer(
     notes: Vec<Note>,
     to: Move,
 ) -> Result<Moved, TransferError> {
-    transfer_telling(forge, config, patient, seen, notes, to, None).await
+    let decide = move |_: &[Note]| Decision { notes: notes.clone(), to: to.clone(), value: () };
+    Ok(moving(forge, config, patient, seen, decide, None).await?.1)
 }
 
-/// [`transfer`] that also writes the patient's comment, with the labels.
+/// [`transfer`] that also writes the patient's comment, with the labels:
+/// its text from the chart as written and the label the patient is at
+/// after the move.
 pub async fn transfer_telling(
     forge: &dyn Forge,
     config: &Config,
@@ -108,10 +102,10 @@ pub async fn transfer_telling(
     seen: Seen,
     notes: Vec<Note>,
     to: Move,
-    tell: Option<&Tell<'_>>,
+    tell: &Tell,
 ) -> Result<Moved, TransferError> {
     let decide = move |_: &[Note]| Decision { notes: notes.clone(), to: to.clone(), value: () };
-    Ok(moving(forge, config, patient, seen, decide, tell).await?.1)
+    Ok(moving(forge, config, patient, seen, decide, Some(tell)).await?.1)
 }
 
 /// [`transfer`] where the notes and the move are decided on the chart as
@@ -133,7 +127,7 @@ async fn moving<T>(
     patient: &Issue,
     seen: Seen,
     mut decide: impl FnMut(&[Note]) -> Decision<T>,
-    tell: Option<&Tell<'_>>,
+    tell: Option<&Tell>,
 ) -> Result<(T, Moved), TransferError> {
     let number = patient.number;
     let sentinels = Sentinels::new(&config.sentinel_prefix);
@@ -159,17 +153,19 @@ async fn moving<T>(
         Move::Rerun | Move::Stay => None,
     };
     let labels_error = |cause| TransferError::Labels { issue: number, label: at.clone().unwrap_or_default(), cause };
-    let mut chart = chart;
-    match (tell, &relabel) {
+    let (chart, told) = match (tell, &relabel) {
         (Some(tell), _) => {
             let relabel = relabel.as_deref().map(|to| Relabel { from: &patient.labels, to });
-            chart = comment_with_labels(forge, &sentinels, number, chart, relabel, at.as_deref(), tell)
+            comment_with_labels(forge, config, &sentinels, chart, relabel, at.as_deref(), tell)
                 .await
-                .map_err(labels_error)?;
+                .map_err(labels_error)?
         }
-        (None, Some(labels)) => forge.set_labels(number, labels).await.map_err(labels_error)?,
-        (None, None) => {}
-    }
+        (None, Some(labels)) => {
+            forge.set_labels(number, labels).await.map_err(labels_error)?;
+            (chart, false)
+        }
+        (None, None) => (chart, false),
+    };
     if let Move::To(label) = &to
         && *label == config.discharge.discharged_label
     {
@@ -193,29 +189,31 @@ async fn moving<T>(
             cause,
         })?;
     }
-    Ok((value, Moved { at, dispatched, chart }))
+    Ok((value, Moved { at, dispatched, chart, told }))
 }
 
 /// The labels (when they change) and the patient's comment, in one
 /// request where the forge can; a comment created where the forge does not
 /// find it by its marker is charted (a PATIENT_COMMENT note). Only a
 /// failed label write fails the move: a comment that fails alone is a
-/// warning. Returns the chart as stored after.
+/// warning. Returns the chart as stored after, and whether the comment
+/// was written.
 async fn comment_with_labels(
     forge: &dyn Forge,
+    config: &Config,
     sentinels: &Sentinels,
-    number: IssueNumber,
     chart: Option<StoredChart>,
     relabel: Option<Relabel<'_>>,
     at: Option<&str>,
-    tell: &Tell<'_>,
-) -> Result<Option<StoredChart>, ForgeError> {
+    tell: &Tell,
+) -> Result<(Option<StoredChart>, bool), ForgeError> {
+    let number = tell.number;
     let notes = match &chart {
         Some(c) => sentinels.parse_chart(&c.text).unwrap_or_default(),
         None => Vec::new(),
     };
-    let text = (tell.render)(&notes, at);
-    let write = match tell.comment {
+    let text = tell.render(config, at, &notes, None);
+    let write = match tell.known {
         Some(id) => CommentWrite::Edit { id, body: &text },
         None => CommentWrite::Create { body: &text },
     };
@@ -224,43 +222,26 @@ async fn comment_with_labels(
         Err(RelabelError::Labels(cause)) => return Err(cause),
         Err(RelabelError::Comment(e)) => {
             tracing::warn!(issue = number.0, error = %e, "could not update the patient's comment (the move is made)");
-            return Ok(chart);
+            return Ok((chart, false));
         }
     };
-    tell.told.store(true, std::sync::atomic::Ordering::Relaxed);
-    let Some(id) = created.filter(|_| !forge.finds_patient_comment()) else { return Ok(chart) };
-    let note = (tell.charted)(id);
-    match chart::append(forge, sentinels, number, Seen::Read(chart.clone()), &[note]).await {
-        Ok(stored) => Ok(stored),
+    let Some(id) = created.filter(|_| !forge.finds_patient_comment()) else { return Ok((chart, true)) };
+    match chart::append(forge, sentinels, number, Seen::Read(chart.clone()), &[tell.charted(id)]).await {
+        Ok(stored) => Ok((stored, true)),
         Err(e) => {
             tracing::warn!(issue = number.0, error = %e, "could not chart the patient's comment's id");
-            Ok(chart)
+            Ok((chart, true))
         }
     }
 }
 
-/// The line of a COMMAND note that holds (`Hold: ward:treat`: where
-/// `/ward resume` takes the patient) or releases (`Hold: none`) a patient.
-pub const HOLD_LINE: &str = "Hold: ";
-
-/// Where a held patient goes on `/ward resume`, or `None` when it is not
-/// held: the last COMMAND note with a [`HOLD_LINE`] decides. Only the
-/// engine writes COMMAND notes (an agent's is refused), and a person's
-/// text in one is quoted, so no line of it starts with `Hold: `.
-pub fn held_at<'a>(notes: impl DoubleEndedIterator<Item = &'a Note>) -> Option<String> {
-    let hold = notes.rev().filter(|n| n.kind == NoteKind::Command).find_map(|n| {
-        n.body.lines().rev().find_map(|l| l.strip_prefix(HOLD_LINE)).map(|l| l.trim().trim_matches('`').to_string())
-    })?;
-    (hold != "none").then_some(hold)
-}
-
 /// A held patient's stages do nothing: a move decided while it is held
 /// lands at the hold label, with a COMMAND note saying where `/ward resume`
-/// takes it. A person's own command (its notes carry a [`HOLD_LINE`])
+/// takes it. A person's own command (its notes carry a `Hold:` line)
 /// passes, a stay moves nothing, and a discharge (the merge is done)
 /// passes and releases the hold.
 fn hold_over(config: &Config, chart: &[Note], new: &[Note], to: &Move, current: Option<&str>) -> Option<(Note, Move)> {
-    let commanded = new.iter().any(|n| n.kind == NoteKind::Command && n.body.lines().any(|l| l.starts_with(HOLD_LINE)));
+    let commanded = new.iter().any(|n| n.kind == NoteKind::Command && control::hold(&n.body).is_some());
     if commanded || held_at(chart.iter()).is_none() {
         return None;
     }
@@ -278,12 +259,13 @@ fn hold_over(config: &Config, chart: &[Note], new: &[Note], to: &Move, current: 
     let last = new.last().or_else(|| chart.iter().rfind(|n| n.kind != NoteKind::Command))?;
     let meta = NoteMeta { role: ENGINE_ROLE.into(), ..last.meta.clone() };
     if destination == config.discharge.discharged_label {
-        let body = format!("Discharged while held: the hold ends.\n{HOLD_LINE}none");
+        let body = format!("Discharged while held: the hold ends.\n{}", ControlLine::Hold(Hold::Released));
         return Some((Note { kind: NoteKind::Command, meta, body }, to.clone()));
     }
     let body = format!(
         "The patient is held: this run's move to `{destination}` waits at `{hold}` until `/ward resume`.\n\
-         {HOLD_LINE}{destination}"
+         {}",
+        ControlLine::Hold(Hold::At(&destination))
     );
     Some((Note { kind: NoteKind::Command, meta, body }, Move::To(hold.clone())))
 }

@@ -257,6 +257,7 @@ fn the_job_summary() {
         from: "ward:treat".into(),
         to: "ward:code-review".into(),
         dispatched: true,
+        told: true,
         total_ms: 184_000,
         agent_ms: 181_500,
         engine_us: 2_500_000,

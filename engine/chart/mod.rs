@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::forge::IssueNumber;
 
+pub mod control;
 mod kind;
 mod store;
 

@@ -12,13 +12,14 @@ use anyhow::Context;
 use tracing::info;
 
 use super::{Command, CommentEvent};
+use crate::chart::control::{ControlLine, Hold, held_at};
 use crate::chart::{Note, NoteKind, NoteMeta, Seen};
 use crate::config::Config;
 use crate::forge::{Issue, IssueState, Permission, Reaction};
 use crate::hospital::{Hospital, new_run_id};
-use crate::patient_comment::{self, Update};
+use crate::patient_comment::Tell;
 use crate::stage::{StageRequest, StageResult, run_stage};
-use crate::transfer::{Decision, HOLD_LINE, Move, held_at, transfer_with};
+use crate::transfer::{Decision, Move, transfer_with};
 
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,16 +151,9 @@ async fn carry_out(
         None => Vec::new(),
     };
     let last = format!("**Last command:** `{}` by `{}`: {}", command.name(), event.author, answer.text());
-    let update = Update {
-        number: issue.number,
-        place: moved.at.as_deref(),
-        notes: &notes,
-        seen: Seen::Read(moved.chart.clone()),
-        meta,
-        answer: Some(&last),
-        known: None,
-    };
-    patient_comment::update(&*h.forge, &h.config, update).await;
+    let tell = Tell { number: issue.number, known: None, meta };
+    let seen = Seen::Read(moved.chart.clone());
+    tell.update(&*h.forge, &h.config, moved.at.as_deref(), &notes, seen, Some(&last)).await;
     Ok(answer.into())
 }
 
@@ -257,15 +251,15 @@ fn decide(config: &Config, s: &Said<'_>, notes: &[Note]) -> Decision<Result<Done
         Command::Hold if place == config.discharge.discharged_label => no("the patient is discharged.".into()),
         Command::Hold => Decision {
             notes: vec![note(format!(
-                "Held at `{hold}`: its stages do nothing until `/ward resume` takes it back to `{place}`.\n\
-                 {HOLD_LINE}{place}"
+                "Held at `{hold}`: its stages do nothing until `/ward resume` takes it back to `{place}`.\n{}",
+                ControlLine::Hold(Hold::At(place))
             ))],
             to: Move::To(hold.clone()),
             value: done(format!("held; `/ward resume` takes it back to `{place}`."), None),
         },
         Command::Resume => match held {
             Some(back) if place == hold => Decision {
-                notes: vec![note(format!("Resumed: back to `{back}`.\n{HOLD_LINE}none"))],
+                notes: vec![note(format!("Resumed: back to `{back}`.\n{}", ControlLine::Hold(Hold::Released)))],
                 to: Move::To(back.clone()),
                 // A patient resumed to where only a wake-up moves it (its
                 // audit waiting, or GitHub's merge queue, which may have
@@ -274,7 +268,8 @@ fn decide(config: &Config, s: &Said<'_>, notes: &[Note]) -> Decision<Result<Done
             },
             Some(_) => Decision {
                 notes: vec![note(format!(
-                    "The hold ends; the patient stays at `{place}`, where a person moved it.\n{HOLD_LINE}none"
+                    "The hold ends; the patient stays at `{place}`, where a person moved it.\n{}",
+                    ControlLine::Hold(Hold::Released)
                 ))],
                 to: Move::Stay,
                 value: done(format!("the hold ends; the patient stays at `{place}`."), None),
@@ -290,7 +285,8 @@ fn decide(config: &Config, s: &Said<'_>, notes: &[Note]) -> Decision<Result<Done
             let quoted: String = crate::untrusted::shown(reason).lines().map(|l| format!("> {l}\n")).collect();
             Decision {
                 notes: vec![note(format!(
-                    "Sent to the chiefs (`{chief}`). Their reason:\n\n{quoted}\n{HOLD_LINE}none"
+                    "Sent to the chiefs (`{chief}`). Their reason:\n\n{quoted}\n{}",
+                    ControlLine::Hold(Hold::Released)
                 ))],
                 to: Move::To(chief.clone()),
                 value: done(format!("sent to the chiefs (`{chief}`); the reason is in the chart."), None),
@@ -323,16 +319,8 @@ async fn answer_on_patient(h: &Hospital, issue: &Issue, who: &str, answer: &str)
     let place = h.config.ward_label(&issue.labels);
     let answer = format!("**Last command:** {answer} (asked by `{who}`)");
     let meta = command_meta(h, &h.config, place);
-    let update = Update {
-        number: issue.number,
-        place,
-        notes: &notes,
-        seen: Seen::Read(stored),
-        meta,
-        answer: Some(&answer),
-        known: None,
-    };
-    patient_comment::update(&*h.forge, &h.config, update).await;
+    let tell = Tell { number: issue.number, known: None, meta };
+    tell.update(&*h.forge, &h.config, place, &notes, Seen::Read(stored), Some(&answer)).await;
     Ok(())
 }
 
@@ -379,7 +367,8 @@ mod tests {
         let queue = c.merge_queue_label().to_string();
         let meta = NoteMeta::engine("r", "discharge", chrono::Utc::now());
         let held = format!(
-            "The patient is held: this run's move to `{queue}` waits at `ward:hold` until `/ward resume`.\n{HOLD_LINE}{queue}"
+            "The patient is held: this run's move to `{queue}` waits at `ward:hold` until `/ward resume`.\n{}",
+            ControlLine::Hold(Hold::At(&queue))
         );
         let chart = vec![Note { kind: NoteKind::Command, meta, body: held }];
         let resume = decide(&c, &said(&Command::Resume, Some("ward:hold")), &chart);

@@ -7,6 +7,7 @@ pub mod queue;
 pub mod review;
 
 use crate::chart::Note;
+use crate::chart::control::{ControlLine, Opening};
 use crate::config::Config;
 use crate::forge::{Forge, ForgeError, ForgeQueue, Issue, IssueNumber, PullRequest, PullState};
 use crate::transfer::{Move, Moved};
@@ -57,14 +58,6 @@ pub async fn merge(forge: &dyn Forge, pull: &PullRequest) -> anyhow::Result<Merg
             .context(format!("could not merge pull request #{} at the audited head {}", pull.number, pull.head_sha))),
     }
 }
-
-/// How the note begins that sends a patient whose direct merge conflicted
-/// with its base to the resolving stage (or treatment).
-pub const CONFLICT_NOTE: &str = "Merge conflict:";
-
-/// How the note written when GitHub's merge queue took a patient begins
-/// (its last line, `Head:`, is the head it was enqueued at).
-pub const IN_FORGE_QUEUE: &str = "In GitHub's merge queue:";
 
 /// Where an audited pull request went ([`land`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,17 +145,21 @@ async fn enqueue_on_forge(
         }
     }
     let note = format!(
-        "{IN_FORGE_QUEUE} pull request #{} at the audited head {} into `{}`. GitHub merges it once the \
-         merge group's required checks pass; if GitHub takes it out of the queue, the patient goes back to \
-         treatment with the reason.\nHead: {}",
-        pull.number, pull.head_sha, pull.base_branch, pull.head_sha
+        "{} pull request #{} at the audited head {} into `{}`. GitHub merges it once the merge group's \
+         required checks pass; if GitHub takes it out of the queue, the patient goes back to treatment with the \
+         reason.\n{}",
+        Opening::InForgeQueue,
+        pull.number,
+        pull.head_sha,
+        pull.base_branch,
+        ControlLine::Head(&pull.head_sha)
     );
     Ok(Landing::Queued { label, note, wards: false })
 }
 
 /// Writes `notes`, labels the patient discharged (keeping labels that are
 /// not ward's), closes it, and releases its family. Returns the move and
-/// what else moved.
+/// what else moved. With `tell`, the move writes the patient's comment.
 #[allow(clippy::too_many_arguments)] // the move's inputs, and the patient's comment written with it
 pub async fn discharge(
     forge: &dyn Forge,
@@ -172,10 +169,13 @@ pub async fn discharge(
     notes: Vec<Note>,
     run: &str,
     now: chrono::DateTime<chrono::Utc>,
-    tell: Option<&crate::transfer::Tell<'_>>,
+    tell: Option<&crate::patient_comment::Tell>,
 ) -> anyhow::Result<(Moved, Vec<String>)> {
     let to = Move::To(config.discharge.discharged_label.clone());
-    let moved = crate::transfer::transfer_telling(forge, config, patient, seen, notes, to, tell).await?;
+    let moved = match tell {
+        Some(tell) => crate::transfer::transfer_telling(forge, config, patient, seen, notes, to, tell).await?,
+        None => crate::transfer::transfer(forge, config, patient, seen, notes, to).await?,
+    };
     let after =
         Issue { labels: config.labels_at(&patient.labels, &config.discharge.discharged_label), ..patient.clone() };
     let family = crate::family::release(forge, config, &after, run, now).await?;

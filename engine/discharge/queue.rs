@@ -31,6 +31,7 @@ use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 
+use crate::chart::control::{ControlLine, Opening};
 use crate::chart::{Note, NoteKind, NoteMeta, Seen};
 use crate::config::{AUDIT_FAILED, Config, IntegrationConfig};
 use crate::forge::{Forge, Issue, IssueNumber, PullRequest};
@@ -39,13 +40,6 @@ use crate::transfer::{Move, transfer};
 
 /// How much of the check's output a note quotes.
 const OUTPUT_TAIL_BYTES: usize = 3000;
-
-/// How the note of a failed integration check begins.
-pub const FAILED_NOTE: &str = "Integration failed:";
-
-/// How the note written when ward's queue takes a patient begins (its
-/// last line, `Head:`, is the head it was enqueued at).
-pub const IN_WARD_QUEUE: &str = "In ward's merge queue:";
 
 /// The integration the queue runs, when this forge runs ward's queue.
 pub fn active<'c>(forge: &dyn Forge, config: &'c Config) -> Option<&'c IntegrationConfig> {
@@ -78,13 +72,14 @@ pub async fn enqueue(
 /// The WAITING note of a patient ward's queue took.
 pub fn queued_note(integration: &IntegrationConfig, pull: &PullRequest, ahead: usize) -> String {
     format!(
-        "{IN_WARD_QUEUE} pull request #{} at the audited head {} into `{}`, {ahead} ahead of it. The integration \
-         check `{}` runs on it merged into the base's tip, and it is merged only if the check passes there.\nHead: {}",
+        "{} pull request #{} at the audited head {} into `{}`, {ahead} ahead of it. The integration check `{}` \
+         runs on it merged into the base's tip, and it is merged only if the check passes there.\n{}",
+        Opening::InWardQueue,
         pull.number,
         pull.head_sha,
         pull.base_branch,
         integration.command.join(" ").escape_debug(),
-        pull.head_sha
+        ControlLine::Head(&pull.head_sha)
     )
 }
 
@@ -677,8 +672,9 @@ async fn record(
         }
         Found::Failed { base, output } => {
             let body = format!(
-                "{FAILED_NOTE} the check `{}` failed on the audited head {} merged into the base {base}, \
-                 combined with: {with}. What it printed (the end):\n\n{}",
+                "{} the check `{}` failed on the audited head {} merged into the base {base}, combined with: \
+                 {with}. What it printed (the end):\n\n{}",
+                Opening::IntegrationFailed,
                 config.integration.as_ref().map(|i| i.command.join(" ")).unwrap_or_default(),
                 entry.head,
                 crate::untrusted::fence(&output, "text")

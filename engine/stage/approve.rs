@@ -15,7 +15,7 @@ use crate::transfer::{Move, transfer};
 
 /// `commenter` is who said `/ward approve`; without one, the approver is
 /// whoever applied the approved label.
-pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>) -> anyhow::Result<StageResult> {
+pub async fn approve(h: &Hospital, patient: &Patient<'_>, commenter: Option<&str>) -> anyhow::Result<StageResult> {
     let (number, stage) = (patient.issue.number, patient.stage);
     let d = &h.config.discharge;
     let approver = match commenter {
@@ -56,7 +56,7 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
     let (who, permission) = approver.expect("may_merge checked the approver");
 
     // Audit again: the head may have moved since the audit that passed.
-    let (facts, checklist) = super::landing::audit(h, &patient).await?;
+    let (facts, checklist) = super::landing::audit(h, patient).await?;
     let outcome = checklist.outcome();
     let body =
         format!("`{who}` ({} permission) {how}.\n\n{}", format!("{permission:?}").to_lowercase(), checklist.render());
@@ -65,7 +65,7 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
         patient.engine_note(h, NoteKind::Outcome, outcome.to_string()),
     ];
     let (to, moved) = if checklist.passed() {
-        let landed = super::landing::land(h, &patient, seen, notes, &facts).await?;
+        let landed = super::landing::land(h, patient, seen, notes, &facts).await?;
         info!(to = %landed.label, "landed after approval");
         (landed.label, landed.moved)
     } else {
@@ -73,5 +73,5 @@ pub async fn approve(h: &Hospital, patient: Patient<'_>, commenter: Option<&str>
         let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(back.clone())).await?;
         (back, moved)
     };
-    Ok(StageResult::Moved(patient.moved_by_engine(outcome, to, moved.dispatched)))
+    Ok(StageResult::Moved(patient.moved_by_engine(outcome, to, &moved)))
 }

@@ -35,7 +35,7 @@ pub async fn take(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<Option<
     let note = patient.engine_note(h, NoteKind::Waiting, body);
     let seen = Seen::Read(patient.stored.clone());
     let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, vec![note], Move::To(queued.clone())).await?;
-    Ok(Some(StageResult::Moved(patient.moved_by_engine("queued", queued, moved.dispatched))))
+    Ok(Some(StageResult::Moved(patient.moved_by_engine("queued", queued, &moved))))
 }
 
 /// The slot job's half of [`take`] (`ward slot`, on GitHub): a slot for

@@ -1,10 +1,12 @@
-//! The guard: whether this run may go ahead, decided by one ordered list
-//! ([`GUARDS`]) before anything is prepared. The first two guards only find
-//! that there is nothing to do, and write nothing. From the lockdown on,
-//! a guard that stops the run writes a note saying why and what to do, and
-//! moves the patient where its rule says (through [`crate::transfer`]).
-//! The lockdown comes before everything that could move a patient or start
-//! an agent, on both paths: a stage run, and a chief's approval.
+//! The guard: whether this run may go ahead, decided by the guards in one
+//! order ([`Gate::guards`]) before anything is prepared. The first two
+//! guards only find that there is nothing to do, and write nothing. From
+//! the lockdown on, a guard that stops the run writes a note saying why
+//! and what to do, and moves the patient where its rule says (through
+//! [`crate::transfer`]). The lockdown comes before everything that could
+//! move a patient or start an agent, on both paths: a stage run, and a
+//! chief's approval. What gets past them is typed ([`Run`]): the trigger's
+//! ask narrowed, guard by guard, to what can be admitted.
 
 use std::fs::File;
 use std::time::Instant;
@@ -34,31 +36,21 @@ pub enum Admitted<'h> {
     Settle(Patient<'h>, Option<String>),
 }
 
-/// One check before anything is prepared.
-#[derive(Debug, Clone, Copy)]
-enum Guard {
-    /// A closed issue is no patient.
-    Open,
-    /// The label the trigger saw is still on, and starts a stage.
-    Current,
-    /// Infection control: while a lockdown is open, nothing moves.
-    Lockdown,
-    /// The patient is in exactly one place.
-    OnePlace,
-    /// One run per patient at a time.
-    OneRun,
-    /// The hospital's rules before an agent (plan gate, dependencies).
-    Rules,
-    /// Budget left for this patient.
-    Budget,
-}
-
-/// The guards, in the order they run.
-const GUARDS: [Guard; 7] =
-    [Guard::Open, Guard::Current, Guard::Lockdown, Guard::OnePlace, Guard::OneRun, Guard::Rules, Guard::Budget];
-
 /// What the trigger asks of this issue, read from its labels alone.
 enum Asked<'h> {
+    /// Something the guards may admit.
+    Run(Run<'h>),
+    /// A patient waiting at the pending label was woken: it looks whether
+    /// anything changed, then runs the auditing stage.
+    Wake { stage: Stage<'h>, label_in: String },
+    /// Nothing to do: the label moved on, or the patient rests.
+    Nothing(String),
+    /// The labels contradict what a patient can be: a person must fix them.
+    Problem(Refusal),
+}
+
+/// What the guards admit: only these get past them.
+enum Run<'h> {
     Stage {
         stage: Stage<'h>,
         label_in: String,
@@ -66,28 +58,37 @@ enum Asked<'h> {
     Approval {
         stage: Stage<'h>,
     },
-    /// A patient waiting at the pending label was woken: it looks whether
-    /// anything changed, then runs the auditing stage.
-    Wake {
-        stage: Stage<'h>,
-        label_in: String,
-    },
     /// A patient resting in GitHub's merge queue: the auditing stage's to settle.
     Settle {
         stage: Stage<'h>,
         label_in: String,
     },
-    /// Nothing to do: the label moved on, or the patient rests.
-    Nothing(String),
-    /// The labels contradict what a patient can be: a person must fix them.
+}
+
+/// What the guards that find nothing to do (open, current) leave: a run,
+/// or labels a person must fix (refused after the lockdown, which comes
+/// first).
+enum Placed<'h> {
+    Run(Run<'h>),
     Problem(Refusal),
+}
+
+impl Placed<'_> {
+    /// The stage name on the notes of a run stopped here.
+    fn stage_name(&self) -> String {
+        match self {
+            Placed::Run(Run::Stage { stage, .. } | Run::Approval { stage } | Run::Settle { stage, .. }) => {
+                stage.name.into()
+            }
+            Placed::Problem(_) => NO_STAGE.into(),
+        }
+    }
 }
 
 /// The state the guards work on.
 struct Gate<'h> {
     h: &'h Hospital,
     issue: Issue,
-    asked: Asked<'h>,
     run: String,
     lock: Option<File>,
     /// The chart as read with the issue, parsed when a guard needs it.
@@ -100,7 +101,7 @@ struct Gate<'h> {
     writes: bool,
 }
 
-/// Runs [`GUARDS`] in order.
+/// Runs the guards in order ([`Gate::guards`]).
 pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Admitted<'h>> {
     let started = Instant::now();
     let number = req.issue;
@@ -120,7 +121,7 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
     // re-triggered admission) makes sure ward's labels exist (the record
     // job's: the visit job's token writes nothing).
     let writes = req.phase.writes();
-    if let Asked::Stage { label_in, .. } = &asked
+    if let Asked::Run(Run::Stage { label_in, .. }) = &asked
         && writes
         && *label_in == h.config.admission
         && req.label.as_ref() == Some(label_in)
@@ -131,7 +132,6 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
     let mut gate = Gate {
         h,
         issue: read.issue,
-        asked,
         run,
         lock,
         stored: read.chart,
@@ -140,153 +140,179 @@ pub async fn admit<'h>(h: &'h Hospital, req: &StageRequest) -> anyhow::Result<Ad
         wake: req.wake.clone(),
         writes,
     };
-    for guard in GUARDS {
-        if let Some(stop) = gate.check(guard).await? {
-            return Ok(Admitted::Stop(stop));
-        }
-    }
+    let (admitted, lock) = match gate.guards(asked).await? {
+        Ok(admitted) => admitted,
+        Err(stop) => return Ok(Admitted::Stop(gate.unwritten(stop))),
+    };
     // The visit job runs no approval: it is the record job's (no agent).
-    if !writes && matches!(gate.asked, Asked::Approval { .. }) {
+    if !writes && matches!(admitted, Run::Approval { .. }) {
         let reason = format!("a chief's approval of {number} runs no agent; the record job audits and merges");
         return Ok(Admitted::Stop(StageResult::Deferred { issue: number, reason }));
     }
-    if !writes && matches!(gate.asked, Asked::Settle { .. }) {
+    if !writes && matches!(admitted, Run::Settle { .. }) {
         let reason =
             format!("{number} in GitHub's merge queue needs no agent; the record job looks at its pull request");
         return Ok(Admitted::Stop(StageResult::Deferred { issue: number, reason }));
     }
     let chart = gate.take_chart()?;
-    let stored = gate.stored.take();
-    let settle = matches!(gate.asked, Asked::Settle { .. });
-    let (approval, stage, label_in) = match gate.asked {
-        Asked::Stage { stage, label_in } => (false, stage, label_in),
-        Asked::Settle { stage, label_in } => (false, stage, label_in),
-        Asked::Approval { stage } => (true, stage, h.config.discharge.approved_label.clone()),
-        Asked::Nothing(_) | Asked::Problem(_) | Asked::Wake { .. } => unreachable!("the guards stop or resolve these"),
+    let (stage, label_in) = match &admitted {
+        Run::Stage { stage, label_in } | Run::Settle { stage, label_in } => (*stage, label_in.clone()),
+        Run::Approval { stage } => (*stage, h.config.discharge.approved_label.clone()),
     };
     let folder = h.run_folder(number, &gate.run);
-    let comment = found_comment.or_else(|| crate::patient_comment::comment_id(&chart));
+    let comment = found_comment.or_else(|| crate::chart::control::comment_id(&chart));
     let patient = Patient {
         comment,
-        told: Default::default(),
         issue: gate.issue,
         stage,
         label_in,
         folder,
         chart,
-        stored,
+        stored: gate.stored,
         started,
         run: gate.run,
-        _lock: gate.lock.expect("the one-run guard took the lock"),
+        _lock: lock,
     };
-    Ok(if approval {
-        Admitted::Approval(patient)
-    } else if settle {
-        Admitted::Settle(patient, req.wake.as_ref().and_then(|w| w.dequeued.clone()))
-    } else {
-        Admitted::Stage(patient)
+    Ok(match admitted {
+        Run::Approval { .. } => Admitted::Approval(patient),
+        Run::Settle { .. } => Admitted::Settle(patient, req.wake.as_ref().and_then(|w| w.dequeued.clone())),
+        Run::Stage { .. } => Admitted::Stage(patient),
     })
 }
 
-impl Gate<'_> {
-    async fn check(&mut self, guard: Guard) -> anyhow::Result<Option<StageResult>> {
-        let stop = self.check_writing(guard).await?;
+impl<'h> Gate<'h> {
+    /// The guards, in the order they run: the first two only find that
+    /// there is nothing to do, and write nothing; from the lockdown on, a
+    /// guard that stops the run writes why. What passes them all is the
+    /// run, with the issue's lock; anything else stops here.
+    async fn guards(&mut self, asked: Asked<'h>) -> anyhow::Result<Result<(Run<'h>, File), StageResult>> {
+        let number = self.issue.number;
+        let no_op = |reason: String| Ok(Err(StageResult::NoOp { issue: number, reason }));
+        // 1. Open: a closed issue is no patient.
+        if self.issue.state == IssueState::Closed {
+            return no_op(format!("issue {number} is closed"));
+        }
+        // 2. Current: the label the trigger saw is still on, and starts a stage.
+        let placed = match self.current(asked).await? {
+            Ok(placed) => placed,
+            Err(stop) => return Ok(Err(stop)),
+        };
+        // 3. Lockdown: while a lockdown is open, nothing moves.
+        if let Some(stop) = self.lockdown(&placed).await? {
+            return Ok(Err(stop));
+        }
+        // 4. One place: the patient is in exactly one place.
+        let run = match placed {
+            Placed::Run(run) => run,
+            Placed::Problem(refusal) => return Ok(Err(self.refuse(NO_STAGE.into(), &refusal).await?)),
+        };
+        // 5. One run per patient at a time.
+        let Some(lock) = self.lock.take() else {
+            return no_op(format!("another run is already working on issue {number}"));
+        };
+        if let Run::Stage { stage, .. } = &run {
+            // 6. The hospital's rules before an agent (plan gate, dependencies).
+            if let Some(stop) = self.rules(*stage).await? {
+                return Ok(Err(stop));
+            }
+            // 7. Budget left for this patient.
+            if let Some(stop) = self.budget(*stage).await? {
+                return Ok(Err(stop));
+            }
+        }
+        Ok(Ok((run, lock)))
+    }
+
+    /// The visit job writes nothing: a guard's refusal there stops the
+    /// visit, and the record job, running the guards again, writes why.
+    fn unwritten(&self, stop: StageResult) -> StageResult {
         match stop {
-            Some(StageResult::Refused { reason, .. }) if !self.writes => Ok(Some(StageResult::Deferred {
+            StageResult::Refused { reason, .. } if !self.writes => StageResult::Deferred {
                 issue: self.issue.number,
                 reason: format!("no agent runs: {reason}; the record job writes why"),
-            })),
-            other => Ok(other),
+            },
+            other => other,
         }
     }
 
-    async fn check_writing(&mut self, guard: Guard) -> anyhow::Result<Option<StageResult>> {
+    /// Nothing to do unless the trigger asks for something; a woken patient
+    /// first looks whether anything the audit reads changed.
+    async fn current(&mut self, asked: Asked<'h>) -> anyhow::Result<Result<Placed<'h>, StageResult>> {
         let (h, number) = (self.h, self.issue.number);
-        let no_op = |reason: String| Ok(Some(StageResult::NoOp { issue: number, reason }));
-        match guard {
-            Guard::Open if self.issue.state == IssueState::Closed => no_op(format!("issue {number} is closed")),
-            Guard::Current => match &self.asked {
-                Asked::Nothing(reason) => no_op(reason.clone()),
-                Asked::Wake { stage, label_in } => {
-                    let (stage, label_in) = (*stage, label_in.clone());
-                    if let Some(wake) = self.wake.clone() {
-                        let (chart, _) = self.chart()?;
-                        if let Some(why) = super::wake::nothing_new(h, chart, &wake).await? {
-                            return no_op(format!("{number} waits at `{label_in}` and nothing new came: {why}"));
-                        }
+        match asked {
+            Asked::Run(run) => Ok(Ok(Placed::Run(run))),
+            Asked::Problem(refusal) => Ok(Ok(Placed::Problem(refusal))),
+            Asked::Nothing(reason) => Ok(Err(StageResult::NoOp { issue: number, reason })),
+            Asked::Wake { stage, label_in } => {
+                if let Some(wake) = self.wake.clone() {
+                    let (chart, _) = self.chart()?;
+                    if let Some(why) = super::wake::nothing_new(h, chart, &wake).await? {
+                        let reason = format!("{number} waits at `{label_in}` and nothing new came: {why}");
+                        return Ok(Err(StageResult::NoOp { issue: number, reason }));
                     }
-                    self.asked = Asked::Stage { stage, label_in };
-                    Ok(None)
                 }
-                _ => Ok(None),
-            },
-            Guard::Lockdown => {
-                let Some(lockdown) = self.lockdown.clone().map(crate::lockdown::lockdown_of) else { return Ok(None) };
-                let stage = self.stage_name();
-                let note = crate::lockdown::lockdown_note(&lockdown, &stage, &self.run, h.now());
-                if self.writes {
-                    let seen = Seen::Read(self.stored.clone());
-                    transfer(&*h.forge, &h.config, &self.issue, seen, vec![note], Move::Stay).await?;
-                }
-                Ok(Some(StageResult::Refused {
-                    issue: number,
-                    stage,
-                    reason: lockdown.to_string(),
-                    to: None,
-                    locked: true,
-                }))
+                Ok(Ok(Placed::Run(Run::Stage { stage, label_in })))
             }
-            Guard::OnePlace => match &self.asked {
-                Asked::Problem(refusal) => {
-                    let refusal = refusal.clone();
-                    self.refuse(&refusal).await.map(Some)
-                }
-                _ => Ok(None),
-            },
-            Guard::OneRun => match self.lock {
-                Some(_) => Ok(None),
-                None => no_op(format!("another run is already working on issue {number}")),
-            },
-            Guard::Rules => {
-                let Asked::Stage { stage, .. } = self.asked else { return Ok(None) };
-                let dependencies = crate::family::dependencies(&*h.forge, &h.config, &h.sentinels, &self.issue).await?;
-                let (chart, _) = self.chart()?;
-                let input = GuardInput { config: &h.config, stage, chart, dependencies: &dependencies };
-                match rules::guard(&input) {
-                    Ok(()) => Ok(None),
-                    Err(refusal) => self.refuse(&refusal).await.map(Some),
-                }
-            }
-            Guard::Budget => {
-                let Asked::Stage { stage, .. } = self.asked else { return Ok(None) };
-                let budget = &h.config.departments.budget;
-                let (chart, _) = self.chart()?;
-                let spend = crate::budget::patient_spend(chart, &budget.send_back_set(&h.config));
-                let Some(breach) = crate::budget::check_patient(budget, &spend) else { return Ok(None) };
-                let notes = crate::budget::over_budget_notes(
-                    &h.config,
-                    stage.name,
-                    &self.run,
-                    &breach,
-                    None,
-                    crate::budget::Stopped::BeforeStart,
-                    h.now(),
-                );
-                let chief = h.config.chief_label().to_string();
-                let seen = self.seen();
-                if self.writes {
-                    transfer(&*h.forge, &h.config, &self.issue, seen, notes, Move::To(chief.clone())).await?;
-                }
-                Ok(Some(StageResult::Refused {
-                    issue: number,
-                    stage: stage.name.into(),
-                    reason: breach.to_string(),
-                    to: Some(chief),
-                    locked: false,
-                }))
-            }
-            Guard::Open => Ok(None),
         }
+    }
+
+    /// Infection control: a LOCKDOWN note and nothing else.
+    async fn lockdown(&mut self, placed: &Placed<'_>) -> anyhow::Result<Option<StageResult>> {
+        let h = self.h;
+        let Some(lockdown) = self.lockdown.clone().map(crate::lockdown::lockdown_of) else { return Ok(None) };
+        let stage = placed.stage_name();
+        let note = crate::lockdown::lockdown_note(&lockdown, &stage, &self.run, h.now());
+        if self.writes {
+            transfer(&*h.forge, &h.config, &self.issue, self.seen(), vec![note], Move::Stay).await?;
+        }
+        Ok(Some(StageResult::Refused {
+            issue: self.issue.number,
+            stage,
+            reason: lockdown.to_string(),
+            to: None,
+            locked: true,
+        }))
+    }
+
+    /// The hospital's rules before an agent: a REFUSAL and the rule's route.
+    async fn rules(&mut self, stage: Stage<'_>) -> anyhow::Result<Option<StageResult>> {
+        let h = self.h;
+        let dependencies = crate::family::dependencies(&*h.forge, &h.config, &h.sentinels, &self.issue).await?;
+        let (chart, _) = self.chart()?;
+        let input = GuardInput { config: &h.config, stage, chart, dependencies: &dependencies };
+        match rules::guard(&input) {
+            Ok(()) => Ok(None),
+            Err(refusal) => self.refuse(stage.name.into(), &refusal).await.map(Some),
+        }
+    }
+
+    /// Over the patient's limits: the chiefs get it with an ESCALATION.
+    async fn budget(&mut self, stage: Stage<'_>) -> anyhow::Result<Option<StageResult>> {
+        let h = self.h;
+        let budget = &h.config.departments.budget;
+        let (chart, _) = self.chart()?;
+        let spend = crate::budget::patient_spend(chart, &budget.send_back_set(&h.config));
+        let Some(breach) = crate::budget::check_patient(budget, &spend) else { return Ok(None) };
+        let notes = crate::budget::over_budget_notes(
+            &h.config,
+            stage.name,
+            &self.run,
+            &breach,
+            None,
+            crate::budget::Stopped::BeforeStart,
+            h.now(),
+        );
+        let chief = h.config.chief_label().to_string();
+        if self.writes {
+            transfer(&*h.forge, &h.config, &self.issue, self.seen(), notes, Move::To(chief.clone())).await?;
+        }
+        Ok(Some(StageResult::Refused {
+            issue: self.issue.number,
+            stage: stage.name.into(),
+            reason: breach.to_string(),
+            to: Some(chief),
+            locked: false,
+        }))
     }
 
     /// The chart read with the issue, parsed once by the guards that need it.
@@ -310,21 +336,10 @@ impl Gate<'_> {
         Seen::Read(self.stored.clone())
     }
 
-    fn stage_name(&self) -> String {
-        match &self.asked {
-            Asked::Stage { stage, .. }
-            | Asked::Approval { stage }
-            | Asked::Wake { stage, .. }
-            | Asked::Settle { stage, .. } => stage.name.into(),
-            Asked::Nothing(_) | Asked::Problem(_) => NO_STAGE.into(),
-        }
-    }
-
     /// A REFUSAL note, and the patient goes where the rule says.
-    async fn refuse(&mut self, refusal: &Refusal) -> anyhow::Result<StageResult> {
+    async fn refuse(&mut self, stage: String, refusal: &Refusal) -> anyhow::Result<StageResult> {
         let h = self.h;
         warn!(rule = refusal.rule, reason = %refusal.reason, "refused");
-        let stage = self.stage_name();
         let meta = NoteMeta::engine(self.run.clone(), stage.clone(), h.now());
         let note = Note { kind: NoteKind::Refusal, meta, body: refusal.note_body() };
         let to = Move::from(&refusal.route);
@@ -356,7 +371,7 @@ fn asked<'h>(h: &'h Hospital, req: &StageRequest, issue: &Issue) -> Asked<'h> {
     let by_label = issue.labels.contains(approved) && req.label.as_ref().is_none_or(|l| l == approved);
     if by_label || req.approver.is_some() {
         return match config.audit_stage() {
-            Some(stage) => Asked::Approval { stage },
+            Some(stage) => Asked::Run(Run::Approval { stage }),
             None => Asked::Problem(Refusal::new(
                 "approval",
                 format!("`{approved}` is on {number}, but no stage of .github/ward.yml audits discharge."),
@@ -399,7 +414,7 @@ fn asked<'h>(h: &'h Hospital, req: &StageRequest, issue: &Issue) -> Asked<'h> {
         && h.forge.offers_merge_queue()
         && let Some(stage) = config.audit_stage()
     {
-        return Asked::Settle { stage, label_in };
+        return Asked::Run(Run::Settle { stage, label_in });
     }
     if req.wake.as_ref().is_some_and(|w| w.event == "pull_request") {
         return Asked::Nothing(format!(
@@ -423,7 +438,7 @@ fn asked<'h>(h: &'h Hospital, req: &StageRequest, issue: &Issue) -> Asked<'h> {
         ));
     }
     match config.stage_by_label(&label_in) {
-        Some(stage) => Asked::Stage { stage, label_in },
+        Some(stage) => Asked::Run(Run::Stage { stage, label_in }),
         None => Asked::Nothing(format!("issue {number} rests at `{label_in}`; no stage starts there")),
     }
 }

@@ -32,6 +32,7 @@ use super::patient::Patient;
 use super::result::StageResult;
 use super::visit::{VISIT_FILE, Visit};
 use crate::chart::NoteKind;
+use crate::chart::control::Opening;
 use crate::hospital::Hospital;
 use crate::workspace::bundle::{self, BUNDLE_FILE, BundleError, Expected, Intake};
 use crate::workspace::shared;
@@ -185,7 +186,6 @@ fn sent_back_by_the_queue(patient: &Patient<'_>) -> bool {
     patient.stage.mode() == crate::config::Mode::Treat
         && patient.chart.iter().rfind(|n| n.kind == NoteKind::DischargeChecklist).is_some_and(|n| {
             n.meta.role == crate::chart::ENGINE_ROLE
-                && (n.body.starts_with(crate::discharge::queue::FAILED_NOTE)
-                    || n.body.starts_with(crate::discharge::CONFLICT_NOTE))
+                && matches!(Opening::of(&n.body), Some(Opening::IntegrationFailed | Opening::MergeConflict))
         })
 }

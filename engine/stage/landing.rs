@@ -13,12 +13,13 @@
 use tracing::info;
 
 use super::patient::Patient;
+use crate::chart::control::{ControlLine, Opening};
 use crate::chart::{Note, NoteKind, Seen};
 use crate::discharge::{Landing, audit as facts};
 use crate::forge::PullRequest;
 use crate::hospital::Hospital;
 use crate::rules::discharge_audit::{self, AuditFacts, Checklist};
-use crate::transfer::{Move, Moved};
+use crate::transfer::{Move, Moved, transfer_telling};
 
 /// The facts of the patient's pull request and the audit over them and its
 /// chart. Facts the forge could not read fail the run, nothing decided
@@ -75,7 +76,8 @@ pub(super) async fn land(
             }
         };
     notes.push(patient.engine_note(h, kind, note));
-    let moved = patient.transfer(h, seen, notes, Move::To(label.clone())).await?;
+    let to = Move::To(label.clone());
+    let moved = transfer_telling(&*h.forge, &h.config, &patient.issue, seen, notes, to, &patient.tell(h)).await?;
     // After the move: the queue's turn finds the patient at its label.
     if wards {
         crate::discharge::queue::start(&*h.forge).await;
@@ -91,8 +93,7 @@ pub(super) async fn discharge(
     seen: Seen,
     notes: Vec<Note>,
 ) -> anyhow::Result<Landed> {
-    let told = patient.telling(h);
-    let tell = Some(&told.tell());
+    let tell = Some(&patient.tell(h));
     let (moved, family) =
         crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, notes, &patient.run, h.now(), tell)
             .await?;
@@ -108,10 +109,10 @@ fn head_moved_body(pull: &PullRequest, facts: &AuditFacts) -> String {
     format!(
         "Pull request #{} moved on from the audited head before it was merged; nothing was merged. The next \
          audit reads the new head: a review or CI on it wakes the patient; the charge nurse's sweep looks too.\n\n\
-         Head: {}\nCI: {}\n",
+         {}\n{}\n",
         pull.number,
-        pull.head_sha,
-        super::wake::ci_fingerprint(facts.ci.as_ref().ok())
+        ControlLine::Head(&pull.head_sha),
+        ControlLine::Ci(&super::wake::ci_fingerprint(facts.ci.as_ref().ok()))
     )
 }
 
@@ -133,7 +134,7 @@ fn conflict(h: &Hospital, pull: &PullRequest, files: &[String], message: &str) -
         "{} the audited head {} of pull request #{} does not merge into `{}` ({message}). Conflicting files: \
          {named}. Resolve the conflict on this branch: rebase it onto `{}` (or merge `{}` into it), keeping what \
          both sides intend; the resolution goes through code review like any change.",
-        crate::discharge::CONFLICT_NOTE,
+        Opening::MergeConflict,
         pull.head_sha,
         pull.number,
         pull.base_branch,

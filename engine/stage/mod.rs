@@ -73,16 +73,14 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
         guard::Admitted::Approval(patient) => {
             let span =
                 info_span!("approval", repo = %h.forge.describe(), issue = patient.issue.number.0, run = %patient.run);
-            let bedside = Bedside::of(h, &patient);
-            let result = approve::approve(h, patient, req.approver.as_deref()).instrument(span).await;
-            bedside.tell(h, &result).await;
+            let result = approve::approve(h, &patient, req.approver.as_deref()).instrument(span).await;
+            tell_after(h, &patient, &result).await;
             return result;
         }
         guard::Admitted::Settle(patient, dequeued) => {
             let span = info_span!("merge queue", repo = %h.forge.describe(), issue = patient.issue.number.0, run = %patient.run);
-            let bedside = Bedside::of(h, &patient);
-            let result = settle::settle(h, patient, dequeued.as_deref()).instrument(span).await;
-            bedside.tell(h, &result).await;
+            let result = settle::settle(h, &patient, dequeued.as_deref()).instrument(span).await;
+            tell_after(h, &patient, &result).await;
             return result;
         }
         guard::Admitted::Stage(patient) => patient,
@@ -109,7 +107,7 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     // One process frees its slot here; on GitHub the record job (or the
     // release job) does, after the visit (see `rounds`).
     if req.phase.writes() || req.phase == Phase::Slot {
-        Bedside::of(h, &patient).tell(h, &result).await;
+        tell_after(h, &patient, &result).await;
     }
     if req.phase == Phase::Whole {
         capacity::free(h, &patient).await;
@@ -117,74 +115,42 @@ pub async fn run_stage(h: &Hospital, req: &StageRequest) -> anyhow::Result<Stage
     result
 }
 
-/// What the patient's comment needs of a run, kept before the run ends.
-struct Bedside {
-    number: crate::forge::IssueNumber,
-    /// The comment's id as the read found it (or the chart says).
-    comment: Option<u64>,
-    /// A move of the run wrote it already (with the labels).
-    told: bool,
-    label_in: String,
-    chart: Vec<crate::chart::Note>,
-    meta: crate::chart::NoteMeta,
-}
-
-impl Bedside {
-    fn of(h: &Hospital, p: &patient::Patient<'_>) -> Self {
-        let meta = crate::chart::NoteMeta::engine(p.run.clone(), p.stage.name, h.now());
-        let told = p.told.load(std::sync::atomic::Ordering::Relaxed);
-        Self {
-            number: p.issue.number,
-            comment: p.comment,
-            told,
-            label_in: p.label_in.clone(),
-            chart: p.chart.clone(),
-            meta,
+/// After the labels moved: the patient's comment says where the patient
+/// is now (one call; two more the first time, to chart its id), unless the
+/// run's move wrote it already ([`Transition::told`]). The chart as the
+/// guard read it, with this run's outcome; a run that found nothing to do
+/// changes nothing (a wake-up stays at 3 calls).
+async fn tell_after(h: &Hospital, patient: &patient::Patient<'_>, result: &anyhow::Result<StageResult>) {
+    let tell = patient.tell(h);
+    let (place, line, outcome) = match result {
+        Ok(StageResult::Moved(t)) if t.told => return,
+        Ok(StageResult::Moved(t)) => {
+            let meta = crate::chart::NoteMeta { run: t.run.clone(), stage: t.stage.clone(), ..tell.meta.clone() };
+            let outcome = crate::chart::Note { kind: crate::chart::NoteKind::Outcome, meta, body: t.outcome.clone() };
+            (t.to.clone(), None, Some(outcome))
         }
-    }
-
-    /// After the labels moved: the patient's comment says where the patient
-    /// is now (one call; two more the first time, to chart its id). The
-    /// chart as the guard read it, with this run's outcome; a run that
-    /// found nothing to do changes nothing (a wake-up stays at 3 calls).
-    async fn tell(self, h: &Hospital, result: &anyhow::Result<StageResult>) {
-        if self.told {
+        Ok(StageResult::Refused { stage, to, .. }) => (
+            to.clone().unwrap_or_else(|| patient.label_in.clone()),
+            Some(format!("**Last run:** `{stage}` was refused; the chart's REFUSAL note says why.")),
+            None,
+        ),
+        Ok(StageResult::Invalid { stage, run, .. }) => (
+            patient.label_in.clone(),
+            Some(format!("**Last run:** `{stage}` run `{run}` was invalid; the chart's REFUSAL note says why.")),
+            None,
+        ),
+        Ok(StageResult::NoOp { .. } | StageResult::Deferred { .. } | StageResult::SlotTaken { .. }) | Err(_) => {
             return;
         }
-        let mut notes = self.chart;
-        let (place, line) = match result {
-            Ok(StageResult::Moved(t)) => {
-                let meta = crate::chart::NoteMeta { run: t.run.clone(), stage: t.stage.clone(), ..self.meta.clone() };
-                let kind = crate::chart::NoteKind::Outcome;
-                notes.push(crate::chart::Note { kind, meta, body: t.outcome.clone() });
-                (t.to.clone(), None)
-            }
-            Ok(StageResult::Refused { stage, to, .. }) => (
-                to.clone().unwrap_or(self.label_in),
-                Some(format!("**Last run:** `{stage}` was refused; the chart's REFUSAL note says why.")),
-            ),
-            Ok(StageResult::Invalid { stage, run, .. }) => (
-                self.label_in,
-                Some(format!("**Last run:** `{stage}` run `{run}` was invalid; the chart's REFUSAL note says why.")),
-            ),
-            Ok(StageResult::NoOp { .. } | StageResult::Deferred { .. } | StageResult::SlotTaken { .. }) | Err(_) => {
-                return;
-            }
-        };
-        // The run wrote since the guard read the chart: a first comment's
-        // note reads it again rather than fail a compare-and-swap.
-        let seen = crate::chart::Seen::NotRead;
-        let update = crate::patient_comment::Update {
-            number: self.number,
-            place: Some(&place),
-            notes: &notes,
-            seen,
-            meta: self.meta,
-            answer: line.as_deref(),
-            known: self.comment,
-        };
-        crate::patient_comment::update(&*h.forge, &h.config, update).await;
-    }
+    };
+    let notes: std::borrow::Cow<'_, [crate::chart::Note]> = match outcome {
+        Some(outcome) => patient.chart.iter().cloned().chain([outcome]).collect(),
+        None => std::borrow::Cow::Borrowed(&patient.chart),
+    };
+    // The run wrote since the guard read the chart: a first comment's
+    // note reads it again rather than fail a compare-and-swap.
+    let seen = crate::chart::Seen::NotRead;
+    tell.update(&*h.forge, &h.config, Some(&place), &notes, seen, line.as_deref()).await;
 }
 
 /// Completes the run's `report.json` (the workspace's report, when the run

@@ -1,16 +1,17 @@
 //! The patient admitted to a run ([`Patient`]): what the guard read, the
-//! run's identity, and how its moves write the patient's comment.
+//! run's identity, and the patient's comment as its moves write it.
 
 use std::fs::File;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use super::result::Transition;
-use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta, Seen};
+use crate::chart::{ENGINE_ROLE, Note, NoteKind, NoteMeta};
 use crate::config::Stage;
 use crate::forge::{Issue, StoredChart};
 use crate::hospital::Hospital;
-use crate::transfer::{Move, Tell, transfer_telling};
+use crate::patient_comment::Tell;
+use crate::transfer::Moved;
 
 /// A patient admitted to a run: everything the guard read, and the lock
 /// that keeps other runs off it until this one ends.
@@ -28,56 +29,16 @@ pub struct Patient<'h> {
     pub started: Instant,
     /// The patient's comment: as the read found it, else as the chart says.
     pub comment: Option<u64>,
-    /// Whether a move of this run wrote the patient's comment already.
-    pub told: std::sync::atomic::AtomicBool,
     /// The issue's run lock, held as long as the patient is.
     pub(super) _lock: File,
 }
 
-/// The patient's comment's text from the chart and the ward label after a move.
-type Render<'a> = Box<dyn Fn(&[Note], Option<&str>) -> String + Send + Sync + 'a>;
-
-/// What a move needs to write the patient's comment with its labels.
-pub struct Telling<'a> {
-    comment: Option<u64>,
-    render: Render<'a>,
-    charted: Box<dyn Fn(u64) -> Note + Send + Sync + 'a>,
-    told: &'a std::sync::atomic::AtomicBool,
-}
-
-impl Telling<'_> {
-    pub fn tell(&self) -> Tell<'_> {
-        Tell { comment: self.comment, render: &*self.render, charted: &*self.charted, told: self.told }
-    }
-}
-
 impl Patient<'_> {
-    /// What this run's move needs to write the patient's comment.
-    pub fn telling<'a>(&'a self, h: &'a Hospital) -> Telling<'a> {
-        let links = crate::patient_comment::Links::from_env();
-        let number = self.issue.number;
+    /// The patient's comment as this run writes it: with a move
+    /// ([`crate::transfer::transfer_telling`]), or after the run.
+    pub fn tell(&self, h: &Hospital) -> Tell {
         let meta = NoteMeta::engine(self.run.clone(), self.stage.name, h.now());
-        Telling {
-            comment: self.comment,
-            render: Box::new(move |notes, place| {
-                crate::patient_comment::render(&h.config, number, place, notes, &links, None)
-            }),
-            charted: Box::new(move |id| crate::patient_comment::charted(meta.clone(), id)),
-            told: &self.told,
-        }
-    }
-
-    /// Moves this patient ([`transfer_telling`]), its comment written with
-    /// the labels.
-    pub async fn transfer(
-        &self,
-        h: &Hospital,
-        seen: Seen,
-        notes: Vec<Note>,
-        to: Move,
-    ) -> Result<crate::transfer::Moved, crate::transfer::TransferError> {
-        let telling = self.telling(h);
-        transfer_telling(&*h.forge, &h.config, &self.issue, seen, notes, to, Some(&telling.tell())).await
+        Tell { number: self.issue.number, known: self.comment, meta }
     }
 
     /// A note by the engine in this run.
@@ -92,7 +53,7 @@ impl Patient<'_> {
 
     /// The engine moved this patient in this run, without an agent (a wait,
     /// a queue, a send-back, an approval): the run's transition.
-    pub fn moved_by_engine(&self, outcome: &str, to: String, dispatched: bool) -> Transition {
+    pub fn moved_by_engine(&self, outcome: &str, to: String, moved: &Moved) -> Transition {
         let total = self.started.elapsed();
         Transition {
             issue: self.issue.number,
@@ -102,7 +63,8 @@ impl Patient<'_> {
             outcome: outcome.into(),
             from: self.label_in.clone(),
             to,
-            dispatched,
+            dispatched: moved.dispatched,
+            told: moved.told,
             total_ms: total.as_millis(),
             agent_ms: 0,
             engine_us: total.as_micros(),

@@ -17,7 +17,7 @@ use crate::groundedness as g;
 use crate::hospital::Hospital;
 use crate::rules::approval::{self, AfterAudit};
 use crate::rules::discharge_audit::{self, SchemaRecord};
-use crate::transfer::{Move, transfer};
+use crate::transfer::{Move, transfer, transfer_telling};
 use crate::workspace::bundle::Intake;
 use crate::workspace::checkpoint::SchemaReading;
 use crate::workspace::shared;
@@ -359,7 +359,10 @@ async fn accept(
             landed.moved
         }
         None if label_out == *discharged => super::landing::discharge(h, patient, seen, Vec::new()).await?.moved,
-        None => patient.transfer(h, seen, Vec::new(), Move::To(label_out.clone())).await?,
+        None => {
+            let to = Move::To(label_out.clone());
+            transfer_telling(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), to, &patient.tell(h)).await?
+        }
     };
     let total = patient.started.elapsed();
     let agent = std::time::Duration::from_millis(visit.agent_ms);
@@ -373,6 +376,7 @@ async fn accept(
         // Where the patient is: a held patient's move waits at the hold label.
         to: moved.at.clone().unwrap_or(label_out),
         dispatched: moved.dispatched,
+        told: moved.told,
         total_ms: total.as_millis(),
         agent_ms: agent.as_millis(),
         engine_us: total.saturating_sub(agent).as_micros(),

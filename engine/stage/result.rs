@@ -71,6 +71,10 @@ pub struct Transition {
     pub from: String,
     pub to: String,
     pub dispatched: bool,
+    /// The move wrote the patient's comment ([`crate::transfer::Moved::told`]):
+    /// the run's end does not write it again.
+    #[serde(skip)]
+    pub told: bool,
     pub total_ms: u128,
     pub agent_ms: u128,
     /// The engine's own time: the whole run less the agent's.

@@ -87,7 +87,7 @@ pub async fn complete(h: &Hospital, patient: &Patient<'_>, unmoved: Unmoved) -> 
         transfer(&*h.forge, &h.config, &patient.issue, seen, Vec::new(), Move::To(to.clone())).await?
     };
     // The move of the recorded run: its role and run, not this one's.
-    let by_engine = patient.moved_by_engine(&unmoved.outcome, to, moved.dispatched);
+    let by_engine = patient.moved_by_engine(&unmoved.outcome, to, &moved);
     Ok(Some(StageResult::Moved(Transition { role: stage.config.role.clone(), run: unmoved.run, ..by_engine })))
 }
 

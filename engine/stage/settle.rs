@@ -16,6 +16,7 @@ use tracing::info;
 
 use super::patient::Patient;
 use super::result::StageResult;
+use crate::chart::control::{self, Opening};
 use crate::chart::{Note, NoteKind, Seen};
 use crate::config::AUDIT_FAILED;
 use crate::discharge::audit;
@@ -24,7 +25,7 @@ use crate::hospital::Hospital;
 use crate::transfer::{Move, transfer};
 
 /// `dequeued`: the reason the `pull_request` dequeued event gave, if one woke it.
-pub async fn settle(h: &Hospital, patient: Patient<'_>, dequeued: Option<&str>) -> anyhow::Result<StageResult> {
+pub async fn settle(h: &Hospital, patient: &Patient<'_>, dequeued: Option<&str>) -> anyhow::Result<StageResult> {
     let number = patient.issue.number;
     let facts =
         h.forge.pull_facts(&audit::patient_branch(number)).await.map_err(|e| super::landing::unread(number, e))?;
@@ -47,7 +48,7 @@ pub async fn settle(h: &Hospital, patient: Patient<'_>, dequeued: Option<&str>) 
             crate::discharge::discharge(&*h.forge, &h.config, &patient.issue, seen, notes, run, now, None).await?;
         info!(?family, "merged by GitHub's merge queue");
         let to = h.config.discharge.discharged_label.clone();
-        return Ok(StageResult::Moved(patient.moved_by_engine("discharged", to, moved.dispatched)));
+        return Ok(StageResult::Moved(patient.moved_by_engine("discharged", to, &moved)));
     }
     if wards_queue_holds(&patient.chart) {
         return in_wards_queue(h, patient, seen, pull).await;
@@ -69,7 +70,7 @@ pub async fn settle(h: &Hospital, patient: Patient<'_>, dequeued: Option<&str>) 
         let notes = vec![patient.engine_note(h, NoteKind::Waiting, body)];
         let to = stage.config.label.clone();
         let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to.clone())).await?;
-        return Ok(StageResult::Moved(patient.moved_by_engine("head-moved", to, moved.dispatched)));
+        return Ok(StageResult::Moved(patient.moved_by_engine("head-moved", to, &moved)));
     }
     // A conflict has an owner: the resolving stage. The event's reason
     // decides only where the patient goes; what the note says of the pull
@@ -113,11 +114,11 @@ pub async fn settle(h: &Hospital, patient: Patient<'_>, dequeued: Option<&str>) 
 /// Whether the latest queue note is ward's own queue's (GitHub's queue
 /// was off on the base when the patient was audited).
 fn wards_queue_holds(chart: &[Note]) -> bool {
-    let queues = [crate::discharge::IN_FORGE_QUEUE, crate::discharge::queue::IN_WARD_QUEUE];
+    let queues = [Opening::InForgeQueue, Opening::InWardQueue];
     chart
         .iter()
-        .rfind(|n| n.kind == NoteKind::Waiting && queues.iter().any(|q| n.body.starts_with(q)))
-        .is_some_and(|n| n.body.starts_with(crate::discharge::queue::IN_WARD_QUEUE))
+        .rfind(|n| n.kind == NoteKind::Waiting && queues.iter().any(|q| q.opens(&n.body)))
+        .is_some_and(|n| Opening::InWardQueue.opens(&n.body))
 }
 
 /// A patient in ward's own queue is the queue's (ward-queue.yml) while the
@@ -126,7 +127,7 @@ fn wards_queue_holds(chart: &[Note]) -> bool {
 /// enqueues it again.
 async fn in_wards_queue(
     h: &Hospital,
-    patient: Patient<'_>,
+    patient: &Patient<'_>,
     seen: Seen,
     pull: &crate::forge::PullRequest,
 ) -> anyhow::Result<StageResult> {
@@ -145,15 +146,14 @@ async fn in_wards_queue(
     let notes = vec![patient.engine_note(h, NoteKind::Waiting, body)];
     let to = stage.config.label.clone();
     let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to.clone())).await?;
-    Ok(StageResult::Moved(patient.moved_by_engine("not-in-queue", to, moved.dispatched)))
+    Ok(StageResult::Moved(patient.moved_by_engine("not-in-queue", to, &moved)))
 }
 
 /// The head the patient was enqueued at: the `Head:` line of the latest
 /// note written when GitHub's queue took it.
 fn enqueued_head(chart: &[Note]) -> Option<String> {
-    let note =
-        chart.iter().rfind(|n| n.kind == NoteKind::Waiting && n.body.starts_with(crate::discharge::IN_FORGE_QUEUE))?;
-    note.body.lines().rev().find_map(|l| l.strip_prefix("Head:")).map(|h| h.trim().to_string())
+    let note = chart.iter().rfind(|n| n.kind == NoteKind::Waiting && Opening::InForgeQueue.opens(&n.body))?;
+    control::head(&note.body).map(str::to_string)
 }
 
 /// Whether GitHub's `dequeued` reason is a merge conflict (its reasons are
@@ -171,8 +171,13 @@ fn treating_label(h: &Hospital, patient: &Patient<'_>) -> anyhow::Result<String>
 }
 
 /// Back to the treating stage with what GitHub's queue did: `audit-failed`.
-async fn back_to_treatment(h: &Hospital, patient: Patient<'_>, seen: Seen, why: String) -> anyhow::Result<StageResult> {
-    let to = treating_label(h, &patient)?;
+async fn back_to_treatment(
+    h: &Hospital,
+    patient: &Patient<'_>,
+    seen: Seen,
+    why: String,
+) -> anyhow::Result<StageResult> {
+    let to = treating_label(h, patient)?;
     let body = format!("{why} Back to treatment: fix what failed, and the audit enqueues the new head.");
     send_back(h, patient, seen, body, to).await
 }
@@ -182,14 +187,14 @@ async fn back_to_treatment(h: &Hospital, patient: Patient<'_>, seen: Seen, why: 
 /// ward's own queue sends one.
 async fn to_resolve(
     h: &Hospital,
-    patient: Patient<'_>,
+    patient: &Patient<'_>,
     seen: Seen,
     why: String,
     base: &str,
 ) -> anyhow::Result<StageResult> {
     let (to, stage) = match h.config.resolving_stage() {
         Some(r) => (r.config.label.clone(), "the resolving stage"),
-        None => (treating_label(h, &patient)?, "treatment"),
+        None => (treating_label(h, patient)?, "treatment"),
     };
     let body = format!(
         "{why} To {stage}: rebase this branch onto `{base}` (git names the conflicting files as it stops), keeping \
@@ -204,7 +209,7 @@ async fn to_resolve(
 /// send-back limit counts it).
 async fn send_back(
     h: &Hospital,
-    patient: Patient<'_>,
+    patient: &Patient<'_>,
     seen: Seen,
     body: String,
     to: String,
@@ -214,5 +219,5 @@ async fn send_back(
         patient.engine_note(h, NoteKind::Outcome, AUDIT_FAILED.into()),
     ];
     let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, notes, Move::To(to.clone())).await?;
-    Ok(StageResult::Moved(patient.moved_by_engine(AUDIT_FAILED, to, moved.dispatched)))
+    Ok(StageResult::Moved(patient.moved_by_engine(AUDIT_FAILED, to, &moved)))
 }

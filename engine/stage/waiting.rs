@@ -14,11 +14,12 @@ use tracing::info;
 use super::patient::Patient;
 use super::result::StageResult;
 use super::wake::ci_fingerprint;
+use crate::chart::control::ControlLine;
 use crate::chart::{NoteKind, Seen};
 use crate::config::AUDIT_FAILED;
 use crate::hospital::Hospital;
 use crate::rules::discharge_audit::{AuditFacts, Checklist, Verdict};
-use crate::transfer::Move;
+use crate::transfer::{Move, transfer_telling};
 
 /// What the audit before the nurse decided.
 #[allow(clippy::large_enum_variant)] // made once per discharge run
@@ -66,8 +67,8 @@ pub fn waiting_body(checklist: &Checklist, facts: &AuditFacts) -> String {
         body.push_str(&line);
         body.push('\n');
     }
-    body.push_str(&format!("\nHead: {}\n", checklist.head.as_deref().unwrap_or("unknown")));
-    body.push_str(&format!("CI: {}\n", ci_fingerprint(facts.ci.as_ref().ok())));
+    let head = ControlLine::Head(checklist.head.as_deref().unwrap_or("unknown"));
+    body.push_str(&format!("\n{head}\n{}\n", ControlLine::Ci(&ci_fingerprint(facts.ci.as_ref().ok()))));
     body
 }
 
@@ -90,8 +91,8 @@ async fn wait(
     let note = patient.engine_note(h, NoteKind::Waiting, body);
     let seen = Seen::Read(patient.stored.clone());
     let to = if patient.label_in == pending { Move::Stay } else { Move::To(pending.clone()) };
-    let moved = patient.transfer(h, seen, vec![note], to).await?;
-    Ok(StageResult::Moved(patient.moved_by_engine("waiting", pending, moved.dispatched)))
+    let moved = transfer_telling(&*h.forge, &h.config, &patient.issue, seen, vec![note], to, &patient.tell(h)).await?;
+    Ok(StageResult::Moved(patient.moved_by_engine("waiting", pending, &moved)))
 }
 
 /// Red CI, or changes requested by a person whose review counts: back to
@@ -115,6 +116,7 @@ async fn back_to_treatment(
         patient.engine_note(h, NoteKind::Outcome, AUDIT_FAILED.into()),
     ];
     let seen = Seen::Read(patient.stored.clone());
-    let moved = patient.transfer(h, seen, notes, Move::To(treat.clone())).await?;
-    Ok(StageResult::Moved(patient.moved_by_engine(AUDIT_FAILED, treat, moved.dispatched)))
+    let to = Move::To(treat.clone());
+    let moved = transfer_telling(&*h.forge, &h.config, &patient.issue, seen, notes, to, &patient.tell(h)).await?;
+    Ok(StageResult::Moved(patient.moved_by_engine(AUDIT_FAILED, treat, &moved)))
 }

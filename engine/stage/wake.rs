@@ -4,7 +4,7 @@
 //! reads anyway, and at most one more call. The WAITING note
 //! (`stage/waiting.rs`) records the `Head:` and the `CI:` it saw.
 
-use crate::chart::{Note, NoteKind};
+use crate::chart::{Note, NoteKind, control};
 use crate::event::Wake;
 use crate::forge::CiStatus;
 use crate::hospital::Hospital;
@@ -20,11 +20,6 @@ pub fn ci_fingerprint(ci: Option<&CiStatus>) -> String {
             format!("{:?}; statuses {}; {}", ci.state, ci.statuses, checks.join(", ")).to_lowercase()
         }
     }
-}
-
-/// A line `Key: value` of the latest WAITING note.
-fn recorded<'a>(note: &'a Note, key: &str) -> Option<&'a str> {
-    note.body.lines().rev().find_map(|l| l.strip_prefix(key)).map(str::trim)
 }
 
 /// Whether a wake-up can stop here: `Some(why)` when nothing the audit
@@ -46,15 +41,15 @@ pub async fn nothing_new(h: &Hospital, chart: &[Note], wake: &Wake) -> anyhow::R
         }
         return Ok(None);
     }
-    let (Some(head), Some(was)) = (&wake.head, recorded(note, "Head:")) else { return Ok(None) };
+    let (Some(head), Some(was)) = (&wake.head, control::head(&note.body)) else { return Ok(None) };
     // Another commit's CI (an older head's, or a new head's: the audit looks).
     if !head.eq_ignore_ascii_case(was) {
         return Ok(None);
     }
-    let statuses_before = recorded(note, "CI:").is_some_and(|ci| !ci.contains("; statuses 0;"));
+    let statuses_before = control::ci(&note.body).is_some_and(|ci| !ci.contains("; statuses 0;"));
     if wake.event == "status" || statuses_before {
         return Ok(None);
     }
     let now = ci_fingerprint(Some(&h.forge.check_runs(head).await?));
-    Ok((recorded(note, "CI:") == Some(now.as_str())).then(|| format!("CI of `{head}` is as it was ({now})")))
+    Ok((control::ci(&note.body) == Some(now.as_str())).then(|| format!("CI of `{head}` is as it was ({now})")))
 }

@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 
 use super::{ScriptedNote, ScriptedVisit, StandInEnv, StandInError, write_failed};
 use crate::chart::NoteKind;
+use crate::chart::control::Opening;
 
 /// A step the issue spells out, one per line of its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -316,7 +317,7 @@ pub fn plan(recipes: &[Recipe]) -> ScriptedNote {
 pub fn treat(env: &StandInEnv, recipes: &[Recipe]) -> Result<ScriptedVisit, StandInError> {
     let prompt = prompt_text(env);
     let mut changes = Vec::new();
-    if prompt.contains("Integration failed")
+    if prompt.contains(Opening::IntegrationFailed.text())
         && let Some(base) = prompt_base(&prompt)
     {
         match rebase(&env.worktree, &base) {
