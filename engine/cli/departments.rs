@@ -61,6 +61,18 @@ pub enum ResearchStep {
     Record { visit: std::path::PathBuf },
 }
 
+impl ResearchStep {
+    /// From `--out` and `--visit` (which clap keeps apart), as absolute paths.
+    pub fn of(out: Option<&Path>, visit: Option<&Path>) -> anyhow::Result<Self> {
+        let absolute = |p: &Path| std::path::absolute(p).with_context(|| format!("could not resolve {}", p.display()));
+        Ok(match (out, visit) {
+            (Some(out), _) => ResearchStep::Visit { out: absolute(out)? },
+            (None, Some(visit)) => ResearchStep::Record { visit: absolute(visit)? },
+            (None, None) => ResearchStep::Whole,
+        })
+    }
+}
+
 /// `ward research`: proposals from the record of the last `since`, at most
 /// `max` (else ward.yml's `departments.research.max_proposals`); with
 /// `departments.research.agent`, the research role first (in one process,

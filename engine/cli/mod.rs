@@ -620,11 +620,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Research { since, max, out, visit } => {
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
-            let step = match (out, visit) {
-                (Some(out), _) => departments::ResearchStep::Visit { out: absolute(out)? },
-                (None, Some(visit)) => departments::ResearchStep::Record { visit: absolute(visit)? },
-                (None, None) => departments::ResearchStep::Whole,
-            };
+            let step = departments::ResearchStep::of(out.as_deref(), visit.as_deref())?;
             departments::research(forge, &config, &cli.root, since, *max, step).await
         }
         Command::Safety { base } => {
