@@ -350,7 +350,7 @@ async fn recorded(
             key: key.to_string(),
             reason: format!(
                 "the visit addressed the finding `{key}`, which this job does not find in the record (it changed \
-                 since the visit, or the visit is not this run's); the next run proposes again"
+                 since the visit, or the visit is not this run's), so nothing of it is opened"
             ),
         }),
         None => policy::unopened(sealed, key),

@@ -205,7 +205,7 @@ pub fn take_in(dir: &Path, branch: &str, claimed_start: &str, remote: &Remote<'_
     if claimed_start != base_tip {
         return refuse(format!(
             "the visit's role started at {claimed_start}, and `{}` is at {base_tip} now: the base moved since the \
-             visit (or the visit is not this run's); the change is stale, and the next run proposes it again",
+             visit (or the visit is not this run's): the change is stale, and nothing of it is pushed",
             remote.base
         ));
     }
