@@ -1141,14 +1141,15 @@ mod research {
         assert!(said.contains("skills and roles, nothing else"), "{said}");
     }
 
-    /// On the fake GitHub: the branch pushed with the token, the pull
-    /// request opened and labelled through the issues API, once.
-    #[tokio::test]
-    async fn on_the_fake_github_the_role_pushes_its_branch_and_opens_one_labelled_pull_request() {
+    /// A hospital on the fake GitHub with the role on, loaded as an Actions
+    /// job loads it (the push target with the token), and a record of
+    /// three send-backs of plan review.
+    async fn on_github()
+    -> (super::support::fake_github::FakeGitHub, Sandbox, ward::hospital::Hospital, Vec<ward::report::PatientRecord>)
+    {
         use std::sync::Arc;
 
         use ward::report::PatientRecord;
-        use ward::research::policy::Role;
         use ward::workspace::{PushTarget, WorkspacePlan};
 
         use super::support::fake_github::{FakeGitHub, OWNER, REPO, TOKEN};
@@ -1203,9 +1204,12 @@ mod research {
                 PatientRecord { issue, events: Vec::new(), notes: vec![note(number)] }
             })
             .collect();
-        let role = Role { hospital: &h, run: "r1".into(), command: None };
-        let first = ward::research::file_with_role(&*h.forge, &h.config, &records, 3, Some(&role)).await.unwrap();
-        assert!(first.to_string().contains("is pull request #4 (`ward/research-"), "{first}");
+        (gh, s, h, records)
+    }
+
+    /// The one pull request the role opened on the fake GitHub: what it
+    /// changed is the fellow's role only, labelled, main untouched.
+    fn assert_one_policy_pull(gh: &super::support::fake_github::FakeGitHub, s: &Sandbox) {
         let (files, pull) = {
             let st = gh.state();
             let pull = st.pulls.values().find(|p| p.head.starts_with("ward/research-")).expect("opened").clone();
@@ -1219,12 +1223,232 @@ mod research {
         assert_eq!(changed, ["roles/fellow.md"], "pushed with the change, and only it");
         let main = git(s.root(), &["rev-parse", "main"]);
         assert_eq!(gh.state().branch_head("main"), Some(main), "main untouched");
+        assert_eq!(gh.state().pulls.values().filter(|p| p.head.starts_with("ward/research-")).count(), 1);
+    }
+
+    /// On the fake GitHub: the branch pushed with the token, the pull
+    /// request opened and labelled through the issues API, once.
+    #[tokio::test]
+    async fn on_the_fake_github_the_role_pushes_its_branch_and_opens_one_labelled_pull_request() {
+        use ward::research::RoleStep;
+        use ward::research::policy::Role;
+
+        let (gh, s, h, records) = on_github().await;
+        let role = Role { hospital: &h, run: "r1".into(), command: None };
+        let first = ward::research::file_with_role(&*h.forge, &h.config, &records, 3, Some(RoleStep::Run(&role)))
+            .await
+            .unwrap();
+        assert!(first.to_string().contains("is pull request #4 (`ward/research-"), "{first}");
+        assert_one_policy_pull(&gh, &s);
         assert!(first.filed.is_empty(), "the pull request is the finding's proposal: {first}");
 
-        let again = ward::research::file_with_role(&*h.forge, &h.config, &records, 3, Some(&role)).await.unwrap();
+        let again = ward::research::file_with_role(&*h.forge, &h.config, &records, 3, Some(RoleStep::Run(&role)))
+            .await
+            .unwrap();
         assert_eq!((again.known, again.filed.len(), again.policy.is_none()), (1, 0, true), "{again}");
-        assert_eq!(gh.state().pulls.values().filter(|p| p.head.starts_with("ward/research-")).count(), 1);
+        assert_one_policy_pull(&gh, &s);
         gh.assert_known_routes();
+    }
+
+    /// On the fake GitHub in two jobs: the visit with a read-only token
+    /// (any write it tried would be refused) seals the role's commit; the
+    /// record with the write token pushes it and opens one labelled pull
+    /// request; the same visit recorded again opens nothing.
+    #[tokio::test]
+    async fn on_the_fake_github_a_visit_with_a_read_only_token_then_its_record_opens_one_pull_request() {
+        use ward::research::RoleStep;
+        use ward::research::policy::Role;
+
+        use super::support::fake_github::{ENGINE, Permissions, REPO};
+
+        let (gh, s, h, records) = on_github().await;
+        let read_only = Permissions::of(&[("contents", "read"), ("issues", "read"), ("pull-requests", "read")]);
+        let token = gh.state().mint_token(ENGINE, read_only, true);
+        let visit_forge = gh.forge_with(&token, REPO);
+        let role = Role { hospital: &h, run: "r1".into(), command: None };
+        let dir = s.root().join(".ward/research-visit");
+        let sealed = ward::research::visit(&visit_forge, &h.config, &records, 3, Some(&role), &dir).await.unwrap();
+        assert_eq!(sealed.outcome, ward::research::sealed::Outcome::Proposed, "{sealed:?}");
+        assert!(dir.join("research.bundle").is_file());
+        assert!(gh.state().pulls.is_empty(), "the visit opens nothing");
+        assert!(gh.state().branch_head(&format!("ward/research-{}", sealed.key.clone().unwrap())).is_none());
+
+        let sealed = ward::research::sealed::Sealed::open(&dir).unwrap();
+        let step = || RoleStep::Record { hospital: &h, sealed: &sealed, dir: &dir };
+        let first = ward::research::file_with_role(&*h.forge, &h.config, &records, 3, Some(step())).await.unwrap();
+        assert!(first.to_string().contains("is pull request #4 (`ward/research-"), "{first}");
+        assert_one_policy_pull(&gh, &s);
+        let again = ward::research::file_with_role(&*h.forge, &h.config, &records, 3, Some(step())).await.unwrap();
+        assert_eq!((again.known, again.filed.len(), again.policy.is_none()), (1, 0, true), "{again}");
+        assert_one_policy_pull(&gh, &s);
+        gh.assert_known_routes();
+    }
+
+    // -----------------------------------------------------------------
+    // The two jobs: `ward research --out` (read-only) and `--visit` (writes)
+    // -----------------------------------------------------------------
+
+    /// The key the sealed visit in `dir` names.
+    fn sealed_key(dir: &Path) -> String {
+        let sealed: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("research.json")).unwrap()).unwrap();
+        sealed["key"].as_str().expect("a key").to_string()
+    }
+
+    /// A visit sealed by `ward research --out` in a fresh hospital, its
+    /// folder, and the finding's key.
+    async fn sealed_visit() -> (Sandbox, LocalForge, std::path::PathBuf, String) {
+        let (s, forge) = hospital(ROLE_ON, false).await;
+        let dir = s.root().join(".ward/research-visit");
+        let out = s.ward(&["research", "--since", "30d", "--out", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+        assert!(stdout(&out).contains("ward committed the research role's change"), "{}", stdout(&out));
+        let key = sealed_key(&dir);
+        (s, forge, dir, key)
+    }
+
+    #[tokio::test]
+    async fn a_visit_sealed_apart_then_recorded_opens_one_labelled_pull_request_and_a_second_record_nothing() {
+        let (s, forge, dir, key) = sealed_visit().await;
+        // The visit wrote nothing: no branch, no pull request, no issue.
+        assert!(research_branches(&s).is_empty(), "the visit leaves no branch: {}", research_branches(&s));
+        assert!(!s.root().join(".ward/forge/pulls").exists(), "no pull request");
+        assert!(proposals(&forge).await.is_empty());
+        assert!(dir.join("research.bundle").is_file() && dir.join("notes.md").is_file());
+
+        let out = s.ward(&["research", "--since", "30d", "--visit", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+        assert!(stdout(&out).contains("is pull request #1 (`ward/research-"), "{}", stdout(&out));
+        let branch = format!("ward/research-{key}");
+        assert_eq!(research_branches(&s).trim(), branch);
+        let pulls = forge.pull_requests_of_branch(&branch).await.unwrap();
+        assert_eq!(pulls.len(), 1, "{pulls:#?}");
+        assert_eq!(forge.read_pull(pulls[0].number).unwrap().labels, ["ward:proposal"]);
+        assert_eq!(git(s.root(), &["diff", "--name-only", &format!("main...{branch}")]), "roles/fellow.md");
+        assert_eq!(git(s.root(), &["log", "-1", "--format=%an", &branch]), "ward");
+        assert!(proposals(&forge).await.is_empty(), "the pull request is the finding's proposal");
+
+        // The same sealed visit recorded again, and a whole run: nothing new.
+        let again = s.ward(&["research", "--since", "30d", "--visit", dir.to_str().unwrap()]);
+        assert!(again.status.success(), "{}", stderr(&again));
+        assert!(stdout(&again).contains("1 proposal(s) found, 1 filed before"), "{}", stdout(&again));
+        assert!(!stdout(&again).contains("pull request #"), "{}", stdout(&again));
+        let whole = s.ward(&["research", "--since", "30d"]);
+        assert!(stdout(&whole).contains("1 filed before"), "{}", stdout(&whole));
+        assert_eq!(forge.pull_requests_of_branch(&branch).await.unwrap().len(), 1, "one pull request");
+    }
+
+    /// Replaces the sealed visit's bundle with one of a commit of `edits`
+    /// (path, line appended) on main's tip, on the finding's branch, made
+    /// by hand: what a visit job the agent took over could seal.
+    fn forge_bundle(s: &Sandbox, dir: &Path, key: &str, edits: &[(&str, &str)]) {
+        let clone = tempfile::tempdir().unwrap();
+        let work = clone.path().join("w");
+        git(s.root(), &["clone", "--quiet", s.root().to_str().unwrap(), work.to_str().unwrap()]);
+        let branch = format!("ward/research-{key}");
+        git(&work, &["checkout", "--quiet", "-b", &branch]);
+        for (path, line) in edits {
+            let file = work.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            let mut text = std::fs::read_to_string(&file).unwrap_or_default();
+            text.push_str(line);
+            text.push('\n');
+            std::fs::write(&file, text).unwrap();
+        }
+        git(&work, &["add", "--all"]);
+        git(&work, &["commit", "--quiet", "-m", "Research: a forged change"]);
+        let bundle = dir.join("research.bundle");
+        std::fs::remove_file(&bundle).unwrap();
+        git(
+            &work,
+            &["bundle", "create", "--quiet", bundle.to_str().unwrap(), &format!("refs/heads/{branch}"), "^main"],
+        );
+    }
+
+    #[tokio::test]
+    async fn a_forged_visit_that_changes_github_or_the_precedent_log_is_refused_by_the_record_step() {
+        for (path, said) in [
+            (".github/ward.yml", "the role changed `.github/ward.yml`, outside `skills/` and `roles/`"),
+            ("precedents/log.yaml", "the precedent log is human-only"),
+        ] {
+            let (s, forge, dir, key) = sealed_visit().await;
+            // The sealed account still says "proposed": only the commit lies.
+            forge_bundle(&s, &dir, &key, &[("roles/fellow.md", "More."), (path, "# more")]);
+            let out = s.ward(&["research", "--since", "30d", "--visit", dir.to_str().unwrap()]);
+            assert!(out.status.success(), "{}", stderr(&out));
+            assert!(stdout(&out).contains("the research role's change was refused"), "{}", stdout(&out));
+            assert!(stdout(&out).contains(said), "{path}: {}", stdout(&out));
+            assert!(research_branches(&s).is_empty(), "nothing pushed: {}", research_branches(&s));
+            assert!(!s.root().join(".ward/forge/pulls").exists(), "no pull request");
+            let filed = proposals(&forge).await;
+            assert_eq!(filed.len(), 1, "the finding goes to a person as an issue: {filed:#?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stale_or_garbled_visit_is_a_sentence_and_changes_nothing() {
+        let (s, forge, dir, _key) = sealed_visit().await;
+        // main moved since the visit: the change is stale.
+        s.write("README.md", "moved\n");
+        git(s.root(), &["add", "README.md"]);
+        git(s.root(), &["commit", "--quiet", "-m", "moved"]);
+        let stale = s.ward(&["research", "--since", "30d", "--visit", dir.to_str().unwrap()]);
+        assert!(stale.status.success(), "{}", stderr(&stale));
+        assert!(stdout(&stale).contains("the base moved since the visit"), "{}", stdout(&stale));
+        assert!(research_branches(&s).is_empty());
+
+        let (s, forge2, dir, _key) = sealed_visit().await;
+        drop(forge);
+        std::fs::write(dir.join("research.json"), "{\"run\": \"r\", \"outcome\": ").unwrap();
+        let garbled = s.ward(&["research", "--since", "30d", "--visit", dir.to_str().unwrap()]);
+        assert_eq!(garbled.status.code(), Some(2), "{}", stderr(&garbled));
+        assert!(stderr(&garbled).contains("research.json is not a sealed research visit"), "{}", stderr(&garbled));
+        let missing = s.ward(&["research", "--since", "30d", "--visit", s.root().join("nowhere").to_str().unwrap()]);
+        assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
+        assert!(stderr(&missing).contains("does not exist"), "{}", stderr(&missing));
+        assert!(proposals(&forge2).await.is_empty(), "nothing filed");
+        assert!(research_branches(&s).is_empty() && !s.root().join(".ward/forge/pulls").exists());
+    }
+
+    /// `AKIA` and 16 more of A-Z2-7: gitleaks' AWS access key rule, built
+    /// here so that this file holds none.
+    fn aws_key() -> String {
+        format!("AKIA{}", "Z7VRSQ5TL3KXWMPE")
+    }
+
+    #[tokio::test]
+    async fn a_credential_the_role_adds_is_refused_in_one_process_and_by_the_record_step() {
+        let key = aws_key();
+        let edits = format!("  - path: skills/plan-format.md\n    append: \"aws_access_key_id = {key}\\n\"\n");
+        let (s, _forge, said) = strays(&edits).await;
+        assert!(said.contains("the research role's change was refused"), "{said}");
+        assert!(said.contains("`skills/plan-format.md` line "), "file and line: {said}");
+        assert!(!said.contains(&key), "never quoted: {said}");
+        assert!(!std::fs::read_to_string(s.root().join("skills/plan-format.md")).unwrap().contains(&key));
+
+        let (s, forge, dir, research) = sealed_visit().await;
+        forge_bundle(&s, &dir, &research, &[("roles/fellow.md", &format!("key: {key}"))]);
+        let out = s.ward(&["research", "--since", "30d", "--visit", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let said = stdout(&out);
+        assert!(said.contains("`roles/fellow.md` line ") && said.contains("AWS"), "file, line, rule: {said}");
+        assert!(!said.contains(&key) && !stderr(&out).contains(&key), "never quoted: {said}");
+        assert!(research_branches(&s).is_empty(), "nothing pushed");
+        assert_eq!(proposals(&forge).await.len(), 1, "the finding as an issue");
+    }
+
+    #[tokio::test]
+    async fn with_the_role_off_the_visit_seals_no_role_and_the_record_files_the_issues() {
+        let (s, forge) = hospital("    max_proposals: 3        # per run\n    agent: false", true).await;
+        let dir = s.root().join(".ward/research-visit");
+        let out = s.ward(&["research", "--since", "30d", "--out", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stdout(&out).contains("no research role ran"), "{}", stdout(&out));
+        assert!(proposals(&forge).await.is_empty(), "the visit files nothing");
+        let out = s.ward(&["research", "--since", "30d", "--visit", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stdout(&out).contains("2 proposal(s) found, 0 filed before; filed #4, #5"), "{}", stdout(&out));
+        assert!(research_branches(&s).is_empty());
     }
 
     #[tokio::test]

@@ -2942,3 +2942,58 @@ async fn from_ward_init_to_a_merged_pull_request_through_the_workflows_init_writ
     assert_eq!(people, ["tia + ward:admit"], "only the triager's label is a person's");
     assert_eq!(agent_stages(&gh, n), ["admit", "diagnose", "plan-review", "treat", "code-review", "discharge"]);
 }
+
+// ---------------------------------------------------------------------------
+// The research department's two jobs (ward-report.yml)
+
+/// ward-report.yml as shipped, with the research role on, over a record
+/// of three send-backs by plan review: the visit job (a read-only token)
+/// runs the role and seals its commit; the record job (the write token)
+/// pushes it and opens one pull request at `ward:proposal`; a second run
+/// opens nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_report_workflow_runs_the_research_role_read_only_and_records_its_pull_request_apart() {
+    use ward::chart::{Note, NoteKind, NoteMeta, Seen, Sentinels, append};
+
+    let gh = FakeGitHub::start().await;
+    let _repo = hospital(&gh, &[], |c| c.replacen("    agent: false ", "    agent: true  ", 1));
+    gh.state().add_collaborator("maya", "maintain");
+    let forge = gh.forge();
+    for n in 1..=3 {
+        let number = gh.state().add_issue(&format!("patient {n}"), "work", "maya", &["ward:diagnose"]);
+        let note = Note {
+            kind: NoteKind::Outcome,
+            meta: NoteMeta {
+                run: format!("r{n}"),
+                stage: "plan-review".into(),
+                role: "x".into(),
+                at: chrono::Utc::now(),
+            },
+            body: "reject".into(),
+        };
+        append(&forge, &Sentinels::new("WARD"), ward::forge::IssueNumber(number), Seen::NotRead, &[note])
+            .await
+            .unwrap();
+    }
+    let mut runner = Runner::new(&gh);
+    for round in 0..2 {
+        gh.state().dispatch_workflow("ward-report.yml", "main", &serde_json::Map::new(), "maya").unwrap();
+        runner.run_until_idle(5).await;
+        let run = runner.runs_of("ward-report.yml")[round].clone();
+        for job in ["research-visit", "research"] {
+            assert_eq!(run.job(job).conclusion.as_deref(), Some("success"), "{job}: {}", run.job(job).log());
+        }
+        // The role's agent ran in the job whose token cannot write.
+        let scopes = ["contents", "issues", "pull-requests"];
+        let levels = |job: &str| scopes.map(|scope| run.job(job).permissions.level(scope));
+        assert_eq!(levels("research-visit"), [Level::Read, Level::Read, Level::Read]);
+        assert_eq!(levels("research"), [Level::Write, Level::Write, Level::Write]);
+        let visit = run.job("research-visit").log();
+        let said = if round == 0 { "ward committed the research role's change" } else { "no research role ran" };
+        assert!(visit.contains(said), "round {round}: {visit}");
+        let pulls: Vec<_> =
+            gh.state().pulls.values().filter(|p| p.head.starts_with("ward/research-")).cloned().collect();
+        assert_eq!(pulls.len(), 1, "round {round}: {}", run.job("research").log());
+        assert_eq!(pulls[0].labels, ["ward:proposal"]);
+    }
+}

@@ -51,23 +51,95 @@ pub async fn sweep(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Which part of a research run this command is.
+pub enum ResearchStep {
+    /// One process: the role (when on) runs, its change and the issues filed.
+    Whole,
+    /// GitHub's read-only job: the role run and sealed into `out`.
+    Visit { out: std::path::PathBuf },
+    /// GitHub's writing job: the sealed visit in `visit` taken in.
+    Record { visit: std::path::PathBuf },
+}
+
+impl ResearchStep {
+    /// From `--out` and `--visit` (which clap keeps apart), as absolute paths.
+    pub fn of(out: Option<&Path>, visit: Option<&Path>) -> anyhow::Result<Self> {
+        let absolute = |p: &Path| std::path::absolute(p).with_context(|| format!("could not resolve {}", p.display()));
+        Ok(match (out, visit) {
+            (Some(out), _) => ResearchStep::Visit { out: absolute(out)? },
+            (None, Some(visit)) => ResearchStep::Record { visit: absolute(visit)? },
+            (None, None) => ResearchStep::Whole,
+        })
+    }
+}
+
 /// `ward research`: proposals from the record of the last `since`, at most
 /// `max` (else ward.yml's `departments.research.max_proposals`); with
-/// `departments.research.agent`, the research role first.
+/// `departments.research.agent`, the research role first (in one process,
+/// or in two jobs: `step`).
 pub async fn research(
     forge: std::sync::Arc<dyn Forge>,
     config: &Config,
     root: &Path,
     since: &str,
     max: Option<usize>,
+    step: ResearchStep,
 ) -> anyhow::Result<ExitCode> {
+    use crate::research::{RoleStep, policy, sealed};
     let max = max.unwrap_or(config.departments.research.max_proposals);
+    // A sealed visit that cannot be read changes nothing: read it first.
+    let sealed = match &step {
+        ResearchStep::Record { visit } => {
+            Some(sealed::Sealed::open(visit).map_err(|e| crate::cli::BadInput(e.to_string()))?)
+        }
+        _ => None,
+    };
     // The role runs as a stage's agent does: the whole hospital is loaded.
-    let hospital = match config.departments.research.agent {
+    // The record job runs no role, but reads the repository as it does.
+    // A visit that names a finding: the role ran on it, or its branch is
+    // there to be opened.
+    let role_ran = sealed.as_ref().is_some_and(|s| s.key.is_some());
+    let hospital = match config.departments.research.agent || role_ran {
         true => Some(crate::hospital::Hospital::load(root, forge.clone())?),
         false => None,
     };
     let forge = &*forge;
+    let recent = research_record(forge, config, since).await?;
+    let role = hospital.as_ref().filter(|_| config.departments.research.agent).map(|h| policy::Role {
+        hospital: h,
+        run: crate::hospital::new_run_id(h.now()),
+        command: None,
+    });
+    let run = match (&step, &sealed, &hospital) {
+        (ResearchStep::Visit { out }, _, _) => {
+            let sealed = crate::research::visit(forge, config, &recent, max, role.as_ref(), out).await?;
+            println!("{}", crate::untrusted::shown(&sealed.summary(out)));
+            return Ok(ExitCode::SUCCESS);
+        }
+        (ResearchStep::Record { visit }, Some(sealed), Some(h)) if role_ran => {
+            let step = RoleStep::Record { hospital: h, sealed, dir: visit };
+            crate::research::file_with_role(forge, config, &recent, max, Some(step)).await?
+        }
+        (ResearchStep::Record { .. }, _, _) => crate::research::file(forge, config, &recent, max).await?,
+        (ResearchStep::Whole, _, _) => {
+            crate::research::file_with_role(forge, config, &recent, max, role.as_ref().map(RoleStep::Run)).await?
+        }
+    };
+    println!("{}", crate::untrusted::shown(&run.to_string()));
+    // The proposals are filed; a role's run that failed still fails the job.
+    match run.policy {
+        Some(policy::Attempt::Failed { .. }) => Ok(ExitCode::from(crate::stage::EXIT_FAILED)),
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// The patients of the last `since`, with the period's notes only (a
+/// pattern of months ago is not this period's).
+async fn research_record(
+    forge: &dyn Forge,
+    config: &Config,
+    since: &str,
+) -> anyhow::Result<Vec<report::PatientRecord>> {
     let since = report::parse_since(since).map_err(|e| crate::cli::BadInput(e.to_string()))?;
     let from = chrono::Duration::from_std(since)
         .ok()
@@ -77,26 +149,13 @@ pub async fn research(
     for p in problems {
         eprintln!("{}", crate::untrusted::shown(&p));
     }
-    // The period's notes only: a pattern of months ago is not this period's.
-    let recent: Vec<report::PatientRecord> = patients
+    Ok(patients
         .into_iter()
         .map(|mut p| {
             p.notes.retain(|n| n.meta.at >= from);
             p
         })
-        .collect();
-    let role = hospital.as_ref().map(|h| crate::research::policy::Role {
-        hospital: h,
-        run: crate::hospital::new_run_id(h.now()),
-        command: None,
-    });
-    let run = crate::research::file_with_role(forge, config, &recent, max, role.as_ref()).await?;
-    println!("{}", crate::untrusted::shown(&run.to_string()));
-    // The proposals are filed; a role's run that failed still fails the job.
-    match run.policy {
-        Some(crate::research::policy::Attempt::Failed { .. }) => Ok(ExitCode::from(crate::stage::EXIT_FAILED)),
-        _ => Ok(ExitCode::SUCCESS),
-    }
+        .collect())
 }
 
 /// `ward safety`: the incidents of reverted discharges.

@@ -249,7 +249,8 @@ pub enum Command {
         now: Option<String>,
     },
     /// The research department: file proposals (not admitted) from the
-    /// hospital's record, at most --max, never one filed before.
+    /// hospital's record, at most --max, never one filed before. On GitHub
+    /// in two jobs, as a stage: `--out` (read-only) and `--visit` (writes).
     Research {
         /// The period read, ending now: `30d`, `7d`.
         #[arg(long, default_value = "30d")]
@@ -258,6 +259,16 @@ pub enum Command {
         /// pull request together). Default: `departments.research.max_proposals`.
         #[arg(long)]
         max: Option<usize>,
+        /// GitHub's read-only job: run the research role and seal what it
+        /// came to into this folder (its commit as a git bundle). Writes
+        /// nothing to GitHub: `--visit` does.
+        #[arg(long, value_name = "DIR", conflicts_with = "visit")]
+        out: Option<PathBuf>,
+        /// GitHub's writing job: take in the visit `--out` sealed (as
+        /// hostile input), judge its change again, open it, and file the
+        /// proposals. Runs nothing of the role's.
+        #[arg(long, value_name = "DIR")]
+        visit: Option<PathBuf>,
     },
     /// The safety department: open an incident (not admitted) for each
     /// revert on the base branch of a change ward merged, and for each open
@@ -606,10 +617,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             departments::report(&*forge, &config, since, out, now).await
         }
-        Command::Research { since, max } => {
+        Command::Research { since, max, out, visit } => {
             let config = load_config(&cli.root)?;
             let forge = open_forge(&cli, &config).await?;
-            departments::research(forge, &config, &cli.root, since, *max).await
+            let step = departments::ResearchStep::of(out.as_deref(), visit.as_deref())?;
+            departments::research(forge, &config, &cli.root, since, *max, step).await
         }
         Command::Safety { base } => {
             let config = load_config(&cli.root)?;

@@ -28,6 +28,12 @@
 //! proposal; a change refused (a file elsewhere, the precedent log among
 //! them) or no change files the finding as an issue, as without the role.
 //!
+//! On GitHub the role runs in the two jobs of ward-report.yml, as a stage
+//! does: `ward research --out` (a read-only token) runs it and seals what
+//! it came to ([`visit`], [`sealed`]); `ward research --visit` (the write
+//! token) judges the sealed change again, opens it, and files the issues
+//! ([`file_with_role`] with [`RoleStep::Record`]).
+//!
 //! Bounded and idempotent: at most `max` proposals per run (issues and the
 //! pull request together), highest count first; each has a stable key (its
 //! kind and subject), in a marker on the first line of the issue's or the
@@ -50,6 +56,7 @@ use crate::forge::{EngineAccount, Forge, Issue, IssueNumber, IssueState, LabelSp
 use crate::outcomes::{FOLLOW_UP_MARKER, PatientRecord, RESEARCH_MARKER};
 
 pub mod policy;
+pub mod sealed;
 
 /// Where a proposal waits for a person.
 pub const PROPOSAL_LABEL: &str = "ward:proposal";
@@ -322,6 +329,34 @@ fn proposal_label() -> LabelSpec {
     }
 }
 
+/// The record job's reading of the visit's sealed role run: the finding it
+/// addressed must be one this job finds itself (its text is this job's,
+/// never the visit's), and not filed before.
+async fn recorded(
+    h: &crate::hospital::Hospital,
+    forge: &dyn Forge,
+    found: &[Proposal],
+    filed: &BTreeSet<String>,
+    sealed: &sealed::Sealed,
+    dir: &std::path::Path,
+) -> Option<policy::Attempt> {
+    let key = sealed.key.as_deref()?;
+    if filed.contains(key) {
+        return None;
+    }
+    match found.iter().find(|p| p.points_at.is_some() && p.key == key) {
+        Some(target) => Some(policy::record(h, forge, target, sealed, dir).await),
+        None if sealed.outcome == sealed::Outcome::Proposed => Some(policy::Attempt::Refused {
+            key: key.to_string(),
+            reason: format!(
+                "the visit addressed the finding `{key}`, which this job does not find in the record (it changed \
+                 since the visit, or the visit is not this run's), so nothing of it is opened"
+            ),
+        }),
+        None => policy::unopened(sealed, key),
+    }
+}
+
 /// Files at most `max` of the proposals not filed before, strongest first
 /// (the deterministic reader alone).
 pub async fn file(
@@ -333,16 +368,24 @@ pub async fn file(
     file_with_role(forge, config, patients, max, None).await
 }
 
-/// [`file`], with the research role first when `role` is given: its
-/// policy change, if accepted, is the strongest eligible finding's proposal
-/// and counts toward `max`.
-pub async fn file_with_role(
+/// The research role's part in a run.
+pub enum RoleStep<'a> {
+    /// One process: the role runs here, and its change is opened here.
+    Run(&'a policy::Role<'a>),
+    /// The record job: the visit job ran the role and sealed what it came
+    /// to in `dir`; its change is judged again here and opened.
+    Record { hospital: &'a crate::hospital::Hospital, sealed: &'a sealed::Sealed, dir: &'a std::path::Path },
+}
+
+/// The findings, and the keys filed before: as issues the engine wrote,
+/// or as pull requests of the role (labelled, with `label`, when one lacks
+/// it; the visit job only reads).
+async fn findings(
     forge: &dyn Forge,
     config: &Config,
     patients: &[PatientRecord],
-    max: usize,
-    role: Option<&policy::Role<'_>>,
-) -> anyhow::Result<ResearchRun> {
+    label: bool,
+) -> anyhow::Result<(Vec<Proposal>, BTreeSet<String>)> {
     let issues = forge.all_issues().await.context("the research department could not list the issues")?;
     let engine = forge.engine_account();
     let found = proposals(config, patients, &issues, engine);
@@ -351,23 +394,74 @@ pub async fn file_with_role(
     // earlier run, open, merged or closed: each is that finding's proposal.
     let pointing: Vec<&Proposal> = found.iter().filter(|p| p.points_at.is_some() && !filed.contains(&p.key)).collect();
     for p in pointing {
-        if policy::filed_before(forge, p).await? {
+        if policy::filed_before(forge, p, label).await? {
             filed.insert(p.key.clone());
         }
     }
+    Ok((found, filed))
+}
+
+/// The visit job's half of a research run on GitHub (`ward research
+/// --out`): the record read, the finding picked, the role run on it, and
+/// what it came to sealed into `out`. Writes nothing to the forge.
+pub async fn visit(
+    forge: &dyn Forge,
+    config: &Config,
+    patients: &[PatientRecord],
+    max: usize,
+    role: Option<&policy::Role<'_>>,
+    out: &std::path::Path,
+) -> anyhow::Result<sealed::Sealed> {
+    let no_role = |run: String, why: &str| sealed::Sealed {
+        run,
+        key: None,
+        start: None,
+        outcome: sealed::Outcome::NoRole { why: why.to_string() },
+    };
+    let sealed = match role {
+        None => no_role(String::new(), "`departments.research.agent` is off"),
+        Some(_) if max == 0 => no_role(String::new(), "the run files no proposal (`--max 0`)"),
+        Some(role) => {
+            let (found, filed) = findings(forge, config, patients, false).await?;
+            match found.iter().find(|p| p.points_at.is_some() && !filed.contains(&p.key)) {
+                None => no_role(role.run.clone(), "no finding points at a role or skill without a proposal"),
+                Some(target) => policy::seal(role, forge, target, &found, out).await?,
+            }
+        }
+    };
+    sealed.write(out)?;
+    Ok(sealed)
+}
+
+/// [`file`], with the research role first when `role` is given: its
+/// policy change, if accepted, is the strongest eligible finding's proposal
+/// and counts toward `max`.
+pub async fn file_with_role(
+    forge: &dyn Forge,
+    config: &Config,
+    patients: &[PatientRecord],
+    max: usize,
+    role: Option<RoleStep<'_>>,
+) -> anyhow::Result<ResearchRun> {
+    let (found, mut filed) = findings(forge, config, patients, true).await?;
     let mut run = ResearchRun { found: found.len(), ..ResearchRun::default() };
     let mut labelled = false;
     let mut room = max;
-    let target = found.iter().find(|p| p.points_at.is_some() && !filed.contains(&p.key));
-    if let (Some(role), Some(target), true) = (role, target, room > 0) {
+    if let (Some(role), true) = (role, room > 0) {
         forge.ensure_labels(&[proposal_label()]).await.context("could not make the proposal label")?;
         labelled = true;
-        let attempt = policy::propose(role, forge, target, &found).await;
-        if let policy::Attempt::Opened { .. } = attempt {
-            filed.insert(target.key.clone());
+        let attempt = match role {
+            RoleStep::Run(role) => match found.iter().find(|p| p.points_at.is_some() && !filed.contains(&p.key)) {
+                Some(target) => Some(policy::propose(role, forge, target, &found).await),
+                None => None,
+            },
+            RoleStep::Record { hospital, sealed, dir } => recorded(hospital, forge, &found, &filed, sealed, dir).await,
+        };
+        if let Some(policy::Attempt::Opened { key, .. }) = &attempt {
+            filed.insert(key.clone());
             room -= 1;
         }
-        run.policy = Some(attempt);
+        run.policy = attempt;
     }
     for p in &found {
         if filed.contains(&p.key) {

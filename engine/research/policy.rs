@@ -12,6 +12,17 @@
 //! chief reviews it, and the pipeline check simulates it, as any pull
 //! request that changes the pipeline.
 //!
+//! What it adds is scanned for credentials as a treatment's added lines
+//! are (`secrets::scan`, gitleaks' rules and the values ward holds; the
+//! notes its pull request quotes too): a hit refuses the whole change,
+//! naming the file, the line and the rule, never the value.
+//!
+//! On GitHub the role runs in two jobs, as a stage does ([`seal`] in the
+//! read-only visit job, [`record`] in the writing one, `super::sealed`):
+//! the record job judges the change again from the sealed commit itself
+//! (its paths against [`refusal`], its added lines against the scan, its
+//! parent against the base's tip) before it pushes anything.
+//!
 //! Crash-safe at every step: a branch committed (or pushed) whose pull
 //! request was not opened is opened by the next run without the agent; a
 //! pull request opened but not labelled is labelled by the next run; after
@@ -22,10 +33,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Serialize;
 
+use super::sealed::{BUNDLE_FILE, Outcome, Remote, Sealed};
 use super::{MARKER, PROPOSAL_LABEL, Proposal};
 use crate::agent::AgentEnd;
 use crate::forge::{Forge, NewPullRequest, PullState};
 use crate::hospital::Hospital;
+use crate::workspace::bundle::BundleError;
 use crate::workspace::git::{self, Checkout};
 
 /// The branch of a finding's policy change.
@@ -84,9 +97,10 @@ impl std::fmt::Display for Attempt {
 }
 
 /// Whether the finding has a pull request of an earlier run (open, merged
-/// or closed: a person's decision stands). An open one lacking the
-/// proposal label (a run killed between opening and labelling) gets it.
-pub async fn filed_before(forge: &dyn Forge, p: &Proposal) -> anyhow::Result<bool> {
+/// or closed: a person's decision stands). With `label`, an open one
+/// lacking the proposal label (a run killed between opening and
+/// labelling) gets it; the visit job, which may not write, only reads.
+pub async fn filed_before(forge: &dyn Forge, p: &Proposal, label: bool) -> anyhow::Result<bool> {
     let pulls = forge
         .pull_requests_of_branch(&branch(&p.key))
         .await
@@ -96,7 +110,7 @@ pub async fn filed_before(forge: &dyn Forge, p: &Proposal) -> anyhow::Result<boo
         .filter(|pr| forge.engine_account().is(&pr.author))
         .filter(|pr| pr.body.lines().next().and_then(|l| MARKER.captures(l)).is_some_and(|c| c[1] == *p.key))
         .collect();
-    for pr in ours.iter().filter(|pr| pr.state == PullState::Open) {
+    for pr in ours.iter().filter(|pr| label && pr.state == PullState::Open) {
         forge
             .label_pull_request(pr.number, PROPOSAL_LABEL)
             .await
@@ -128,45 +142,16 @@ async fn try_propose(
     let h = role.hospital;
     let key = target.key.clone();
     let branch = branch(&key);
-    // A change an earlier run committed (or pushed) but did not open.
-    if let Ok(Some(_)) = forge.branch_tip(&branch).await {
-        let message = forge
-            .branch_commits(&branch, 1)
-            .await
-            .ok()
-            .and_then(|c| c.into_iter().next())
-            .map(|c| c.message)
-            .unwrap_or_default();
-        let pull = open(h, forge, target, &branch, &message).await?;
+    if let Some(pull) = open_pushed(h, forge, target, &branch).await? {
         return Ok(Attempt::Opened { key, pull, branch });
     }
-    let Some(plan) = h.workspace_plan()? else {
-        anyhow::bail!(
-            "the research role needs the repository's git checkout at {} (its worktree starts from the base \
-             branch); run `ward research` at the top of the repository, or set `departments.research.agent: false`",
-            h.root.display()
-        );
+    let message = match make(role, target, found).await? {
+        Made::Committed { message, .. } => message,
+        Made::Refused(reason) => return Ok(Attempt::Refused { key, reason }),
+        Made::Unchanged => return Ok(Attempt::Unchanged { key }),
     };
-    let folder = h.artifacts.join("research").join(&role.run);
-    std::fs::create_dir_all(&folder).with_context(|| format!("could not make {}", folder.display()))?;
-    let tree = Tree::add(&h.root, &plan.home.join("research").join(&key), &plan.base)?;
-    let judged = run_role(role, &tree, &folder, target, found, &plan.base).await;
-    let judged = match judged {
-        Ok(Judged::Accepted { summary }) => {
-            let message = format!("{}\n\n{}\n\nward-research key={key}", target.title, summary.trim());
-            tree.commit(&branch, &message, &plan.identity).map(|_| Some(message))
-        }
-        Ok(Judged::Refused(reason)) => {
-            tree.remove();
-            return Ok(Attempt::Refused { key, reason });
-        }
-        Ok(Judged::Unchanged) => Ok(None),
-        Err(e) => Err(e),
-    };
-    tree.remove();
-    let Some(message) = judged? else { return Ok(Attempt::Unchanged { key }) };
     if forge.as_local().is_none() {
-        let push = plan.push.as_ref().context(
+        let push = h.workspace_plan()?.and_then(|p| p.push.as_ref()).context(
             "the research role's change is committed, but there is no remote to push it to (GITHUB_REPOSITORY \
              and GITHUB_ACTIONS): run it in the repository's workflow",
         )?;
@@ -178,6 +163,221 @@ async fn try_propose(
             .context("the push of the research branch was cancelled")?
             .with_context(|| format!("could not push `{branch}`"))?;
     }
+    let pull = open(h, forge, target, &branch, &message).await?;
+    Ok(Attempt::Opened { key, pull, branch })
+}
+
+/// A change an earlier run committed (or pushed) but did not open: opened
+/// now, without the agent. Only ward writes the branch: one process
+/// commits it, on GitHub only the record job (the write token) pushes it.
+async fn open_pushed(h: &Hospital, forge: &dyn Forge, target: &Proposal, branch: &str) -> anyhow::Result<Option<u64>> {
+    let Ok(Some(_)) = forge.branch_tip(branch).await else { return Ok(None) };
+    let message = forge
+        .branch_commits(branch, 1)
+        .await
+        .ok()
+        .and_then(|c| c.into_iter().next())
+        .map(|c| c.message)
+        .unwrap_or_default();
+    open(h, forge, target, branch, &message).await.map(Some)
+}
+
+/// What ward made of the role's run in the repository at `h.root`.
+enum Made {
+    /// ward committed the change as `commit` on the finding's branch, on `start`.
+    Committed {
+        start: String,
+        commit: String,
+        message: String,
+    },
+    Refused(String),
+    Unchanged,
+}
+
+/// Runs the role in a worktree of the base's tip, judges what it changed,
+/// and commits an accepted change as ward on the finding's branch.
+async fn make(role: &Role<'_>, target: &Proposal, found: &[Proposal]) -> anyhow::Result<Made> {
+    let h = role.hospital;
+    let Some(plan) = h.workspace_plan()? else {
+        anyhow::bail!(
+            "the research role needs the repository's git checkout at {} (its worktree starts from the base \
+             branch); run `ward research` at the top of the repository, or set `departments.research.agent: false`",
+            h.root.display()
+        );
+    };
+    let folder = h.artifacts.join("research").join(&role.run);
+    std::fs::create_dir_all(&folder).with_context(|| format!("could not make {}", folder.display()))?;
+    let tree = Tree::add(&h.root, &plan.home.join("research").join(&target.key), &plan.base)?;
+    let judged = run_role(role, &tree, &folder, target, found, &plan.base, &plan.state_paths).await;
+    let made = match judged {
+        Ok(Judged::Accepted { summary }) => {
+            let message = format!("{}\n\n{}\n\nward-research key={}", target.title, summary.trim(), target.key);
+            tree.commit(&branch(&target.key), &message, &plan.identity).map(|commit| Made::Committed {
+                start: tree.start.clone(),
+                commit,
+                message,
+            })
+        }
+        Ok(Judged::Refused(reason)) => Ok(Made::Refused(reason)),
+        Ok(Judged::Unchanged) => Ok(Made::Unchanged),
+        Err(e) => Err(e),
+    };
+    tree.remove();
+    made
+}
+
+/// The visit job's half (no write, no write token): runs the role on
+/// `target` and seals what it came to into `out`: the outcome, the role's
+/// notes, and ward's commit as a git bundle. The branch made for the
+/// commit is removed again: only the record job's push makes it.
+pub async fn seal(
+    role: &Role<'_>,
+    forge: &dyn Forge,
+    target: &Proposal,
+    found: &[Proposal],
+    out: &Path,
+) -> anyhow::Result<Sealed> {
+    let h = role.hospital;
+    let branch = branch(&target.key);
+    let mut sealed =
+        Sealed { run: role.run.clone(), key: Some(target.key.clone()), start: None, outcome: Outcome::Unchanged };
+    if let Ok(Some(_)) = forge.branch_tip(&branch).await {
+        let why = format!("`{branch}` is on the remote already: the record job opens its pull request");
+        sealed.outcome = Outcome::NoRole { why };
+        return Ok(sealed);
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("could not make {}", out.display()))?;
+    sealed.outcome = match make(role, target, found).await {
+        Ok(Made::Committed { start, commit, .. }) => {
+            let bundled = bundle_commit(&h.root, &branch, &start, &out.join(BUNDLE_FILE));
+            let mut unmake = git::local(&h.root);
+            unmake.args(["update-ref", "-d", &format!("refs/heads/{branch}"), &commit]);
+            let dropped = git::run(unmake, "remove the research branch from", None);
+            bundled?;
+            dropped?;
+            sealed.start = Some(start);
+            Outcome::Proposed
+        }
+        Ok(Made::Refused(reason)) => Outcome::Refused { reason },
+        Ok(Made::Unchanged) => Outcome::Unchanged,
+        Err(e) => Outcome::Failed { error: format!("{e:#}") },
+    };
+    // The role's account, for the people reading the artifact.
+    let notes = h.artifacts.join("research").join(&role.run).join(crate::stage::visit::NOTES_FILE);
+    if let Ok(bytes) = std::fs::read(&notes) {
+        let text =
+            crate::untrusted::cut(&String::from_utf8_lossy(&bytes), 512 * 1024, "the rest is in the run's notes");
+        let file = out.join(super::sealed::NOTES_FILE);
+        std::fs::write(&file, text).with_context(|| format!("could not write {}", file.display()))?;
+    }
+    Ok(sealed)
+}
+
+/// `branch` of the repository at `root`, on top of `start`, as a bundle at `out`.
+fn bundle_commit(root: &Path, branch: &str, start: &str, out: &Path) -> anyhow::Result<()> {
+    let mut cmd = git::local(root);
+    cmd.args(["bundle", "create", "--quiet"]).arg(out).args([format!("refs/heads/{branch}"), format!("^{start}")]);
+    git::run(cmd, "bundle the research role's commit in", None)?;
+    Ok(())
+}
+
+/// The record job's half (the write token, nothing of the agent's run):
+/// the sealed visit in `dir` of the role's run on `target`, its commit
+/// judged again here (the paths it changed, the credentials it adds), then
+/// pushed and opened. Whatever goes wrong is the attempt's sentence.
+pub async fn record(h: &Hospital, forge: &dyn Forge, target: &Proposal, sealed: &Sealed, dir: &Path) -> Attempt {
+    match try_record(h, forge, target, sealed, dir).await {
+        Ok(attempt) => attempt,
+        Err(e) => {
+            tracing::warn!(error = format!("{e:#}"), "the research role's change could not be recorded");
+            Attempt::Failed { key: target.key.clone(), error: format!("{e:#}") }
+        }
+    }
+}
+
+/// What a sealed visit that proposes no change comes to (`None`: it
+/// proposes one).
+pub fn unopened(sealed: &Sealed, key: &str) -> Option<Attempt> {
+    let key = key.to_string();
+    match &sealed.outcome {
+        Outcome::Proposed => None,
+        Outcome::Unchanged | Outcome::NoRole { .. } => Some(Attempt::Unchanged { key }),
+        Outcome::Refused { reason } => Some(Attempt::Refused { key, reason: format!("in the visit job, {reason}") }),
+        Outcome::Failed { error } => Some(Attempt::Failed { key, error: format!("in the visit job, {error}") }),
+    }
+}
+
+async fn try_record(
+    h: &Hospital,
+    forge: &dyn Forge,
+    target: &Proposal,
+    sealed: &Sealed,
+    dir: &Path,
+) -> anyhow::Result<Attempt> {
+    let key = target.key.clone();
+    let branch = branch(&key);
+    // A change an earlier record pushed but did not open.
+    if let Some(pull) = open_pushed(h, forge, target, &branch).await? {
+        return Ok(Attempt::Opened { key, pull, branch });
+    }
+    if let Some(attempt) = unopened(sealed, &key) {
+        return Ok(attempt);
+    }
+    let Some(plan) = h.workspace_plan()? else {
+        anyhow::bail!(
+            "the record of the research role's change needs the repository's git checkout at {}; run `ward \
+             research --visit` at the top of the repository",
+            h.root.display()
+        );
+    };
+    let (url, token) = match forge.as_local() {
+        Some(_) => (std::path::absolute(&h.root)?.display().to_string(), None),
+        None => {
+            let push = plan.push.as_ref().context(
+                "the research role's change has no remote to push to (GITHUB_REPOSITORY and GITHUB_ACTIONS): \
+                 run `ward research --visit` in the repository's workflow",
+            )?;
+            (push.url.clone(), push.token.clone())
+        }
+    };
+    let start = sealed.start.clone().unwrap_or_default();
+    let (folder, name, base, at, with) =
+        (dir.to_path_buf(), branch.clone(), plan.base.clone(), url.clone(), token.clone());
+    // The fetches wait on the network: off the async threads.
+    let taken = tokio::task::spawn_blocking(move || {
+        let remote = Remote { url: &at, token: with.as_deref(), base: &base };
+        super::sealed::take_in(&folder, &name, &start, &remote)
+    })
+    .await
+    .context("the intake of the research visit was cancelled")?;
+    let commit = match taken {
+        Ok(commit) => commit,
+        Err(BundleError::Refused(reason)) => return Ok(Attempt::Refused { key, reason }),
+        Err(BundleError::Git(e)) => {
+            return Err(anyhow::Error::new(e).context("could not take in the research visit's commit"));
+        }
+    };
+    // Judged here again, from the commit: never the visit's own verdict.
+    if commit.changed.is_empty() {
+        return Ok(Attempt::Unchanged { key });
+    }
+    if let Some(reason) = refusal(&h.config, &commit.changed) {
+        return Ok(Attempt::Refused { key, reason });
+    }
+    let added = crate::workspace::added::between(&commit.bare, &commit.base_tip, &commit.head, &plan.state_paths)
+        .context("could not read the lines the research visit's commit adds")?;
+    if let Some(reason) = credentials(h, &added, &[("the commit's message", &commit.message)])? {
+        return Ok(Attempt::Refused { key, reason });
+    }
+    // Only while the branch does not exist: a second record pushes nothing.
+    let target_ref = format!("refs/heads/{branch}");
+    let message = commit.message.clone();
+    tokio::task::spawn_blocking(move || {
+        git::push_lease(&commit.bare, Some(commit.source), &url, &target_ref, token.as_deref(), Some(None))
+    })
+    .await
+    .context("the push of the research branch was cancelled")?
+    .with_context(|| format!("could not push `{branch}`"))?;
     let pull = open(h, forge, target, &branch, &message).await?;
     Ok(Attempt::Opened { key, pull, branch })
 }
@@ -247,6 +447,7 @@ async fn run_role(
     target: &Proposal,
     found: &[Proposal],
     base: &str,
+    state_paths: &[String],
 ) -> anyhow::Result<Judged> {
     let h = role.hospital;
     let ctx = ResearchContext::new(h, target, found, tree, base);
@@ -301,9 +502,42 @@ async fn run_role(
     }
     let notes = folder.join(crate::stage::visit::NOTES_FILE);
     let summary = std::fs::read(&notes).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    // What the pull request would publish: the added lines, and the notes
+    // its body quotes.
+    let added = crate::workspace::added::since(&tree.checkout, &tree.start, state_paths)
+        .context("could not read the lines the research role added")?;
+    if let Some(reason) = credentials(h, &added, &[("the role's notes", &summary)])? {
+        return Ok(Judged::Refused(reason));
+    }
     let summary = crate::untrusted::cut(&summary, SUMMARY_BUDGET, "the rest is in the run's notes.md");
     let files = changed.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ");
     Ok(Judged::Accepted { summary: format!("Files: {files}.\n\n{summary}") })
+}
+
+/// Why a change that adds `added` (and publishes `texts`, each named) is
+/// refused, if it holds what looks like a credential (gitleaks' rules and
+/// the values ward holds, as for a treatment, `secrets::scan`): the file
+/// and line and the rule, never the value.
+pub fn credentials(
+    h: &Hospital,
+    added: &[crate::workspace::added::Added],
+    texts: &[(&str, &str)],
+) -> anyhow::Result<Option<String>> {
+    use crate::secrets::scan::{Scanner, Text};
+    // The placeholder too: an agent that writes it down was after the key.
+    let placeholder = ("the agent's placeholder key".to_string(), crate::agent::gate::PLACEHOLDER_KEY.to_string());
+    let held = crate::secrets::held(&h.config.agent.pass_env).into_iter().chain([placeholder]);
+    let scanner = Scanner::new(held)?;
+    let mut all: Vec<Text<'_>> = added
+        .iter()
+        .map(|a| Text { path: &a.path, lines: a.lines.iter().map(|(n, l)| (*n, l.as_str())).collect() })
+        .collect();
+    all.extend(texts.iter().map(|(name, text)| Text::whole(name, text)));
+    let found = scanner.scan(all);
+    Ok(crate::rules::changes::no_credentials(&found).err().map(|refusal| {
+        tracing::warn!(places = found.len(), "credentials found in the research role's change; refused");
+        refusal.reason
+    }))
 }
 
 /// Pure: why a change of `changed` (paths from the repository's top) is

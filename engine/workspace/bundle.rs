@@ -178,7 +178,12 @@ pub fn take_in(
 }
 
 /// Checks the bundle's size and refs, and fetches it: its head.
-fn fetch_bundle(file: &Path, bare: &Path, scratch: &Path, branch: &str) -> std::result::Result<String, BundleError> {
+pub fn fetch_bundle(
+    file: &Path,
+    bare: &Path,
+    scratch: &Path,
+    branch: &str,
+) -> std::result::Result<String, BundleError> {
     let refuse = |s: String| Err(BundleError::Refused(s));
     let len = std::fs::metadata(file).map_err(io_err("read", file))?.len();
     if len > MAX_BUNDLE_BYTES {
@@ -215,7 +220,11 @@ fn fetch_bundle(file: &Path, bare: &Path, scratch: &Path, branch: &str) -> std::
 
 /// The paths changed from `start` to `head` and the lines they changed; a
 /// file over [`MAX_FILE_BYTES`] refuses.
-fn too_large_or_changed(bare: &Path, start: &str, head: &str) -> std::result::Result<(Vec<String>, u64), BundleError> {
+pub fn too_large_or_changed(
+    bare: &Path,
+    start: &str,
+    head: &str,
+) -> std::result::Result<(Vec<String>, u64), BundleError> {
     let gerr = |e: git2::Error| WorktreeError::Git { op: "read", object: "the visit's commits".into(), source: e };
     let repo = git2::Repository::open_bare(bare).map_err(gerr)?;
     let tree = |rev: &str| repo.revparse_single(rev).and_then(|o| o.peel_to_tree());
