@@ -961,24 +961,9 @@ mod research {
     use ward::forge::local::LocalForge;
     use ward::forge::{Forge, Issue, NewIssue, PullState};
 
-    use super::support::{Sandbox, stderr, stdout};
+    use super::support::{Sandbox, git, stderr, stdout};
 
     const BOT: &str = "github-actions[bot]";
-
-    fn git(dir: &Path, args: &[&str]) -> String {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "rosa")
-            .env("GIT_AUTHOR_EMAIL", "rosa@example.com")
-            .env("GIT_COMMITTER_NAME", "rosa")
-            .env("GIT_COMMITTER_EMAIL", "rosa@example.com")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
 
     /// `ward init` in a git repository on `main` (ward.yml's research
     /// section as `research`, committed), and a month's record on its local
@@ -1147,12 +1132,9 @@ mod research {
     async fn on_github()
     -> (super::support::fake_github::FakeGitHub, Sandbox, ward::hospital::Hospital, Vec<ward::report::PatientRecord>)
     {
-        use std::sync::Arc;
-
         use ward::report::PatientRecord;
-        use ward::workspace::{PushTarget, WorkspacePlan};
 
-        use super::support::fake_github::{FakeGitHub, OWNER, REPO, TOKEN};
+        use super::support::fake_github::FakeGitHub;
 
         let gh = FakeGitHub::start().await;
         let s = Sandbox::new();
@@ -1167,18 +1149,7 @@ mod research {
         gh.seed(s.root());
         // docs/github.md, step 3: "Allow GitHub Actions to create and approve pull requests".
         gh.state().actions_can_create_pull_requests = true;
-        let mut h = ward::hospital::Hospital::load(s.root(), Arc::new(gh.forge())).unwrap();
-        h.ward_exe = env!("CARGO_BIN_EXE_ward").into();
-        let url = gh.url.clone();
-        let env = move |k: &str| match k {
-            "GITHUB_ACTIONS" => Some("true".to_string()),
-            "GITHUB_REPOSITORY" => Some(format!("{OWNER}/{REPO}")),
-            "GITHUB_SERVER_URL" => Some(url.clone()),
-            _ => None,
-        };
-        let mut plan = WorkspacePlan::detect(s.root(), env).unwrap().expect("a git repository");
-        plan.push = Some(PushTarget { url: gh.git_url(), token: Some(TOKEN.into()) });
-        h.workspace = Ok(Some(plan));
+        let h = gh.hospital(s.root());
 
         let note = |n: u64| Note {
             kind: NoteKind::Outcome,

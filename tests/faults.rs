@@ -33,8 +33,6 @@ use ward::actions;
 use ward::chart::{Note, Sentinels};
 use ward::event::{Trigger, TriggerKind, Wake};
 use ward::forge::IssueNumber;
-use ward::hospital::Hospital;
-use ward::workspace::{PushTarget, WorkspacePlan};
 
 /// Schedules the test runs by default; `.ci/faults` runs 1,000.
 const DEFAULT_SCHEDULES: u64 = 40;
@@ -67,24 +65,6 @@ fn template() -> tempfile::TempDir {
         git(dir.path(), args);
     }
     dir
-}
-
-/// The hospital of `root` on the fake, as a workflow step has it: checkout
-/// mode, pushing to the fake's git server with the token.
-fn hospital(gh: &FakeGitHub, root: &Path) -> Hospital {
-    let mut h = Hospital::load(root, Arc::new(gh.forge())).unwrap();
-    h.ward_exe = env!("CARGO_BIN_EXE_ward").into();
-    let url = gh.url.clone();
-    let env = move |k: &str| match k {
-        "GITHUB_ACTIONS" => Some("true".to_string()),
-        "GITHUB_REPOSITORY" => Some(format!("{OWNER}/{REPO}")),
-        "GITHUB_SERVER_URL" => Some(url.clone()),
-        _ => None,
-    };
-    let mut plan = WorkspacePlan::detect(root, env).unwrap().expect("a git repository");
-    plan.push = Some(PushTarget { url: gh.git_url(), token: Some(TOKEN.into()) });
-    h.workspace = Ok(Some(plan));
-    h
 }
 
 fn trigger(kind: TriggerKind, issue: u64, label: Option<&str>, actor: &str) -> Trigger {
@@ -147,7 +127,7 @@ async fn admitted(template: &Path) -> (FakeGitHub, tempfile::TempDir, u64) {
 async fn patient(seed: u64, template: &Path) -> Result<Ran, String> {
     let started = Instant::now();
     let (gh, repo, n) = admitted(template).await;
-    let h = hospital(&gh, repo.path());
+    let h = gh.hospital(repo.path());
     gh.state().schedule = Some(Schedule::new(seed));
 
     let mut next = Some(trigger(TriggerKind::Labeled, n, Some("ward:admit"), "alice"));
@@ -359,7 +339,7 @@ async fn every_fault_schedule_ends_discharged_or_resting_with_every_note_once() 
 async fn an_audit_read_that_fails_after_its_retries_decides_nothing_and_the_next_run_audits_again() {
     let template = template();
     let (gh, repo, n) = admitted(template.path()).await;
-    let h = hospital(&gh, repo.path());
+    let h = gh.hospital(repo.path());
     let run = |t: Trigger| {
         let h = &h;
         async move { actions::stage_from_event(h, &t, ward::stage::Phase::Whole).await }

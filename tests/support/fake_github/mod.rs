@@ -205,6 +205,25 @@ impl FakeGitHub {
         }
     }
 
+    /// The hospital of the repository at `root` on this fake, as a workflow
+    /// step has it: the ward under test, checkout mode (`GITHUB_ACTIONS`),
+    /// pushing to the fake's git server with the token.
+    pub fn hospital(&self, root: &std::path::Path) -> ward::hospital::Hospital {
+        let mut h = ward::hospital::Hospital::load(root, Arc::new(self.forge())).expect("the pipeline loads");
+        h.ward_exe = env!("CARGO_BIN_EXE_ward").into();
+        let url = self.url.clone();
+        let env = move |k: &str| match k {
+            "GITHUB_ACTIONS" => Some("true".to_string()),
+            "GITHUB_REPOSITORY" => Some(format!("{OWNER}/{REPO}")),
+            "GITHUB_SERVER_URL" => Some(url.clone()),
+            _ => None,
+        };
+        let mut plan = ward::workspace::WorkspacePlan::detect(root, env).unwrap().expect("a git repository");
+        plan.push = Some(ward::workspace::PushTarget { url: self.git_url(), token: Some(TOKEN.into()) });
+        h.workspace = Ok(Some(plan));
+        h
+    }
+
     /// `{url}/{owner}/{repo}.git`: where git fetches and pushes.
     pub fn git_url(&self) -> String {
         format!("{}/{OWNER}/{REPO}.git", self.url)
