@@ -40,6 +40,9 @@ pub struct FakeAsset {
     pub name: String,
     pub content_type: String,
     pub bytes: Vec<u8>,
+    /// `sha256:<hex>`, computed once at upload as GitHub does (not on every
+    /// listing: a release of ward is tens of megabytes).
+    pub digest: String,
 }
 
 #[derive(Debug, Clone)]
@@ -81,11 +84,18 @@ impl State {
                 name: name.to_string(),
                 content_type: content_type_of(name).into(),
                 bytes: bytes.clone(),
+                digest: digest(bytes),
             })
             .collect();
         self.releases.all.push(FakeRelease { id, repository: repository.into(), tag: tag.into(), draft, assets });
         id
     }
+}
+
+fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    let hex: String = sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
 }
 
 fn content_type_of(name: &str) -> &'static str {
@@ -293,9 +303,7 @@ fn release_json(state: &State, r: &FakeRelease) -> Value {
 }
 
 fn asset_json(state: &State, r: &FakeRelease, a: &FakeAsset) -> Value {
-    use sha2::Digest;
     let mut v = template(include_str!("../../fixtures/github/rest-api/examples/release-asset.json"));
-    let digest: String = sha2::Sha256::digest(&a.bytes).iter().map(|b| format!("{b:02x}")).collect();
     v["id"] = json!(a.id);
     v["url"] = json!(format!("{}/repos/{}/releases/assets/{}", state.base_url, r.repository, a.id));
     v["browser_download_url"] =
@@ -304,7 +312,7 @@ fn asset_json(state: &State, r: &FakeRelease, a: &FakeAsset) -> Value {
     v["label"] = json!("");
     v["content_type"] = json!(a.content_type);
     v["size"] = json!(a.bytes.len());
-    v["digest"] = json!(format!("sha256:{digest}"));
+    v["digest"] = json!(a.digest);
     v
 }
 
