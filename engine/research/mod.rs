@@ -161,71 +161,61 @@ pub fn proposals(
         }
     }
     let mut out = Vec::new();
-    for (gate, count) in send_back_counts.into_iter().filter(|(_, c)| *c >= RECURRING) {
-        let who = patients_list(&send_backs[&gate]);
+    let gates = send_back_counts.into_iter().map(|(gate, count)| {
         let points_at = gate.split_once('.').and_then(|(stage, outcome)| upstream_role(config, stage, outcome));
-        out.push(Proposal {
-            points_at,
-            key: key("send-backs", &gate),
-            weight: count,
-            title: format!("Research: `{gate}` sent work back {count} times"),
-            body: format!(
+        let patients = send_backs.remove(&gate).unwrap_or_default();
+        Found { subject: gate, count, patients, points_at }
+    });
+    out.extend(recurring("send-backs", gates, RECURRING, |gate, count, who| {
+        (
+            format!("Research: `{gate}` sent work back {count} times"),
+            format!(
                 "The gate `{gate}` sent work back {count} times in the period ({who}). Read the reasons in those \
                  charts; if they repeat, tighten what comes before the gate (the role or skill of the stage it \
                  sends back to), so the work arrives right the first time. A change to `roles/` or `skills/` is a \
                  pull request: it goes through the protected-paths rule (a chief approves) and the pipeline's \
                  simulation."
             ),
-        });
-    }
-    for (stage, numbers) in escalations.into_iter().filter(|(_, ps)| ps.len() >= 2) {
-        let count = numbers.len();
-        out.push(Proposal {
-            key: key("escalations", &stage),
-            points_at: None,
-            weight: count,
-            title: format!("Research: {count} patients escalated from `{stage}`"),
-            body: format!(
-                "{count} patients escalated to the chiefs from the `{stage}` stage ({}). If the chiefs' answers \
+        )
+    }));
+    out.extend(recurring("escalations", by_patients(escalations), 2, |stage, count, who| {
+        (
+            format!("Research: {count} patients escalated from `{stage}`"),
+            format!(
+                "{count} patients escalated to the chiefs from the `{stage}` stage ({who}). If the chiefs' answers \
                  share a rule, a chief could write it as a precedent, so the next agent cites it instead of \
                  escalating. A draft, for a person to write: the question the escalations asked, and the \
-                 decision the chiefs gave. ward never appends to the precedent log.",
-                patients_list(&numbers)
+                 decision the chiefs gave. ward never appends to the precedent log."
             ),
-        });
-    }
-    for (id, numbers) in citations.into_iter().filter(|(_, ps)| ps.len() >= RECURRING) {
-        let count = numbers.len();
-        out.push(Proposal {
-            key: key("precedent", &id),
-            points_at: None,
-            weight: count,
-            title: format!("Research: precedent {id} was cited by {count} patients"),
-            body: format!(
-                "Precedent {id} was cited by {count} patients in the period ({}). A decision applied this often \
+        )
+    }));
+    out.extend(recurring("precedent", by_patients(citations), RECURRING, |id, count, who| {
+        (
+            format!("Research: precedent {id} was cited by {count} patients"),
+            format!(
+                "Precedent {id} was cited by {count} patients in the period ({who}). A decision applied this often \
                  may belong in a skill, where every agent reads it before it plans; that is a pull request to \
-                 `skills/` a chief approves. The precedent itself stays as it is.",
-                patients_list(&numbers)
+                 `skills/` a chief approves. The precedent itself stays as it is."
             ),
-        });
-    }
-    for (check, heads) in flaky.into_iter().filter(|(_, hs)| hs.len() >= RECURRING_FLAKES) {
-        let count = heads.len();
-        let numbers: BTreeSet<u64> = heads.iter().map(|(n, _)| *n).collect();
-        out.push(Proposal {
-            key: key("flaky", &check),
-            points_at: None,
-            weight: count,
-            title: format!("Research: the check `{check}` failed and then passed on the same head {count} times"),
-            body: format!(
+        )
+    }));
+    let flaky = flaky.into_iter().map(|(check, heads)| Found {
+        count: heads.len(),
+        patients: heads.iter().map(|(n, _)| *n).collect(),
+        subject: check,
+        points_at: None,
+    });
+    out.extend(recurring("flaky", flaky, RECURRING_FLAKES, |check, count, who| {
+        (
+            format!("Research: the check `{check}` failed and then passed on the same head {count} times"),
+            format!(
                 "The check `{check}` failed the discharge audit and then passed on the very same commit {count} \
-                 times ({}): it fails for reasons other than the change. Each failure sent a patient back to \
+                 times ({who}): it fails for reasons other than the change. Each failure sent a patient back to \
                  treatment for nothing. Find why it is flaky (timing, order, the network, shared state) and fix or \
-                 quarantine it; a change to the CI workflow is a pull request a chief approves.",
-                patients_list(&numbers)
+                 quarantine it; a change to the CI workflow is a pull request a chief approves."
             ),
-        });
-    }
+        )
+    }));
     let waiting: BTreeSet<u64> = issues
         .iter()
         .filter(|i| i.state == IssueState::Open && engine.is(&i.author))
@@ -250,6 +240,37 @@ pub fn proposals(
     }
     out.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.key.cmp(&b.key)));
     out
+}
+
+/// One recurring subject of the record: a gate, a stage, a precedent, a
+/// check; how often it recurred, and in which patients.
+struct Found {
+    subject: String,
+    count: usize,
+    patients: BTreeSet<u64>,
+    points_at: Option<String>,
+}
+
+/// Subjects counted by the patients they were seen in.
+fn by_patients(seen: BTreeMap<String, BTreeSet<u64>>) -> impl Iterator<Item = Found> {
+    seen.into_iter().map(|(subject, patients)| Found { count: patients.len(), subject, patients, points_at: None })
+}
+
+/// A proposal of `kind` for each subject seen at least `min` times; `write`
+/// gives its title and text from the subject, the count and the patients.
+fn recurring(
+    kind: &str,
+    found: impl Iterator<Item = Found>,
+    min: usize,
+    write: impl Fn(&str, usize, &str) -> (String, String),
+) -> Vec<Proposal> {
+    found
+        .filter(|f| f.count >= min)
+        .map(|f| {
+            let (title, body) = write(&f.subject, f.count, &patients_list(&f.patients));
+            Proposal { key: key(kind, &f.subject), points_at: f.points_at, weight: f.count, title, body }
+        })
+        .collect()
 }
 
 /// Pure: the checks that failed and then passed on the same head in one
