@@ -187,18 +187,11 @@ pub fn take_in(dir: &Path, branch: &str, claimed_start: &str, remote: &Remote<'_
             file.display()
         ));
     }
-    let scratch = Scratch::new()?;
-    let bare = scratch.0.join("research.git");
-    let mut init = git::remote(&scratch.0);
-    init.args(["init", "--quiet", "--bare"]).arg(&bare);
-    git::run(init, "make the record repository in", None)?;
-    let git_in = |args: &[&str]| {
-        let mut cmd = git::remote(&scratch.0);
-        cmd.arg("--git-dir").arg(&bare).args(args);
-        cmd
-    };
+    let repo = bundle::RecordRepo::new("research.git")?;
+    let (scratch, bare) = (&repo.scratch, &repo.bare);
+    let git_in = |args: &[&str]| repo.git(args);
     let base_ref = "refs/ward/base";
-    if !git::fetch_into(&bare, &scratch.0, remote.url, remote.base, base_ref, remote.token)? {
+    if !git::fetch_into(bare, &scratch.0, remote.url, remote.base, base_ref, remote.token)? {
         return refuse(format!("the base branch `{}` is not on the remote", remote.base));
     }
     let base_tip = git::text(git_in(&["rev-parse", base_ref]), "rev-parse")?;
@@ -209,7 +202,7 @@ pub fn take_in(dir: &Path, branch: &str, claimed_start: &str, remote: &Remote<'_
             remote.base
         ));
     }
-    let head = bundle::fetch_bundle(&file, &bare, &scratch.0, branch)?;
+    let head = bundle::fetch_bundle(&file, bare, &scratch.0, branch)?;
     let parents = git::text(git_in(&["rev-list", "--parents", "--max-count=1", &head]), "rev-list")?;
     let parents: Vec<&str> = parents.split_whitespace().skip(1).collect();
     if parents != [base_tip.as_str()] {
@@ -219,9 +212,10 @@ pub fn take_in(dir: &Path, branch: &str, claimed_start: &str, remote: &Remote<'_
             if parents.is_empty() { "none".to_string() } else { parents.join(", ") }
         ));
     }
-    let (changed, _) = bundle::too_large_or_changed(&bare, &base_tip, &head)?;
+    let (changed, _) = bundle::too_large_or_changed(bare, &base_tip, &head)?;
     let message = git::text(git_in(&["log", "-1", "--format=%B", &head]), "log")?;
     let message = crate::untrusted::cut(&message, MAX_MESSAGE_BYTES, "the rest is in the commit");
+    let bundle::RecordRepo { scratch, bare } = repo;
     Ok(Commit { _scratch: scratch, bare, source: "refs/ward/visit", base_tip, head, message, changed })
 }
 

@@ -89,6 +89,32 @@ pub struct Expected<'a> {
     pub resolve: bool,
 }
 
+/// A fresh bare repository in a scratch folder of its own (removed with
+/// it), where the record job takes a bundle in; git runs on it with a clean
+/// environment ([`git::remote`]).
+pub struct RecordRepo {
+    pub scratch: Scratch,
+    pub bare: PathBuf,
+}
+
+impl RecordRepo {
+    pub fn new(name: &str) -> std::result::Result<Self, BundleError> {
+        let scratch = Scratch::new()?;
+        let bare = scratch.0.join(name);
+        let mut init = git::remote(&scratch.0);
+        init.args(["init", "--quiet", "--bare"]).arg(&bare);
+        git::run(init, "make the record repository in", None)?;
+        Ok(Self { scratch, bare })
+    }
+
+    /// git with `args` on the bare repository.
+    pub fn git(&self, args: &[&str]) -> std::process::Command {
+        let mut cmd = git::remote(&self.scratch.0);
+        cmd.arg("--git-dir").arg(&self.bare).args(args);
+        cmd
+    }
+}
+
 /// Takes a visit's bundle in (see the module comment). `bundle` is `None`
 /// when the visit committed nothing; `claimed_start` is what the visit says
 /// it started at, accepted only when it is what the record job expects.
@@ -98,22 +124,15 @@ pub fn take_in(
     expect: &Expected<'_>,
 ) -> std::result::Result<Intake, BundleError> {
     let refuse = |s: String| Err(BundleError::Refused(s));
-    let scratch = Scratch::new()?;
-    let bare = scratch.0.join("visit.git");
-    let mut init = git::remote(&scratch.0);
-    init.args(["init", "--quiet", "--bare"]).arg(&bare);
-    git::run(init, "make the record repository in", None)?;
-    let git_in = |args: &[&str]| {
-        let mut cmd = git::remote(&scratch.0);
-        cmd.arg("--git-dir").arg(&bare).args(args);
-        cmd
-    };
+    let repo = RecordRepo::new("visit.git")?;
+    let (scratch, bare) = (&repo.scratch, &repo.bare);
+    let git_in = |args: &[&str]| repo.git(args);
     // The remote as it is now: the patient's branch (if any) and the base.
     let base_ref = "refs/ward/base";
     let branch_ref = "refs/ward/branch";
-    git::fetch_into(&bare, &scratch.0, expect.remote_url, expect.base, base_ref, expect.token)?;
+    git::fetch_into(bare, &scratch.0, expect.remote_url, expect.base, base_ref, expect.token)?;
     let remote_head =
-        match git::fetch_into(&bare, &scratch.0, expect.remote_url, expect.branch, branch_ref, expect.token)? {
+        match git::fetch_into(bare, &scratch.0, expect.remote_url, expect.branch, branch_ref, expect.token)? {
             true => Some(git::text(git_in(&["rev-parse", branch_ref]), "rev-parse")?),
             false => None,
         };
@@ -134,7 +153,7 @@ pub fn take_in(
     }
     let head = match bundle {
         None => claimed_start.to_string(),
-        Some(file) => fetch_bundle(file, &bare, &scratch.0, expect.branch)?,
+        Some(file) => fetch_bundle(file, bare, &scratch.0, expect.branch)?,
     };
     // Every bound is measured from where the commits start: the run's start,
     // or for a resolving stage's rebase the base's tip this job fetched.
@@ -162,7 +181,8 @@ pub fn take_in(
     if count.parse::<usize>().unwrap_or(usize::MAX) > MAX_COMMITS {
         return refuse(format!("the visit adds {count} commits, over the limit of {MAX_COMMITS}"));
     }
-    let (changed, diff_lines) = too_large_or_changed(&bare, &from, &head)?;
+    let (changed, diff_lines) = too_large_or_changed(bare, &from, &head)?;
+    let RecordRepo { scratch, bare } = repo;
     Ok(Intake {
         _scratch: scratch,
         bare,
