@@ -1035,7 +1035,7 @@ fn config_check(root: &Path) -> anyhow::Result<ExitCode> {
     if problems.is_empty() {
         println!(
             "{CONFIG_PATH}: ok ({} stages, {} roles, {} labels; every role renders)",
-            config.stages.0.len(),
+            config.stages.len(),
             config.roles.len(),
             config.labels.len()
         );

@@ -282,7 +282,7 @@ impl Config {
         })?;
         let mut config = config;
         config.place_precedent_log(text);
-        let mut problems = config.resolve_modes();
+        let mut problems = config.stages.without_mode();
         problems.extend(agents::resolve(&mut config, preset));
         if problems.is_empty() {
             problems = config.validate(root);
@@ -382,9 +382,9 @@ impl Config {
         if let Some(problem) = pattern.problem() {
             return Some((at, problem));
         }
-        let checkpointed = self.stages().any(|s| {
-            s.config.mode.is_some_and(Mode::treats) && self.emulator_for(s.name).and_then(|e| e.checkpoint()).is_some()
-        });
+        let checkpointed = self
+            .stages()
+            .any(|s| s.mode().treats() && self.emulator_for(s.name).and_then(|e| e.checkpoint()).is_some());
         (!checkpointed).then(|| {
             (
                 at,
@@ -472,27 +472,6 @@ impl Config {
         out
     }
 
-    /// Gives every stage its mode: its own, else its name when that is a
-    /// mode. Returns the stages that have neither.
-    fn resolve_modes(&mut self) -> Vec<(String, String)> {
-        let mut p = Vec::new();
-        for (name, stage) in &mut self.stages.0 {
-            if stage.mode.is_none() {
-                match name.parse::<Mode>() {
-                    Ok(mode) => stage.mode = Some(mode),
-                    Err(_) => p.push((
-                        format!("stages.{name}"),
-                        format!(
-                            "stage `{name}` has no `mode`, and its name is not one; add `mode:` with one of {}",
-                            Mode::known()
-                        ),
-                    )),
-                }
-            }
-        }
-        p
-    }
-
     fn reachable_labels(&self) -> BTreeSet<&str> {
         let mut seen = BTreeSet::new();
         let mut queue = VecDeque::from([self.admission.as_str()]);
@@ -512,33 +491,33 @@ impl Config {
     }
 
     pub fn stage(&self, name: &str) -> Option<Stage<'_>> {
-        self.stages.0.iter().find(|(n, _)| n == name).map(|(name, config)| Stage { name, config })
+        self.stages.iter().find(|s| s.name == name)
     }
 
     pub fn stage_by_label(&self, label: &str) -> Option<Stage<'_>> {
-        self.stages.0.iter().find(|(_, s)| s.label == label).map(|(name, config)| Stage { name, config })
+        self.stages.iter().find(|s| s.config.label == label)
     }
 
     /// The stage that diagnoses and plans, where a treatment too large to
     /// review goes back to split its plan.
     pub fn diagnosing_stage(&self) -> Option<Stage<'_>> {
-        self.stages().find(|s| s.config.mode == Some(Mode::Diagnose))
+        self.stages().find(|s| s.mode() == Mode::Diagnose)
     }
 
     /// The stage that changes the code, where failed audits and failed
     /// integrations go back to (validation requires one).
     pub fn treating_stage(&self) -> Option<Stage<'_>> {
-        self.stages().find(|s| s.config.mode == Some(Mode::Treat))
+        self.stages().find(|s| s.mode() == Mode::Treat)
     }
 
     /// The stage where the merge queue sends a patient whose branch
     /// conflicts with the base (the treating stage when there is none).
     pub fn resolving_stage(&self) -> Option<Stage<'_>> {
-        self.stages().find(|s| s.config.mode == Some(Mode::Resolve))
+        self.stages().find(|s| s.mode() == Mode::Resolve)
     }
 
     pub fn stages(&self) -> impl Iterator<Item = Stage<'_>> {
-        self.stages.0.iter().map(|(name, config)| Stage { name, config })
+        self.stages.iter()
     }
 
     /// The emulator a stage run gets: the stage's own, else the top-level one.

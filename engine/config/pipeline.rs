@@ -1,7 +1,7 @@
 //! The pipeline sections of `ward.yml`: labels, stages and their modes,
 //! roles, the agent, decomposition, discharge, precedents.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -343,8 +343,9 @@ pub struct StageConfig {
     /// What the stage does, which the engine acts on and the role's
     /// template branches on: one of [`Mode`]. Default: the stage's name,
     /// when that is a mode.
+    // As written; [`Stage::mode`] is the one to read.
     #[serde(default)]
-    pub mode: Option<Mode>,
+    mode: Option<Mode>,
     /// Wall-clock limit of one agent run. Default 30m.
     #[serde(default = "default_time_limit", deserialize_with = "de_duration")]
     #[schemars(schema_with = "super::schema::duration")]
@@ -533,9 +534,40 @@ fn default_command_permission() -> Permission {
     Permission::Write
 }
 
-/// Stages keep the order of the file (it is the order people read them in).
+/// Stages keep the order of the file (it is the order people read them in),
+/// each with its mode resolved as it is read: its `mode:`, else its name
+/// when that is a mode.
 #[derive(Debug, Clone, Default)]
-pub struct IndexedStages(pub Vec<(String, StageConfig)>);
+pub struct IndexedStages {
+    stages: Vec<(String, Mode, StageConfig)>,
+    /// The stages with neither, which [`super::Config::parse`] refuses by name.
+    without_mode: Vec<String>,
+}
+
+impl IndexedStages {
+    pub fn iter(&self) -> impl Iterator<Item = Stage<'_>> {
+        self.stages.iter().map(|(name, mode, config)| Stage { name, mode: *mode, config })
+    }
+
+    pub fn len(&self) -> usize {
+        self.stages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    /// (path, message) for each stage whose mode could not be told.
+    pub(super) fn without_mode(&self) -> Vec<(String, String)> {
+        let known = Mode::known();
+        let problem = |name: &String| {
+            let message =
+                format!("stage `{name}` has no `mode`, and its name is not one; add `mode:` with one of {known}");
+            (format!("stages.{name}"), message)
+        };
+        self.without_mode.iter().map(problem).collect()
+    }
+}
 
 impl<'de> Deserialize<'de> for IndexedStages {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -546,14 +578,18 @@ impl<'de> Deserialize<'de> for IndexedStages {
                 f.write_str("a map of stage name to stage")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out: Vec<(String, StageConfig)> = Vec::new();
-                while let Some((k, v)) = map.next_entry::<String, StageConfig>()? {
-                    if out.iter().any(|(n, _)| *n == k) {
-                        return Err(serde::de::Error::custom(format!("stage `{k}` is defined twice")));
+                let mut out = IndexedStages::default();
+                let mut names = BTreeSet::new();
+                while let Some((name, stage)) = map.next_entry::<String, StageConfig>()? {
+                    if !names.insert(name.clone()) {
+                        return Err(serde::de::Error::custom(format!("stage `{name}` is defined twice")));
                     }
-                    out.push((k, v));
+                    match stage.mode.or_else(|| name.parse().ok()) {
+                        Some(mode) => out.stages.push((name, mode, stage)),
+                        None => out.without_mode.push(name),
+                    }
                 }
-                Ok(IndexedStages(out))
+                Ok(out)
             }
         }
         d.deserialize_map(V)
@@ -600,18 +636,19 @@ fn default_approver_permission() -> Permission {
     Permission::Maintain
 }
 
-/// A stage, looked up.
+/// A stage, looked up, with the mode it runs in.
 #[derive(Debug, Clone, Copy)]
 pub struct Stage<'a> {
     pub name: &'a str,
+    mode: Mode,
     pub config: &'a StageConfig,
 }
 
 impl Stage<'_> {
-    /// The stage's mode: set by [`super::Config::parse`] for every stage
-    /// (the name stands in when `mode` is left out), so it is always known.
+    /// What the stage does: its `mode:`, else its name (a stage with
+    /// neither never reaches the stage list: [`IndexedStages`]).
     pub fn mode(&self) -> Mode {
-        self.config.mode.unwrap_or_else(|| unreachable!("Config::parse resolves the mode of stage `{}`", self.name))
+        self.mode
     }
 }
 

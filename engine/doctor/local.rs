@@ -16,7 +16,7 @@ pub async fn local(root: &Path, path: &str, fix: bool) -> (Report, Option<Config
         Ok(c) => {
             report.0.push(Check::ok(
                 "ward.yml",
-                format!("{CONFIG_PATH} is valid ({} stages, {} roles)", c.stages.0.len(), c.roles.len()),
+                format!("{CONFIG_PATH} is valid ({} stages, {} roles)", c.stages.len(), c.roles.len()),
             ));
             Some(c)
         }

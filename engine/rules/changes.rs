@@ -352,10 +352,11 @@ mod tests {
 
     #[test]
     fn a_treatment_over_its_line_limit_goes_back_to_diagnosis() {
-        let mut c = config();
+        let c = config();
         let treat = c.stage("treat").unwrap();
         assert_eq!(small_enough(&c, treat, 10_000), Ok(()), "no limit by default");
-        c.stages.0.iter_mut().find(|(n, _)| n == "treat").unwrap().1.max_diff_lines = Some(40);
+        let limited = SHIPPED.replace("    mode: treat\n", "    mode: treat\n    max_diff_lines: 40\n");
+        let c = parsed(&limited);
         let treat = c.stage("treat").unwrap();
         assert_eq!(small_enough(&c, treat, 40), Ok(()));
         let err = small_enough(&c, treat, 41).unwrap_err();

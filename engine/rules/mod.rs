@@ -323,7 +323,12 @@ pub(crate) mod testing {
     pub const SHIPPED: &str = include_str!("../../.github/ward.yml");
 
     pub fn config() -> Config {
-        Config::parse(SHIPPED, std::path::Path::new(CONFIG_PATH), None).expect("shipped config is valid")
+        parsed(SHIPPED)
+    }
+
+    /// A ward.yml that must be valid, e.g. the shipped one with a line changed.
+    pub fn parsed(text: &str) -> Config {
+        Config::parse(text, std::path::Path::new(CONFIG_PATH), None).expect("the config is valid")
     }
 
     pub fn at(minute: u32) -> DateTime<Utc> {
