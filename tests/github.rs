@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use support::fake_github::*;
+use support::openapi::OpenApi;
 use ward::actions::{self, Admission};
 use ward::chart::{self, Note, NoteMeta, Sentinels};
 use ward::config::Config;
@@ -1111,84 +1112,6 @@ async fn a_stage_label_a_person_applied_is_refused_and_taken_off_unless_the_engi
 // Conformance: the fake's answers and ward's requests against GitHub's
 // OpenAPI description (the subset in tests/fixtures/github/rest-api/).
 
-/// OpenAPI 3.0 schemas are JSON Schema draft 4 plus `nullable`: rewrite
-/// `nullable: true` as a `null` alternative so a validator understands it.
-/// GitHub's description also writes `oneOf` for alternatives that overlap
-/// (the 409 body is `basic-error` or `repository-rule-violation-error`, and
-/// any object is both), so `oneOf` is read as `anyOf`.
-fn openapi_to_json_schema(v: &Value) -> Value {
-    match v {
-        Value::Array(items) => Value::Array(items.iter().map(openapi_to_json_schema).collect()),
-        Value::Object(map) => {
-            let mut out: serde_json::Map<String, Value> = map
-                .iter()
-                .filter(|(k, _)| *k != "nullable")
-                .map(|(k, v)| (if k == "oneOf" { "anyOf".to_string() } else { k.clone() }, openapi_to_json_schema(v)))
-                .collect();
-            if map.get("nullable") != Some(&Value::Bool(true)) {
-                return Value::Object(out);
-            }
-            match out.get("type").cloned() {
-                Some(Value::String(t)) if !out.contains_key("$ref") => {
-                    out.insert("type".into(), json!([t, "null"]));
-                    if let Some(Value::Array(e)) = out.get_mut("enum") {
-                        e.push(Value::Null);
-                    }
-                    Value::Object(out)
-                }
-                _ => json!({ "anyOf": [Value::Object(out), { "type": "null" }] }),
-            }
-        }
-        other => other.clone(),
-    }
-}
-
-struct OpenApi {
-    doc: Value,
-    components: Value,
-}
-
-impl OpenApi {
-    fn load() -> Self {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/github/rest-api/rest-api.subset.openapi.json");
-        let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        let components = openapi_to_json_schema(&doc["components"]);
-        Self { doc, components }
-    }
-
-    fn operation(&self, method: &str, route: &str) -> Option<&Value> {
-        self.doc["paths"].get(route)?.get(method.to_lowercase())
-    }
-
-    /// Follows a `$ref` inside the document (`#/components/responses/...`).
-    fn resolve<'a>(&'a self, v: &'a Value) -> &'a Value {
-        match v.get("$ref").and_then(Value::as_str) {
-            Some(r) => self.doc.pointer(r.trim_start_matches('#')).unwrap_or(v),
-            None => v,
-        }
-    }
-
-    /// Validates `instance` against `schema` (an OpenAPI schema of the doc).
-    fn check(&self, schema: &Value, instance: &Value) -> Result<(), String> {
-        let mut root = openapi_to_json_schema(schema);
-        if let Value::Object(m) = &mut root {
-            m.insert("components".into(), self.components.clone());
-        }
-        let validator = jsonschema::options()
-            .with_draft(jsonschema::Draft::Draft4)
-            .build(&root)
-            .map_err(|e| format!("the schema does not compile: {e}"))?;
-        let errors: Vec<String> =
-            validator.iter_errors(instance).take(5).map(|e| format!("{} at {}", e, e.instance_path)).collect();
-        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
-    }
-
-    fn content_schema<'a>(&'a self, v: &'a Value) -> Option<&'a Value> {
-        let content = self.resolve(v).get("content")?.as_object()?;
-        content.values().next()?.get("schema")
-    }
-}
-
 /// Routes ward uses that the subset does not describe (validated by the
 /// forge's own parsing only). A new route must be added here on purpose.
 const NOT_IN_SUBSET: &[&str] = &[
@@ -1283,7 +1206,7 @@ async fn tour(gh: &FakeGitHub) {
 async fn the_fake_and_ward_conform_to_githubs_openapi_description() {
     let gh = FakeGitHub::start().await;
     tour(&gh).await;
-    let api = OpenApi::load();
+    let api = OpenApi::load("rest-api.subset.openapi.json");
     let log = gh.state().log.clone();
     let mut problems = Vec::new();
     let mut validated = std::collections::BTreeSet::new();
@@ -1344,7 +1267,7 @@ async fn the_fake_and_ward_conform_to_githubs_openapi_description() {
 
 #[test]
 fn the_conformance_check_rejects_bodies_github_would_not_send() {
-    let api = OpenApi::load();
+    let api = OpenApi::load("rest-api.subset.openapi.json");
     let get_issue = api.operation("GET", "/repos/{owner}/{repo}/issues/{issue_number}").unwrap();
     let schema = api.content_schema(&get_issue["responses"]["200"]).unwrap();
     let mut issue: Value = serde_json::from_str(include_str!("fixtures/github/rest-api/examples/issue.json")).unwrap();

@@ -28,31 +28,7 @@ insert into dispatch_updates values ('current-dispatch', 'SEA-01', 'BAY-2'), ('c
 ";
 
 fn image() -> Option<String> {
-    let required = std::env::var("WARD_REQUIRE_MARIADB").is_ok_and(|v| v == "1");
-    let named = std::env::var("WARD_MARIADB_IMAGE").ok().filter(|v| !v.is_empty());
-    let found = match &named {
-        Some(image) => Command::new("docker")
-            .args(["image", "inspect", image])
-            .output()
-            .is_ok_and(|o| o.status.success())
-            .then(|| image.clone()),
-        None => Command::new("docker")
-            .args(["images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", "reference=ward-mariadb:*"])
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_string))
-            .filter(|l| !l.is_empty()),
-    };
-    if found.is_none() {
-        let why = match &named {
-            Some(image) => format!("WARD_MARIADB_IMAGE names `{image}`, which is not on the Docker host"),
-            None => "no `ward-mariadb:*` image is on the Docker host".to_string(),
-        };
-        let what = format!("{why}; build it with `images/mariadb/build` (it prints the image name to set)");
-        assert!(!required, "WARD_REQUIRE_MARIADB=1 and {what}");
-        eprintln!("skipped: {what}");
-    }
-    found
+    support::database_image("mariadb")
 }
 
 fn mariadb(image: &str) -> EmulatorConfig {

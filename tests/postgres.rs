@@ -28,33 +28,8 @@ create table dispatch_updates (
 insert into dispatch_updates values ('current-dispatch', 'SEA-01', 'BAY-2'), ('control-dispatch', 'PDX-02', 'BAY-99');
 ";
 
-/// The image to test against, or `None` (with the notice printed) to skip.
 fn image() -> Option<String> {
-    let required = std::env::var("WARD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
-    let named = std::env::var("WARD_POSTGRES_IMAGE").ok().filter(|v| !v.is_empty());
-    let found = match &named {
-        Some(image) => {
-            let present =
-                Command::new("docker").args(["image", "inspect", image]).output().is_ok_and(|o| o.status.success());
-            present.then(|| image.clone())
-        }
-        None => Command::new("docker")
-            .args(["images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", "reference=ward-postgres:*"])
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_string))
-            .filter(|l| !l.is_empty()),
-    };
-    if found.is_none() {
-        let why = match &named {
-            Some(image) => format!("WARD_POSTGRES_IMAGE names `{image}`, which is not on the Docker host"),
-            None => "no `ward-postgres:*` image is on the Docker host".to_string(),
-        };
-        let what = format!("{why}; build it with `images/postgres/build` (it prints the image name to set)");
-        assert!(!required, "WARD_REQUIRE_POSTGRES=1 and {what}");
-        eprintln!("skipped: {what}");
-    }
-    found
+    support::database_image("postgres")
 }
 
 /// The preset's section, with `extra` YAML lines.

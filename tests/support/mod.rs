@@ -18,6 +18,39 @@ pub fn ward_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ward"))
 }
 
+/// The database image a test runs against, `images/<kind>/build`'s (no
+/// registry): `WARD_<KIND>_IMAGE`, else the first local `ward-<kind>:*`.
+/// `None`, with a notice printed, skips the test; with
+/// `WARD_REQUIRE_<KIND>=1` (`.ci/run`) a missing image fails it instead.
+pub fn database_image(kind: &str) -> Option<String> {
+    let upper = kind.to_uppercase();
+    let required = std::env::var(format!("WARD_REQUIRE_{upper}")).is_ok_and(|v| v == "1");
+    let named = std::env::var(format!("WARD_{upper}_IMAGE")).ok().filter(|v| !v.is_empty());
+    let found = match &named {
+        Some(image) => {
+            let present =
+                Command::new("docker").args(["image", "inspect", image]).output().is_ok_and(|o| o.status.success());
+            present.then(|| image.clone())
+        }
+        None => Command::new("docker")
+            .args(["images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", &format!("reference=ward-{kind}:*")])
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_string))
+            .filter(|l| !l.is_empty()),
+    };
+    if found.is_none() {
+        let why = match &named {
+            Some(image) => format!("WARD_{upper}_IMAGE names `{image}`, which is not on the Docker host"),
+            None => format!("no `ward-{kind}:*` image is on the Docker host"),
+        };
+        let what = format!("{why}; build it with `images/{kind}/build` (it prints the image name to set)");
+        assert!(!required, "WARD_REQUIRE_{upper}=1 and {what}");
+        eprintln!("skipped: {what}");
+    }
+    found
+}
+
 /// A repository with ward installed (`ward init`), in a temporary folder,
 /// and a scrubbed environment for every command run in it.
 pub struct Sandbox {

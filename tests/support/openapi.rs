@@ -1,8 +1,11 @@
-//! Checks the fake GitHub's answers against a subset of GitHub's OpenAPI
-//! description (`tests/fixtures/github/rest-api/*.subset.openapi.json`).
-//! The same reading of OpenAPI as the conformance test of `tests/github.rs`:
-//! `nullable: true` becomes a `null` alternative and `oneOf` is read as
-//! `anyOf` (GitHub writes `oneOf` for alternatives that overlap).
+//! Checks the fake GitHub's answers, and ward's requests, against a subset
+//! of GitHub's OpenAPI description
+//! (`tests/fixtures/github/rest-api/*.subset.openapi.json`). OpenAPI 3.0
+//! schemas are JSON Schema draft 4 plus `nullable`: `nullable: true`
+//! becomes a `null` alternative, and `oneOf` is read as `anyOf` (GitHub
+//! writes `oneOf` for alternatives that overlap: the 409 body is
+//! `basic-error` or `repository-rule-violation-error`, and any object is
+//! both).
 
 use serde_json::{Value, json};
 
@@ -28,8 +31,15 @@ impl OpenApi {
         self.operation(method, route).is_some()
     }
 
-    fn operation(&self, method: &str, route: &str) -> Option<&Value> {
+    /// The operation (`GET`, `/repos/{owner}/...`), if the description has it.
+    pub fn operation(&self, method: &str, route: &str) -> Option<&Value> {
         self.doc["paths"].get(route)?.get(method.to_lowercase())
+    }
+
+    /// The schema of a request body or a response (following a `$ref`).
+    pub fn content_schema<'a>(&'a self, v: &'a Value) -> Option<&'a Value> {
+        let content = self.resolve(v).get("content")?.as_object()?;
+        content.values().next()?.get("schema")
     }
 
     /// The fake's answer in `e` against the response GitHub documents for
@@ -39,9 +49,7 @@ impl OpenApi {
         let declared = op["responses"]
             .get(e.status.to_string())
             .ok_or_else(|| format!("{} answered {}, which GitHub does not document", e.key(), e.status))?;
-        let declared = self.resolve(declared);
-        let schema = declared.get("content").and_then(Value::as_object).and_then(|c| c.values().next()?.get("schema"));
-        match (schema, &e.response) {
+        match (self.content_schema(declared), &e.response) {
             (Some(schema), Some(body)) => {
                 self.check(schema, body).map_err(|why| format!("{} {}: {why}", e.key(), e.status))
             }
@@ -52,6 +60,7 @@ impl OpenApi {
         }
     }
 
+    /// Follows a `$ref` inside the document (`#/components/responses/...`).
     fn resolve<'a>(&'a self, v: &'a Value) -> &'a Value {
         match v.get("$ref").and_then(Value::as_str) {
             Some(r) => self.doc.pointer(r.trim_start_matches('#')).unwrap_or(v),
