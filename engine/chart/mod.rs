@@ -244,8 +244,11 @@ impl Sentinels {
         let mut open: Option<(NoteKind, NoteMeta, Vec<&str>)> = None;
         for (i, line) in lines {
             let lineno = i + 1;
-            match (self.parse_tag(line), open.as_mut()) {
-                (None, Some((_, _, body))) => body.push(line),
+            match (self.parse_tag(line), open.take()) {
+                (None, Some((kind, meta, mut body))) => {
+                    body.push(line);
+                    open = Some((kind, meta, body));
+                }
                 (None, None) if line.trim().is_empty() => {}
                 (None, None) => return Err(SentinelError::StrayText { line: lineno }),
                 (Some((false, kind, attrs)), None) => {
@@ -256,13 +259,9 @@ impl Sentinels {
                     return Err(SentinelError::Nested { line: lineno, outer: outer.to_string(), inner: kind.into() });
                 }
                 (Some((true, kind, _)), None) => {
-                    return Err(SentinelError::StrayClose {
-                        line: lineno,
-                        kind: kind.parse().expect("a known note kind"),
-                    });
+                    return Err(SentinelError::StrayClose { line: lineno, kind: kind.to_string() });
                 }
-                (Some((true, kind, _)), Some(_)) => {
-                    let (opened, meta, body) = open.take().expect("matched Some");
+                (Some((true, kind, _)), Some((opened, meta, body))) => {
                     if opened != kind {
                         return Err(SentinelError::Mismatched {
                             line: lineno,

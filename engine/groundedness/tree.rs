@@ -523,12 +523,13 @@ pub(crate) enum Unreadable {
 
 impl Reader<'_> {
     fn repo(&mut self, i: usize) -> Result<&Repository, Unreadable> {
-        if self.open[i].is_none() {
-            let dir = &self.tree.repos[i].git_dir;
-            let git = Repository::open(dir).map_err(|error| Unreadable::Open { dir: dir.clone(), error })?;
-            self.open[i] = Some(git);
-        }
-        Ok(self.open[i].as_ref().expect("just opened"))
+        Ok(match &mut self.open[i] {
+            Some(git) => git,
+            slot @ None => {
+                let dir = &self.tree.repos[i].git_dir;
+                slot.insert(Repository::open(dir).map_err(|error| Unreadable::Open { dir: dir.clone(), error })?)
+            }
+        })
     }
 
     /// The real content of `entry` (LFS resolved), or why it cannot be read.

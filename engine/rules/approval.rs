@@ -7,7 +7,7 @@
 //! applied the label comes from the issue's label history, never from the
 //! issue text.
 
-use super::{Refusal, Route, Verdict};
+use super::{Refusal, Route};
 use crate::chart::{Note, NoteKind};
 use crate::config::Config;
 use crate::forge::{LabelAction, LabelEvent, Permission};
@@ -50,9 +50,14 @@ pub fn applied_by<'a>(events: &'a [LabelEvent], label: &str) -> Option<&'a Label
 
 /// May the engine merge because a chief approved? `approver` is who
 /// applied the approved label and the permission the forge reports for
-/// them. A refusal takes the approved label off and leaves the patient
-/// waiting.
-pub fn may_merge(config: &Config, chart: &[Note], labels: &[String], approver: Option<(&str, Permission)>) -> Verdict {
+/// them; a yes is that chief. A refusal takes the approved label off and
+/// leaves the patient waiting.
+pub fn may_merge<'a>(
+    config: &Config,
+    chart: &[Note],
+    labels: &[String],
+    approver: Option<(&'a str, Permission)>,
+) -> Result<(&'a str, Permission), Refusal> {
     let d = &config.discharge;
     let back = Route::To(d.awaiting_label.clone());
     if !human_approval(config, chart) {
@@ -107,7 +112,7 @@ pub fn may_merge(config: &Config, chart: &[Note], labels: &[String], approver: O
             back,
         ));
     }
-    Ok(())
+    Ok((who, permission))
 }
 
 #[cfg(test)]

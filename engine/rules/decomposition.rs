@@ -68,23 +68,23 @@ fn yaml_block(body: &str) -> Result<(String, usize), NoBlock> {
     let mut current: Option<(Vec<&str>, usize)> = None;
     for (i, line) in body.lines().enumerate() {
         let t = line.trim();
-        match current.as_mut() {
+        match current.take() {
             None if t == "```yaml" || t == "```yml" => current = Some((Vec::new(), i + 2)),
             None => {}
-            Some(_) if t == "```" => {
-                let (lines, start) = current.take().expect("open block");
-                blocks.push((lines.join("\n"), start));
+            Some((lines, start)) if t == "```" => blocks.push((lines.join("\n"), start)),
+            Some((mut lines, start)) => {
+                lines.push(line);
+                current = Some((lines, start));
             }
-            Some((lines, _)) => lines.push(line),
         }
     }
     if current.is_some() {
         return Err(NoBlock::Unclosed);
     }
-    match blocks.len() {
-        1 => Ok(blocks.pop().expect("one block")),
-        0 => Err(NoBlock::None),
-        n => Err(NoBlock::Many(n)),
+    match <[_; 1]>::try_from(blocks) {
+        Ok([block]) => Ok(block),
+        Err(blocks) if blocks.is_empty() => Err(NoBlock::None),
+        Err(blocks) => Err(NoBlock::Many(blocks.len())),
     }
 }
 

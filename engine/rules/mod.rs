@@ -181,8 +181,7 @@ pub fn validate(input: &RunInput<'_>) -> Verdict {
     let refusals: Vec<Refusal> = AFTER_AGENT.iter().filter_map(|(_, rule)| rule(input).err()).collect();
     let (invalid, other): (Vec<Refusal>, Vec<Refusal>) = refusals.into_iter().partition(|r| r.route == Route::Stay);
     match invalid.len() {
-        0 => other.into_iter().next().map_or(Ok(()), Err),
-        1 => Err(invalid.into_iter().next().expect("one refusal")),
+        0 | 1 => invalid.into_iter().chain(other).next().map_or(Ok(()), Err),
         _ => {
             let rule = invalid[0].rule;
             let reason = invalid.iter().map(|r| format!("[{}] {}", r.rule, r.reason)).collect::<Vec<_>>().join(" ");

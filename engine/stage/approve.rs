@@ -30,30 +30,33 @@ pub async fn approve(h: &Hospital, patient: &Patient<'_>, commenter: Option<&str
         None => format!("applied `{}`", d.approved_label),
     };
     let seen = Seen::Read(patient.stored.clone());
-    if let Err(refusal) = approval::may_merge(
+    let approved = approval::may_merge(
         &h.config,
         &patient.chart,
         &patient.issue.labels,
         approver.as_ref().map(|(who, p)| (who.as_str(), *p)),
-    ) {
-        warn!(%refusal, "approval refused");
-        // The approved label comes off; the patient stays where it waits.
-        let to = match (Move::from(&refusal.route), h.config.ward_label(&patient.issue.labels)) {
-            (Move::Stay, Some(place)) => Move::To(place.to_string()),
-            (to, _) => to,
-        };
-        let note = patient.engine_note(h, NoteKind::Refusal, refusal.note_body());
-        let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, vec![note], to).await?;
-        let reason = refusal.to_string();
-        return Ok(StageResult::Refused {
-            issue: number,
-            stage: stage.name.into(),
-            reason,
-            to: moved.at,
-            locked: false,
-        });
-    }
-    let (who, permission) = approver.expect("may_merge checked the approver");
+    );
+    let (who, permission) = match approved {
+        Ok(chief) => chief,
+        Err(refusal) => {
+            warn!(%refusal, "approval refused");
+            // The approved label comes off; the patient stays where it waits.
+            let to = match (Move::from(&refusal.route), h.config.ward_label(&patient.issue.labels)) {
+                (Move::Stay, Some(place)) => Move::To(place.to_string()),
+                (to, _) => to,
+            };
+            let note = patient.engine_note(h, NoteKind::Refusal, refusal.note_body());
+            let moved = transfer(&*h.forge, &h.config, &patient.issue, seen, vec![note], to).await?;
+            let reason = refusal.to_string();
+            return Ok(StageResult::Refused {
+                issue: number,
+                stage: stage.name.into(),
+                reason,
+                to: moved.at,
+                locked: false,
+            });
+        }
+    };
 
     // Audit again: the head may have moved since the audit that passed.
     let (facts, checklist) = super::landing::audit(h, patient).await?;

@@ -361,13 +361,14 @@ impl SqlDump {
             return None;
         }
         let mut dump = Self::default();
-        let mut copying: Option<String> = None;
+        // The rows of the table whose COPY is being read.
+        let mut copying: Option<&mut Vec<String>> = None;
         for line in text.lines() {
-            if let Some(table) = &copying {
+            if let Some(rows) = &mut copying {
                 if line == "\\." {
                     copying = None;
                 } else {
-                    dump.tables.get_mut(table).expect("inserted at its COPY").push(line.to_string());
+                    rows.push(line.to_string());
                 }
                 continue;
             }
@@ -375,8 +376,7 @@ impl SqlDump {
                 && line.ends_with(" FROM stdin;")
             {
                 let table = rest.split(" (").next().unwrap_or(rest).trim_end_matches(" FROM stdin;").to_string();
-                dump.tables.entry(table.clone()).or_default();
-                copying = Some(table);
+                copying = Some(dump.tables.entry(table).or_default());
                 continue;
             }
             let skip = line.trim().is_empty()

@@ -446,15 +446,12 @@ impl Layout {
             })
             .unwrap_or_default();
         let key = format!("{}-{hash}", name.trim_start_matches('.'));
-        let mut out = Vec::new();
-        for kind in ["worktrees", "state", "checkpoints"] {
+        let folder = |kind: &str| {
             let dir = home.join(kind).join(&key);
             std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
-            out.push(dir.canonicalize().map_err(io_err("resolve", &dir))?);
-        }
-        let checkpoints = out.pop().expect("three folders");
-        let state = out.pop().expect("three folders");
-        let worktrees = out.pop().expect("three folders");
+            dir.canonicalize().map_err(io_err("resolve", &dir))
+        };
+        let (worktrees, state, checkpoints) = (folder("worktrees")?, folder("state")?, folder("checkpoints")?);
         Ok(Self { worktrees, state, checkpoints, git_dir, lock_wait: LOCK_WAIT })
     }
 
