@@ -71,7 +71,8 @@ pub async fn drain(
         let Some(entry) = queue.get(done) else {
             // Nothing dispatched: the merge queue takes its next patient
             // (a patient it sends back is dispatched, and the loop goes on).
-            match crate::discharge::queue::process_next(&*h.forge, &h.config, &h.root, h.now()).await? {
+            let plan = h.workspace_plan()?;
+            match crate::discharge::queue::process_next(&*h.forge, &h.config, &h.root, plan, h.now()).await? {
                 Some(done) => {
                     // A merged patient takes its worktree along, as a
                     // discharge in a stage run does.

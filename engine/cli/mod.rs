@@ -772,7 +772,8 @@ async fn merge_queue(cli: &Cli, command: &QueueCommand) -> anyhow::Result<ExitCo
                 )
             })?;
             let root = absolute(&cli.root)?;
-            match check_next(&*forge, &config, &root, &Source::Remote(&remote), now).await? {
+            let plan = crate::workspace::WorkspacePlan::detect_for_reaping(&root, |k| std::env::var(k).ok())?;
+            match check_next(&*forge, &config, &root, plan.as_ref(), &Source::Remote(&remote), now).await? {
                 None => {
                     println!("ward's merge queue is empty: nothing to check");
                     crate::actions::set_outputs(&[("record", "false")])?;

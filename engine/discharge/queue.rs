@@ -37,6 +37,7 @@ use crate::config::{AUDIT_FAILED, Config, IntegrationConfig};
 use crate::forge::{Forge, Issue, IssueNumber, PullRequest};
 use crate::state::{self, MergedEntry, QueueEntry};
 use crate::transfer::{Move, transfer};
+use crate::workspace::{CheckEmulator, WorkspacePlan};
 
 /// How much of the check's output a note quotes.
 const OUTPUT_TAIL_BYTES: usize = 3000;
@@ -256,20 +257,24 @@ pub async fn process_next(
     forge: &dyn Forge,
     config: &Config,
     repository: &Path,
+    plan: Option<&WorkspacePlan>,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Option<Processed>> {
-    let Some(verdict) = check_next(forge, config, repository, &Source::Local, now).await? else { return Ok(None) };
+    let checked = check_next(forge, config, repository, plan, &Source::Local, now).await?;
+    let Some(verdict) = checked else { return Ok(None) };
     record_verdict(forge, config, verdict, now).await.map(Some)
 }
 
 /// The check half: reads the queue's first entry, its patient and pull
 /// request, combines the audited head with the base's tip in `repository`
-/// and runs the integration check there. Writes nothing to the forge.
-/// `None` when the queue is empty (or ward.yml has no `integration`).
+/// and runs the integration check there, its emulator (if any) under the
+/// hospital's workspace `plan`. Writes nothing to the forge. `None` when
+/// the queue is empty (or ward.yml has no `integration`).
 pub async fn check_next(
     forge: &dyn Forge,
     config: &Config,
     repository: &Path,
+    plan: Option<&WorkspacePlan>,
     source: &Source<'_>,
     now: DateTime<Utc>,
 ) -> anyhow::Result<Option<Verdict>> {
@@ -321,7 +326,7 @@ pub async fn check_next(
             format!("refs/remotes/origin/{}", pull.base_branch)
         }
     };
-    let found = integrate(repository, &base_ref, &pull, integration, &run, entry.issue.0).await?;
+    let found = integrate(repository, plan, &base_ref, &pull, integration, &run, entry.issue.0).await?;
     let combined_with = combined_with(repository, &entry.head, &state.merge_queue.merged);
     Ok(Some(Verdict { combined_with, ..verdict(found) }))
 }
@@ -402,6 +407,7 @@ async fn back_to_discharge(
 /// branch moves), checked out in a fresh worktree, the check run there.
 async fn integrate(
     repository: &Path,
+    plan: Option<&WorkspacePlan>,
     base_ref: &str,
     pull: &PullRequest,
     integration: &IntegrationConfig,
@@ -436,12 +442,15 @@ async fn integrate(
     let emulator = match &integration.emulator {
         Some(config) => {
             let expires = integration.time_limit + std::time::Duration::from_secs(15 * 60);
-            let started = crate::workspace::CheckEmulator::start(repository, config, issue, run, &dir, expires).await;
+            let started = match plan {
+                Some(plan) => CheckEmulator::start(plan, config, issue, run, &dir, expires).await.map_err(Into::into),
+                None => Err(anyhow::anyhow!("{} has no workspace (is it a git checkout?)", repository.display())),
+            };
             match started {
                 Ok(em) => Some(em),
                 Err(e) => {
                     remove_worktree(repository, &dir);
-                    return Err(anyhow::Error::new(e).context("could not start the integration check's emulator"));
+                    return Err(e.context("could not start the integration check's emulator"));
                 }
             }
         }

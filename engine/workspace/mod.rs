@@ -692,17 +692,17 @@ pub struct CheckEmulator {
 }
 
 impl CheckEmulator {
+    /// Under the hospital's `plan`: its home (the artifacts, the
+    /// installation the container is labelled with) and its Docker host,
+    /// as the stages' emulators are.
     pub async fn start(
-        repository: &Path,
+        plan: &WorkspacePlan,
         config: &EmulatorConfig,
         issue: u64,
         run: &str,
         workdir: &Path,
         expires_after: Duration,
     ) -> Result<Self, WorkspaceError> {
-        let plan = WorkspacePlan::detect_for_reaping(repository, |k| std::env::var(k).ok())?.ok_or_else(|| {
-            PlanError::Unreadable { root: repository.to_path_buf(), message: "it is in no git repository".into() }
-        })?;
         let owner = Owner {
             run: run.into(),
             issue,
@@ -1345,9 +1345,11 @@ impl Workspace {
                 Err(e) => problems.push(format!("the checkpoints of #{} were not removed: {e}", self.issue)),
             }
         }
-        if !problems.is_empty() {
-            return Err(WorkspaceError::Teardown { issue: self.issue, run: self.run, problems });
-        }
+        // Without an end, putting the checkout back failed and said why.
+        let worktree = match end {
+            Some(worktree) if problems.is_empty() => worktree,
+            _ => return Err(WorkspaceError::Teardown { issue: self.issue, run: self.run, problems }),
+        };
         Ok(WorkspaceReport {
             issue: self.issue,
             stage: self.stage,
@@ -1355,7 +1357,7 @@ impl Workspace {
             mode: self.mode,
             branch: self.branch.name,
             commit: self.commit,
-            worktree: end.expect("no problems means the checkout was put back"),
+            worktree,
             emulator_cleanup_verified: containers.iter().all(|c| c.removed_verified),
             readiness_ms: self.emulator.as_ref().map(|e| e.ready_ms),
             seed: self.emulator.as_ref().and_then(|e| e.seed.clone()),

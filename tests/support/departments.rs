@@ -151,6 +151,7 @@ impl Ward {
         let mut h = ward::hospital::Hospital::load(root, forge).unwrap();
         h.ward_exe = env!("CARGO_BIN_EXE_ward").into();
         h.clock = self.clock.as_clock();
+        home_in_repository(&mut h);
         h
     }
 
@@ -514,5 +515,15 @@ impl Forge for Shared {
     }
     async fn find_patient_comment(&self, n: IssueNumber) -> ForgeResult<Option<u64>> {
         self.0.find_patient_comment(n).await
+    }
+}
+
+/// Keeps a hospital's worktrees and workspace state in its repository
+/// (`.ward/home`, ward's own fallback), not in the `~/.cache/ward` that
+/// `Hospital::load` reads from the test process's HOME: a test leaves
+/// nothing in the home of whoever runs it.
+pub fn home_in_repository(h: &mut ward::hospital::Hospital) {
+    if let Ok(Some(plan)) = h.workspace.as_mut() {
+        plan.home = h.root.join(".ward").join("home");
     }
 }

@@ -36,6 +36,7 @@ pub fn hospital(sandbox: &Sandbox, person: &str) -> (Hospital, Arc<LocalForge>) 
     let forge = Arc::new(LocalForge::new(sandbox.root(), ENGINE).with_actor(person));
     let mut h = Hospital::load(sandbox.root(), forge.clone()).expect("the sandbox's pipeline loads");
     h.ward_exe = ward_bin();
+    super::departments::home_in_repository(&mut h);
     (h, forge)
 }
 
