@@ -1134,6 +1134,7 @@ mod research {
     {
         use ward::report::PatientRecord;
 
+        use super::support::departments::plan_review_rejected;
         use super::support::fake_github::FakeGitHub;
 
         let gh = FakeGitHub::start().await;
@@ -1151,16 +1152,6 @@ mod research {
         gh.state().actions_can_create_pull_requests = true;
         let h = gh.hospital(s.root());
 
-        let note = |n: u64| Note {
-            kind: NoteKind::Outcome,
-            meta: NoteMeta {
-                run: format!("r{n}"),
-                stage: "plan-review".into(),
-                role: "x".into(),
-                at: chrono::Utc::now(),
-            },
-            body: "reject".into(),
-        };
         let records: Vec<PatientRecord> = (1..=3)
             .map(|n| {
                 let number = gh.state().add_issue(&format!("patient {n}"), "work", "maria", &["ward:diagnose"]);
@@ -1172,7 +1163,7 @@ mod research {
                     state: ward::forge::IssueState::Open,
                     labels: vec!["ward:diagnose".into()],
                 };
-                PatientRecord { issue, events: Vec::new(), notes: vec![note(number)] }
+                PatientRecord { issue, events: Vec::new(), notes: vec![plan_review_rejected(number)] }
             })
             .collect();
         (gh, s, h, records)

@@ -2953,7 +2953,8 @@ async fn from_ward_init_to_a_merged_pull_request_through_the_workflows_init_writ
 /// opens nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shipped_report_workflow_runs_the_research_role_read_only_and_records_its_pull_request_apart() {
-    use ward::chart::{Note, NoteKind, NoteMeta, Seen, Sentinels, append};
+    use support::departments::plan_review_rejected;
+    use ward::chart::{Seen, Sentinels, append};
 
     let gh = FakeGitHub::start().await;
     let _repo = hospital(&gh, &[], |c| c.replacen("    agent: false ", "    agent: true  ", 1));
@@ -2961,16 +2962,7 @@ async fn the_shipped_report_workflow_runs_the_research_role_read_only_and_record
     let forge = gh.forge();
     for n in 1..=3 {
         let number = gh.state().add_issue(&format!("patient {n}"), "work", "maya", &["ward:diagnose"]);
-        let note = Note {
-            kind: NoteKind::Outcome,
-            meta: NoteMeta {
-                run: format!("r{n}"),
-                stage: "plan-review".into(),
-                role: "x".into(),
-                at: chrono::Utc::now(),
-            },
-            body: "reject".into(),
-        };
+        let note = plan_review_rejected(n);
         append(&forge, &Sentinels::new("WARD"), ward::forge::IssueNumber(number), Seen::NotRead, &[note])
             .await
             .unwrap();

@@ -527,3 +527,10 @@ pub fn home_in_repository(h: &mut ward::hospital::Hospital) {
         plan.home = h.root.join(".ward").join("home");
     }
 }
+
+/// Plan review's OUTCOME `reject` in run `r<run>`: one send-back, as the
+/// research role's record counts them.
+pub fn plan_review_rejected(run: u64) -> Note {
+    let meta = NoteMeta { run: format!("r{run}"), stage: "plan-review".into(), role: "x".into(), at: Utc::now() };
+    Note { kind: ward::chart::NoteKind::Outcome, meta, body: "reject".into() }
+}
