@@ -85,6 +85,26 @@ impl Hospital {
         (self.clock)()
     }
 
+    /// What an agent's change would publish, scanned for credentials: the
+    /// lines it `added` and `texts` (each named, e.g. its notes), against
+    /// gitleaks' rules, the secrets ward.yml passes to the agent and the
+    /// placeholder key (an agent that writes it down was after the key).
+    /// Each finding names file, line and rule, never the value.
+    pub fn credentials_in(
+        &self,
+        added: &[crate::workspace::added::Added],
+        texts: &[(&str, &str)],
+    ) -> anyhow::Result<Vec<crate::secrets::scan::Finding>> {
+        use crate::secrets::scan::{Scanner, Text};
+        let placeholder = ("the agent's placeholder key".to_string(), crate::agent::gate::PLACEHOLDER_KEY.to_string());
+        let held = crate::secrets::held(&self.config.agent.pass_env).into_iter().chain([placeholder]);
+        let scanner = Scanner::new(held)?;
+        let lines = added
+            .iter()
+            .map(|a| Text { path: &a.path, lines: a.lines.iter().map(|(n, l)| (*n, l.as_str())).collect() });
+        Ok(scanner.scan(lines.chain(texts.iter().map(|(name, text)| Text::whole(name, text)))))
+    }
+
     /// The folder of one run's artifacts.
     pub fn run_folder(&self, issue: IssueNumber, run: &str) -> PathBuf {
         self.artifacts.join(issue.0.to_string()).join(run)

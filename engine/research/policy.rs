@@ -523,17 +523,7 @@ pub fn credentials(
     added: &[crate::workspace::added::Added],
     texts: &[(&str, &str)],
 ) -> anyhow::Result<Option<String>> {
-    use crate::secrets::scan::{Scanner, Text};
-    // The placeholder too: an agent that writes it down was after the key.
-    let placeholder = ("the agent's placeholder key".to_string(), crate::agent::gate::PLACEHOLDER_KEY.to_string());
-    let held = crate::secrets::held(&h.config.agent.pass_env).into_iter().chain([placeholder]);
-    let scanner = Scanner::new(held)?;
-    let mut all: Vec<Text<'_>> = added
-        .iter()
-        .map(|a| Text { path: &a.path, lines: a.lines.iter().map(|(n, l)| (*n, l.as_str())).collect() })
-        .collect();
-    all.extend(texts.iter().map(|(name, text)| Text::whole(name, text)));
-    let found = scanner.scan(all);
+    let found = h.credentials_in(added, texts)?;
     Ok(crate::rules::changes::no_credentials(&found).err().map(|refusal| {
         tracing::warn!(places = found.len(), "credentials found in the research role's change; refused");
         refusal.reason

@@ -227,19 +227,11 @@ pub(super) fn no_credentials(
     visit: &Visit,
     added: &[crate::workspace::added::Added],
 ) -> anyhow::Result<crate::rules::Verdict> {
-    use crate::secrets::scan::{Scanner, Text};
-    // The placeholder too: an agent that writes it down was after the key.
-    let placeholder = ("the agent's placeholder key".to_string(), crate::agent::gate::PLACEHOLDER_KEY.to_string());
-    let held = crate::secrets::held(&h.config.agent.pass_env).into_iter().chain([placeholder]);
-    let scanner = Scanner::new(held)?;
-    let mut texts: Vec<Text<'_>> = added
-        .iter()
-        .map(|a| Text { path: &a.path, lines: a.lines.iter().map(|(n, l)| (*n, l.as_str())).collect() })
-        .collect();
-    if let crate::stage::visit::AgentText::Text(notes) = &visit.notes {
-        texts.push(Text::whole("the run's notes", notes));
-    }
-    let found = scanner.scan(texts);
+    let notes = match &visit.notes {
+        crate::stage::visit::AgentText::Text(notes) => Some(("the run's notes", notes.as_str())),
+        _ => None,
+    };
+    let found = h.credentials_in(added, notes.as_slice())?;
     if !found.is_empty() {
         warn!(places = found.len(), "credentials found in what the run would publish; refused");
     }
